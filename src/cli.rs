@@ -1,0 +1,130 @@
+//! Command-line syntax (clap derive). Only syntax lives here: unit parsing via the
+//! `units` parsers so clap names the flag in its error. Ranges, combinations and
+//! defaults that depend on each other are checked in `config`.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::units;
+
+/// Default TCP port of the control connection (not iperf's 5201, so both can run).
+pub const DEFAULT_PORT: u16 = 5301;
+
+/// pinperf: a pinned thread-per-stream TCP throughput tester.
+///
+/// Run `pinperf -s` on one host and `pinperf -c HOST` on the other, or `pinperf --loopback`
+/// for a real test against an in-process server on 127.0.0.1.
+#[derive(Debug, Parser)]
+#[command(name = "pinperf", version, about, max_term_width = 100)]
+pub struct Args {
+    // ---- mode ----
+    /// Run as a server.
+    #[arg(short = 's', long, help_heading = "Mode")]
+    pub server: bool,
+
+    /// Run as a client of the server at HOST.
+    #[arg(short = 'c', long, value_name = "HOST", help_heading = "Mode")]
+    pub client: Option<String>,
+
+    /// Run a client against an in-process server on 127.0.0.1 (one command, a real test).
+    #[arg(long, help_heading = "Mode")]
+    pub loopback: bool,
+
+    // ---- connection ----
+    /// Control port: the server listens on it, the client connects to it.
+    #[arg(short = 'p', long, default_value_t = DEFAULT_PORT, help_heading = "Connection")]
+    pub port: u16,
+
+    /// Local address to bind (server: listen address; client: source address).
+    #[arg(short = 'B', long, value_name = "ADDR", help_heading = "Connection")]
+    pub bind: Option<IpAddr>,
+
+    /// Use IPv4 only.
+    #[arg(
+        short = '4',
+        long = "ipv4",
+        conflicts_with = "ipv6",
+        help_heading = "Connection"
+    )]
+    pub ipv4: bool,
+
+    /// Use IPv6 only.
+    #[arg(short = '6', long = "ipv6", help_heading = "Connection")]
+    pub ipv6: bool,
+
+    /// Give up connecting after this long (client).
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = units::parse_duration,
+          help_heading = "Connection")]
+    pub connect_timeout: Duration,
+
+    // ---- test ----
+    /// Number of parallel TCP streams, each on its own pinned thread (1-256).
+    #[arg(
+        short = 'P',
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Test"
+    )]
+    pub parallel: u32,
+
+    /// Block size of each write()/read(): 8192, 64k, 1M.
+    #[arg(short = 'l', long = "len", value_name = "SIZE", default_value = "128k",
+          value_parser = units::parse_size, help_heading = "Test")]
+    pub block: u64,
+
+    /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
+    #[arg(short = 'w', long, value_name = "SIZE", value_parser = units::parse_size,
+          help_heading = "Test")]
+    pub window: Option<u64>,
+
+    /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE to exceed net.core.{w,r}mem_max (needs CAP_NET_ADMIN).
+    #[arg(long, requires = "window", help_heading = "Test")]
+    pub force_window: bool,
+
+    /// Test duration in seconds.
+    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "10",
+          value_parser = units::parse_duration, help_heading = "Test")]
+    pub duration: Duration,
+
+    /// Reporting interval in seconds.
+    #[arg(short = 'i', long, value_name = "SECS", default_value = "1",
+          value_parser = units::parse_duration, help_heading = "Test")]
+    pub interval: Duration,
+
+    /// CPU pinning: auto (spread streams over allowed cores), none, or a CPU list for the
+    /// local streams, optionally "/" and one for the server's: 0,1 or 0-3/4-7.
+    #[arg(
+        short = 'A',
+        long,
+        value_name = "PLAN",
+        default_value = "auto",
+        help_heading = "Test"
+    )]
+    pub affinity: String,
+
+    // ---- server ----
+    /// Serve one test, then exit.
+    #[arg(short = '1', long = "one-off", help_heading = "Server")]
+    pub one_off: bool,
+
+    /// Largest number of streams a client may ask for.
+    #[arg(long, value_name = "N", default_value_t = 128, help_heading = "Server")]
+    pub max_streams: u32,
+
+    /// Largest window a client may ask for.
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = units::parse_size,
+          help_heading = "Server")]
+    pub max_window: u64,
+
+    /// Longest test a client may ask for.
+    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = units::parse_duration,
+          help_heading = "Server")]
+    pub max_duration: Duration,
+
+    /// Fixed port for data connections (default: an ephemeral port per test).
+    #[arg(long, value_name = "PORT", help_heading = "Server")]
+    pub data_port: Option<u16>,
+}

@@ -1,0 +1,273 @@
+//! The client: plans pinning, reaches the server (or starts one in-process with
+//! `--loopback`), negotiates the test, connects the data streams with the window set before
+//! `connect()`, runs one pinned `stream-N` sender per stream and a `reporter` thread, and
+//! forwards the receiver's live rows from the control connection to that reporter.
+//! Sender and receiver byte totals must match exactly, or the test fails.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::{ClientConfig, Limits, ServerConfig};
+use crate::error::{Error, IoContext, Result};
+use crate::net;
+use crate::pin::{self, Affinity};
+use crate::protocol::{
+    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE, TestParams,
+};
+use crate::report::interval::IntervalCutter;
+use crate::report::model::Header;
+use crate::report::text::TextFormatter;
+use crate::report::{self, RemoteEvent};
+use crate::server::Server;
+use crate::stream::{BatchChannels, StreamCtx, sender, spawn_named};
+
+const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs one test as configured; prints the report on stdout.
+pub fn run(cfg: ClientConfig) -> Result<()> {
+    let n = cfg.streams as usize;
+    let allowed = pin::allowed_cpus();
+    let local_plan =
+        pin::plan(&cfg.affinity, n, 0, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
+
+    let (addrs, placement_note) = if cfg.loopback {
+        let addr = start_loopback_server(&cfg)?;
+        let note = (cfg.affinity == Affinity::Auto && cfg.remote_affinity.is_none() && allowed.len() > 1)
+            .then(|| {
+                format!(
+                    "loopback on {} cores: each stream's receiver on a different core from its sender \
+                     (measured faster than sharing one: bench-scripts/placement.sh)",
+                    allowed.len()
+                )
+            });
+        (vec![addr], note)
+    } else {
+        let host = cfg.host.as_deref().unwrap_or("localhost");
+        (net::resolve(host, cfg.port, cfg.family)?, None)
+    };
+
+    let (mut stream, _) = net::connect(&addrs, cfg.bind, None, false, cfg.connect_timeout)?;
+    let peer = stream.peer_addr().op(|| "read server address".into())?;
+    let local = stream.local_addr().op(|| "read local address".into())?;
+    protocol::exchange_preamble(&mut stream, peer, PHASE_TIMEOUT)?;
+    let ctl = Control::new(stream, peer)?;
+
+    ctl.send(&ControlMsg::Hello {
+        version: PROTOCOL_VERSION,
+        software: SOFTWARE.into(),
+    })?;
+    let remote_software = match ctl.recv(PHASE_TIMEOUT)? {
+        ControlMsg::Welcome { software, .. } => software,
+        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        other => return Err(unexpected(peer, "welcome", &other)),
+    };
+    ctl.send(&ControlMsg::Params(TestParams {
+        streams: cfg.streams,
+        block_bytes: cfg.block_bytes,
+        window_bytes: cfg.window_bytes,
+        force_window: cfg.force_window,
+        duration_us: cfg.duration.as_micros() as u64,
+        interval_us: cfg.interval.as_micros() as u64,
+        pin: cfg.remote_affinity.clone(),
+    }))?;
+    let accept = match ctl.recv(PHASE_TIMEOUT)? {
+        ControlMsg::Accept(a) => a,
+        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        other => return Err(unexpected(peer, "accept", &other)),
+    };
+    if accept.pin_plan.0.len() != n || accept.data_port == 0 {
+        return Err(Error::Protocol {
+            peer,
+            what: "the server's answer does not match the test asked for".into(),
+        });
+    }
+
+    // Data connections, window set before connect().
+    let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
+    let mut socks = Vec::with_capacity(n);
+    let mut local_window = None;
+    for id in 0..n {
+        let (mut sock, grant) = net::connect(
+            &[data_addr],
+            cfg.bind,
+            cfg.window_bytes,
+            cfg.force_window,
+            cfg.connect_timeout,
+        )
+        .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
+        sock.write_all(
+            &DataHello {
+                cookie: accept.cookie,
+                stream: id as u16,
+            }
+            .to_bytes(),
+        )
+        .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
+        local_window.get_or_insert(grant);
+        socks.push(sock);
+    }
+    let local_window = local_window.unwrap_or_default();
+    warn_windows(&local_window, &accept);
+
+    let header = Header {
+        software: SOFTWARE.into(),
+        local: local.to_string(),
+        remote: peer.to_string(),
+        remote_software,
+        streams: cfg.streams,
+        block_bytes: cfg.block_bytes,
+        local_window,
+        remote_window: accept.window.clone(),
+        path: net::path_info(&socks[0]),
+        local_pin: local_plan.clone(),
+        remote_pin: accept.pin_plan.clone(),
+        placement_note,
+        duration_s: cfg.duration.as_secs_f64(),
+        interval_s: cfg.interval.as_secs_f64(),
+    };
+
+    // Threads: pinned senders and the reporter.
+    let channels = BatchChannels::new(n);
+    let abort = Arc::new(AtomicBool::new(false));
+    let (start_tx, start_rx) = crossbeam_channel::bounded(n);
+    let mut workers = Vec::with_capacity(n);
+    for (id, sock) in socks.into_iter().enumerate() {
+        let ctx = StreamCtx {
+            id: id as u16,
+            cpu: local_plan.0[id],
+            block_bytes: cfg.block_bytes as usize,
+            batches: channels.tx.clone(),
+            free: channels.free_rx.clone(),
+            start: start_rx.clone(),
+            abort: Arc::clone(&abort),
+        };
+        let duration = cfg.duration;
+        workers.push(spawn_named(format!("stream-{id}"), move || {
+            sender::run(ctx, sock, duration)
+        })?);
+    }
+    drop(start_rx);
+    let BatchChannels {
+        tx, rx, free_tx, ..
+    } = channels;
+    drop(tx);
+    let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
+    let cutter = IntervalCutter::new(n, cfg.duration, cfg.interval);
+    let out = Box::new(TextFormatter::new(std::io::stdout()));
+    let reporter = spawn_named("reporter".into(), move || {
+        report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out)
+    })?;
+
+    // Start when the server says so, then relay its rows until its totals arrive.
+    let mut failure = match ctl.recv(PHASE_TIMEOUT) {
+        Ok(ControlMsg::Start) => None,
+        Ok(other) => Some(unexpected(peer, "start", &other)),
+        Err(e) => Some(e),
+    };
+    if failure.is_none() {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            let _ = start_tx.send(t0);
+        }
+        let row_timeout = cfg.interval * 2 + Duration::from_secs(60);
+        failure = loop {
+            match ctl.recv(row_timeout) {
+                Ok(ControlMsg::Row(row)) => {
+                    let _ = remote_tx.send(RemoteEvent::Row(row));
+                }
+                Ok(ControlMsg::Done(done)) => {
+                    let _ = remote_tx.send(RemoteEvent::Done(done));
+                    break None;
+                }
+                Ok(other) => break Some(unexpected(peer, "a row or the totals", &other)),
+                Err(e) => break Some(e),
+            }
+        };
+    }
+    drop(start_tx);
+    if failure.is_some() {
+        abort.store(true, Ordering::Relaxed);
+    }
+    drop(remote_tx);
+    let mut stream_error = None;
+    for (id, h) in workers.into_iter().enumerate() {
+        let outcome = h
+            .join()
+            .unwrap_or_else(|_| Err(Error::Test(format!("stream-{id}: thread panicked"))));
+        if let Err(e) = outcome {
+            abort.store(true, Ordering::Relaxed);
+            stream_error.get_or_insert(e);
+        }
+    }
+    let totals = reporter
+        .join()
+        .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
+    if let Some(e) = failure.or(stream_error) {
+        ctl.abort(&e.to_string());
+        return Err(e);
+    }
+    let _ = ctl.send(&ControlMsg::Bye);
+    let totals = totals?;
+    let sent: u64 = totals.sent.iter().sum();
+    let received: u64 = totals.received.as_deref().unwrap_or_default().iter().sum();
+    if sent != received {
+        return Err(Error::Test(format!(
+            "sender wrote {sent} bytes but the receiver read {received}: the totals do not reconcile"
+        )));
+    }
+    Ok(())
+}
+
+fn warn_windows(local: &net::WindowGrant, accept: &Accept) {
+    for w in local
+        .shortfalls("local")
+        .into_iter()
+        .chain(accept.window.shortfalls("remote"))
+    {
+        eprintln!("pinperf: {w}");
+    }
+    if let Some(note) = &local.force_note {
+        eprintln!("pinperf: warning: local {note}");
+    }
+    if let Some(note) = &accept.window.force_note {
+        eprintln!("pinperf: warning: remote {note}");
+    }
+}
+
+/// Starts a one-test server on 127.0.0.1 (ephemeral port) in this process.
+fn start_loopback_server(cfg: &ClientConfig) -> Result<SocketAddr> {
+    let affinity = match cfg.affinity {
+        Affinity::None => Affinity::None,
+        _ => Affinity::Auto,
+    };
+    let server = Server::bind(ServerConfig {
+        bind: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+        port: 0,
+        family: crate::config::Family::V4,
+        one_off: true,
+        limits: Limits {
+            max_streams: crate::config::MAX_STREAMS,
+            max_window_bytes: 1 << 30,
+            max_duration: Duration::from_secs(86_400),
+        },
+        data_port: None,
+        affinity,
+        pin_offset: 1,
+        quiet: true,
+    })?;
+    let addr = server.local_addr()?;
+    // The server's own failures reach us over the control connection; its thread is not
+    // joined so that a failed client exits at once.
+    spawn_named("server".into(), move || server.run())?;
+    Ok(addr)
+}
+
+fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
+    Error::Protocol {
+        peer,
+        what: format!("expected {expected}, got {}", got.kind()),
+    }
+}

@@ -1,0 +1,82 @@
+//! Typed errors. Every failure below the CLI says what failed and where; `main` prints one
+//! line and maps the kind to an exit code (2 for usage, 1 for everything else).
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+/// Everything that can stop a pinperf run.
+#[derive(Debug)]
+pub enum Error {
+    /// The command line is wrong; the message names the flag, the value and the fix.
+    Usage(String),
+    /// A system call failed: `op` says which and on what, e.g. "connect to 10.0.0.2:5301".
+    Io { op: String, source: io::Error },
+    /// The server said no, with its reason (busy, a limit, a version mismatch).
+    Refused { peer: SocketAddr, reason: String },
+    /// The peer sent something that is not the pinperf protocol, or broke its rules.
+    Protocol { peer: SocketAddr, what: String },
+    /// The test ran but failed (a stream died, the peer vanished, a deadline passed).
+    Test(String),
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Process exit code: 2 for usage, 1 for a failed test.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// Builds an [`Error::Io`] naming the operation.
+    pub fn io(op: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            op: op.into(),
+            source,
+        }
+    }
+
+    /// True when the error is a closed stdout pipe, which is not a failure (`| head`).
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(msg) => write!(f, "{msg}"),
+            Error::Io { op, source } => write!(f, "{op}: {source}"),
+            Error::Refused { peer, reason } => {
+                write!(f, "server {peer} refused the test: {reason}")
+            }
+            Error::Protocol { peer, what } => write!(f, "protocol error with {peer}: {what}"),
+            Error::Test(msg) => write!(f, "{msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Attaches an operation name to an `io::Result`.
+pub trait IoContext<T> {
+    /// Maps the error into [`Error::Io`] with `op` computed lazily.
+    fn op(self, op: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn op(self, op: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::io(op(), source))
+    }
+}

@@ -1,0 +1,37 @@
+//! pinperf: a TCP throughput tester with one pinned OS thread per stream on both ends,
+//! receiver-truth interval rows, and thrulay-shaped text output.
+//!
+//! Threads: `stream-N` (one per stream, each side), `reporter` (one per side), `control`
+//! (the server's test session), `server` (the in-process server of `--loopback`).
+//! `unsafe` is denied here and allowed only in `net::sys`.
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod net;
+pub mod pin;
+pub mod protocol;
+pub mod report;
+pub mod server;
+pub mod stream;
+pub mod units;
+
+use clap::Parser;
+
+pub use error::{Error, Result};
+
+/// Parses the process's arguments and runs the chosen mode. Usage errors from clap exit 2
+/// (clap prints them); validation errors come back as [`Error::Usage`].
+pub fn run_from_env() -> Result<()> {
+    let args = cli::Args::parse();
+    run(&args)
+}
+
+/// Runs parsed arguments.
+pub fn run(args: &cli::Args) -> Result<()> {
+    match config::from_args(args)? {
+        config::Mode::Server(cfg) => server::serve(cfg),
+        config::Mode::Client(cfg) => client::run(cfg),
+    }
+}

@@ -1,0 +1,15 @@
+//! The `pinperf` binary: parse the command line, hand it to the library, turn the outcome
+//! into an exit code (0 ran, 1 the test failed, 2 usage). Everything else lives in the
+//! library so that tests and benches reach it.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match pinperf::run_from_env() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("pinperf: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}

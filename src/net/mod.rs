@@ -1,0 +1,293 @@
+//! Socket setup: resolving, connecting and listening with the window set **before**
+//! `connect()`/`listen()` (the window scale is fixed at the SYN), reading back what the
+//! kernel granted, and the path facts (MTU, MSS, `TCP_INFO`). Raw FFI lives in `sys`.
+
+pub mod sys;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::config::Family;
+use crate::error::{Error, IoContext, Result};
+use crate::units::format_size;
+
+pub use sys::TcpInfo;
+
+/// What one end asked for and what its kernel granted (as `getsockopt` reads it back:
+/// Linux stores twice the request, capped at `net.core.{w,r}mem_max` unless forced).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowGrant {
+    pub requested: Option<u64>,
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    /// `SO_*BUFFORCE` was used and accepted.
+    pub forced: bool,
+    /// Why forcing was not possible, when it was asked for.
+    pub force_note: Option<String>,
+    /// `net.core.wmem_max` / `rmem_max` on this host, when readable.
+    pub wmem_max: Option<u64>,
+    pub rmem_max: Option<u64>,
+}
+
+impl WindowGrant {
+    /// Warnings for each buffer the kernel granted short of the request, naming the sysctl
+    /// that capped it and the command that lifts the cap. `who` is "local" or "remote".
+    pub fn shortfalls(&self, who: &str) -> Vec<String> {
+        let Some(req) = self.requested else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (opt, granted, sysctl, cap) in [
+            ("SO_SNDBUF", self.sndbuf, "net.core.wmem_max", self.wmem_max),
+            ("SO_RCVBUF", self.rcvbuf, "net.core.rmem_max", self.rmem_max),
+        ] {
+            if granted >= req.saturating_mul(2) {
+                continue;
+            }
+            let cap_text = match cap {
+                Some(v) => format!("{sysctl} = {v} caps it"),
+                None => format!("{sysctl} (unreadable here) caps it"),
+            };
+            out.push(format!(
+                "warning: -w {}: {who} {opt} granted {}, short of {} (Linux doubles the request); \
+                 {cap_text}. Allow it with: sysctl -w {sysctl}={req} (or --force-window as root)",
+                format_size(req),
+                granted,
+                req.saturating_mul(2),
+            ));
+        }
+        out
+    }
+}
+
+/// Path facts of a connected socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathInfo {
+    pub mtu: Option<u32>,
+    pub mss: Option<u32>,
+}
+
+/// Reads a `net.*` sysctl holding one integer.
+pub fn read_sysctl(name: &str) -> Option<u64> {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Resolves `host:port`, keeping the addresses of the wanted family.
+pub fn resolve(host: &str, port: u16, family: Family) -> Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::io(format!("resolve {host}"), e))?
+        .filter(|a| match family {
+            Family::Any => true,
+            Family::V4 => a.is_ipv4(),
+            Family::V6 => a.is_ipv6(),
+        })
+        .collect();
+    if addrs.is_empty() {
+        return Err(Error::Test(format!(
+            "resolve {host}: no address of the requested family"
+        )));
+    }
+    Ok(addrs)
+}
+
+/// Sets the window on `sock` (both buffers), honouring `force`, and reads back the grant.
+pub fn apply_window(sock: &Socket, requested: Option<u64>, force: bool) -> Result<WindowGrant> {
+    let mut grant = WindowGrant {
+        requested,
+        wmem_max: read_sysctl("net.core.wmem_max"),
+        rmem_max: read_sysctl("net.core.rmem_max"),
+        ..WindowGrant::default()
+    };
+    if let Some(bytes) = requested {
+        let mut forced = false;
+        if force {
+            let snd = sys::set_buffer_force(sock.as_fd(), true, bytes);
+            let rcv = sys::set_buffer_force(sock.as_fd(), false, bytes);
+            match snd.and(rcv) {
+                Ok(()) => forced = true,
+                Err(e) => {
+                    grant.force_note = Some(format!(
+                        "--force-window: SO_SNDBUFFORCE/SO_RCVBUFFORCE refused ({e}); they need \
+                         CAP_NET_ADMIN (run as root); used SO_SNDBUF/SO_RCVBUF instead"
+                    ))
+                }
+            }
+        }
+        if !forced {
+            let size = usize::try_from(bytes).unwrap_or(usize::MAX);
+            sock.set_send_buffer_size(size)
+                .op(|| "set SO_SNDBUF".into())?;
+            sock.set_recv_buffer_size(size)
+                .op(|| "set SO_RCVBUF".into())?;
+        }
+        grant.forced = forced;
+    }
+    grant.sndbuf = sock.send_buffer_size().op(|| "read SO_SNDBUF".into())? as u64;
+    grant.rcvbuf = sock.recv_buffer_size().op(|| "read SO_RCVBUF".into())? as u64;
+    Ok(grant)
+}
+
+fn new_tcp_socket(addr: &SocketAddr) -> Result<Socket> {
+    Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .op(|| "create TCP socket".into())
+}
+
+/// Connects to the first address that answers, with the window set before `connect()`.
+pub fn connect(
+    addrs: &[SocketAddr],
+    bind: Option<IpAddr>,
+    window: Option<u64>,
+    force: bool,
+    timeout: Duration,
+) -> Result<(TcpStream, WindowGrant)> {
+    let mut last = None;
+    for addr in addrs {
+        let sock = new_tcp_socket(addr)?;
+        let grant = apply_window(&sock, window, force)?;
+        if let Some(ip) = bind {
+            let local = SocketAddr::new(ip, 0);
+            sock.bind(&SockAddr::from(local))
+                .op(|| format!("bind to {ip} (-B)"))?;
+        }
+        match sock.connect_timeout(&SockAddr::from(*addr), timeout) {
+            Ok(()) => {
+                let stream: TcpStream = sock.into();
+                stream.set_nodelay(true).op(|| "set TCP_NODELAY".into())?;
+                return Ok((stream, grant));
+            }
+            Err(e) => last = Some((addr, e)),
+        }
+    }
+    let (addr, e) = last.expect("resolve returns at least one address");
+    let hint = match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => " (is `pinperf -s` running there, on that port?)",
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+            " (no answer: host down, unreachable or filtered; see --connect-timeout)"
+        }
+        _ => "",
+    };
+    let e = if e.kind() == std::io::ErrorKind::WouldBlock {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {timeout:?}"),
+        )
+    } else {
+        e
+    };
+    Err(Error::io(format!("connect to {addr}{hint}"), e))
+}
+
+/// The wildcard address of a family, for a server without `-B`.
+pub fn unspecified(family: Family) -> IpAddr {
+    match family {
+        Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+/// Listens on `addr` with the window set on the listening socket (accepted sockets inherit
+/// it, and with it the window scale they offer in the SYN-ACK).
+pub fn listen(
+    addr: SocketAddr,
+    window: Option<u64>,
+    force: bool,
+) -> Result<(TcpListener, WindowGrant)> {
+    let sock = new_tcp_socket(&addr)?;
+    sock.set_reuse_address(true)
+        .op(|| "set SO_REUSEADDR".into())?;
+    if addr.is_ipv6() {
+        // Dual-stack on the wildcard address, like most servers.
+        let _ = sock.set_only_v6(false);
+    }
+    let grant = apply_window(&sock, window, force)?;
+    sock.bind(&SockAddr::from(addr))
+        .op(|| format!("bind {addr}"))?;
+    sock.listen(1024).op(|| format!("listen on {addr}"))?;
+    Ok((sock.into(), grant))
+}
+
+/// MTU and MSS of a connected socket.
+pub fn path_info(stream: &TcpStream) -> PathInfo {
+    let ipv6 = stream.peer_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+    let mss = socket2::SockRef::from(stream).tcp_mss().ok();
+    PathInfo {
+        mtu: sys::path_mtu(stream.as_fd(), ipv6).ok(),
+        mss,
+    }
+}
+
+/// `TCP_INFO` of a connected socket; `None` where the kernel does not provide it.
+pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
+    sys::tcp_info(stream.as_fd()).ok().map(|(info, _)| info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_is_set_before_listen_and_read_back() {
+        let (listener, grant) =
+            listen("127.0.0.1:0".parse().unwrap(), Some(256 << 10), false).unwrap();
+        // Linux doubles the request; 256k is below any sane wmem_max/rmem_max.
+        assert_eq!(grant.sndbuf, 512 << 10);
+        assert_eq!(grant.rcvbuf, 512 << 10);
+        assert!(grant.shortfalls("local").is_empty());
+        // An accepted socket inherits the listener's buffer.
+        let addr = listener.local_addr().unwrap();
+        let (_c, _) = connect(&[addr], None, None, false, Duration::from_secs(2)).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert_eq!(
+            socket2::SockRef::from(&accepted)
+                .recv_buffer_size()
+                .unwrap(),
+            512 << 10
+        );
+    }
+
+    #[test]
+    fn a_capped_window_names_the_sysctl_and_the_fix() {
+        let grant = WindowGrant {
+            requested: Some(256 << 20),
+            sndbuf: 8 << 20,
+            rcvbuf: 512 << 20,
+            wmem_max: Some(4 << 20),
+            rmem_max: Some(1 << 30),
+            ..WindowGrant::default()
+        };
+        let warnings = grant.shortfalls("remote");
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(
+            warnings[0],
+            "warning: -w 256M: remote SO_SNDBUF granted 8388608, short of 536870912 (Linux doubles \
+             the request); net.core.wmem_max = 4194304 caps it. Allow it with: sysctl -w \
+             net.core.wmem_max=268435456 (or --force-window as root)"
+        );
+    }
+
+    #[test]
+    fn refused_connect_names_the_address_and_the_fix() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let err = connect(&[addr], None, None, false, Duration::from_secs(2)).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("connect to {addr} (is `pinperf -s` running")),
+            "{text}"
+        );
+    }
+}

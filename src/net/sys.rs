@@ -1,0 +1,205 @@
+//! The crate's only `unsafe`: thin wrappers over the socket options socket2 lacks
+//! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE).
+//! Each returns `io::Error::last_os_error()` on -1. Linux only; elsewhere "unsupported".
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Linux `struct tcp_info` up to `tcpi_rcv_wnd` (kernel 6.x). Older kernels fill a prefix;
+/// [`tcp_info`] reports how many bytes were filled so callers can treat the rest as absent.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpInfo {
+    pub state: u8,
+    pub ca_state: u8,
+    pub retransmits: u8,
+    pub probes: u8,
+    pub backoff: u8,
+    pub options: u8,
+    pub wscale: u8,
+    pub app_limited: u8,
+    pub rto_us: u32,
+    pub ato_us: u32,
+    pub snd_mss: u32,
+    pub rcv_mss: u32,
+    pub unacked: u32,
+    pub sacked: u32,
+    pub lost: u32,
+    pub retrans: u32,
+    pub fackets: u32,
+    pub last_data_sent_ms: u32,
+    pub last_ack_sent_ms: u32,
+    pub last_data_recv_ms: u32,
+    pub last_ack_recv_ms: u32,
+    pub pmtu: u32,
+    pub rcv_ssthresh: u32,
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub snd_ssthresh: u32,
+    pub snd_cwnd: u32,
+    pub advmss: u32,
+    pub reordering: u32,
+    pub rcv_rtt_us: u32,
+    pub rcv_space: u32,
+    pub total_retrans: u32,
+    pub pacing_rate: u64,
+    pub max_pacing_rate: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub segs_out: u32,
+    pub segs_in: u32,
+    pub notsent_bytes: u32,
+    pub min_rtt_us: u32,
+    pub data_segs_in: u32,
+    pub data_segs_out: u32,
+    pub delivery_rate: u64,
+    pub busy_time_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
+    pub delivered: u32,
+    pub delivered_ce: u32,
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+    pub dsack_dups: u32,
+    pub reord_seen: u32,
+    pub rcv_ooopack: u32,
+    pub snd_wnd: u32,
+    pub rcv_wnd: u32,
+}
+
+#[cfg(target_os = "linux")]
+fn getsockopt_raw<T: Copy + Default>(
+    fd: BorrowedFd<'_>,
+    level: i32,
+    name: i32,
+) -> io::Result<(T, usize)> {
+    let mut value = T::default();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is a live, properly aligned T and `len` is its size; the kernel writes
+    // at most `len` bytes and updates `len` with what it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut T).cast::<libc::c_void>(),
+            &mut len,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((value, len as usize))
+}
+
+#[cfg(target_os = "linux")]
+fn setsockopt_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast::<libc::c_void>(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Reads `TCP_INFO`; returns the struct and how many bytes the kernel filled.
+#[cfg(target_os = "linux")]
+pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<(TcpInfo, usize)> {
+    getsockopt_raw::<TcpInfo>(fd, libc::IPPROTO_TCP, libc::TCP_INFO)
+}
+
+/// The path MTU the kernel holds for a connected socket (`IP_MTU` / `IPV6_MTU`).
+#[cfg(target_os = "linux")]
+pub fn path_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
+    let (level, name) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    getsockopt_raw::<libc::c_int>(fd, level, name).map(|(v, _)| v.max(0) as u32)
+}
+
+/// `SO_SNDBUFFORCE` / `SO_RCVBUFFORCE`: exceed `net.core.{w,r}mem_max` (needs CAP_NET_ADMIN).
+#[cfg(target_os = "linux")]
+pub fn set_buffer_force(fd: BorrowedFd<'_>, send: bool, bytes: u64) -> io::Result<()> {
+    let name = if send {
+        libc::SO_SNDBUFFORCE
+    } else {
+        libc::SO_RCVBUFFORCE
+    };
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd, libc::SOL_SOCKET, name, value)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unsupported<T>() -> io::Result<T> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "unsupported on this OS",
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn tcp_info(_fd: BorrowedFd<'_>) -> io::Result<(TcpInfo, usize)> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn path_mtu(_fd: BorrowedFd<'_>, _ipv6: bool) -> io::Result<u32> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn set_buffer_force(_fd: BorrowedFd<'_>, _send: bool, _bytes: u64) -> io::Result<()> {
+    unsupported()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn tcp_info_layout_matches_the_kernel() {
+        // Offsets fixed by the kernel ABI: total_retrans at 100, pacing_rate at 104,
+        // min_rtt at 148, delivery_rate at 160, snd_wnd at 228.
+        assert_eq!(std::mem::offset_of!(TcpInfo, total_retrans), 100);
+        assert_eq!(std::mem::offset_of!(TcpInfo, pacing_rate), 104);
+        assert_eq!(std::mem::offset_of!(TcpInfo, min_rtt_us), 148);
+        assert_eq!(std::mem::offset_of!(TcpInfo, delivery_rate), 160);
+        assert_eq!(std::mem::offset_of!(TcpInfo, snd_wnd), 228);
+    }
+
+    #[test]
+    fn tcp_info_and_mtu_on_a_real_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_server, _) = listener.accept().unwrap();
+        let (info, len) = tcp_info(client.as_fd()).unwrap();
+        assert!(len >= 104, "kernel filled only {len} bytes");
+        assert_eq!(info.state, 1, "TCP_ESTABLISHED");
+        assert!(info.snd_mss > 0 && info.snd_cwnd > 0);
+        // The route MTU of lo, capped at IP_MAX_MTU (65535) as the kernel reports it.
+        let lo: u32 = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            path_mtu(client.as_fd(), false).unwrap(),
+            lo.min(65535),
+            "loopback MTU"
+        );
+    }
+}

@@ -1,0 +1,208 @@
+//! CPU pinning: the `-A` plan syntax, the per-stream plan (which core each `stream-N`
+//! thread runs on), and applying it to the calling thread. Called from the main thread to
+//! plan (it reads the process's allowed cores, before any thread is pinned) and from each
+//! stream thread to pin itself.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// What the user asked for with `-A`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Affinity {
+    /// Spread streams round-robin over the cores this process may use.
+    Auto,
+    /// Leave placement to the scheduler.
+    None,
+    /// Stream i runs on `list[i % list.len()]`.
+    List(Vec<usize>),
+}
+
+/// The core of each stream (`None`: not pinned). Index = stream id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinPlan(pub Vec<Option<usize>>);
+
+/// Parses `auto`, `none`, `0,2-3` or `LOCAL/REMOTE` (each side one of the former).
+pub fn parse_plan(text: &str) -> Result<(Affinity, Option<Affinity>), String> {
+    let bad = || {
+        format!(
+            "-A {text}: expected auto, none, or a CPU list like 0,2-3 (optionally LOCAL/REMOTE)"
+        )
+    };
+    let one = |part: &str| -> Result<Affinity, String> {
+        match part.trim() {
+            "auto" => Ok(Affinity::Auto),
+            "none" => Ok(Affinity::None),
+            list => parse_cpu_list(list).map(Affinity::List).map_err(|_| bad()),
+        }
+    };
+    match text.split_once('/') {
+        Some((local, remote)) => Ok((one(local)?, Some(one(remote)?))),
+        None => Ok((one(text)?, None)),
+    }
+}
+
+/// Parses a Linux CPU list (`0,2-3,8`), as in `Cpus_allowed_list`.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',') {
+        let part = part.trim();
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo, hi),
+            None => (part, part),
+        };
+        let lo: usize = lo
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{part}' is not a CPU number or range"))?;
+        let hi: usize = hi
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{part}' is not a CPU number or range"))?;
+        if lo > hi || hi >= 4096 {
+            return Err(format!("'{part}' is not a valid CPU range"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    Ok(cpus)
+}
+
+/// Formats CPUs as a compact list (`0-3,8`), the inverse of [`parse_cpu_list`].
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// The cores the calling thread may run on (call before pinning anything).
+pub fn allowed_cpus() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|c| c.id).collect())
+        .unwrap_or_default()
+}
+
+/// Builds the per-stream plan. `offset` rotates the auto plan (the loopback server uses 1).
+pub fn plan(
+    affinity: &Affinity,
+    streams: usize,
+    offset: usize,
+    allowed: &[usize],
+) -> Result<PinPlan, String> {
+    let cpus = match affinity {
+        Affinity::None => vec![None; streams],
+        Affinity::Auto if allowed.is_empty() => vec![None; streams],
+        Affinity::Auto => (0..streams)
+            .map(|i| Some(allowed[(i + offset) % allowed.len()]))
+            .collect(),
+        Affinity::List(list) => {
+            if let Some(cpu) = list.iter().find(|c| !allowed.contains(c)) {
+                return Err(format!(
+                    "CPU {cpu} is not available to this process (allowed: {})",
+                    format_cpu_list(allowed)
+                ));
+            }
+            (0..streams).map(|i| Some(list[i % list.len()])).collect()
+        }
+    };
+    Ok(PinPlan(cpus))
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current(cpu: usize) -> Result<(), String> {
+    if core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+        Ok(())
+    } else {
+        Err(format!(
+            "could not pin to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+impl fmt::Display for PinPlan {
+    /// `stream-0:cpu0 stream-1:cpu1`, or `none` when nothing is pinned.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.iter().all(Option::is_none) {
+            return write!(f, "none (scheduler places threads)");
+        }
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, cpu)| match cpu {
+                Some(c) => format!("stream-{i}:cpu{c}"),
+                None => format!("stream-{i}:any"),
+            })
+            .collect();
+        write!(f, "{}", parts.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_syntax() {
+        assert_eq!(parse_plan("auto"), Ok((Affinity::Auto, None)));
+        assert_eq!(parse_plan("none"), Ok((Affinity::None, None)));
+        assert_eq!(
+            parse_plan("0,2-3"),
+            Ok((Affinity::List(vec![0, 2, 3]), None))
+        );
+        assert_eq!(
+            parse_plan("0/1"),
+            Ok((Affinity::List(vec![0]), Some(Affinity::List(vec![1]))))
+        );
+        assert!(parse_plan("3-1").is_err());
+        assert!(parse_plan("x").is_err());
+    }
+
+    #[test]
+    fn cpu_lists_round_trip() {
+        for list in ["0", "0-3", "0,2-3,8", "1,3,5"] {
+            assert_eq!(format_cpu_list(&parse_cpu_list(list).unwrap()), list);
+        }
+    }
+
+    #[test]
+    fn auto_spreads_and_offsets() {
+        let allowed = [0, 1];
+        assert_eq!(
+            plan(&Affinity::Auto, 4, 0, &allowed).unwrap().0,
+            vec![Some(0), Some(1), Some(0), Some(1)]
+        );
+        assert_eq!(
+            plan(&Affinity::Auto, 3, 1, &allowed).unwrap().0,
+            vec![Some(1), Some(0), Some(1)]
+        );
+        assert_eq!(
+            plan(&Affinity::None, 2, 0, &allowed).unwrap().0,
+            vec![None, None]
+        );
+        assert_eq!(
+            plan(&Affinity::List(vec![1]), 2, 0, &allowed).unwrap().0,
+            vec![Some(1), Some(1)]
+        );
+        assert_eq!(
+            plan(&Affinity::List(vec![5]), 1, 0, &allowed),
+            Err("CPU 5 is not available to this process (allowed: 0-1)".to_string())
+        );
+    }
+}

@@ -1,0 +1,363 @@
+//! The control protocol: an 8-byte preamble each way (`pinperf\n`), then frames of a
+//! big-endian u32 length and a JSON [`ControlMsg`]. Frames above [`MAX_FRAME`] and
+//! anything that does not parse are protocol errors naming the peer, never panics.
+//! Data connections open with a 10-byte [`DataHello`] (test cookie, stream id).
+//!
+//! Sequence: Hello → Welcome|Refuse; Params → Accept|Refuse; data connections; Start;
+//! Row… (receiver intervals, live); Done (receiver totals); Bye. Either side may send
+//! Error{reason} at any time to abort.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::net::{PathInfo, WindowGrant};
+use crate::pin::{Affinity, PinPlan};
+
+/// Bumped on any incompatible change; a mismatch is refused with both versions named.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// First bytes each side sends on the control connection.
+pub const PREAMBLE: &[u8; 8] = b"pinperf\n";
+/// Largest control frame accepted.
+pub const MAX_FRAME: usize = 1 << 20;
+/// The software string sent in Hello/Welcome.
+pub const SOFTWARE: &str = concat!("pinperf ", env!("CARGO_PKG_VERSION"));
+
+/// What the client asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestParams {
+    pub streams: u16,
+    pub block_bytes: u64,
+    pub window_bytes: Option<u64>,
+    pub force_window: bool,
+    pub duration_us: u64,
+    pub interval_us: u64,
+    /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
+    pub pin: Option<Affinity>,
+}
+
+/// The server's yes: where to connect the streams and what it set up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Accept {
+    pub data_port: u16,
+    pub cookie: u64,
+    pub window: WindowGrant,
+    pub pin_plan: PinPlan,
+}
+
+/// One receiver interval: bytes each stream read in `[begin_us, end_us)` since the
+/// server's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceiverRow {
+    pub index: u32,
+    pub begin_us: u64,
+    pub end_us: u64,
+    pub bytes: Vec<u64>,
+}
+
+/// The receiver's totals, sent once every stream has read EOF.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceiverDone {
+    pub bytes: Vec<u64>,
+    /// From the server's start to the last stream's EOF.
+    pub elapsed_us: u64,
+    pub path: PathInfo,
+}
+
+/// Every control message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlMsg {
+    Hello { version: u32, software: String },
+    Welcome { version: u32, software: String },
+    Refuse { reason: String },
+    Params(TestParams),
+    Accept(Accept),
+    Start,
+    Row(ReceiverRow),
+    Done(ReceiverDone),
+    Error { reason: String },
+    Bye,
+}
+
+impl ControlMsg {
+    /// Short name for "expected X, got Y" errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ControlMsg::Hello { .. } => "hello",
+            ControlMsg::Welcome { .. } => "welcome",
+            ControlMsg::Refuse { .. } => "refuse",
+            ControlMsg::Params(_) => "params",
+            ControlMsg::Accept(_) => "accept",
+            ControlMsg::Start => "start",
+            ControlMsg::Row(_) => "row",
+            ControlMsg::Done(_) => "done",
+            ControlMsg::Error { .. } => "error",
+            ControlMsg::Bye => "bye",
+        }
+    }
+}
+
+/// Encodes one frame (length + JSON).
+pub fn encode(msg: &ControlMsg) -> Vec<u8> {
+    let body = serde_json::to_vec(msg).expect("control messages always serialize");
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Reads one frame. `peer` names the other side in errors.
+pub fn read_frame(reader: &mut impl Read, peer: SocketAddr) -> Result<ControlMsg> {
+    let mut len = [0u8; 4];
+    reader
+        .read_exact(&mut len)
+        .map_err(|e| read_error(e, peer))?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(Error::Protocol {
+            peer,
+            what: format!(
+                "control frame of {len} bytes (allowed 1 to {MAX_FRAME}): not a pinperf peer?"
+            ),
+        });
+    }
+    let mut body = vec![0u8; len];
+    reader
+        .read_exact(&mut body)
+        .map_err(|e| read_error(e, peer))?;
+    serde_json::from_slice(&body).map_err(|e| Error::Protocol {
+        peer,
+        what: format!("unreadable control message ({e})"),
+    })
+}
+
+fn read_error(e: io::Error, peer: SocketAddr) -> Error {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof => {
+            Error::Test(format!("{peer} closed the control connection"))
+        }
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Test(format!(
+            "{peer} sent nothing on the control connection in time"
+        )),
+        _ => Error::io(format!("read control message from {peer}"), e),
+    }
+}
+
+/// Sends our preamble and checks the peer's.
+pub fn exchange_preamble(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    timeout: Duration,
+) -> Result<()> {
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| Error::io("set control timeout", e))?;
+    stream
+        .write_all(PREAMBLE)
+        .map_err(|e| Error::io(format!("write to {peer}"), e))?;
+    let mut got = [0u8; 8];
+    stream
+        .read_exact(&mut got)
+        .map_err(|e| read_error(e, peer))?;
+    if &got != PREAMBLE {
+        return Err(Error::Protocol {
+            peer,
+            what: format!(
+                "not a pinperf peer (it opened with {:?})",
+                String::from_utf8_lossy(&got)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The control connection: one reader (the owning thread) and a writer that several
+/// threads may share (the server's reporter sends rows while its control thread waits).
+pub struct Control {
+    reader: Mutex<TcpStream>,
+    writer: Mutex<TcpStream>,
+    pub peer: SocketAddr,
+}
+
+impl Control {
+    /// Wraps a connected control socket whose preamble has been exchanged.
+    pub fn new(stream: TcpStream, peer: SocketAddr) -> Result<Self> {
+        let writer = stream
+            .try_clone()
+            .map_err(|e| Error::io("clone control socket", e))?;
+        writer
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| Error::io("set control write timeout", e))?;
+        Ok(Control {
+            reader: Mutex::new(stream),
+            writer: Mutex::new(writer),
+            peer,
+        })
+    }
+
+    /// Sends one message (whole frame under the writer lock).
+    pub fn send(&self, msg: &ControlMsg) -> Result<()> {
+        let frame = encode(msg);
+        self.writer
+            .lock()
+            .write_all(&frame)
+            .map_err(|e| Error::io(format!("send {} to {}", msg.kind(), self.peer), e))
+    }
+
+    /// Waits up to `timeout` for the next message. An `Error` message from the peer becomes
+    /// [`Error::Test`] carrying its reason.
+    pub fn recv(&self, timeout: Duration) -> Result<ControlMsg> {
+        let mut reader = self.reader.lock();
+        reader
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .map_err(|e| Error::io("set control timeout", e))?;
+        match read_frame(&mut *reader, self.peer)? {
+            ControlMsg::Error { reason } => {
+                Err(Error::Test(format!("{} reported: {reason}", self.peer)))
+            }
+            msg => Ok(msg),
+        }
+    }
+
+    /// Like [`Control::recv`], but a timeout is `Ok(None)` (for polling loops).
+    /// A timeout in the middle of a frame is still an error.
+    pub fn poll(&self, timeout: Duration) -> Result<Option<ControlMsg>> {
+        let peeked = {
+            let reader = self.reader.lock();
+            reader
+                .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+                .map_err(|e| Error::io("set control timeout", e))?;
+            let mut first = [0u8; 1];
+            reader.peek(&mut first)
+        };
+        match peeked {
+            Ok(0) => Err(Error::Test(format!(
+                "{} closed the control connection",
+                self.peer
+            ))),
+            Ok(_) => self.recv(Duration::from_secs(10)).map(Some),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(read_error(e, self.peer)),
+        }
+    }
+
+    /// Sends an Error message, ignoring failure (the connection may already be gone).
+    pub fn abort(&self, reason: &str) {
+        let _ = self.send(&ControlMsg::Error {
+            reason: reason.to_string(),
+        });
+    }
+}
+
+/// First bytes of every data connection: which test and which stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataHello {
+    pub cookie: u64,
+    pub stream: u16,
+}
+
+impl DataHello {
+    pub const LEN: usize = 10;
+
+    pub fn to_bytes(self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.cookie.to_le_bytes());
+        b[8..].copy_from_slice(&self.stream.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: [u8; Self::LEN]) -> Self {
+        DataHello {
+            cookie: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            stream: u16::from_le_bytes(b[8..].try_into().expect("2 bytes")),
+        }
+    }
+}
+
+/// A fresh random test cookie (std's per-process random hash keys; no extra crate).
+pub fn new_cookie() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer() -> SocketAddr {
+        "192.0.2.1:5301".parse().unwrap()
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let msgs = [
+            ControlMsg::Hello {
+                version: 1,
+                software: SOFTWARE.into(),
+            },
+            ControlMsg::Row(ReceiverRow {
+                index: 2,
+                begin_us: 1,
+                end_us: 2,
+                bytes: vec![3, 4],
+            }),
+            ControlMsg::Start,
+        ];
+        for msg in msgs {
+            let frame = encode(&msg);
+            assert_eq!(read_frame(&mut &frame[..], peer()).unwrap(), msg);
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error_not_a_panic() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"GET / HTTP/1.1\r\n", "control frame of 1195725856 bytes"),
+            (&[0, 0, 0, 0], "control frame of 0 bytes"),
+            (
+                &[0, 0, 0, 3, b'{', b'x', b'}'],
+                "unreadable control message",
+            ),
+            (&[0, 0, 0, 2, b'{', b'}'], "unreadable control message"),
+        ];
+        for (bytes, expected) in cases {
+            let err = read_frame(&mut &bytes[..], peer()).unwrap_err();
+            assert!(err.to_string().contains(expected), "{err}");
+        }
+        let err = read_frame(&mut &[0u8, 0][..], peer()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "192.0.2.1:5301 closed the control connection"
+        );
+    }
+
+    #[test]
+    fn data_hello_round_trips() {
+        let h = DataHello {
+            cookie: 0xdead_beef_1234,
+            stream: 255,
+        };
+        assert_eq!(DataHello::from_bytes(h.to_bytes()), h);
+        assert_ne!(new_cookie(), new_cookie());
+    }
+}

@@ -1,0 +1,506 @@
+//! The server: an acceptor (the calling thread) that hands one connection at a time to a
+//! `control` thread and answers everyone else with a clear "busy" refusal; the control
+//! thread runs one test: handshake, limits, data listener with the window set before
+//! `listen()`, pinned `stream-N` receivers, a `reporter` streaming receiver rows live, and
+//! the end: every stream read to EOF, then the totals. Every phase has a timeout; a client
+//! that vanishes ends its test and the server goes on.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::config::{self, Limits, ServerConfig};
+use crate::error::{Error, IoContext, Result};
+use crate::net;
+use crate::pin;
+use crate::protocol::{
+    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, SOFTWARE,
+    TestParams,
+};
+use crate::report::{self, interval::IntervalCutter};
+use crate::stream::{BatchChannels, StreamCtx, receiver, spawn_named};
+use crate::units::format_size;
+
+/// Server log lines go to stderr, except for the in-process `--loopback` server.
+macro_rules! log {
+    ($quiet:expr, $($arg:tt)*) => {
+        if !$quiet {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
+/// Time allowed for each handshake step.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most concurrent "busy" answers; connections beyond it are closed without one.
+const MAX_REFUSERS: usize = 16;
+
+/// A bound, listening server.
+pub struct Server {
+    listener: TcpListener,
+    cfg: ServerConfig,
+}
+
+impl Server {
+    /// Binds the control port.
+    pub fn bind(cfg: ServerConfig) -> Result<Server> {
+        let ip = cfg.bind.unwrap_or_else(|| net::unspecified(cfg.family));
+        let addr = SocketAddr::new(ip, cfg.port);
+        let (listener, _) = net::listen(addr, None, false).map_err(|e| match e {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse => {
+                Error::io(
+                    format!("listen on {addr} (another server on that port? choose one with -p)"),
+                    source,
+                )
+            }
+            other => other,
+        })?;
+        Ok(Server { listener, cfg })
+    }
+
+    /// The address the control port is bound to.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .op(|| "read listening address".into())
+    }
+
+    /// Serves tests until killed (or one test with `-1`, whose result it returns).
+    pub fn run(self) -> Result<()> {
+        let busy = Arc::new(AtomicBool::new(false));
+        let refusers = Arc::new(AtomicUsize::new(0));
+        let cfg = Arc::new(self.cfg);
+        loop {
+            let (stream, peer) = match self.listener.accept() {
+                Ok(pair) => pair,
+                Err(e) => {
+                    log!(cfg.quiet, "pinperf: accept on the control port: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            };
+            if busy.swap(true, Ordering::AcqRel) {
+                refuse_busy(stream, peer, &refusers, cfg.quiet);
+                continue;
+            }
+            let (cfg2, busy2) = (Arc::clone(&cfg), Arc::clone(&busy));
+            let control = spawn_named("control".into(), move || {
+                let result = session(stream, peer, &cfg2);
+                busy2.store(false, Ordering::Release);
+                result
+            });
+            match control {
+                Ok(handle) if cfg.one_off => return join_session(handle, peer),
+                Ok(_) => {}
+                Err(e) => {
+                    busy.store(false, Ordering::Release);
+                    log!(cfg.quiet, "pinperf: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Runs a server per the configuration (the `-s` mode).
+pub fn serve(cfg: ServerConfig) -> Result<()> {
+    let server = Server::bind(cfg)?;
+    eprintln!(
+        "pinperf: server listening on {} ({SOFTWARE})",
+        server.local_addr()?
+    );
+    server.run()
+}
+
+fn join_session(handle: JoinHandle<Result<()>>, peer: SocketAddr) -> Result<()> {
+    handle.join().unwrap_or_else(|_| {
+        Err(Error::Test(format!(
+            "test from {peer}: control thread panicked"
+        )))
+    })
+}
+
+/// Answers a connection that arrives during a test: preamble + Refuse, then close after
+/// draining what the client sent (so the refusal is not lost to a reset).
+fn refuse_busy(mut stream: TcpStream, peer: SocketAddr, refusers: &Arc<AtomicUsize>, quiet: bool) {
+    if refusers.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSERS {
+        refusers.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let counter = Arc::clone(refusers);
+    let spawned = std::thread::Builder::new()
+        .name("refuse".into())
+        .spawn(move || {
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut msg = protocol::PREAMBLE.to_vec();
+            msg.extend(protocol::encode(&ControlMsg::Refuse {
+                reason: "server busy: another test is running; try again when it ends".into(),
+            }));
+            if stream.write_all(&msg).is_ok() {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                let mut sink = [0u8; 512];
+                while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+            }
+            log!(quiet, "pinperf: refused {peer}: busy");
+            counter.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        // The closure, and the decrement in it, never ran; the connection closes as it drops.
+        refusers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Checks a client's parameters against the server's limits and the protocol's ranges.
+/// The reason names the limit and its flag.
+pub fn check_params(p: &TestParams, limits: &Limits) -> std::result::Result<(), String> {
+    if p.streams == 0 || u32::from(p.streams) > limits.max_streams {
+        return Err(format!(
+            "{} streams requested; this server allows 1 to {} (--max-streams)",
+            p.streams, limits.max_streams
+        ));
+    }
+    if let Some(w) = p.window_bytes
+        && (w > limits.max_window_bytes || w == 0)
+    {
+        return Err(format!(
+            "window {} requested; this server allows up to {} (--max-window)",
+            format_size(w),
+            format_size(limits.max_window_bytes)
+        ));
+    }
+    let duration = Duration::from_micros(p.duration_us);
+    if duration > limits.max_duration || duration < config::MIN_INTERVAL {
+        return Err(format!(
+            "duration {} s requested; this server allows 0.1 to {} s (--max-duration)",
+            duration.as_secs_f64(),
+            limits.max_duration.as_secs_f64()
+        ));
+    }
+    if !(config::MIN_BLOCK..=config::MAX_BLOCK).contains(&p.block_bytes) {
+        return Err(format!(
+            "block size {} bytes is outside {} to {}",
+            p.block_bytes,
+            config::MIN_BLOCK,
+            config::MAX_BLOCK
+        ));
+    }
+    let interval = Duration::from_micros(p.interval_us);
+    if interval < config::MIN_INTERVAL
+        || interval > duration
+        || p.duration_us / p.interval_us.max(1) > 100_000
+    {
+        return Err(format!(
+            "reporting interval {} s is not allowed",
+            interval.as_secs_f64()
+        ));
+    }
+    Ok(())
+}
+
+/// One test, on the `control` thread.
+fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig) -> Result<()> {
+    let _ = stream.set_nodelay(true);
+    protocol::exchange_preamble(&mut stream, peer, PHASE_TIMEOUT).inspect_err(|e| {
+        log!(
+            cfg.quiet,
+            "pinperf: control connection from {peer} dropped: {e}"
+        );
+    })?;
+    let local_ip = stream
+        .local_addr()
+        .op(|| "read control address".into())?
+        .ip();
+    let ctl = Arc::new(Control::new(stream, peer)?);
+    let result = run_test(&ctl, local_ip, cfg);
+    match &result {
+        Ok(()) => {}
+        Err(e) => {
+            ctl.abort(&e.to_string());
+            log!(cfg.quiet, "pinperf: test from {peer} failed: {e}");
+        }
+    }
+    result
+}
+
+fn refuse(ctl: &Control, reason: String) -> Error {
+    let _ = ctl.send(&ControlMsg::Refuse {
+        reason: reason.clone(),
+    });
+    Error::Refused {
+        peer: ctl.peer,
+        reason,
+    }
+}
+
+fn run_test(ctl: &Arc<Control>, local_ip: std::net::IpAddr, cfg: &ServerConfig) -> Result<()> {
+    let peer = ctl.peer;
+    match ctl.recv(PHASE_TIMEOUT)? {
+        ControlMsg::Hello { version, .. } if version == PROTOCOL_VERSION => {
+            ctl.send(&ControlMsg::Welcome {
+                version: PROTOCOL_VERSION,
+                software: SOFTWARE.into(),
+            })?
+        }
+        ControlMsg::Hello { version, software } => {
+            return Err(refuse(
+                ctl,
+                format!(
+                    "{software} speaks protocol {version}; this server ({SOFTWARE}) speaks {PROTOCOL_VERSION}"
+                ),
+            ));
+        }
+        other => return Err(unexpected(peer, "hello", &other)),
+    }
+    let params = match ctl.recv(PHASE_TIMEOUT)? {
+        ControlMsg::Params(p) => p,
+        other => return Err(unexpected(peer, "params", &other)),
+    };
+    check_params(&params, &cfg.limits).map_err(|reason| refuse(ctl, reason))?;
+    let n = params.streams as usize;
+    let allowed = pin::allowed_cpus();
+    let plan = match &params.pin {
+        Some(affinity) => pin::plan(affinity, n, 0, &allowed),
+        None => pin::plan(&cfg.affinity, n, cfg.pin_offset, &allowed),
+    }
+    .map_err(|reason| refuse(ctl, format!("remote -A: {reason}")))?;
+
+    let data_addr = SocketAddr::new(local_ip, cfg.data_port.unwrap_or(0));
+    let (data_listener, window) = net::listen(data_addr, params.window_bytes, params.force_window)?;
+    let data_port = data_listener
+        .local_addr()
+        .op(|| "read data port".into())?
+        .port();
+    let cookie = protocol::new_cookie();
+    log!(
+        cfg.quiet,
+        "pinperf: test from {peer}: {n} stream(s), block {}, window {}, {} s",
+        format_size(params.block_bytes),
+        params.window_bytes.map_or("auto".into(), format_size),
+        Duration::from_micros(params.duration_us).as_secs_f64()
+    );
+    ctl.send(&ControlMsg::Accept(Accept {
+        data_port,
+        cookie,
+        window,
+        pin_plan: plan.clone(),
+    }))?;
+    let socks = accept_streams(&data_listener, peer, cookie, n, cfg.quiet)?;
+    drop(data_listener);
+    let path = net::path_info(&socks[0]);
+
+    let duration = Duration::from_micros(params.duration_us);
+    let interval = Duration::from_micros(params.interval_us);
+    let give_up = duration + duration.max(Duration::from_secs(60));
+    let channels = BatchChannels::new(n);
+    let abort = Arc::new(AtomicBool::new(false));
+    let (start_tx, start_rx) = crossbeam_channel::bounded(n);
+    let mut workers = Vec::with_capacity(n);
+    for (id, sock) in socks.into_iter().enumerate() {
+        let ctx = StreamCtx {
+            id: id as u16,
+            cpu: plan.0[id],
+            block_bytes: params.block_bytes as usize,
+            batches: channels.tx.clone(),
+            free: channels.free_rx.clone(),
+            start: start_rx.clone(),
+            abort: Arc::clone(&abort),
+        };
+        match spawn_named(format!("stream-{id}"), move || {
+            receiver::run(ctx, sock, give_up)
+        }) {
+            Ok(h) => workers.push(h),
+            Err(e) => {
+                abort.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+    }
+    let BatchChannels {
+        tx, rx, free_tx, ..
+    } = channels;
+    drop(tx);
+    let cutter = IntervalCutter::new(n, duration, interval);
+    let ctl2 = Arc::clone(ctl);
+    let reporter = spawn_named("reporter".into(), move || {
+        report::run_receiver_reporter(rx, free_tx, cutter, ctl2)
+    })?;
+
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let _ = start_tx.send(t0);
+    }
+    drop(start_tx);
+    ctl.send(&ControlMsg::Start)?;
+
+    // Watch the control connection until every stream has ended.
+    let mut failure: Option<Error> = None;
+    while !reporter.is_finished() {
+        match ctl.poll(Duration::from_millis(100)) {
+            Ok(None) => {}
+            Ok(Some(ControlMsg::Bye)) => {}
+            Ok(Some(other)) => {
+                failure = Some(unexpected(peer, "nothing during the test", &other));
+                break;
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if failure.is_some() {
+        abort.store(true, Ordering::Relaxed);
+    }
+    let mut stream_error = None;
+    for (id, h) in workers.into_iter().enumerate() {
+        let outcome = h
+            .join()
+            .unwrap_or_else(|_| Err(Error::Test(format!("stream-{id}: thread panicked"))));
+        if let Err(e) = outcome {
+            abort.store(true, Ordering::Relaxed);
+            stream_error.get_or_insert(e);
+        }
+    }
+    let totals = reporter
+        .join()
+        .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
+    if let Some(e) = failure.or(stream_error) {
+        return Err(e);
+    }
+    let totals = totals?;
+    let received: u64 = totals.bytes.iter().sum();
+    let secs = totals.last_ns as f64 / 1e9;
+    ctl.send(&ControlMsg::Done(ReceiverDone {
+        bytes: totals.bytes,
+        elapsed_us: totals.last_ns / 1000,
+        path,
+    }))?;
+    log!(
+        cfg.quiet,
+        "pinperf: test from {peer}: done, received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
+        crate::units::mbps(received, secs)
+    );
+    // The client says Bye once it has everything; don't hold the server long for it.
+    let _ = ctl.poll(Duration::from_secs(2));
+    Ok(())
+}
+
+fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
+    Error::Protocol {
+        peer,
+        what: format!("expected {expected}, got {}", got.kind()),
+    }
+}
+
+/// Accepts the test's `n` data connections, each opening with the test's cookie and a
+/// stream id; anything else is closed. All must arrive within [`PHASE_TIMEOUT`].
+fn accept_streams(
+    listener: &TcpListener,
+    peer: SocketAddr,
+    cookie: u64,
+    n: usize,
+    quiet: bool,
+) -> Result<Vec<TcpStream>> {
+    socket2::SockRef::from(listener)
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .op(|| "set accept timeout".into())?;
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut arrived = 0;
+    while arrived < n {
+        if Instant::now() >= deadline {
+            return Err(Error::Test(format!(
+                "only {arrived} of {n} data connections from {peer} arrived within {} s",
+                PHASE_TIMEOUT.as_secs()
+            )));
+        }
+        let (mut sock, from) = match listener.accept() {
+            Ok(pair) => pair,
+            Err(e)
+                if crate::stream::is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted =>
+            {
+                continue;
+            }
+            Err(e) => return Err(Error::io("accept data connection", e)),
+        };
+        if from.ip() != peer.ip() {
+            log!(
+                quiet,
+                "pinperf: data connection from {from} ignored: the test belongs to {peer}"
+            );
+            continue;
+        }
+        let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut hello = [0u8; DataHello::LEN];
+        if sock.read_exact(&mut hello).is_err() {
+            continue;
+        }
+        let hello = DataHello::from_bytes(hello);
+        let slot = socks.get_mut(hello.stream as usize);
+        match slot {
+            Some(slot @ None) if hello.cookie == cookie => {
+                let _ = sock.set_nodelay(true);
+                *slot = Some(sock);
+                arrived += 1;
+            }
+            _ => log!(
+                quiet,
+                "pinperf: data connection from {from} ignored: wrong test cookie or stream id"
+            ),
+        }
+    }
+    Ok(socks.into_iter().flatten().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> TestParams {
+        TestParams {
+            streams: 4,
+            block_bytes: 131072,
+            window_bytes: Some(4 << 20),
+            force_window: false,
+            duration_us: 3_000_000,
+            interval_us: 1_000_000,
+            pin: None,
+        }
+    }
+
+    const LIMITS: Limits = Limits {
+        max_streams: 2,
+        max_window_bytes: 1 << 20,
+        max_duration: Duration::from_secs(10),
+    };
+
+    #[test]
+    fn limits_are_enforced_with_the_flag_named() {
+        let mut p = params();
+        assert_eq!(
+            check_params(&p, &LIMITS),
+            Err("4 streams requested; this server allows 1 to 2 (--max-streams)".into())
+        );
+        p.streams = 2;
+        assert_eq!(
+            check_params(&p, &LIMITS),
+            Err("window 4M requested; this server allows up to 1M (--max-window)".into())
+        );
+        p.window_bytes = None;
+        p.duration_us = 20_000_000;
+        assert_eq!(
+            check_params(&p, &LIMITS),
+            Err("duration 20 s requested; this server allows 0.1 to 10 s (--max-duration)".into())
+        );
+        p.duration_us = 3_000_000;
+        assert_eq!(check_params(&p, &LIMITS), Ok(()));
+        p.interval_us = 0;
+        assert!(check_params(&p, &LIMITS).is_err());
+        p.interval_us = 1_000_000;
+        p.block_bytes = 1;
+        assert!(check_params(&p, &LIMITS).is_err());
+    }
+}

@@ -1,0 +1,235 @@
+//! Stream threads: one per TCP stream on each end, named `stream-N`, pinned per the plan,
+//! doing blocking `write()` (sender) or `read()` (receiver) of whole blocks. Each block
+//! gets one clock reading and one [`BlockRecord`] in a [`Batch`]; batches go to the
+//! reporter over a bounded crossbeam channel and come back through a free list, so the
+//! steady state allocates nothing and pays one channel message per batch.
+//!
+//! Invariant (what lets the reporter close intervals exactly): every batch carries a
+//! watermark — a time such that this stream will never again record a block stamped
+//! earlier. Socket timeouts of [`WAKE`] bound how long a thread can sit in a blocking call,
+//! so an idle or starved stream still advances its watermark.
+
+pub mod receiver;
+pub mod sender;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::error::{Error, Result};
+
+/// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
+pub const WAKE: Duration = Duration::from_millis(50);
+/// A batch is sent when it holds this many records…
+pub const BATCH_RECORDS: usize = 1024;
+/// …or when its oldest record is this old.
+pub const FLUSH_EVERY_NS: u64 = 20_000_000;
+/// Batches in flight per stream before a stream thread waits for the reporter.
+pub const BATCHES_IN_FLIGHT: usize = 64;
+
+/// One block written or read: when (ns since the test's start) and how many bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRecord {
+    pub t_ns: u64,
+    pub bytes: u32,
+}
+
+/// The kernel's view of a sending socket at one moment (from `TCP_INFO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSample {
+    pub t_ns: u64,
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub total_retrans: u32,
+    pub cwnd_bytes: u64,
+}
+
+impl TcpSample {
+    /// Samples `TCP_INFO` of `stream` now.
+    pub fn read(stream: &std::net::TcpStream, t_ns: u64) -> Option<TcpSample> {
+        crate::net::tcp_info(stream).map(|i| TcpSample {
+            t_ns,
+            rtt_us: i.rtt_us,
+            rttvar_us: i.rttvar_us,
+            total_retrans: i.total_retrans,
+            cwnd_bytes: u64::from(i.snd_cwnd) * u64::from(i.snd_mss),
+        })
+    }
+}
+
+/// A batch of one stream's records, with its watermark.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub stream: u16,
+    pub records: Vec<BlockRecord>,
+    pub samples: Vec<TcpSample>,
+    /// No later record of this stream will be stamped before this.
+    pub watermark_ns: u64,
+    /// The stream has ended: no more records at all.
+    pub done: bool,
+}
+
+impl Batch {
+    fn with_capacity(stream: u16) -> Self {
+        Batch {
+            stream,
+            records: Vec::with_capacity(BATCH_RECORDS),
+            samples: Vec::with_capacity(4),
+            ..Batch::default()
+        }
+    }
+}
+
+/// The channels between stream threads and a reporter.
+pub struct BatchChannels {
+    pub tx: Sender<Batch>,
+    pub rx: Receiver<Batch>,
+    pub free_tx: Sender<Batch>,
+    pub free_rx: Receiver<Batch>,
+}
+
+impl BatchChannels {
+    /// Channels sized for `streams` streams.
+    pub fn new(streams: usize) -> Self {
+        let cap = BATCHES_IN_FLIGHT * streams.max(1);
+        let (tx, rx) = crossbeam_channel::bounded(cap);
+        let (free_tx, free_rx) = crossbeam_channel::bounded(cap);
+        BatchChannels {
+            tx,
+            rx,
+            free_tx,
+            free_rx,
+        }
+    }
+}
+
+/// The test's time origin, shared by a side's stream threads and its reporter.
+#[derive(Debug, Clone, Copy)]
+pub struct TestClock {
+    pub t0: Instant,
+}
+
+impl TestClock {
+    /// Nanoseconds from the start to `now` (0 before the start).
+    #[inline]
+    pub fn ns(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.t0).as_nanos() as u64
+    }
+}
+
+/// A stream thread's side of the batch channels.
+pub struct Batcher {
+    stream: u16,
+    tx: Sender<Batch>,
+    free: Receiver<Batch>,
+    cur: Batch,
+    first_ns: Option<u64>,
+}
+
+impl Batcher {
+    pub fn new(stream: u16, tx: Sender<Batch>, free: Receiver<Batch>) -> Self {
+        Batcher {
+            stream,
+            tx,
+            free,
+            cur: Batch::with_capacity(stream),
+            first_ns: None,
+        }
+    }
+
+    /// Records a block; returns true when the batch should be flushed now.
+    #[inline]
+    pub fn push(&mut self, t_ns: u64, bytes: u32) -> bool {
+        self.cur.records.push(BlockRecord { t_ns, bytes });
+        let first = *self.first_ns.get_or_insert(t_ns);
+        self.cur.records.len() >= BATCH_RECORDS || t_ns.saturating_sub(first) >= FLUSH_EVERY_NS
+    }
+
+    /// Sends the current batch with `watermark_ns` (and a TCP sample) and takes a fresh
+    /// one from the free list. Errors when the reporter is gone.
+    pub fn flush(
+        &mut self,
+        watermark_ns: u64,
+        sample: Option<TcpSample>,
+        done: bool,
+    ) -> Result<()> {
+        let next = match self.free.try_recv() {
+            Ok(mut b) => {
+                b.records.clear();
+                b.samples.clear();
+                b.stream = self.stream;
+                b.done = false;
+                b
+            }
+            Err(_) => Batch::with_capacity(self.stream),
+        };
+        let mut full = std::mem::replace(&mut self.cur, next);
+        full.watermark_ns = watermark_ns;
+        full.done = done;
+        full.samples.extend(sample);
+        self.first_ns = None;
+        self.tx
+            .send(full)
+            .map_err(|_| Error::Test(format!("stream-{}: the reporter has stopped", self.stream)))
+    }
+}
+
+/// What a stream thread needs besides its socket.
+pub struct StreamCtx {
+    pub id: u16,
+    pub cpu: Option<usize>,
+    pub block_bytes: usize,
+    pub batches: Sender<Batch>,
+    pub free: Receiver<Batch>,
+    /// Receives the test's start instant (one message per stream thread).
+    pub start: Receiver<Instant>,
+    /// Set by the owner to stop every stream at once (peer gone, error elsewhere).
+    pub abort: Arc<AtomicBool>,
+}
+
+impl StreamCtx {
+    /// Pins the calling thread per the plan.
+    pub fn pin(&self) -> Result<()> {
+        match self.cpu {
+            Some(cpu) => crate::pin::pin_current(cpu)
+                .map_err(|e| Error::Test(format!("stream-{}: {e}", self.id))),
+            None => Ok(()),
+        }
+    }
+
+    pub fn aborted(&self) -> bool {
+        self.abort.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the start signal; an error when the test was called off first.
+    pub fn wait_start(&self) -> Result<TestClock> {
+        self.start.recv().map(|t0| TestClock { t0 }).map_err(|_| {
+            Error::Test(format!(
+                "stream-{}: the test was called off before it started",
+                self.id
+            ))
+        })
+    }
+}
+
+/// Spawns a named thread running `body`.
+pub fn spawn_named<T: Send + 'static>(
+    name: String,
+    body: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<std::thread::JoinHandle<Result<T>>> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(body)
+        .map_err(|e| Error::io(format!("spawn thread {name}"), e))
+}
+
+/// True for the errors a socket timeout produces.
+#[inline]
+pub fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}

@@ -1,0 +1,71 @@
+//! The receiving stream thread: blocking `read()` of up to one block at a time until EOF,
+//! one clock reading and one record per `read()`. The receiver's records are the truth a
+//! row's Mb/s is computed from.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use super::{Batcher, StreamCtx, WAKE, is_timeout};
+use crate::error::{Error, IoContext, Result};
+
+/// What a receiver read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvOutcome {
+    pub id: u16,
+    pub bytes: u64,
+    /// When EOF arrived, ns since the start.
+    pub eof_ns: u64,
+}
+
+/// Runs one receiving stream (call on its own `stream-N` thread). `give_up` bounds the
+/// whole stream: a sender that neither sends nor closes by then fails the test.
+pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<RecvOutcome> {
+    let id = ctx.id;
+    ctx.pin()?;
+    sock.set_read_timeout(Some(WAKE))
+        .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
+    let mut buf = vec![0u8; ctx.block_bytes];
+    let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+
+    let clock = ctx.wait_start()?;
+    let give_up_ns = give_up.as_nanos() as u64;
+    let mut bytes: u64 = 0;
+    loop {
+        match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let t_ns = clock.ns(Instant::now());
+                bytes += n as u64;
+                if batcher.push(t_ns, n as u32) {
+                    if ctx.aborted() {
+                        return Err(aborted(id));
+                    }
+                    batcher.flush(t_ns, None, false)?;
+                }
+            }
+            Err(e) if is_timeout(&e) => {
+                let t_ns = clock.ns(Instant::now());
+                if ctx.aborted() {
+                    return Err(aborted(id));
+                }
+                if t_ns >= give_up_ns {
+                    return Err(Error::Test(format!(
+                        "stream-{id}: no end of data within {:.0} s of the start; giving up",
+                        give_up.as_secs_f64()
+                    )));
+                }
+                batcher.flush(t_ns, None, false)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(format!("stream-{id}: read"), e)),
+        }
+    }
+    let eof_ns = clock.ns(Instant::now());
+    batcher.flush(eof_ns, None, true)?;
+    Ok(RecvOutcome { id, bytes, eof_ns })
+}
+
+fn aborted(id: u16) -> Error {
+    Error::Test(format!("stream-{id}: stopped because the test was aborted"))
+}

@@ -1,0 +1,98 @@
+//! The sending stream thread: blocking `write()` of `-l`-sized blocks until the test's
+//! duration has passed, one clock reading and one record per `write()`, a `TCP_INFO`
+//! sample per batch; then `shutdown(SHUT_WR)` and a drain to EOF so nothing is reset.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::{Batcher, StreamCtx, TcpSample, WAKE, is_timeout};
+use crate::error::{Error, IoContext, Result};
+
+/// What a sender did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOutcome {
+    pub id: u16,
+    pub bytes: u64,
+    pub writes: u64,
+}
+
+/// Runs one sending stream (call on its own `stream-N` thread).
+pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<SendOutcome> {
+    let id = ctx.id;
+    ctx.pin()?;
+    sock.set_write_timeout(Some(WAKE))
+        .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
+    sock.set_read_timeout(Some(WAKE))
+        .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
+    let block = vec![0x5au8; ctx.block_bytes];
+    let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+
+    let clock = ctx.wait_start()?;
+    let end_ns = duration.as_nanos() as u64;
+    let mut bytes: u64 = 0;
+    let mut writes: u64 = 0;
+    let mut offset = 0usize;
+    loop {
+        match sock.write(&block[offset..]) {
+            Ok(0) => {
+                return Err(Error::Test(format!(
+                    "stream-{id}: the connection accepted no more data"
+                )));
+            }
+            Ok(n) => {
+                let t_ns = clock.ns(Instant::now());
+                bytes += n as u64;
+                writes += 1;
+                offset = (offset + n) % block.len();
+                let past_end = t_ns >= end_ns;
+                if batcher.push(t_ns, n as u32) || past_end {
+                    if ctx.aborted() {
+                        return Err(aborted(id));
+                    }
+                    batcher.flush(t_ns, TcpSample::read(&sock, t_ns), false)?;
+                }
+                if past_end {
+                    break;
+                }
+            }
+            Err(e) if is_timeout(&e) => {
+                let t_ns = clock.ns(Instant::now());
+                if ctx.aborted() {
+                    return Err(aborted(id));
+                }
+                batcher.flush(t_ns, TcpSample::read(&sock, t_ns), false)?;
+                if t_ns >= end_ns {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(format!("stream-{id}: write"), e)),
+        }
+    }
+    let t_ns = clock.ns(Instant::now());
+    batcher.flush(t_ns, TcpSample::read(&sock, t_ns), true)?;
+    sock.shutdown(Shutdown::Write)
+        .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
+    drain(&ctx, &mut sock);
+    Ok(SendOutcome { id, bytes, writes })
+}
+
+/// Reads until the receiver closes (it does after reading our EOF), so closing our end
+/// never resets data still in flight. Bounded by the abort flag and a deadline.
+fn drain(ctx: &StreamCtx, sock: &mut TcpStream) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut sink = [0u8; 4096];
+    while !ctx.aborted() && Instant::now() < deadline {
+        match sock.read(&mut sink) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+fn aborted(id: u16) -> Error {
+    Error::Test(format!("stream-{id}: stopped because the test was aborted"))
+}
