@@ -8,7 +8,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -70,7 +70,7 @@ impl Server {
 
     /// Serves tests until killed (or one test with `-1`, whose result it returns).
     pub fn run(self) -> Result<()> {
-        let busy = Arc::new(AtomicBool::new(false));
+        let slot = Arc::new(Slot::default());
         let refusers = Arc::new(AtomicUsize::new(0));
         let cfg = Arc::new(self.cfg);
         loop {
@@ -82,25 +82,76 @@ impl Server {
                     continue;
                 }
             };
-            if busy.swap(true, Ordering::AcqRel) {
-                refuse_busy(stream, peer, &refusers, cfg.quiet);
-                continue;
-            }
-            let (cfg2, busy2) = (Arc::clone(&cfg), Arc::clone(&busy));
+            let taken = match slot.try_take() {
+                Ok(()) => true,
+                // The last test is only saying goodbye: a shell loop's next run waits for it.
+                Err(FINISHING) => false,
+                Err(_) => {
+                    refuse_busy(stream, peer, &refusers, cfg.quiet);
+                    continue;
+                }
+            };
+            let (cfg2, slot2, refusers2) =
+                (Arc::clone(&cfg), Arc::clone(&slot), Arc::clone(&refusers));
             let control = spawn_named("control".into(), move || {
-                let result = session(stream, peer, &cfg2);
-                busy2.store(false, Ordering::Release);
+                if !taken && !slot2.wait_take(Duration::from_secs(3)) {
+                    refuse_busy(stream, peer, &refusers2, cfg2.quiet);
+                    return Ok(());
+                }
+                let result = session(stream, peer, &cfg2, &slot2);
+                slot2.release();
                 result
             });
             match control {
-                Ok(handle) if cfg.one_off => return join_session(handle, peer),
+                Ok(handle) if cfg.one_off && taken => return join_session(handle, peer),
                 Ok(_) => {}
                 Err(e) => {
-                    busy.store(false, Ordering::Release);
+                    if taken {
+                        slot.release();
+                    }
                     log!(cfg.quiet, "pinperf: {e}");
                 }
             }
         }
+    }
+}
+
+const IDLE: u8 = 0;
+const RUNNING: u8 = 1;
+const FINISHING: u8 = 2;
+
+/// Whether the server is free: idle, running a test, or finishing one (results sent).
+#[derive(Default)]
+struct Slot(AtomicU8);
+
+impl Slot {
+    /// Takes the slot if idle; otherwise returns the current state.
+    fn try_take(&self) -> std::result::Result<(), u8> {
+        self.0
+            .compare_exchange(IDLE, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+    }
+
+    /// Waits while the current test is finishing, then takes the slot.
+    fn wait_take(&self, max: Duration) -> bool {
+        let deadline = Instant::now() + max;
+        loop {
+            match self.try_take() {
+                Ok(()) => return true,
+                Err(FINISHING) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    fn finishing(&self) {
+        self.0.store(FINISHING, Ordering::Release);
+    }
+
+    fn release(&self) {
+        self.0.store(IDLE, Ordering::Release);
     }
 }
 
@@ -201,27 +252,29 @@ pub fn check_params(p: &TestParams, limits: &Limits) -> std::result::Result<(), 
 }
 
 /// One test, on the `control` thread.
-fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig) -> Result<()> {
+fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, slot: &Slot) -> Result<()> {
     let _ = stream.set_nodelay(true);
-    protocol::exchange_preamble(&mut stream, peer, PHASE_TIMEOUT).inspect_err(|e| {
+    if let Err(e) = protocol::exchange_preamble(&mut stream, peer, PHASE_TIMEOUT) {
         log!(
             cfg.quiet,
             "pinperf: control connection from {peer} dropped: {e}"
         );
-    })?;
+        // Finishing before the connection closes: whoever the peer sends next waits for us.
+        slot.finishing();
+        return Err(e);
+    }
     let local_ip = stream
         .local_addr()
         .op(|| "read control address".into())?
         .ip();
     let ctl = Arc::new(Control::new(stream, peer)?);
-    let result = run_test(&ctl, local_ip, cfg);
-    match &result {
-        Ok(()) => {}
-        Err(e) => {
-            ctl.abort(&e.to_string());
-            log!(cfg.quiet, "pinperf: test from {peer} failed: {e}");
-        }
+    let result = run_test(&ctl, local_ip, cfg, slot);
+    if let Err(e) = &result {
+        ctl.abort(&e.to_string());
+        log!(cfg.quiet, "pinperf: test from {peer} failed: {e}");
     }
+    slot.finishing();
+    drop(ctl);
     result
 }
 
@@ -235,7 +288,12 @@ fn refuse(ctl: &Control, reason: String) -> Error {
     }
 }
 
-fn run_test(ctl: &Arc<Control>, local_ip: std::net::IpAddr, cfg: &ServerConfig) -> Result<()> {
+fn run_test(
+    ctl: &Arc<Control>,
+    local_ip: std::net::IpAddr,
+    cfg: &ServerConfig,
+    slot: &Slot,
+) -> Result<()> {
     let peer = ctl.peer;
     match ctl.recv(PHASE_TIMEOUT)? {
         ControlMsg::Hello { version, .. } if version == PROTOCOL_VERSION => {
@@ -378,6 +436,7 @@ fn run_test(ctl: &Arc<Control>, local_ip: std::net::IpAddr, cfg: &ServerConfig) 
         elapsed_us: totals.last_ns / 1000,
         path,
     }))?;
+    slot.finishing();
     log!(
         cfg.quiet,
         "pinperf: test from {peer}: done, received {received} bytes in {secs:.3} s ({:.3} Mb/s)",

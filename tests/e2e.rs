@@ -1,0 +1,403 @@
+//! End-to-end tests over loopback: the real binary as client and server. Each runs in
+//! about one to two seconds. No speed thresholds here: speed lives in bench-scripts/.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use pinperf::protocol::{self, ControlMsg};
+use util::{Row, Server, byte_totals, free_port, pinperf, rows, threads};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn interval_rows(all: &[Row]) -> Vec<&Row> {
+    all.iter()
+        .filter(|r| !r.summary && r.label != "sum")
+        .collect()
+}
+
+/// Checks the shape every successful report must have: per interval one row per stream,
+/// contiguous from 0, the stream totals, one `#(**)`, and byte totals that reconcile.
+fn check_report(text: &str, streams: usize, intervals: usize, duration: f64) {
+    let all = rows(text);
+    let per_stream = interval_rows(&all);
+    assert_eq!(
+        per_stream.len(),
+        streams * intervals,
+        "rows per stream per interval\n{text}"
+    );
+    let mut by_interval: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
+    for r in &per_stream {
+        by_interval
+            .entry((r.begin * 1000.0).round() as u64)
+            .or_default()
+            .push(r);
+    }
+    assert_eq!(by_interval.len(), intervals, "distinct intervals\n{text}");
+    let mut expect_begin = 0.0;
+    for group in by_interval.values() {
+        let mut ids: Vec<&str> = group.iter().map(|r| r.label.as_str()).collect();
+        ids.sort();
+        let want: Vec<String> = (0..streams).map(|i| i.to_string()).collect();
+        assert_eq!(
+            ids,
+            want.iter().map(String::as_str).collect::<Vec<_>>(),
+            "one row per stream\n{text}"
+        );
+        let (begin, end) = (group[0].begin, group[0].end);
+        assert!(
+            (begin - expect_begin).abs() < 1e-9,
+            "gap before {begin}: expected {expect_begin}\n{text}"
+        );
+        assert!(
+            group.iter().all(|r| r.begin == begin && r.end == end),
+            "same span\n{text}"
+        );
+        assert!(end > begin);
+        expect_begin = end;
+    }
+    assert!(
+        expect_begin >= duration - 1e-9,
+        "rows end at {expect_begin}, test lasted {duration}\n{text}"
+    );
+    let totals: Vec<&Row> = all
+        .iter()
+        .filter(|r| r.summary && r.label != "**")
+        .collect();
+    assert_eq!(totals.len(), streams, "#( N) lines\n{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains("**")).count(),
+        1,
+        "exactly one ** line\n{text}"
+    );
+    let (sent, received) = byte_totals(text).unwrap_or_else(|| panic!("no # bytes line\n{text}"));
+    assert!(sent > 0);
+    assert_eq!(sent, received, "sender and receiver totals\n{text}");
+    assert!(text.contains(": equal"));
+}
+
+#[test]
+fn loopback_one_stream() {
+    let run = pinperf(&["--loopback", "-t", "1", "-i", "0.5"], LIMIT);
+    run.assert_ok();
+    check_report(&run.stdout(), 1, 2, 1.0);
+}
+
+#[test]
+fn loopback_four_streams_contiguous_and_reconciled() {
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-P",
+            "4",
+            "-t",
+            "1.5",
+            "-i",
+            "0.5",
+            "-l",
+            "64k",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    check_report(&text, 4, 3, 1.5);
+    assert!(text.contains("# block size = 65536B"), "{}", run.explain());
+    // The (sum) row of an interval is the sum of its stream rows.
+    let all = rows(&text);
+    for sum in all.iter().filter(|r| r.label == "sum") {
+        let parts: f64 = interval_rows(&all)
+            .iter()
+            .filter(|r| r.begin == sum.begin)
+            .map(|r| r.mbps)
+            .sum();
+        assert!(
+            (parts - sum.mbps).abs() < 0.01 * sum.mbps.max(1.0),
+            "sum row {sum:?} vs {parts}"
+        );
+    }
+}
+
+fn pin_plan(text: &str, side: &str) -> Vec<String> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("# pin plan:"))
+        .expect("pin plan line");
+    let part = line
+        .split(';')
+        .find_map(|p| {
+            p.trim()
+                .trim_start_matches("# pin plan:")
+                .trim()
+                .strip_prefix(side)
+        })
+        .expect("side");
+    part.split_whitespace()
+        .map(|s| s.rsplit(":cpu").next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn stream_threads_are_named_and_pinned_on_both_ends() {
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let client = util::spawn(&[
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-P",
+        "4",
+        "-t",
+        "1.5",
+        "-i",
+        "0.5",
+    ]);
+    // Sample while the streams run.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (mut on_client, mut on_server) = (Vec::new(), Vec::new());
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let stream_threads = |pid| -> Vec<(String, String)> {
+            let mut t: Vec<_> = threads(pid)
+                .into_iter()
+                .filter(|(n, _)| n.starts_with("stream-"))
+                .collect();
+            t.sort();
+            t
+        };
+        on_client = stream_threads(client.id());
+        on_server = stream_threads(server.child.id());
+        if on_client.len() == 4 && on_server.len() == 4 {
+            break;
+        }
+    }
+    let out = client.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<&str> = on_client.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["stream-0", "stream-1", "stream-2", "stream-3"],
+        "client threads"
+    );
+    let names: Vec<&str> = on_server.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["stream-0", "stream-1", "stream-2", "stream-3"],
+        "server threads"
+    );
+    let local = pin_plan(&text, "local");
+    let remote = pin_plan(&text, "remote");
+    for (i, (_, allowed)) in on_client.iter().enumerate() {
+        assert_eq!(
+            allowed, &local[i],
+            "client stream-{i} allowed CPUs vs plan\n{text}"
+        );
+    }
+    for (i, (_, allowed)) in on_server.iter().enumerate() {
+        assert_eq!(
+            allowed, &remote[i],
+            "server stream-{i} allowed CPUs vs plan\n{text}"
+        );
+    }
+}
+
+#[test]
+fn oversized_window_warns_with_the_sysctl_line() {
+    let read = |name: &str| -> u64 {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let cap = read("wmem_max").max(read("rmem_max"));
+    let request = (cap * 2).min(1 << 30);
+    if request <= cap {
+        eprintln!("skipped: net.core.wmem_max is already 1 GiB or more; no request can exceed it");
+        return;
+    }
+    let req = request.to_string();
+    let run = pinperf(&["--loopback", "-w", &req, "-t", "0.3", "-i", "0.3"], LIMIT);
+    run.assert_ok();
+    let err = run.stderr();
+    let wmem = read("wmem_max");
+    assert!(
+        err.contains(&format!("net.core.wmem_max = {wmem} caps it"))
+            && err.contains(&format!("sysctl -w net.core.wmem_max={request}")),
+        "warning naming wmem_max and the fix{}",
+        run.explain()
+    );
+    assert!(err.contains("local SO_SNDBUF granted"), "{}", run.explain());
+}
+
+#[test]
+fn a_request_over_a_server_limit_is_refused_with_the_limit_named() {
+    let server = Server::start(&["--max-streams", "2"]);
+    let port = server.port_arg();
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &port, "-P", "3", "-t", "1"],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains(
+            "refused the test: 3 streams requested; this server allows 1 to 2 (--max-streams)"
+        ),
+        "{}",
+        run.explain()
+    );
+    // And it still serves a request within its limits.
+    pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-P",
+            "2",
+            "-t",
+            "0.3",
+            "-i",
+            "0.3",
+        ],
+        LIMIT,
+    )
+    .assert_ok();
+}
+
+#[test]
+fn no_server_is_a_clear_error_within_seconds() {
+    let port = free_port().to_string();
+    let run = pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1"], LIMIT);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(run.elapsed < Duration::from_secs(5), "{}", run.explain());
+    assert!(
+        run.stderr().starts_with(&format!(
+            "pinperf: connect to 127.0.0.1:{port} (is `pinperf -s` running there"
+        )),
+        "{}",
+        run.explain()
+    );
+}
+
+/// Retries a short test until the server is free again (it may still be tidying up).
+fn eventually_ok(port: &str) -> util::Run {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let run = pinperf(
+            &["-c", "127.0.0.1", "-p", port, "-t", "0.3", "-i", "0.3"],
+            LIMIT,
+        );
+        if run.code() == Some(0) || Instant::now() > deadline || !run.stderr().contains("busy") {
+            return run;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_client_killed_mid_test_leaves_the_server_serving() {
+    let mut server = Server::start(&[]);
+    let port = server.port_arg();
+    let mut victim = util::spawn(&["-c", "127.0.0.1", "-p", &port, "-P", "2", "-t", "10"]);
+    std::thread::sleep(Duration::from_millis(700));
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let run = eventually_ok(&port);
+    run.assert_ok();
+    check_report(&run.stdout(), 1, 1, 0.3);
+    assert!(server.is_running());
+    assert!(
+        server.log().contains("failed"),
+        "the server logged the aborted test:\n{}",
+        server.log()
+    );
+}
+
+#[test]
+fn a_second_client_during_a_test_is_told_the_server_is_busy() {
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let mut first = util::spawn(&["-c", "127.0.0.1", "-p", &port, "-t", "1.5"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let second = pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1"], LIMIT);
+    assert_eq!(second.code(), Some(1), "{}", second.explain());
+    assert!(
+        second.stderr().contains("server busy"),
+        "{}",
+        second.explain()
+    );
+    assert!(
+        second.elapsed < Duration::from_secs(3),
+        "refusal is quick{}",
+        second.explain()
+    );
+    assert!(
+        first.wait().unwrap().success(),
+        "the running test is unaffected"
+    );
+}
+
+#[test]
+fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
+    let mut server = Server::start(&[]);
+    let addr = format!("127.0.0.1:{}", server.port);
+    // An HTTP request.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut sink = Vec::new();
+    let _ = s.read_to_end(&mut sink);
+    // A future client: preamble, then a Hello with another protocol version.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(protocol::PREAMBLE).unwrap();
+    s.write_all(&protocol::encode(&ControlMsg::Hello {
+        version: 99,
+        software: "pinperf 9".into(),
+    }))
+    .unwrap();
+    let mut pre = [0u8; 8];
+    s.read_exact(&mut pre).unwrap();
+    let peer = s.peer_addr().unwrap();
+    match protocol::read_frame(&mut s, peer).unwrap() {
+        ControlMsg::Refuse { reason } => {
+            assert_eq!(
+                reason,
+                format!(
+                    "pinperf 9 speaks protocol 99; this server ({}) speaks 1",
+                    protocol::SOFTWARE
+                )
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // A frame claiming 4 GiB.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(protocol::PREAMBLE).unwrap();
+    s.write_all(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).unwrap();
+    drop(s);
+    assert!(server.is_running());
+    eventually_ok(&server.port_arg()).assert_ok();
+}
+
+#[test]
+fn usage_errors_exit_2_and_name_the_flag() {
+    let run = pinperf(&["--loopback", "-P", "0"], LIMIT);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert_eq!(run.stderr(), "pinperf: -P 0: streams must be 1 to 256\n");
+    let run = pinperf(&["--loopback", "-l", "lots"], LIMIT);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(run.stderr().contains("'--len <SIZE>'"), "{}", run.explain());
+    let run = pinperf(&[], LIMIT);
+    assert_eq!(run.code(), Some(2));
+}
