@@ -31,29 +31,36 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     let n = cfg.streams as usize;
     let allowed = pin::allowed_cpus();
     let local_plan =
-        pin::plan(&cfg.affinity, n, 0, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
+        pin::plan(&cfg.affinity, n, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
 
-    let (addrs, placement_note) = if cfg.loopback {
-        let addr = start_loopback_server(&cfg)?;
-        let note = (cfg.affinity == Affinity::Auto && cfg.remote_affinity.is_none() && allowed.len() > 1)
-            .then(|| {
-                format!(
-                    "loopback on {} cores: each stream's receiver on a different core from its sender \
-                     (measured faster than sharing one: bench-scripts/placement.sh)",
-                    allowed.len()
-                )
-            });
-        (vec![addr], note)
+    let addrs = if cfg.loopback {
+        vec![start_loopback_server(&cfg)?]
     } else {
         let host = cfg.host.as_deref().unwrap_or("localhost");
-        (net::resolve(host, cfg.port, cfg.family)?, None)
+        net::resolve(host, cfg.port, cfg.family)?
     };
 
     let (mut stream, _) = net::connect(&addrs, cfg.bind, None, false, cfg.connect_timeout)?;
+    stream
+        .set_nodelay(true)
+        .op(|| "set TCP_NODELAY on the control connection".into())?;
     let peer = stream.peer_addr().op(|| "read server address".into())?;
     let local = stream.local_addr().op(|| "read local address".into())?;
     protocol::exchange_preamble(&mut stream, peer, PHASE_TIMEOUT)?;
     let ctl = Control::new(stream, peer)?;
+    // Both ends on this host with auto plans: stream i's sender and receiver share core i,
+    // which bench-scripts/placement.sh measured fastest here; say so in the header.
+    let placement_note = (peer.ip().is_loopback()
+        && cfg.affinity == Affinity::Auto
+        && cfg.remote_affinity.is_none()
+        && allowed.len() > 1)
+        .then(|| {
+            format!(
+                "same host, {} cores: each stream's sender and receiver share a core, streams \
+                 spread over cores (measured fastest on loopback: bench-scripts/placement.sh)",
+                allowed.len()
+            )
+        });
 
     ctl.send(&ControlMsg::Hello {
         version: PROTOCOL_VERSION,
@@ -255,7 +262,6 @@ fn start_loopback_server(cfg: &ClientConfig) -> Result<SocketAddr> {
         },
         data_port: None,
         affinity,
-        pin_offset: 1,
         quiet: true,
     })?;
     let addr = server.local_addr()?;

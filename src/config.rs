@@ -70,9 +70,6 @@ pub struct ServerConfig {
     pub limits: Limits,
     pub data_port: Option<u16>,
     pub affinity: Affinity,
-    /// Shift the auto plan by this many cores (the in-process loopback server uses 1 so each
-    /// stream's receiver sits on a different core from its sender).
-    pub pin_offset: usize,
     /// No log lines on stderr (the in-process `--loopback` server).
     pub quiet: bool,
 }
@@ -116,7 +113,6 @@ pub fn from_args(args: &Args) -> Result<Mode> {
             },
             data_port: args.data_port,
             affinity: local_plan,
-            pin_offset: 0,
             quiet: false,
         }));
     }

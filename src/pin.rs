@@ -97,18 +97,15 @@ pub fn allowed_cpus() -> Vec<usize> {
         .unwrap_or_default()
 }
 
-/// Builds the per-stream plan. `offset` rotates the auto plan (the loopback server uses 1).
-pub fn plan(
-    affinity: &Affinity,
-    streams: usize,
-    offset: usize,
-    allowed: &[usize],
-) -> Result<PinPlan, String> {
+/// Builds the per-stream plan: stream i on the i-th allowed core (round-robin). On one host
+/// both ends use the same plan, so stream i's sender and receiver share a core; that
+/// measured fastest on loopback (bench-scripts/placement.sh).
+pub fn plan(affinity: &Affinity, streams: usize, allowed: &[usize]) -> Result<PinPlan, String> {
     let cpus = match affinity {
         Affinity::None => vec![None; streams],
         Affinity::Auto if allowed.is_empty() => vec![None; streams],
         Affinity::Auto => (0..streams)
-            .map(|i| Some(allowed[(i + offset) % allowed.len()]))
+            .map(|i| Some(allowed[i % allowed.len()]))
             .collect(),
         Affinity::List(list) => {
             if let Some(cpu) = list.iter().find(|c| !allowed.contains(c)) {
@@ -182,26 +179,22 @@ mod tests {
     }
 
     #[test]
-    fn auto_spreads_and_offsets() {
+    fn auto_spreads_lists_wrap_unknown_cpus_are_refused() {
         let allowed = [0, 1];
         assert_eq!(
-            plan(&Affinity::Auto, 4, 0, &allowed).unwrap().0,
+            plan(&Affinity::Auto, 4, &allowed).unwrap().0,
             vec![Some(0), Some(1), Some(0), Some(1)]
         );
         assert_eq!(
-            plan(&Affinity::Auto, 3, 1, &allowed).unwrap().0,
-            vec![Some(1), Some(0), Some(1)]
-        );
-        assert_eq!(
-            plan(&Affinity::None, 2, 0, &allowed).unwrap().0,
+            plan(&Affinity::None, 2, &allowed).unwrap().0,
             vec![None, None]
         );
         assert_eq!(
-            plan(&Affinity::List(vec![1]), 2, 0, &allowed).unwrap().0,
+            plan(&Affinity::List(vec![1]), 2, &allowed).unwrap().0,
             vec![Some(1), Some(1)]
         );
         assert_eq!(
-            plan(&Affinity::List(vec![5]), 1, 0, &allowed),
+            plan(&Affinity::List(vec![5]), 1, &allowed),
             Err("CPU 5 is not available to this process (allowed: 0-1)".to_string())
         );
     }

@@ -320,8 +320,8 @@ fn run_test(
     let n = params.streams as usize;
     let allowed = pin::allowed_cpus();
     let plan = match &params.pin {
-        Some(affinity) => pin::plan(affinity, n, 0, &allowed),
-        None => pin::plan(&cfg.affinity, n, cfg.pin_offset, &allowed),
+        Some(affinity) => pin::plan(affinity, n, &allowed),
+        None => pin::plan(&cfg.affinity, n, &allowed),
     }
     .map_err(|reason| refuse(ctl, format!("remote -A: {reason}")))?;
 
@@ -501,7 +501,6 @@ fn accept_streams(
         let slot = socks.get_mut(hello.stream as usize);
         match slot {
             Some(slot @ None) if hello.cookie == cookie => {
-                let _ = sock.set_nodelay(true);
                 *slot = Some(sock);
                 arrived += 1;
             }

@@ -161,9 +161,9 @@ pub fn connect(
         }
         match sock.connect_timeout(&SockAddr::from(*addr), timeout) {
             Ok(()) => {
-                let stream: TcpStream = sock.into();
-                stream.set_nodelay(true).op(|| "set TCP_NODELAY".into())?;
-                return Ok((stream, grant));
+                // No TCP_NODELAY: data streams keep Nagle/autocorking like every peer's
+                // default; the control connection sets it itself.
+                return Ok((sock.into(), grant));
             }
             Err(e) => last = Some((addr, e)),
         }

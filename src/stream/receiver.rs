@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 use super::{Batcher, StreamCtx, WAKE, is_timeout};
 use crate::error::{Error, IoContext, Result};
 
+/// Smallest buffer a receiver reads into: with small blocks, one `read()` per block would
+/// make the receiver, not the path, the bottleneck (iperf 2's server reads 128 KiB too).
+pub const MIN_READ: usize = 128 << 10;
+
+/// Bytes a receiver asks for per `read()` for a given block size.
+pub fn read_len(block_bytes: usize) -> usize {
+    block_bytes.max(MIN_READ)
+}
+
 /// What a receiver read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvOutcome {
@@ -25,7 +34,7 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
     ctx.pin()?;
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
-    let mut buf = vec![0u8; ctx.block_bytes];
+    let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
 
     let clock = ctx.wait_start()?;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Which placement of sender and receiver threads is fastest when both ends share a host?
+# pinperf --loopback with explicit -A LOCAL/REMOTE plans on cores 0 and 1:
+#   split  — every stream's receiver on the other core from its sender (0,1/1,0)
+#   paired — every stream's sender and receiver on the same core, streams spread (0,1/0,1)
+#   none   — the scheduler decides (-A none)
+# ROUNDS interleaved rounds of SECS each, medians. Needs at least 2 cores.
+#
+#   bench-scripts/placement.sh            # SECS=2 ROUNDS=5 BLOCKS="8k 128k" STREAMS="1 2 4"
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+SECS=${SECS:-2}
+ROUNDS=${ROUNDS:-5}
+BLOCKS=${BLOCKS:-"8k 128k"}
+STREAMS=${STREAMS:-"1 2 4"}
+out=${OUT:-$root/bench-results/placement-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+[ "$(nproc)" -ge 2 ] || { echo "placement.sh needs 2 cores; this host has $(nproc)" >&2; exit 1; }
+
+build_pinperf
+record_env "$out/env.txt"
+
+plan() { # name streams -> -A value
+  case $1 in
+    split) [ "$2" = 1 ] && echo "0/1" || echo "0,1/1,0" ;;
+    paired) [ "$2" = 1 ] && echo "0/0" || echo "0,1/0,1" ;;
+    none) echo none ;;
+  esac
+}
+
+raw=$out/raw.csv
+echo "round,block,streams,placement,gbps" >"$raw"
+for ((r = 0; r < ROUNDS; r++)); do
+  for b in $BLOCKS; do
+    for p in $STREAMS; do
+      for pl in $(rotate "$r" split paired none); do
+        g=$("$PINPERF" --loopback -l "$b" -P "$p" -t "$SECS" -i "$SECS" -A "$(plan "$pl" "$p")" |
+          awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}')
+        echo "$r,$b,$p,$pl,${g:-NA}" | tee -a "$raw" >&2
+      done
+    done
+  done
+done
+medians "$raw" block,streams,placement gbps | tee "$out/summary.csv"
