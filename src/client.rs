@@ -190,7 +190,12 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
                     break None;
                 }
                 Ok(other) => break Some(unexpected(peer, "a row or the totals", &other)),
-                Err(e) => break Some(e),
+                Err(e) => {
+                    break Some(Error::Test(format!(
+                        "test aborted {:.1} s after its start: {e}",
+                        t0.elapsed().as_secs_f64()
+                    )));
+                }
             }
         };
     }

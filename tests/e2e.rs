@@ -324,6 +324,33 @@ fn a_client_killed_mid_test_leaves_the_server_serving() {
 }
 
 #[test]
+fn a_server_that_vanishes_mid_test_fails_the_client_quickly() {
+    let mut server = Server::start(&[]);
+    let port = server.port_arg();
+    let client = util::spawn(&["-c", "127.0.0.1", "-p", &port, "-P", "2", "-t", "10"]);
+    std::thread::sleep(Duration::from_millis(700));
+    server.child.kill().unwrap();
+    let killed = Instant::now();
+    let out = client.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "client took {:?} to notice",
+        killed.elapsed()
+    );
+    assert!(
+        stderr.starts_with("pinperf: test aborted ")
+            && stderr.contains("closed the control connection"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("**"),
+        "no total for a failed test"
+    );
+}
+
+#[test]
 fn a_second_client_during_a_test_is_told_the_server_is_busy() {
     let server = Server::start(&[]);
     let port = server.port_arg();
