@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::report::Format;
 use crate::units;
 
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
@@ -104,6 +105,26 @@ pub struct Args {
         help_heading = "Test"
     )]
     pub affinity: String,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text", help_heading = "Output")]
+    pub format: Format,
+
+    /// Same as --format json: one JSON document at the end.
+    #[arg(short = 'J', long, conflicts_with_all = ["format", "json_lines", "csv"], help_heading = "Output")]
+    pub json: bool,
+
+    /// Same as --format json-lines: one JSON event per line, live.
+    #[arg(long, conflicts_with_all = ["format", "csv"], help_heading = "Output")]
+    pub json_lines: bool,
+
+    /// Same as --format csv: one row per stream per interval, sum rows marked.
+    #[arg(long, conflicts_with = "format", help_heading = "Output")]
+    pub csv: bool,
+
+    /// Do not echo block headers: no block RTT, kernel RTT only.
+    #[arg(long, help_heading = "Test")]
+    pub no_echo: bool,
 
     // ---- server ----
     /// Serve one test, then exit.

@@ -19,7 +19,6 @@ use crate::protocol::{
 };
 use crate::report::interval::IntervalCutter;
 use crate::report::model::Header;
-use crate::report::text::TextFormatter;
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
 use crate::stream::{BatchChannels, StreamCtx, sender, spawn_named};
@@ -79,6 +78,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         duration_us: cfg.duration.as_micros() as u64,
         interval_us: cfg.interval.as_micros() as u64,
         pin: cfg.remote_affinity.clone(),
+        echo: cfg.echo,
     }))?;
     let accept = match ctl.recv(PHASE_TIMEOUT)? {
         ControlMsg::Accept(a) => a,
@@ -134,6 +134,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         placement_note,
         duration_s: cfg.duration.as_secs_f64(),
         interval_s: cfg.interval.as_secs_f64(),
+        echo: cfg.echo,
     };
 
     // Threads: pinned senders and the reporter.
@@ -146,6 +147,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
             id: id as u16,
             cpu: local_plan.0[id],
             block_bytes: cfg.block_bytes as usize,
+            echo: cfg.echo,
             batches: channels.tx.clone(),
             free: channels.free_rx.clone(),
             start: start_rx.clone(),
@@ -163,7 +165,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     drop(tx);
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let cutter = IntervalCutter::new(n, cfg.duration, cfg.interval);
-    let out = Box::new(TextFormatter::new(std::io::stdout()));
+    let out = report::formatter(cfg.format, std::io::stdout());
     let reporter = spawn_named("reporter".into(), move || {
         report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out)
     })?;

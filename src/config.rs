@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::cli::Args;
 use crate::error::{Error, Result};
 use crate::pin::Affinity;
+use crate::report::Format;
 use crate::units::format_size;
 
 /// Most streams a client may run (`-P`).
@@ -50,6 +51,9 @@ pub struct ClientConfig {
     pub affinity: Affinity,
     pub remote_affinity: Option<Affinity>,
     pub loopback: bool,
+    /// Block-header echoes for block RTT (off with `--no-echo`).
+    pub echo: bool,
+    pub format: Format,
 }
 
 /// Server limits a client cannot exceed.
@@ -143,7 +147,19 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         affinity: local_plan,
         remote_affinity: remote_plan,
         loopback: args.loopback,
+        echo: !args.no_echo,
+        format: output_format(args),
     }))
+}
+
+/// `--format`, or the shortcut flags (clap rejects more than one).
+fn output_format(args: &Args) -> Format {
+    match (args.json, args.json_lines, args.csv) {
+        (true, _, _) => Format::Json,
+        (_, true, _) => Format::JsonLines,
+        (_, _, true) => Format::Csv,
+        _ => args.format,
+    }
 }
 
 fn validate_streams(parallel: u32) -> Result<u16> {

@@ -361,6 +361,7 @@ fn run_test(
             id: id as u16,
             cpu: plan.0[id],
             block_bytes: params.block_bytes as usize,
+            echo: params.echo,
             batches: channels.tx.clone(),
             free: channels.free_rx.clone(),
             start: start_rx.clone(),
@@ -526,6 +527,7 @@ mod tests {
             duration_us: 3_000_000,
             interval_us: 1_000_000,
             pin: None,
+            echo: true,
         }
     }
 

@@ -141,6 +141,56 @@ pub fn set_buffer_force(fd: BorrowedFd<'_>, send: bool, bytes: u64) -> io::Resul
     setsockopt_int(fd, libc::SOL_SOCKET, name, value)
 }
 
+/// `recv(MSG_DONTWAIT)`: whatever is queued now, or `WouldBlock`. Used by senders to
+/// collect block-header echoes between blocking writes.
+#[cfg(target_os = "linux")]
+pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a live, writable slice and its length bounds what the kernel writes.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `send(MSG_DONTWAIT | MSG_NOSIGNAL)`: queue what fits now, never block. Used by
+/// receivers to echo block headers without stalling the read loop.
+#[cfg(target_os = "linux")]
+pub fn send_nowait(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a live slice; the kernel only reads `buf.len()` bytes from it.
+    let n = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn recv_nowait(_fd: BorrowedFd<'_>, _buf: &mut [u8]) -> io::Result<usize> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn send_nowait(_fd: BorrowedFd<'_>, _buf: &[u8]) -> io::Result<usize> {
+    unsupported()
+}
+
 #[cfg(not(target_os = "linux"))]
 fn unsupported<T>() -> io::Result<T> {
     Err(io::Error::new(

@@ -38,6 +38,8 @@ pub struct TestParams {
     pub interval_us: u64,
     /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
     pub pin: Option<Affinity>,
+    /// Echo block headers for block RTT.
+    pub echo: bool,
 }
 
 /// The server's yes: where to connect the streams and what it set up.

@@ -10,44 +10,71 @@ use std::time::Duration;
 
 use crate::stream::{Batch, TcpSample};
 
-/// Kernel RTT statistics over an interval (from `TCP_INFO` samples), microseconds.
+/// RTT statistics over an interval, microseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RttStats {
     pub min_us: u32,
     pub avg_us: f64,
     pub max_us: u32,
+    /// Median, where the samples are kept (block RTT); `None` for kernel srtt.
+    pub median_us: Option<u32>,
     pub samples: u32,
+}
+
+impl RttStats {
+    /// Statistics of `samples` (sorted in place for the median); `None` when empty.
+    pub fn of(samples: &mut [u32]) -> Option<RttStats> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_unstable();
+        let n = samples.len();
+        let median = if n % 2 == 1 {
+            samples[n / 2]
+        } else {
+            ((u64::from(samples[n / 2 - 1]) + u64::from(samples[n / 2])) / 2) as u32
+        };
+        Some(RttStats {
+            min_us: samples[0],
+            avg_us: samples.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64,
+            max_us: samples[n - 1],
+            median_us: Some(median),
+            samples: n as u32,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default)]
 struct StreamAcc {
     bytes: u64,
-    rtt_min: u32,
-    rtt_max: u32,
-    rtt_sum: u64,
-    rtt_n: u32,
+    srtt_min: u32,
+    srtt_max: u32,
+    srtt_sum: u64,
+    srtt_n: u32,
     last_sample: Option<TcpSample>,
+    block_rtts_us: Vec<u32>,
 }
 
 impl StreamAcc {
     fn add_sample(&mut self, s: TcpSample) {
         if s.rtt_us > 0 {
-            if self.rtt_n == 0 || s.rtt_us < self.rtt_min {
-                self.rtt_min = s.rtt_us;
+            if self.srtt_n == 0 || s.rtt_us < self.srtt_min {
+                self.srtt_min = s.rtt_us;
             }
-            self.rtt_max = self.rtt_max.max(s.rtt_us);
-            self.rtt_sum += u64::from(s.rtt_us);
-            self.rtt_n += 1;
+            self.srtt_max = self.srtt_max.max(s.rtt_us);
+            self.srtt_sum += u64::from(s.rtt_us);
+            self.srtt_n += 1;
         }
         self.last_sample = Some(s);
     }
 
-    fn rtt(&self) -> Option<RttStats> {
-        (self.rtt_n > 0).then(|| RttStats {
-            min_us: self.rtt_min,
-            avg_us: self.rtt_sum as f64 / f64::from(self.rtt_n),
-            max_us: self.rtt_max,
-            samples: self.rtt_n,
+    fn srtt(&self) -> Option<RttStats> {
+        (self.srtt_n > 0).then(|| RttStats {
+            min_us: self.srtt_min,
+            avg_us: self.srtt_sum as f64 / f64::from(self.srtt_n),
+            max_us: self.srtt_max,
+            median_us: None,
+            samples: self.srtt_n,
         })
     }
 }
@@ -56,11 +83,14 @@ impl StreamAcc {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamSlice {
     pub bytes: u64,
-    pub rtt: Option<RttStats>,
+    /// Kernel smoothed RTT over the interval's `TCP_INFO` samples.
+    pub srtt: Option<RttStats>,
+    /// Block RTT (header echoes) over the interval.
+    pub block_rtt: Option<RttStats>,
     /// Retransmits during the interval (from `tcpi_total_retrans`), when sampled.
     pub retransmits: Option<u64>,
-    /// Congestion window at the interval's last sample, bytes.
-    pub cwnd_bytes: Option<u64>,
+    /// The interval's last `TCP_INFO` sample (cwnd, min RTT, rates, unsent bytes).
+    pub last: Option<TcpSample>,
 }
 
 /// A closed interval: `[begin_ns, end_ns)` since the start, one slice per stream.
@@ -158,6 +188,11 @@ impl IntervalCutter {
             let idx = self.index_of(sample.t_ns);
             self.slot(idx)[s].add_sample(*sample);
         }
+        for rtt in &batch.block_rtts {
+            let idx = self.index_of(rtt.t_ns);
+            let us = u32::try_from(rtt.rtt_ns / 1000).unwrap_or(u32::MAX);
+            self.slot(idx)[s].block_rtts_us.push(us);
+        }
         self.watermarks[s] = self.watermarks[s].max(batch.watermark_ns);
         self.done[s] |= batch.done;
     }
@@ -197,29 +232,24 @@ impl IntervalCutter {
         } else {
             nominal_end
         };
-        let accs = self.slot(k).clone();
-        self.open.pop_front();
+        self.slot(k);
+        let accs = self.open.pop_front().expect("slot k exists");
         self.first_open += 1;
         let streams = accs
             .into_iter()
             .enumerate()
-            .map(|(s, acc)| {
-                let (retransmits, cwnd_bytes) = match acc.last_sample {
-                    Some(sample) => {
-                        let before = self.prev_retrans[s].unwrap_or(0);
-                        self.prev_retrans[s] = Some(sample.total_retrans);
-                        (
-                            Some(u64::from(sample.total_retrans.saturating_sub(before))),
-                            Some(sample.cwnd_bytes),
-                        )
-                    }
-                    None => (None, None),
-                };
+            .map(|(s, mut acc)| {
+                let retransmits = acc.last_sample.map(|sample| {
+                    let before = self.prev_retrans[s].unwrap_or(0);
+                    self.prev_retrans[s] = Some(sample.total_retrans);
+                    u64::from(sample.total_retrans.saturating_sub(before))
+                });
                 StreamSlice {
                     bytes: acc.bytes,
-                    rtt: acc.rtt(),
+                    srtt: acc.srtt(),
+                    block_rtt: RttStats::of(&mut acc.block_rtts_us),
                     retransmits,
-                    cwnd_bytes,
+                    last: acc.last_sample,
                 }
             })
             .collect();
@@ -247,6 +277,7 @@ mod tests {
                 .map(|&(t_ns, bytes)| BlockRecord { t_ns, bytes })
                 .collect(),
             samples: Vec::new(),
+            block_rtts: Vec::new(),
             watermark_ns,
             done,
         }
@@ -321,14 +352,50 @@ mod tests {
     }
 
     #[test]
+    fn block_rtts_fall_in_their_interval_with_a_median() {
+        let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1));
+        let mut b = batch(0, &[], 1500 * MS, false);
+        b.block_rtts = [
+            (100, 5_000),
+            (200, 1_000),
+            (300, 3_000),
+            (400, 9_000),
+            (1100, 7_000),
+        ]
+        .iter()
+        .map(|&(t_ms, rtt_ns)| crate::stream::BlockRtt {
+            t_ns: t_ms * MS,
+            rtt_ns,
+        })
+        .collect();
+        c.add(&b);
+        let rtt = c.pop_ready().unwrap().streams[0].block_rtt.unwrap();
+        assert_eq!(
+            (rtt.min_us, rtt.max_us, rtt.median_us, rtt.samples),
+            (1, 9, Some(4), 4)
+        );
+        assert_eq!(rtt.avg_us, 4.5);
+        c.finish();
+        assert_eq!(
+            c.pop_ready().unwrap().streams[0]
+                .block_rtt
+                .unwrap()
+                .median_us,
+            Some(7)
+        );
+        assert_eq!(RttStats::of(&mut [3, 1, 2]).unwrap().median_us, Some(2));
+        assert_eq!(RttStats::of(&mut []), None);
+    }
+
+    #[test]
     fn retransmits_are_per_interval_deltas() {
         let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1));
         let sample = |t_ns, total_retrans, rtt_us| TcpSample {
             t_ns,
             rtt_us,
-            rttvar_us: 0,
             total_retrans,
             cwnd_bytes: 1000,
+            ..TcpSample::default()
         };
         let mut b = batch(0, &[], 1200 * MS, false);
         b.samples = vec![
@@ -339,8 +406,8 @@ mod tests {
         c.add(&b);
         let iv = c.pop_ready().unwrap();
         assert_eq!(iv.streams[0].retransmits, Some(5));
-        assert_eq!(iv.streams[0].rtt.unwrap().min_us, 100);
-        assert_eq!(iv.streams[0].rtt.unwrap().max_us, 300);
+        assert_eq!(iv.streams[0].srtt.unwrap().min_us, 100);
+        assert_eq!(iv.streams[0].srtt.unwrap().max_us, 300);
         c.finish();
         assert_eq!(c.pop_ready().unwrap().streams[0].retransmits, Some(4));
     }

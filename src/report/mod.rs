@@ -3,7 +3,11 @@
 //! closes; the client's joins them with its own sender intervals and is the only writer of
 //! stdout. Formatters (one per format) print the model and compute nothing.
 
+pub mod csv;
+pub mod diagnosis;
+pub mod fairness;
 pub mod interval;
+pub mod json;
 pub mod model;
 pub mod text;
 
@@ -16,14 +20,36 @@ use crossbeam_channel::{Receiver, Sender, select};
 use crate::error::Result;
 use crate::protocol::{Control, ControlMsg, ReceiverDone, ReceiverRow};
 use crate::stream::Batch;
-use interval::{ClosedInterval, IntervalCutter, StreamSlice};
-use model::{Header, IntervalReport, RowStats, RttMs, StreamRow, Summary};
+use crate::stream::TcpSample;
+use interval::{ClosedInterval, IntervalCutter, RttStats};
+use model::{
+    Header, IntervalReport, RttSummary, SideTotal, StreamRow, SumRow, Summary, TestFairness,
+};
 
 /// One output format.
 pub trait Formatter: Send {
     fn header(&mut self, header: &Header) -> io::Result<()>;
     fn interval(&mut self, interval: &IntervalReport) -> io::Result<()>;
     fn summary(&mut self, summary: &Summary) -> io::Result<()>;
+}
+
+/// Output formats (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    JsonLines,
+    Csv,
+}
+
+/// The formatter for `format`, writing to `out`.
+pub fn formatter(format: Format, out: impl io::Write + Send + 'static) -> Box<dyn Formatter> {
+    match format {
+        Format::Text => Box::new(text::TextFormatter::new(out)),
+        Format::Json => Box::new(json::JsonFormatter::new(out)),
+        Format::JsonLines => Box::new(json::JsonLinesFormatter::new(out)),
+        Format::Csv => Box::new(csv::CsvFormatter::new(out)),
+    }
 }
 
 /// What the server's reporter found once every stream ended.
@@ -81,14 +107,61 @@ pub enum RemoteEvent {
     Done(ReceiverDone),
 }
 
+/// Whole-test accumulation of RTT statistics (weighted by samples).
+#[derive(Default, Clone, Copy)]
+struct RttAgg {
+    min: f64,
+    max: f64,
+    sum: f64,
+    n: u64,
+}
+
+impl RttAgg {
+    fn add(&mut self, r: &RttSummary) {
+        if r.samples == 0 {
+            return;
+        }
+        self.min = if self.n == 0 {
+            r.min_us
+        } else {
+            self.min.min(r.min_us)
+        };
+        self.max = self.max.max(r.max_us);
+        self.sum += r.avg_us * r.samples as f64;
+        self.n += r.samples;
+    }
+
+    fn summary(&self) -> Option<RttSummary> {
+        (self.n > 0).then(|| RttSummary {
+            min_us: self.min,
+            avg_us: self.sum / self.n as f64,
+            max_us: self.max,
+            median_us: None,
+            samples: self.n,
+        })
+    }
+
+    fn of<'a>(it: impl Iterator<Item = &'a RttSummary>) -> Option<RttSummary> {
+        let mut agg = RttAgg::default();
+        it.for_each(|r| agg.add(r));
+        agg.summary()
+    }
+}
+
+/// Per-stream whole-test state of the client's reporter.
 #[derive(Default, Clone)]
 struct StreamTotal {
-    rtt_min: f64,
-    rtt_max: f64,
-    rtt_sum: f64,
-    rtt_n: u64,
+    kernel: RttAgg,
+    block: RttAgg,
     retransmits: Option<u64>,
-    cwnd: Option<u64>,
+    last: Option<TcpSample>,
+    starved_intervals: u32,
+}
+
+/// Everything the client's reporter accumulates across intervals.
+struct Totals {
+    streams: Vec<StreamTotal>,
+    intervals: u32,
 }
 
 /// The client side: cut the sender's records, join with the receiver's rows by interval
@@ -106,7 +179,10 @@ pub fn run_sender_reporter(
     let mut locals: BTreeMap<u32, ClosedInterval> = BTreeMap::new();
     let mut remotes: BTreeMap<u32, ReceiverRow> = BTreeMap::new();
     let mut next = 0u32;
-    let mut totals = vec![StreamTotal::default(); streams];
+    let mut totals = Totals {
+        streams: vec![StreamTotal::default(); streams],
+        intervals: 0,
+    };
     let mut done: Option<ReceiverDone> = None;
     let (mut local_open, mut remote_open) = (true, true);
 
@@ -143,7 +219,7 @@ pub fn run_sender_reporter(
     }
     let sent = cutter.totals().to_vec();
     if let Some(d) = &done {
-        let summary = summarize(&sent, d, &totals);
+        let summary = summarize(&header, &sent, d, &totals);
         if output_ok {
             output_ok = write_ok(out.summary(&summary));
         }
@@ -166,62 +242,79 @@ fn write_ok(r: io::Result<()>) -> bool {
     }
 }
 
-fn rtt_ms(slice: &StreamSlice) -> Option<RttMs> {
-    slice.rtt.map(|r| RttMs {
-        min: f64::from(r.min_us) / 1e3,
-        avg: r.avg_us / 1e3,
-        max: f64::from(r.max_us) / 1e3,
-    })
+fn summary_of(r: &RttStats) -> RttSummary {
+    RttSummary {
+        min_us: f64::from(r.min_us),
+        avg_us: r.avg_us,
+        max_us: f64::from(r.max_us),
+        median_us: r.median_us.map(f64::from),
+        samples: u64::from(r.samples),
+    }
 }
 
 fn bps(bytes: u64, secs: f64) -> f64 {
     crate::units::mbps(bytes, secs) * 1e6
 }
 
-fn join(
-    local: &ClosedInterval,
-    remote: &ReceiverRow,
-    totals: &mut [StreamTotal],
-) -> IntervalReport {
-    let begin_s = remote.begin_us as f64 / 1e6;
-    let end_s = remote.end_us as f64 / 1e6;
-    let span = end_s - begin_s;
+/// A stream row from the receiver's bytes and the sender's view of the same span.
+fn stream_row(
+    stream: u16,
+    start: f64,
+    end: f64,
+    bytes: u64,
+    sent_bytes: u64,
+    last: Option<TcpSample>,
+) -> StreamRow {
+    StreamRow {
+        stream,
+        start,
+        end,
+        seconds: end - start,
+        bytes,
+        bits_per_second: bps(bytes, end - start),
+        sent_bytes,
+        retransmits: None,
+        snd_cwnd: last.map(|l| l.cwnd_bytes),
+        rtt: None,
+        rttvar: last.map(|l| l.rttvar_us),
+        min_rtt: last.map(|l| l.min_rtt_us).filter(|&v| v > 0),
+        delivery_rate: last.map(|l| l.delivery_rate_bps),
+        pacing_rate: last.map(|l| l.pacing_rate_bps),
+        notsent_bytes: last.map(|l| l.notsent_bytes),
+        sndbuf: last.map(|l| l.sndbuf_bytes).filter(|&v| v > 0),
+        kernel_rtt: None,
+        block_rtt: None,
+    }
+}
+
+fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> IntervalReport {
+    let start = remote.begin_us as f64 / 1e6;
+    let end = remote.end_us as f64 / 1e6;
     let mut rows = Vec::with_capacity(local.streams.len());
     for (s, slice) in local.streams.iter().enumerate() {
         let bytes = remote.bytes.get(s).copied().unwrap_or(0);
-        let rtt = rtt_ms(slice);
-        if let (Some(t), Some(r)) = (totals.get_mut(s), slice.rtt) {
-            let (min, max) = (f64::from(r.min_us) / 1e3, f64::from(r.max_us) / 1e3);
-            t.rtt_min = if t.rtt_n == 0 {
-                min
-            } else {
-                t.rtt_min.min(min)
-            };
-            t.rtt_max = t.rtt_max.max(max);
-            t.rtt_sum += r.avg_us / 1e3 * f64::from(r.samples);
-            t.rtt_n += u64::from(r.samples);
-        }
-        if let Some(t) = totals.get_mut(s) {
+        let mut row = stream_row(s as u16, start, end, bytes, slice.bytes, slice.last);
+        row.retransmits = slice.retransmits;
+        row.kernel_rtt = slice.srtt.as_ref().map(summary_of);
+        row.rtt = row.kernel_rtt.map(|k| k.avg_us);
+        row.block_rtt = slice.block_rtt.as_ref().map(summary_of);
+        if let Some(t) = totals.streams.get_mut(s) {
+            if let Some(k) = &row.kernel_rtt {
+                t.kernel.add(k);
+            }
+            if let Some(b) = &row.block_rtt {
+                t.block.add(b);
+            }
             if let Some(retr) = slice.retransmits {
                 *t.retransmits.get_or_insert(0) += retr;
             }
-            t.cwnd = slice.cwnd_bytes.or(t.cwnd);
+            t.last = slice.last.or(t.last);
+            t.starved_intervals += u32::from(bytes == 0);
         }
-        rows.push(StreamRow {
-            stream: s as u16,
-            stats: RowStats {
-                begin_s,
-                end_s,
-                bytes,
-                bits_per_second: bps(bytes, span),
-                sent_bytes: slice.bytes,
-                rtt_ms: rtt,
-                retransmits: slice.retransmits,
-                snd_cwnd: slice.cwnd_bytes,
-            },
-        });
+        rows.push(row);
     }
-    let sum = sum_rows(&rows, begin_s, end_s);
+    totals.intervals += 1;
+    let sum = sum_row(&rows, start, end);
     IntervalReport {
         index: local.index,
         streams: rows,
@@ -229,62 +322,80 @@ fn join(
     }
 }
 
-/// The sum of stream rows over one span: bytes add, RTT takes the extremes and the mean of
-/// the means, retransmits add, cwnd adds.
-fn sum_rows(rows: &[StreamRow], begin_s: f64, end_s: f64) -> RowStats {
-    let bytes: u64 = rows.iter().map(|r| r.stats.bytes).sum();
-    let rtts: Vec<RttMs> = rows.iter().filter_map(|r| r.stats.rtt_ms).collect();
-    let rtt_ms = (!rtts.is_empty()).then(|| RttMs {
-        min: rtts.iter().map(|r| r.min).fold(f64::INFINITY, f64::min),
-        avg: rtts.iter().map(|r| r.avg).sum::<f64>() / rtts.len() as f64,
-        max: rtts.iter().map(|r| r.max).fold(0.0, f64::max),
-    });
-    let add = |f: fn(&RowStats) -> Option<u64>| -> Option<u64> {
-        rows.iter().filter_map(|r| f(&r.stats)).reduce(|a, b| a + b)
-    };
-    RowStats {
-        begin_s,
-        end_s,
+/// The sum of stream rows over one span: bytes and retransmits add; RTTs combine weighted
+/// by samples; fairness over the streams' bytes.
+fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
+    let bytes: u64 = rows.iter().map(|r| r.bytes).sum();
+    let byte_counts: Vec<u64> = rows.iter().map(|r| r.bytes).collect();
+    SumRow {
+        sum: true,
+        start,
+        end,
+        seconds: end - start,
         bytes,
-        bits_per_second: bps(bytes, end_s - begin_s),
-        sent_bytes: rows.iter().map(|r| r.stats.sent_bytes).sum(),
-        rtt_ms,
-        retransmits: add(|s| s.retransmits),
-        snd_cwnd: add(|s| s.snd_cwnd),
+        bits_per_second: bps(bytes, end - start),
+        sent_bytes: rows.iter().map(|r| r.sent_bytes).sum(),
+        retransmits: rows
+            .iter()
+            .filter_map(|r| r.retransmits)
+            .reduce(|a, b| a + b),
+        block_rtt: RttAgg::of(rows.iter().filter_map(|r| r.block_rtt.as_ref())),
+        kernel_rtt: RttAgg::of(rows.iter().filter_map(|r| r.kernel_rtt.as_ref())),
+        fairness: fairness::of(&byte_counts),
     }
 }
 
-fn summarize(sent: &[u64], done: &ReceiverDone, totals: &[StreamTotal]) -> Summary {
-    let end_s = done.elapsed_us as f64 / 1e6;
+fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals) -> Summary {
+    let end = done.elapsed_us as f64 / 1e6;
     let rows: Vec<StreamRow> = totals
+        .streams
         .iter()
         .enumerate()
         .map(|(s, t)| {
             let bytes = done.bytes.get(s).copied().unwrap_or(0);
-            StreamRow {
-                stream: s as u16,
-                stats: RowStats {
-                    begin_s: 0.0,
-                    end_s,
-                    bytes,
-                    bits_per_second: bps(bytes, end_s),
-                    sent_bytes: sent.get(s).copied().unwrap_or(0),
-                    rtt_ms: (t.rtt_n > 0).then(|| RttMs {
-                        min: t.rtt_min,
-                        avg: t.rtt_sum / t.rtt_n as f64,
-                        max: t.rtt_max,
-                    }),
-                    retransmits: t.retransmits,
-                    snd_cwnd: t.cwnd,
-                },
-            }
+            let mut row = stream_row(
+                s as u16,
+                0.0,
+                end,
+                bytes,
+                sent.get(s).copied().unwrap_or(0),
+                t.last,
+            );
+            row.retransmits = t.retransmits;
+            row.kernel_rtt = t.kernel.summary();
+            row.rtt = row.kernel_rtt.map(|k| k.avg_us);
+            row.block_rtt = t.block.summary();
+            row
         })
         .collect();
-    let sum = sum_rows(&rows, 0.0, end_s);
+    let sum = sum_row(&rows, 0.0, end);
+    let sent_bytes: u64 = sent.iter().sum();
+    let side = |bytes: u64, retransmits: Option<u64>| SideTotal {
+        start: 0.0,
+        end,
+        seconds: end,
+        bytes,
+        bits_per_second: bps(bytes, end),
+        retransmits,
+    };
+    let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
+    let diagnosis = diagnosis::diagnose(&diagnosis::Evidence {
+        header,
+        streams: &rows,
+        starved_intervals: &starved,
+        intervals: totals.intervals,
+        rate_bps: sum.bits_per_second,
+    });
     Summary {
-        sent_bytes: sent.iter().sum(),
-        received_bytes: done.bytes.iter().sum(),
+        sum_sent: side(sent_bytes, sum.retransmits),
+        sum_received: side(sum.bytes, None),
+        fairness: TestFairness {
+            totals: sum.fairness,
+            starved_intervals: starved.iter().sum(),
+            stream_intervals: totals.intervals * rows.len() as u32,
+        },
         streams: rows,
         sum,
+        diagnosis,
     }
 }

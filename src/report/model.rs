@@ -1,14 +1,17 @@
 //! The report model: plain data every formatter prints and never recomputes. Built by the
 //! client's reporter from the receiver's rows (the truth for Mb/s) joined with the
-//! sender's own intervals (kernel RTT, retransmits, cwnd, bytes written).
+//! sender's own intervals (block RTT, `TCP_INFO`, bytes written). Field names follow
+//! iperf3's JSON where the concept is the same (`bytes`, `bits_per_second`,
+//! `retransmits`, `snd_cwnd`, `rtt`, `sum_sent`, `sum_received`); times in seconds as
+//! iperf3 does, RTTs in microseconds, rates in bits per second.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::net::{PathInfo, WindowGrant};
 use crate::pin::PinPlan;
 
 /// Everything known before the first byte moves.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Header {
     pub software: String,
     pub local: String,
@@ -21,64 +24,133 @@ pub struct Header {
     pub path: PathInfo,
     pub local_pin: PinPlan,
     pub remote_pin: PinPlan,
-    /// Why this placement (e.g. the loopback rule), when there is something to say.
+    /// Why this placement (e.g. the same-host rule), when there is something to say.
     pub placement_note: Option<String>,
     pub duration_s: f64,
     pub interval_s: f64,
+    /// Block-header echoes (block RTT) are on.
+    pub echo: bool,
 }
 
-/// Kernel RTT over a row, milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct RttMs {
-    pub min: f64,
-    pub avg: f64,
-    pub max: f64,
+/// RTT statistics, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RttSummary {
+    pub min_us: f64,
+    pub avg_us: f64,
+    pub max_us: f64,
+    /// Kept for block RTT per interval; absent for kernel srtt and for whole-test totals.
+    pub median_us: Option<f64>,
+    pub samples: u64,
 }
 
-/// The figures of one row, for one stream or for the sum.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RowStats {
-    pub begin_s: f64,
-    pub end_s: f64,
-    /// Bytes the receiver read.
-    pub bytes: u64,
-    /// What the receiver saw: `bytes` over the row's span.
-    pub bits_per_second: f64,
-    /// Bytes the sender's `write()` calls returned in the sender's matching interval.
-    pub sent_bytes: u64,
-    pub rtt_ms: Option<RttMs>,
-    pub retransmits: Option<u64>,
-    pub snd_cwnd: Option<u64>,
-}
-
-/// One stream's row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One stream over one span (an interval, or the whole test).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamRow {
     pub stream: u16,
-    #[serde(flatten)]
-    pub stats: RowStats,
+    pub start: f64,
+    pub end: f64,
+    pub seconds: f64,
+    /// Bytes the receiver read.
+    pub bytes: u64,
+    /// What the receiver saw: `bytes` over the span.
+    pub bits_per_second: f64,
+    /// Bytes the sender's `write()` calls returned in the matching sender span.
+    pub sent_bytes: u64,
+    pub retransmits: Option<u64>,
+    /// Congestion window at the span's end, bytes.
+    pub snd_cwnd: Option<u64>,
+    /// Kernel smoothed RTT (mean of samples), its variation and the connection's min RTT.
+    pub rtt: Option<f64>,
+    pub rttvar: Option<u32>,
+    pub min_rtt: Option<u32>,
+    pub delivery_rate: Option<u64>,
+    pub pacing_rate: Option<u64>,
+    /// Bytes written but not yet sent, at the span's end.
+    pub notsent_bytes: Option<u32>,
+    /// The send buffer's size at the span's end (`SO_SNDBUF`, after autotuning).
+    pub sndbuf: Option<u64>,
+    /// Kernel srtt over the span's samples.
+    pub kernel_rtt: Option<RttSummary>,
+    /// Block RTT (header echoes): every queue a block waited in, both ways.
+    pub block_rtt: Option<RttSummary>,
+}
+
+/// How evenly the streams shared a span.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Fairness {
+    /// Jain's index over the streams' bytes: 1 = equal, 1/N = one stream got everything.
+    pub jain: Option<f64>,
+    /// Smallest and largest stream share of the bytes (0..1).
+    pub min_share: Option<f64>,
+    pub max_share: Option<f64>,
+    /// Streams that read nothing in the span.
+    pub starved: u32,
+    pub streams: u32,
+}
+
+/// All streams together over one interval. Never confusable with a stream row: it is its
+/// own type, under `sum`, with `"sum": true`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SumRow {
+    pub sum: bool,
+    pub start: f64,
+    pub end: f64,
+    pub seconds: f64,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub sent_bytes: u64,
+    pub retransmits: Option<u64>,
+    pub block_rtt: Option<RttSummary>,
+    pub kernel_rtt: Option<RttSummary>,
+    pub fairness: Fairness,
 }
 
 /// One interval: a row per stream and their sum.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IntervalReport {
     pub index: u32,
     pub streams: Vec<StreamRow>,
-    pub sum: RowStats,
+    pub sum: SumRow,
 }
 
-/// The end of the test: per-stream totals, the total, and the reconciliation.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Bytes and rate of one side, over the whole test.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SideTotal {
+    pub start: f64,
+    pub end: f64,
+    pub seconds: f64,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub retransmits: Option<u64>,
+}
+
+/// Fairness over the whole test.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TestFairness {
+    /// Over the streams' totals.
+    #[serde(flatten)]
+    pub totals: Fairness,
+    /// Stream-intervals in which a stream read nothing, of all stream-intervals.
+    pub starved_intervals: u32,
+    pub stream_intervals: u32,
+}
+
+/// The end of the test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// Per-stream totals (receiver bytes, sender bytes, whole-test RTTs).
     pub streams: Vec<StreamRow>,
-    pub sum: RowStats,
-    pub sent_bytes: u64,
-    pub received_bytes: u64,
+    pub sum: SumRow,
+    pub sum_sent: SideTotal,
+    pub sum_received: SideTotal,
+    pub fairness: TestFairness,
+    /// Plain-words findings, only when the numbers show them.
+    pub diagnosis: Vec<String>,
 }
 
 impl Summary {
     /// Sender and receiver agree to the byte.
     pub fn reconciled(&self) -> bool {
-        self.sent_bytes == self.received_bytes
+        self.sum_sent.bytes == self.sum_received.bytes
     }
 }

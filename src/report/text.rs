@@ -1,48 +1,63 @@
 //! Text output in thrulay's shape: `#` header lines, `( N)` rows per stream per interval
-//! (begin, end, Mb/s, RTT min/avg/max in ms, then appended columns), `(sum)` rows when
-//! there are several streams, `#( N)` totals and exactly one `#(**)` line, so
-//! `fgrep '**'` in a shell loop yields one line per run. Flushes after every interval.
+//! (begin, end, Mb/s, RTT min/avg/max in ms, then appended columns: retransmits and cwnd),
+//! `(sum)` rows when there are several streams, `#( N)` totals and exactly one `#(**)`
+//! line (with fairness appended: Jain's index, min and max share in %, starved
+//! stream-intervals), so `fgrep '**'` in a shell loop yields one line per run. RTT is the
+//! block RTT (header echoes) unless `--no-echo`, then the kernel's srtt. Flushes after every
+//! interval.
 
 use std::io::{self, Write};
 
 use super::Formatter;
-use super::model::{Header, IntervalReport, RowStats, Summary};
+use super::model::{Header, IntervalReport, RttSummary, Summary};
 use crate::units::format_size;
 
 /// Writes the text format to `out`.
 pub struct TextFormatter<W: Write> {
     out: W,
     streams: u16,
+    echo: bool,
 }
 
 impl<W: Write> TextFormatter<W> {
     pub fn new(out: W) -> Self {
-        TextFormatter { out, streams: 0 }
+        TextFormatter {
+            out,
+            streams: 0,
+            echo: true,
+        }
     }
+}
+
+/// The columns every row shares.
+struct Cols {
+    start: f64,
+    end: f64,
+    bits_per_second: f64,
+    rtt: Option<RttSummary>,
+    retransmits: Option<u64>,
+    snd_cwnd: Option<u64>,
 }
 
 fn opt_bytes(v: Option<u32>) -> String {
     v.map_or("?".to_string(), |v| format!("{v}B"))
 }
 
-fn row(label: &str, r: &RowStats) -> String {
-    let (min, avg, max) = match r.rtt_ms {
-        Some(rtt) => (
-            format!("{:.3}", rtt.min),
-            format!("{:.3}", rtt.avg),
-            format!("{:.3}", rtt.max),
-        ),
+fn row(label: &str, c: &Cols) -> String {
+    let ms = |v: f64| format!("{:.3}", v / 1e3);
+    let (min, avg, max) = match c.rtt {
+        Some(r) => (ms(r.min_us), ms(r.avg_us), ms(r.max_us)),
         None => ("-".into(), "-".into(), "-".into()),
     };
-    let retr = r.retransmits.map_or("-".to_string(), |v| v.to_string());
-    let cwnd = r
+    let retr = c.retransmits.map_or("-".to_string(), |v| v.to_string());
+    let cwnd = c
         .snd_cwnd
         .map_or("-".to_string(), |v| (v / 1024).to_string());
     format!(
         "{label} {:>8.3} {:>8.3} {:>11.3} {:>8} {:>8} {:>8} {:>6} {:>9}",
-        r.begin_s,
-        r.end_s,
-        r.bits_per_second / 1e6,
+        c.start,
+        c.end,
+        c.bits_per_second / 1e6,
         min,
         avg,
         max,
@@ -55,9 +70,20 @@ fn id(stream: u16) -> String {
     format!("({stream:>2})")
 }
 
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |v| format!("{:.1}", v * 100.0))
+}
+
+impl<W: Write + Send> TextFormatter<W> {
+    fn rtt(&self, block: Option<RttSummary>, kernel: Option<RttSummary>) -> Option<RttSummary> {
+        if self.echo { block } else { kernel }
+    }
+}
+
 impl<W: Write + Send> Formatter for TextFormatter<W> {
     fn header(&mut self, h: &Header) -> io::Result<()> {
         self.streams = h.streams;
+        self.echo = h.echo;
         let o = &mut self.out;
         writeln!(
             o,
@@ -104,6 +130,14 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             "# test duration = {}s; reporting interval = {}s",
             h.duration_s, h.interval_s
         )?;
+        if h.echo {
+            writeln!(
+                o,
+                "# RTT = block RTT: each block's header echoed by the receiver (every queue it met)"
+            )?;
+        } else {
+            writeln!(o, "# RTT = kernel srtt (TCP_INFO; --no-echo)")?;
+        }
         writeln!(
             o,
             "#(ID)  begin, s   end, s        Mb/s  RTT, ms: min      avg      max   retr  cwnd, KiB"
@@ -113,24 +147,97 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
         for s in &iv.streams {
-            writeln!(self.out, "{}", row(&id(s.stream), &s.stats))?;
+            let cols = Cols {
+                start: s.start,
+                end: s.end,
+                bits_per_second: s.bits_per_second,
+                rtt: self.rtt(s.block_rtt, s.kernel_rtt),
+                retransmits: s.retransmits,
+                snd_cwnd: s.snd_cwnd,
+            };
+            writeln!(self.out, "{}", row(&id(s.stream), &cols))?;
         }
         if self.streams > 1 {
-            writeln!(self.out, "{}", row("(sum)", &iv.sum))?;
+            let s = &iv.sum;
+            let cols = Cols {
+                start: s.start,
+                end: s.end,
+                bits_per_second: s.bits_per_second,
+                rtt: self.rtt(s.block_rtt, s.kernel_rtt),
+                retransmits: s.retransmits,
+                snd_cwnd: iv
+                    .streams
+                    .iter()
+                    .filter_map(|r| r.snd_cwnd)
+                    .reduce(|a, b| a + b),
+            };
+            writeln!(self.out, "{}", row("(sum)", &cols))?;
         }
         self.out.flush()
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         for st in &s.streams {
-            writeln!(self.out, "#{}", row(&id(st.stream), &st.stats))?;
+            let cols = Cols {
+                start: st.start,
+                end: st.end,
+                bits_per_second: st.bits_per_second,
+                rtt: self.rtt(st.block_rtt, st.kernel_rtt),
+                retransmits: st.retransmits,
+                snd_cwnd: st.snd_cwnd,
+            };
+            writeln!(self.out, "#{}", row(&id(st.stream), &cols))?;
         }
-        writeln!(self.out, "#{}", row("(**)", &s.sum))?;
+        let f = &s.fairness;
+        let cols = Cols {
+            start: s.sum.start,
+            end: s.sum.end,
+            bits_per_second: s.sum.bits_per_second,
+            rtt: self.rtt(s.sum.block_rtt, s.sum.kernel_rtt),
+            retransmits: s.sum.retransmits,
+            snd_cwnd: s
+                .streams
+                .iter()
+                .filter_map(|r| r.snd_cwnd)
+                .reduce(|a, b| a + b),
+        };
+        writeln!(
+            self.out,
+            "#{} {:>6} {:>5} {:>5} {:>4}",
+            row("(**)", &cols),
+            f.totals.jain.map_or("-".to_string(), |j| format!("{j:.3}")),
+            pct(f.totals.min_share),
+            pct(f.totals.max_share),
+            f.starved_intervals
+        )?;
+        writeln!(
+            self.out,
+            "# fairness: Jain {} (1 = equal shares), stream shares {}% to {}%, {} of {} stream-intervals starved",
+            f.totals.jain.map_or("-".to_string(), |j| format!("{j:.3}")),
+            pct(f.totals.min_share),
+            pct(f.totals.max_share),
+            f.starved_intervals,
+            f.stream_intervals
+        )?;
+        let path = s.streams.iter().filter_map(|r| r.min_rtt).min();
+        let ms = |v: f64| format!("{:.3} ms", v / 1e3);
+        writeln!(
+            self.out,
+            "# rtt: path (kernel min_rtt) {}; kernel srtt avg {}; block RTT avg {}",
+            path.map_or("-".into(), |v| ms(f64::from(v))),
+            s.sum.kernel_rtt.map_or("-".into(), |r| ms(r.avg_us)),
+            s.sum
+                .block_rtt
+                .map_or("- (--no-echo)".into(), |r| ms(r.avg_us))
+        )?;
+        for line in &s.diagnosis {
+            writeln!(self.out, "# {line}")?;
+        }
         let verdict = if s.reconciled() { "equal" } else { "MISMATCH" };
         writeln!(
             self.out,
             "# bytes: sender wrote {}, receiver read {}: {verdict}",
-            s.sent_bytes, s.received_bytes
+            s.sum_sent.bytes, s.sum_received.bytes
         )?;
         self.out.flush()
     }

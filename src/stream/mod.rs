@@ -9,6 +9,7 @@
 //! earlier. Socket timeouts of [`WAKE`] bound how long a thread can sit in a blocking call,
 //! so an idle or starved stream still advances its watermark.
 
+pub mod echo;
 pub mod receiver;
 pub mod sender;
 
@@ -36,14 +37,31 @@ pub struct BlockRecord {
     pub bytes: u32,
 }
 
-/// The kernel's view of a sending socket at one moment (from `TCP_INFO`).
+/// One block's round trip (thrulay's block RTT): when the echo came back, and how long
+/// after the block was stamped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRtt {
+    pub t_ns: u64,
+    pub rtt_ns: u64,
+}
+
+/// The kernel's view of a sending socket at one moment (from `TCP_INFO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpSample {
     pub t_ns: u64,
+    /// Smoothed RTT and its variation.
     pub rtt_us: u32,
     pub rttvar_us: u32,
+    /// Lowest RTT the connection has seen: the path without queues.
+    pub min_rtt_us: u32,
     pub total_retrans: u32,
     pub cwnd_bytes: u64,
+    pub delivery_rate_bps: u64,
+    pub pacing_rate_bps: u64,
+    /// Bytes written but not yet sent (waiting in the socket buffer).
+    pub notsent_bytes: u32,
+    /// The send buffer's current size (`SO_SNDBUF`; grows under autotuning).
+    pub sndbuf_bytes: u64,
 }
 
 impl TcpSample {
@@ -53,8 +71,15 @@ impl TcpSample {
             t_ns,
             rtt_us: i.rtt_us,
             rttvar_us: i.rttvar_us,
+            min_rtt_us: i.min_rtt_us,
             total_retrans: i.total_retrans,
             cwnd_bytes: u64::from(i.snd_cwnd) * u64::from(i.snd_mss),
+            delivery_rate_bps: i.delivery_rate.saturating_mul(8),
+            pacing_rate_bps: i.pacing_rate.saturating_mul(8),
+            notsent_bytes: i.notsent_bytes,
+            sndbuf_bytes: socket2::SockRef::from(stream)
+                .send_buffer_size()
+                .unwrap_or(0) as u64,
         })
     }
 }
@@ -65,6 +90,7 @@ pub struct Batch {
     pub stream: u16,
     pub records: Vec<BlockRecord>,
     pub samples: Vec<TcpSample>,
+    pub block_rtts: Vec<BlockRtt>,
     /// No later record of this stream will be stamped before this.
     pub watermark_ns: u64,
     /// The stream has ended: no more records at all.
@@ -77,6 +103,7 @@ impl Batch {
             stream,
             records: Vec::with_capacity(BATCH_RECORDS),
             samples: Vec::with_capacity(4),
+            block_rtts: Vec::with_capacity(64),
             ..Batch::default()
         }
     }
@@ -147,6 +174,12 @@ impl Batcher {
         self.cur.records.len() >= BATCH_RECORDS || t_ns.saturating_sub(first) >= FLUSH_EVERY_NS
     }
 
+    /// Records a block's round trip.
+    #[inline]
+    pub fn push_rtt(&mut self, t_ns: u64, rtt_ns: u64) {
+        self.cur.block_rtts.push(BlockRtt { t_ns, rtt_ns });
+    }
+
     /// Sends the current batch with `watermark_ns` (and a TCP sample) and takes a fresh
     /// one from the free list. Errors when the reporter is gone.
     pub fn flush(
@@ -159,6 +192,7 @@ impl Batcher {
             Ok(mut b) => {
                 b.records.clear();
                 b.samples.clear();
+                b.block_rtts.clear();
                 b.stream = self.stream;
                 b.done = false;
                 b
@@ -181,6 +215,8 @@ pub struct StreamCtx {
     pub id: u16,
     pub cpu: Option<usize>,
     pub block_bytes: usize,
+    /// Block-header echoes for block RTT (`--no-echo` turns them off).
+    pub echo: bool,
     pub batches: Sender<Batch>,
     pub free: Receiver<Batch>,
     /// Receives the test's start instant (one message per stream thread).

@@ -6,6 +6,7 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use super::echo::HeaderEcho;
 use super::{Batcher, StreamCtx, WAKE, is_timeout};
 use crate::error::{Error, IoContext, Result};
 
@@ -36,6 +37,7 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+    let mut echo = ctx.echo.then(|| HeaderEcho::new(ctx.block_bytes));
 
     let clock = ctx.wait_start()?;
     let give_up_ns = give_up.as_nanos() as u64;
@@ -46,6 +48,10 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
                 bytes += n as u64;
+                if let Some(echo) = echo.as_mut() {
+                    echo.feed(&buf[..n]);
+                    echo.maybe_echo(&sock, t_ns);
+                }
                 if batcher.push(t_ns, n as u32) {
                     if ctx.aborted() {
                         return Err(aborted(id));

@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
+use super::echo::{self, EchoCollector};
 use super::{Batcher, StreamCtx, TcpSample, WAKE, is_timeout};
 use crate::error::{Error, IoContext, Result};
 
@@ -25,7 +26,13 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
         .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
-    let block = vec![0x5au8; ctx.block_bytes];
+    let mut block = vec![0x5au8; ctx.block_bytes];
+    let mut echoes = EchoCollector::new();
+    let mut next_drain_ns = 0u64;
+    let mut seq = 0u64;
+    // Each block is stamped with the time the previous write() returned: the moment this
+    // block starts into the socket, without a second clock reading per block.
+    let mut stamp_ns = 0u64;
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
 
     let clock = ctx.wait_start()?;
@@ -34,6 +41,10 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
     let mut writes: u64 = 0;
     let mut offset = 0usize;
     loop {
+        if offset == 0 {
+            echo::stamp(&mut block, seq, stamp_ns);
+            seq += 1;
+        }
         match sock.write(&block[offset..]) {
             Ok(0) => {
                 return Err(Error::Test(format!(
@@ -42,6 +53,11 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
             }
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
+                stamp_ns = t_ns;
+                if ctx.echo && t_ns >= next_drain_ns {
+                    echoes.drain(&sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+                    next_drain_ns = t_ns + echo::DRAIN_EVERY_NS;
+                }
                 bytes += n as u64;
                 writes += 1;
                 offset = (offset + n) % block.len();
@@ -58,6 +74,10 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
             }
             Err(e) if is_timeout(&e) => {
                 let t_ns = clock.ns(Instant::now());
+                stamp_ns = t_ns;
+                if ctx.echo {
+                    echoes.drain(&sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+                }
                 if ctx.aborted() {
                     return Err(aborted(id));
                 }

@@ -1,0 +1,295 @@
+//! Plain-words findings at the end of a test, each only when the numbers show it:
+//! a standing queue in the sender's socket buffer (block RTT far above the path's RTT,
+//! with the window that would avoid it), retransmits concentrated in a few streams, and
+//! streams starved while others ran.
+
+use super::model::{Header, StreamRow};
+
+/// What the diagnosis looks at.
+pub struct Evidence<'a> {
+    pub header: &'a Header,
+    /// Whole-test rows per stream.
+    pub streams: &'a [StreamRow],
+    /// Per stream: intervals in which it read nothing.
+    pub starved_intervals: &'a [u32],
+    pub intervals: u32,
+    /// Total received rate, bits per second.
+    pub rate_bps: f64,
+}
+
+/// A queue counts as "standing" when blocks wait this many times the path RTT…
+const QUEUE_FACTOR: f64 = 4.0;
+/// …and at least this long, microseconds.
+const QUEUE_MIN_US: f64 = 1000.0;
+
+/// The findings, one `String` per line (without the leading `# `).
+pub fn diagnose(e: &Evidence) -> Vec<String> {
+    let mut out = Vec::new();
+    standing_queue(e, &mut out);
+    concentrated_retransmits(e, &mut out);
+    starvation(e, &mut out);
+    out
+}
+
+/// Binary size in the largest whole unit with one decimal: 3.1 MiB.
+pub fn human_bytes(bytes: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
+    let path_us = e
+        .streams
+        .iter()
+        .filter_map(|s| s.min_rtt)
+        .filter(|&v| v > 0)
+        .min();
+    let (sum, n) = e
+        .streams
+        .iter()
+        .filter_map(|s| s.block_rtt)
+        .fold((0.0, 0u64), |(sum, n), r| {
+            (sum + r.avg_us * r.samples as f64, n + r.samples)
+        });
+    let (Some(path_us), true) = (path_us, n > 0) else {
+        return;
+    };
+    let path_us = f64::from(path_us);
+    let block_us = sum / n as f64;
+    if block_us < QUEUE_FACTOR * path_us || block_us - path_us < QUEUE_MIN_US {
+        return;
+    }
+    let streams = e.streams.len().max(1) as f64;
+    let per_stream_bps = e.rate_bps / streams;
+    let bdp = per_stream_bps * path_us / 1e6 / 8.0;
+    let queue = per_stream_bps * (block_us - path_us) / 1e6 / 8.0;
+    let suggest = ((2.0 * bdp).max(65536.0) as u64).next_power_of_two();
+    out.push(format!(
+        "diagnosis: blocks waited {:.2} ms on average against a path RTT of {:.3} ms (kernel \
+         min_rtt): a standing queue of about {} per stream in the socket buffers.",
+        block_us / 1e3,
+        path_us / 1e3,
+        human_bytes(queue)
+    ));
+    let sndbuf = e
+        .streams
+        .iter()
+        .filter_map(|s| s.sndbuf)
+        .max()
+        .unwrap_or(e.header.local_window.sndbuf);
+    let how = if e.header.local_window.requested.is_some() {
+        "granted"
+    } else {
+        "autotuned"
+    };
+    out.push(format!(
+        "diagnosis: the send buffer ({} {how}) is far above the bandwidth-delay product \
+         ({:.0} Mb/s x {:.3} ms = {} per stream); -w {} should keep the rate without the queue.",
+        human_bytes(sndbuf as f64),
+        per_stream_bps / 1e6,
+        path_us / 1e3,
+        human_bytes(bdp),
+        crate::units::format_size(suggest)
+    ));
+}
+
+fn list(ids: &[u16]) -> String {
+    ids.iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn concentrated_retransmits(e: &Evidence, out: &mut Vec<String>) {
+    let mut retr: Vec<(u16, u64)> = e
+        .streams
+        .iter()
+        .map(|s| (s.stream, s.retransmits.unwrap_or(0)))
+        .collect();
+    let total: u64 = retr.iter().map(|r| r.1).sum();
+    if retr.len() < 2 || total < 10 {
+        return;
+    }
+    retr.sort_by_key(|r| std::cmp::Reverse(r.1));
+    let k = (retr.len() / 4).max(1);
+    let top: u64 = retr[..k].iter().map(|r| r.1).sum();
+    let share = top as f64 / total as f64;
+    if share < 0.75 {
+        return;
+    }
+    let mut ids: Vec<u16> = retr[..k].iter().map(|r| r.0).collect();
+    ids.sort_unstable();
+    out.push(format!(
+        "diagnosis: {:.0}% of the {total} retransmits were in stream{} {} of {}: look at what \
+         they do not share with the others (path, queue, core).",
+        share * 100.0,
+        if k == 1 { "" } else { "s" },
+        list(&ids),
+        retr.len()
+    ));
+}
+
+fn starvation(e: &Evidence, out: &mut Vec<String>) {
+    let starved: Vec<u16> = e
+        .streams
+        .iter()
+        .zip(e.starved_intervals)
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, _)| s.stream)
+        .collect();
+    let total_bytes: u64 = e.streams.iter().map(|s| s.bytes).sum();
+    if starved.is_empty() || total_bytes == 0 || e.streams.len() < 2 {
+        return;
+    }
+    let count: u32 = e.starved_intervals.iter().sum();
+    out.push(format!(
+        "diagnosis: stream{} {} read nothing in {count} of {} stream-intervals (starved) while \
+         others ran.",
+        if starved.len() == 1 { "" } else { "s" },
+        list(&starved),
+        e.intervals * e.streams.len() as u32
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::RttSummary;
+
+    fn header(sndbuf: u64) -> Header {
+        Header {
+            software: String::new(),
+            local: String::new(),
+            remote: String::new(),
+            remote_software: String::new(),
+            streams: 2,
+            block_bytes: 131072,
+            local_window: crate::net::WindowGrant {
+                sndbuf,
+                ..Default::default()
+            },
+            remote_window: Default::default(),
+            path: Default::default(),
+            local_pin: crate::pin::PinPlan(vec![]),
+            remote_pin: crate::pin::PinPlan(vec![]),
+            placement_note: None,
+            duration_s: 10.0,
+            interval_s: 1.0,
+            echo: true,
+        }
+    }
+
+    fn row(stream: u16, bytes: u64, min_rtt: u32, block_avg_us: f64, retr: u64) -> StreamRow {
+        StreamRow {
+            stream,
+            start: 0.0,
+            end: 10.0,
+            seconds: 10.0,
+            bytes,
+            bits_per_second: bytes as f64 * 0.8,
+            sent_bytes: bytes,
+            retransmits: Some(retr),
+            snd_cwnd: None,
+            rtt: None,
+            rttvar: None,
+            min_rtt: Some(min_rtt),
+            delivery_rate: None,
+            pacing_rate: None,
+            notsent_bytes: None,
+            sndbuf: None,
+            kernel_rtt: None,
+            block_rtt: Some(RttSummary {
+                min_us: 1.0,
+                avg_us: block_avg_us,
+                max_us: 1.0,
+                median_us: None,
+                samples: 100,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_standing_queue_is_named_with_the_window_to_use() {
+        let h = header(8 << 20);
+        let streams = [
+            row(0, 1000, 60_000, 900_000.0, 0),
+            row(1, 1000, 60_000, 900_000.0, 0),
+        ];
+        let e = Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[0, 0],
+            intervals: 10,
+            rate_bps: 1e9,
+        };
+        let d = diagnose(&e);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(
+            d[0].contains("blocks waited 900.00 ms on average against a path RTT of 60.000 ms"),
+            "{}",
+            d[0]
+        );
+        // 500 Mb/s per stream x 60 ms = 3.6 MiB BDP; twice that rounds up to 8M.
+        assert!(
+            d[1].contains("(8.0 MiB autotuned)") && d[1].contains("= 3.6 MiB per stream); -w 8M"),
+            "{}",
+            d[1]
+        );
+    }
+
+    #[test]
+    fn no_finding_when_the_numbers_are_healthy() {
+        let h = header(8 << 20);
+        let streams = [
+            row(0, 1000, 60_000, 61_000.0, 3),
+            row(1, 1000, 60_000, 62_000.0, 2),
+        ];
+        let e = Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[0, 0],
+            intervals: 10,
+            rate_bps: 1e9,
+        };
+        assert!(diagnose(&e).is_empty());
+    }
+
+    #[test]
+    fn concentrated_retransmits_and_starvation_are_named() {
+        let h = header(1 << 20);
+        let streams = [
+            row(0, 1000, 50, 60.0, 1),
+            row(1, 0, 50, 60.0, 0),
+            row(2, 1000, 50, 60.0, 95),
+            row(3, 1000, 50, 60.0, 4),
+        ];
+        let e = Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[0, 10, 0, 2],
+            intervals: 10,
+            rate_bps: 1e9,
+        };
+        let d = diagnose(&e);
+        assert_eq!(
+            d,
+            vec![
+                "diagnosis: 95% of the 100 retransmits were in stream 2 of 4: look at what they do not share \
+                 with the others (path, queue, core)."
+                    .to_string(),
+                "diagnosis: streams 1, 3 read nothing in 12 of 40 stream-intervals (starved) while others ran."
+                    .to_string(),
+            ]
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! JSON output: `-J` prints one document `{start, intervals, end}` when the test ends;
+//! `--json-lines` prints one event object per line as it happens
+//! (`{"event":"start",...}`, `{"event":"interval",...}`, `{"event":"end",...}`).
+
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+
+use super::Formatter;
+use super::model::{Header, IntervalReport, Summary};
+
+/// The whole-test document of `-J`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Document {
+    pub start: Header,
+    pub intervals: Vec<IntervalReport>,
+    pub end: Option<Summary>,
+}
+
+/// One line of `--json-lines`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", content = "data", rename_all = "snake_case")]
+pub enum Event {
+    Start(Header),
+    Interval(IntervalReport),
+    End(Summary),
+}
+
+/// `-J`: collects, prints once.
+pub struct JsonFormatter<W: Write> {
+    out: W,
+    doc: Option<Document>,
+}
+
+impl<W: Write> JsonFormatter<W> {
+    pub fn new(out: W) -> Self {
+        JsonFormatter { out, doc: None }
+    }
+}
+
+impl<W: Write + Send> Formatter for JsonFormatter<W> {
+    fn header(&mut self, header: &Header) -> io::Result<()> {
+        self.doc = Some(Document {
+            start: header.clone(),
+            intervals: Vec::new(),
+            end: None,
+        });
+        Ok(())
+    }
+
+    fn interval(&mut self, interval: &IntervalReport) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.intervals.push(interval.clone());
+        }
+        Ok(())
+    }
+
+    fn summary(&mut self, summary: &Summary) -> io::Result<()> {
+        let Some(mut doc) = self.doc.take() else {
+            return Ok(());
+        };
+        doc.end = Some(summary.clone());
+        serde_json::to_writer_pretty(&mut self.out, &doc)?;
+        writeln!(self.out)?;
+        self.out.flush()
+    }
+}
+
+/// `--json-lines`: one event per line, flushed as it happens.
+pub struct JsonLinesFormatter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> JsonLinesFormatter<W> {
+    pub fn new(out: W) -> Self {
+        JsonLinesFormatter { out }
+    }
+
+    fn emit(&mut self, event: &Event) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, event)?;
+        writeln!(self.out)?;
+        self.out.flush()
+    }
+}
+
+impl<W: Write + Send> Formatter for JsonLinesFormatter<W> {
+    fn header(&mut self, header: &Header) -> io::Result<()> {
+        self.emit(&Event::Start(header.clone()))
+    }
+
+    fn interval(&mut self, interval: &IntervalReport) -> io::Result<()> {
+        self.emit(&Event::Interval(interval.clone()))
+    }
+
+    fn summary(&mut self, summary: &Summary) -> io::Result<()> {
+        self.emit(&Event::End(summary.clone()))
+    }
+}

@@ -1,0 +1,216 @@
+//! Block RTT, thrulay's way. Every block starts with a 16-byte header (sequence number and
+//! the sender's timestamp). The receiver finds headers in its byte stream and echoes the
+//! newest one back on the same connection, at most once per [`ECHO_EVERY_NS`]; the sender
+//! collects echoes between writes and records `now - stamp`. That RTT includes every queue
+//! the block waited in, the sender's socket buffer first of all: it is how an oversized
+//! window shows itself.
+//!
+//! Costs, by design: the receiver does at most one non-blocking `send()` per millisecond, the
+//! sender at most one non-blocking `recv()` per [`DRAIN_EVERY_NS`]; no extra clock readings.
+
+use std::os::fd::AsFd;
+
+use crate::net::sys;
+
+/// Header bytes at the start of every block.
+pub const HEADER_LEN: usize = 16;
+/// Receivers echo at most this often per stream.
+pub const ECHO_EVERY_NS: u64 = 1_000_000;
+/// Senders look for echoes at most this often per stream.
+pub const DRAIN_EVERY_NS: u64 = 100_000;
+
+/// Writes block `seq`'s header, stamped `stamp_ns` since the start, into `block`.
+#[inline]
+pub fn stamp(block: &mut [u8], seq: u64, stamp_ns: u64) {
+    block[..8].copy_from_slice(&seq.to_le_bytes());
+    block[8..HEADER_LEN].copy_from_slice(&stamp_ns.to_le_bytes());
+}
+
+fn decode(h: &[u8; HEADER_LEN]) -> (u64, u64) {
+    let seq = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
+    let stamp = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
+    (seq, stamp)
+}
+
+/// Receiver side: follows block boundaries through arbitrary `read()` chunks and keeps the
+/// newest complete header; sends it back without ever blocking.
+pub struct HeaderEcho {
+    block: usize,
+    pos: usize,
+    hdr: [u8; HEADER_LEN],
+    newest: Option<[u8; HEADER_LEN]>,
+    pending: [u8; HEADER_LEN],
+    pending_len: usize,
+    next_echo_ns: u64,
+    /// Echoes not sent because the return path was full.
+    pub skipped: u64,
+}
+
+impl HeaderEcho {
+    pub fn new(block: usize) -> Self {
+        HeaderEcho {
+            block,
+            pos: 0,
+            hdr: [0; HEADER_LEN],
+            newest: None,
+            pending: [0; HEADER_LEN],
+            pending_len: 0,
+            next_echo_ns: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Feeds the bytes of one `read()`.
+    pub fn feed(&mut self, mut chunk: &[u8]) {
+        while !chunk.is_empty() {
+            if self.pos < HEADER_LEN {
+                let take = (HEADER_LEN - self.pos).min(chunk.len());
+                self.hdr[self.pos..self.pos + take].copy_from_slice(&chunk[..take]);
+                self.pos += take;
+                chunk = &chunk[take..];
+                if self.pos == HEADER_LEN {
+                    self.newest = Some(self.hdr);
+                }
+            }
+            let skip = (self.block - self.pos).min(chunk.len());
+            self.pos += skip;
+            chunk = &chunk[skip..];
+            if self.pos == self.block {
+                self.pos = 0;
+            }
+        }
+    }
+
+    /// Echoes the newest header if it is time; never blocks. A partly sent echo is finished
+    /// before any other, so the return stream stays aligned.
+    pub fn maybe_echo(&mut self, sock: &impl AsFd, t_ns: u64) {
+        if self.pending_len > 0 {
+            let off = HEADER_LEN - self.pending_len;
+            match sys::send_nowait(sock.as_fd(), &self.pending[off..]) {
+                Ok(n) => self.pending_len -= n.min(self.pending_len),
+                Err(_) => return,
+            }
+            if self.pending_len > 0 {
+                return;
+            }
+        }
+        if t_ns < self.next_echo_ns {
+            return;
+        }
+        let Some(h) = self.newest.take() else { return };
+        self.next_echo_ns = t_ns + ECHO_EVERY_NS;
+        match sys::send_nowait(sock.as_fd(), &h) {
+            Ok(n) if n == HEADER_LEN => {}
+            Ok(n) => {
+                self.pending = h;
+                self.pending_len = HEADER_LEN - n;
+            }
+            Err(_) => self.skipped += 1,
+        }
+    }
+}
+
+/// Sender side: reassembles echoed headers from non-blocking reads.
+#[derive(Default)]
+pub struct EchoCollector {
+    partial: [u8; HEADER_LEN],
+    have: usize,
+    buf: Vec<u8>,
+}
+
+impl EchoCollector {
+    pub fn new() -> Self {
+        EchoCollector {
+            buf: vec![0; 4096],
+            ..EchoCollector::default()
+        }
+    }
+
+    /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each,
+    /// measured against `now_ns`.
+    pub fn drain(&mut self, sock: &impl AsFd, now_ns: u64, mut on_rtt: impl FnMut(u64)) {
+        while let Ok(n @ 1..) = sys::recv_nowait(sock.as_fd(), &mut self.buf) {
+            let mut chunk = &self.buf[..n];
+            while !chunk.is_empty() {
+                let take = (HEADER_LEN - self.have).min(chunk.len());
+                self.partial[self.have..self.have + take].copy_from_slice(&chunk[..take]);
+                self.have += take;
+                chunk = &chunk[take..];
+                if self.have == HEADER_LEN {
+                    self.have = 0;
+                    let (_seq, stamp_ns) = decode(&self.partial);
+                    on_rtt(now_ns.saturating_sub(stamp_ns));
+                }
+            }
+            if n < self.buf.len() {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    fn blocks(n: u64, block: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for seq in 0..n {
+            let mut b = vec![0xa5u8; block];
+            stamp(&mut b, seq, 1000 + seq);
+            out.extend(b);
+        }
+        out
+    }
+
+    #[test]
+    fn headers_are_found_across_any_chunking() {
+        let data = blocks(5, 40);
+        for chunk in [1, 7, 16, 39, 40, 41, 200] {
+            let mut echo = HeaderEcho::new(40);
+            let mut seen = Vec::new();
+            for c in data.chunks(chunk) {
+                echo.feed(c);
+                if let Some(h) = echo.newest {
+                    seen.push(decode(&h));
+                }
+            }
+            assert_eq!(seen.last(), Some(&(4, 1004)), "chunk {chunk}");
+            seen.dedup();
+            if chunk <= 40 {
+                assert_eq!(
+                    seen,
+                    (0..5).map(|s| (s, 1000 + s)).collect::<Vec<_>>(),
+                    "chunk {chunk}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn echoes_round_trip_over_a_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut receiver, _) = l.accept().unwrap();
+        sender.write_all(&blocks(3, 64)).unwrap();
+        let mut buf = vec![0u8; 64 * 3];
+        receiver.read_exact(&mut buf).unwrap();
+        let mut echo = HeaderEcho::new(64);
+        echo.feed(&buf);
+        echo.maybe_echo(&receiver, 5_000_000);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut collector = EchoCollector::new();
+        let mut rtts = Vec::new();
+        collector.drain(&sender, 10_000, |r| rtts.push(r));
+        // Only the newest header (block 2, stamped 1002) is echoed.
+        assert_eq!(rtts, vec![10_000 - 1002]);
+        // Within ECHO_EVERY_NS nothing more is sent even with a new header.
+        echo.feed(&blocks(1, 64));
+        echo.maybe_echo(&receiver, 5_000_001);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        collector.drain(&sender, 20_000, |r| rtts.push(r));
+        assert_eq!(rtts.len(), 1);
+    }
+}
