@@ -428,3 +428,147 @@ fn usage_errors_exit_2_and_name_the_flag() {
     let run = pinperf(&[], LIMIT);
     assert_eq!(run.code(), Some(2));
 }
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn json_document_adds_up_and_reconciles() {
+    use pinperf::report::json::Document;
+    let run = pinperf(
+        &["--loopback", "-P", "4", "-t", "1.5", "-i", "0.5", "-J"],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: Document =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    assert_eq!(doc.start.streams, 4);
+    assert_eq!(doc.intervals.len(), 3, "{}", run.explain());
+    let end = doc.end.expect("end");
+    let mut interval_total = 0u64;
+    let mut expect_start = 0.0;
+    for iv in &doc.intervals {
+        assert_eq!(iv.streams.len(), 4);
+        let bytes: u64 = iv.streams.iter().map(|s| s.bytes).sum();
+        let sent: u64 = iv.streams.iter().map(|s| s.sent_bytes).sum();
+        assert_eq!(
+            bytes, iv.sum.bytes,
+            "interval {} stream bytes vs sum",
+            iv.index
+        );
+        assert_eq!(sent, iv.sum.sent_bytes);
+        assert!(iv.sum.sum, "sum objects say so");
+        assert!(close(iv.sum.start, expect_start), "contiguous");
+        expect_start = iv.sum.end;
+        let f = iv.sum.fairness;
+        assert!(
+            f.jain.is_some_and(|j| j > 0.25 - 1e-9 && j <= 1.0 + 1e-9),
+            "{f:?}"
+        );
+        assert!(
+            iv.streams
+                .iter()
+                .all(|s| s.block_rtt.is_some() || s.bytes == 0),
+            "block RTT with echo on"
+        );
+        interval_total += bytes;
+    }
+    assert_eq!(
+        interval_total, end.sum_received.bytes,
+        "intervals add up to the total"
+    );
+    assert_eq!(
+        end.sum_sent.bytes, end.sum_received.bytes,
+        "sender and receiver reconcile"
+    );
+    let per_stream: u64 = end.streams.iter().map(|s| s.bytes).sum();
+    assert_eq!(per_stream, end.sum_received.bytes);
+    assert_eq!(end.fairness.stream_intervals, 12);
+    assert!(
+        end.streams
+            .iter()
+            .all(|s| s.min_rtt.is_some() && s.snd_cwnd.is_some())
+    );
+}
+
+#[test]
+fn json_lines_stream_events_and_no_echo_drops_block_rtt() {
+    use pinperf::report::json::Event;
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-t",
+            "1",
+            "-i",
+            "0.5",
+            "--json-lines",
+            "--no-echo",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let events: Vec<Event> = run
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(events.len(), 4, "start, 2 intervals, end{}", run.explain());
+    assert!(matches!(&events[0], Event::Start(h) if !h.echo));
+    for ev in &events[1..3] {
+        let Event::Interval(iv) = ev else {
+            panic!("interval expected")
+        };
+        assert!(iv.streams[0].block_rtt.is_none() && iv.streams[0].kernel_rtt.is_some());
+    }
+    assert!(matches!(&events[3], Event::End(s) if s.reconciled()));
+}
+
+#[test]
+fn csv_stream_rows_sum_to_the_sum_rows() {
+    let run = pinperf(
+        &["--loopback", "-P", "3", "-t", "1", "-i", "0.25", "--csv"],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert_eq!(header.join(","), pinperf::report::csv::COLUMNS);
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (kind, interval, bytes, sent) = (
+        col("kind"),
+        col("interval"),
+        col("bytes"),
+        col("sent_bytes"),
+    );
+    let mut streams: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut sums: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let (mut totals, mut total_sum) = ((0u64, 0u64), None);
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), header.len(), "{line}");
+        let (b, s): (u64, u64) = (f[bytes].parse().unwrap(), f[sent].parse().unwrap());
+        match f[kind] {
+            "stream" => {
+                let e = streams.entry(f[interval].to_string()).or_default();
+                e.0 += b;
+                e.1 += s;
+            }
+            "sum" => assert!(sums.insert(f[interval].to_string(), (b, s)).is_none()),
+            "total" => {
+                totals.0 += b;
+                totals.1 += s;
+            }
+            "total_sum" => total_sum = Some((b, s)),
+            other => panic!("unknown kind {other}"),
+        }
+    }
+    assert_eq!(sums.len(), 4, "{text}");
+    assert_eq!(streams, sums, "stream rows reproduce the sum rows");
+    let total_sum = total_sum.expect("total_sum row");
+    assert_eq!(totals, total_sum);
+    let over_intervals = sums.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+    assert_eq!(over_intervals, total_sum);
+    assert_eq!(total_sum.0, total_sum.1, "received = sent");
+}
