@@ -122,6 +122,11 @@ pub struct Args {
     #[arg(long, conflicts_with = "format", help_heading = "Output")]
     pub csv: bool,
 
+    /// Congestion control for the data connections (cubic, bbr, reno; see
+    /// /proc/sys/net/ipv4/tcp_available_congestion_control). Default: the system's.
+    #[arg(short = 'C', long, value_name = "ALGO", help_heading = "Test")]
+    pub congestion: Option<String>,
+
     /// Do not echo block headers: no block RTT, kernel RTT only.
     #[arg(long, help_heading = "Test")]
     pub no_echo: bool,

@@ -28,6 +28,9 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runs one test as configured; prints the report on stdout.
 pub fn run(cfg: ClientConfig) -> Result<()> {
     let n = cfg.streams as usize;
+    if let Some(name) = &cfg.congestion {
+        net::check_congestion(name)?;
+    }
     let allowed = pin::allowed_cpus();
     let local_plan =
         pin::plan(&cfg.affinity, n, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
@@ -39,7 +42,12 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         net::resolve(host, cfg.port, cfg.family)?
     };
 
-    let (mut stream, _) = net::connect(&addrs, cfg.bind, None, false, cfg.connect_timeout)?;
+    let (mut stream, _) = net::connect(
+        &addrs,
+        cfg.bind,
+        &net::SocketOpts::default(),
+        cfg.connect_timeout,
+    )?;
     stream
         .set_nodelay(true)
         .op(|| "set TCP_NODELAY on the control connection".into())?;
@@ -77,6 +85,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         force_window: cfg.force_window,
         duration_us: cfg.duration.as_micros() as u64,
         interval_us: cfg.interval.as_micros() as u64,
+        congestion: cfg.congestion.clone(),
         pin: cfg.remote_affinity.clone(),
         echo: cfg.echo,
     }))?;
@@ -94,17 +103,16 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
 
     // Data connections, window set before connect().
     let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
+    let opts = net::SocketOpts {
+        window: cfg.window_bytes,
+        force_window: cfg.force_window,
+        congestion: cfg.congestion.clone(),
+    };
     let mut socks = Vec::with_capacity(n);
     let mut local_window = None;
     for id in 0..n {
-        let (mut sock, grant) = net::connect(
-            &[data_addr],
-            cfg.bind,
-            cfg.window_bytes,
-            cfg.force_window,
-            cfg.connect_timeout,
-        )
-        .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
+        let (mut sock, grant) = net::connect(&[data_addr], cfg.bind, &opts, cfg.connect_timeout)
+            .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
         sock.write_all(
             &DataHello {
                 cookie: accept.cookie,
@@ -119,6 +127,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     let local_window = local_window.unwrap_or_default();
     warn_windows(&local_window, &accept);
 
+    let congestion = net::congestion(&socks[0]).unwrap_or_else(|| "?".into());
     let header = Header {
         software: SOFTWARE.into(),
         local: local.to_string(),
@@ -135,6 +144,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         duration_s: cfg.duration.as_secs_f64(),
         interval_s: cfg.interval.as_secs_f64(),
         echo: cfg.echo,
+        congestion,
     };
 
     // Threads: pinned senders and the reporter.

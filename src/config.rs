@@ -54,6 +54,8 @@ pub struct ClientConfig {
     /// Block-header echoes for block RTT (off with `--no-echo`).
     pub echo: bool,
     pub format: Format,
+    /// `-C`: congestion control algorithm for the data connections.
+    pub congestion: Option<String>,
 }
 
 /// Server limits a client cannot exceed.
@@ -149,6 +151,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         loopback: args.loopback,
         echo: !args.no_echo,
         format: output_format(args),
+        congestion: args.congestion.clone(),
     }))
 }
 

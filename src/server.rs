@@ -327,6 +327,11 @@ fn run_test(
 
     let data_addr = SocketAddr::new(local_ip, cfg.data_port.unwrap_or(0));
     let (data_listener, window) = net::listen(data_addr, params.window_bytes, params.force_window)?;
+    if let Some(name) = &params.congestion {
+        // Checked before Accept so an unknown name is a clean refusal, not a broken test.
+        net::set_congestion(socket2::SockRef::from(&data_listener), name)
+            .map_err(|e| refuse(ctl, format!("congestion control: {e}")))?;
+    }
     let data_port = data_listener
         .local_addr()
         .op(|| "read data port".into())?
@@ -527,6 +532,7 @@ mod tests {
             duration_us: 3_000_000,
             interval_us: 1_000_000,
             pin: None,
+            congestion: None,
             echo: true,
         }
     }

@@ -427,6 +427,14 @@ fn usage_errors_exit_2_and_name_the_flag() {
     assert!(run.stderr().contains("'--len <SIZE>'"), "{}", run.explain());
     let run = pinperf(&[], LIMIT);
     assert_eq!(run.code(), Some(2));
+    let run = pinperf(&["--loopback", "-C", "nosuchcc", "-t", "1"], LIMIT);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .starts_with("pinperf: -C nosuchcc: this kernel has no 'nosuchcc'"),
+        "{}",
+        run.explain()
+    );
 }
 
 fn close(a: f64, b: f64) -> bool {

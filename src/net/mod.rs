@@ -64,6 +64,54 @@ impl WindowGrant {
     }
 }
 
+/// What to set on a data socket before its handshake.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SocketOpts {
+    /// `-w`: both buffers.
+    pub window: Option<u64>,
+    /// `--force-window`.
+    pub force_window: bool,
+    /// `-C`: congestion control algorithm.
+    pub congestion: Option<String>,
+}
+
+/// Sets the congestion control algorithm, with an error that lists what the kernel offers.
+pub fn set_congestion(sock: socket2::SockRef<'_>, name: &str) -> Result<()> {
+    sock.set_tcp_congestion(name.as_bytes()).map_err(|e| {
+        let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        let why = match e.raw_os_error() {
+            Some(libc::ENOENT) => format!("this kernel has no '{name}' (available: {available})"),
+            Some(libc::EPERM) => format!(
+                "'{name}' is not in net.ipv4.tcp_allowed_congestion_control and this process is not privileged"
+            ),
+            _ => e.to_string(),
+        };
+        Error::Usage(format!("-C {name}: {why}"))
+    })
+}
+
+/// Checks that `name` can be set here (a throwaway socket), so a typo is a usage error
+/// before any connection is made.
+pub fn check_congestion(name: &str) -> Result<()> {
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        .op(|| "create TCP socket".into())?;
+    set_congestion(socket2::SockRef::from(&sock), name)
+}
+
+/// The congestion control algorithm a socket uses.
+pub fn congestion(stream: &TcpStream) -> Option<String> {
+    socket2::SockRef::from(stream)
+        .tcp_congestion()
+        .ok()
+        .map(|v| {
+            String::from_utf8_lossy(&v)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+}
+
 /// Path facts of a connected socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PathInfo {
@@ -146,14 +194,16 @@ fn new_tcp_socket(addr: &SocketAddr) -> Result<Socket> {
 pub fn connect(
     addrs: &[SocketAddr],
     bind: Option<IpAddr>,
-    window: Option<u64>,
-    force: bool,
+    opts: &SocketOpts,
     timeout: Duration,
 ) -> Result<(TcpStream, WindowGrant)> {
     let mut last = None;
     for addr in addrs {
         let sock = new_tcp_socket(addr)?;
-        let grant = apply_window(&sock, window, force)?;
+        let grant = apply_window(&sock, opts.window, opts.force_window)?;
+        if let Some(name) = &opts.congestion {
+            set_congestion(socket2::SockRef::from(&sock), name)?;
+        }
         if let Some(ip) = bind {
             let local = SocketAddr::new(ip, 0);
             sock.bind(&SockAddr::from(local))
@@ -245,7 +295,13 @@ mod tests {
         assert!(grant.shortfalls("local").is_empty());
         // An accepted socket inherits the listener's buffer.
         let addr = listener.local_addr().unwrap();
-        let (_c, _) = connect(&[addr], None, None, false, Duration::from_secs(2)).unwrap();
+        let (_c, _) = connect(
+            &[addr],
+            None,
+            &SocketOpts::default(),
+            Duration::from_secs(2),
+        )
+        .unwrap();
         let (accepted, _) = listener.accept().unwrap();
         assert_eq!(
             socket2::SockRef::from(&accepted)
@@ -276,6 +332,30 @@ mod tests {
     }
 
     #[test]
+    fn congestion_control_is_set_and_unknown_names_are_explained() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let opts = SocketOpts {
+            congestion: Some("reno".into()),
+            ..SocketOpts::default()
+        };
+        let (c, _) = connect(
+            &[l.local_addr().unwrap()],
+            None,
+            &opts,
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        assert_eq!(congestion(&c).as_deref(), Some("reno"));
+        let err = set_congestion(socket2::SockRef::from(&c), "nosuchcc")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("-C nosuchcc: this kernel has no 'nosuchcc' (available: "),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn refused_connect_names_the_address_and_the_fix() {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -283,7 +363,13 @@ mod tests {
             .unwrap()
             .port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let err = connect(&[addr], None, None, false, Duration::from_secs(2)).unwrap_err();
+        let err = connect(
+            &[addr],
+            None,
+            &SocketOpts::default(),
+            Duration::from_secs(2),
+        )
+        .unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with(&format!("connect to {addr} (is `pinperf -s` running")),

@@ -36,6 +36,9 @@ pub struct TestParams {
     pub force_window: bool,
     pub duration_us: u64,
     pub interval_us: u64,
+    /// `-C`: congestion control for the data connections (the receiver's matters only for
+    /// its echoes).
+    pub congestion: Option<String>,
     /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
     pub pin: Option<Affinity>,
     /// Echo block headers for block RTT.

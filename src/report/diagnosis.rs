@@ -186,6 +186,7 @@ mod tests {
             duration_s: 10.0,
             interval_s: 1.0,
             echo: true,
+            congestion: "cubic".into(),
         }
     }
 

@@ -30,6 +30,8 @@ pub struct Header {
     pub interval_s: f64,
     /// Block-header echoes (block RTT) are on.
     pub echo: bool,
+    /// Congestion control of the data connections (as the sender's socket reports it).
+    pub congestion: String,
 }
 
 /// RTT statistics, microseconds.

@@ -110,7 +110,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 h.local_window.sndbuf, h.remote_window.rcvbuf
             )?,
         }
-        writeln!(o, "# block size = {}B", h.block_bytes)?;
+        writeln!(
+            o,
+            "# block size = {}B; congestion control = {}",
+            h.block_bytes, h.congestion
+        )?;
         writeln!(
             o,
             "# MTU: {}; MSS: {}",

@@ -38,6 +38,12 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
     let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
     let mut echo = ctx.echo.then(|| HeaderEcho::new(ctx.block_bytes));
+    if echo.is_some() {
+        // An echo must leave inside send(), not wait behind Nagle for the sender's
+        // (possibly delayed) ACK of the previous echo: that wait would count as RTT.
+        sock.set_nodelay(true)
+            .op(|| format!("stream-{id}: set TCP_NODELAY"))?;
+    }
 
     let clock = ctx.wait_start()?;
     let give_up_ns = give_up.as_nanos() as u64;
