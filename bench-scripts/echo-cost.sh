@@ -3,7 +3,9 @@
 # 8k and 128k blocks, ROUNDS interleaved rounds of SECS each, medians and their ratio.
 # Target: echo / no-echo >= 0.98.
 #
-#   bench-scripts/echo-cost.sh          # SECS=3 ROUNDS=7 BLOCKS="8k 128k" STREAMS=1
+# CCS lists congestion controls to run under ("default" = the system's, no -C).
+#
+#   bench-scripts/echo-cost.sh          # SECS=3 ROUNDS=7 BLOCKS="8k 128k" STREAMS=1 CCS="default cubic"
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -11,6 +13,7 @@ SECS=${SECS:-3}
 ROUNDS=${ROUNDS:-7}
 BLOCKS=${BLOCKS:-"8k 128k"}
 STREAMS=${STREAMS:-1}
+CCS=${CCS:-"default cubic"}
 out=${OUT:-$root/bench-results/echo-cost-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 build_pinperf
@@ -21,27 +24,31 @@ gbps() { # json on stdin -> received Gbit/s
 }
 
 raw=$out/raw.csv
-echo "round,block,streams,mode,gbps" >"$raw"
+echo "round,cc,block,streams,mode,gbps" >"$raw"
 for ((r = 0; r < ROUNDS; r++)); do
-  for b in $BLOCKS; do
-    for mode in $(rotate "$r" echo no-echo); do
-      flag=()
-      [ "$mode" = no-echo ] && flag=(--no-echo)
-      g=$("$PINPERF" --loopback -l "$b" -P "$STREAMS" -t "$SECS" -i "$SECS" -J "${flag[@]}" | gbps)
-      echo "$r,$b,$STREAMS,$mode,$g" | tee -a "$raw" >&2
+  for cc in $CCS; do
+    ccflag=()
+    [ "$cc" = default ] || ccflag=(-C "$cc")
+    for b in $BLOCKS; do
+      for mode in $(rotate "$r" echo no-echo); do
+        flag=("${ccflag[@]}")
+        [ "$mode" = no-echo ] && flag+=(--no-echo)
+        g=$("$PINPERF" --loopback -l "$b" -P "$STREAMS" -t "$SECS" -i "$SECS" -J "${flag[@]}" | gbps)
+        echo "$r,$cc,$b,$STREAMS,$mode,$g" | tee -a "$raw" >&2
+      done
     done
   done
 done
-medians "$raw" block,streams,mode gbps >"$out/summary.csv"
+medians "$raw" cc,block,streams,mode gbps >"$out/summary.csv"
 python3 - "$out/summary.csv" <<'PY' | tee "$out/table.txt"
 import csv, sys
 m = {}
 for r in csv.DictReader(open(sys.argv[1])):
-    m[(r["block"], r["streams"], r["mode"])] = float(r["median_gbps"])
-print("| block | streams | echo Gbit/s | --no-echo Gbit/s | ratio |")
-print("|---|---|---|---|---|")
-for (b, p) in sorted({(k[0], k[1]) for k in m}, key=lambda k: int(k[0].rstrip("kKmM"))):
-    e, n = m.get((b, p, "echo")), m.get((b, p, "no-echo"))
+    m[(r["cc"], r["block"], r["streams"], r["mode"])] = float(r["median_gbps"])
+print("| congestion control | block | streams | echo Gbit/s | --no-echo Gbit/s | ratio |")
+print("|---|---|---|---|---|---|")
+for (c, b, p) in sorted({k[:3] for k in m}, key=lambda k: (k[0], int(k[1].rstrip("kKmM")), k[2])):
+    e, n = m.get((c, b, p, "echo")), m.get((c, b, p, "no-echo"))
     if e and n:
-        print(f"| {b} | {p} | {e:.2f} | {n:.2f} | {e / n:.3f} |")
+        print(f"| {c} | {b} | {p} | {e:.2f} | {n:.2f} | {e / n:.3f} |")
 PY
