@@ -6,8 +6,6 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::{ClientConfig, Limits, ServerConfig};
@@ -21,7 +19,7 @@ use crate::report::interval::IntervalCutter;
 use crate::report::model::Header;
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
-use crate::stream::{BatchChannels, StreamCtx, sender, spawn_named};
+use crate::stream::{StreamSet, sender, spawn_named};
 
 const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -148,31 +146,14 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     };
 
     // Threads: pinned senders and the reporter.
-    let channels = BatchChannels::new(n);
-    let abort = Arc::new(AtomicBool::new(false));
-    let (start_tx, start_rx) = crossbeam_channel::bounded(n);
-    let mut workers = Vec::with_capacity(n);
-    for (id, sock) in socks.into_iter().enumerate() {
-        let ctx = StreamCtx {
-            id: id as u16,
-            cpu: local_plan.0[id],
-            block_bytes: cfg.block_bytes as usize,
-            echo: cfg.echo,
-            batches: channels.tx.clone(),
-            free: channels.free_rx.clone(),
-            start: start_rx.clone(),
-            abort: Arc::clone(&abort),
-        };
-        let duration = cfg.duration;
-        workers.push(spawn_named(format!("stream-{id}"), move || {
-            sender::run(ctx, sock, duration)
-        })?);
-    }
-    drop(start_rx);
-    let BatchChannels {
-        tx, rx, free_tx, ..
-    } = channels;
-    drop(tx);
+    let duration = cfg.duration;
+    let (streams, rx, free_tx) = StreamSet::spawn(
+        socks,
+        &local_plan,
+        cfg.block_bytes as usize,
+        cfg.echo,
+        move |ctx, sock| sender::run(ctx, sock, duration),
+    )?;
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let cutter = IntervalCutter::new(n, cfg.duration, cfg.interval);
     let out = report::formatter(cfg.format, std::io::stdout());
@@ -188,9 +169,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     };
     if failure.is_none() {
         let t0 = Instant::now();
-        for _ in 0..n {
-            let _ = start_tx.send(t0);
-        }
+        streams.start(t0);
         let row_timeout = cfg.interval * 2 + Duration::from_secs(60);
         failure = loop {
             match ctl.recv(row_timeout) {
@@ -211,21 +190,11 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
             }
         };
     }
-    drop(start_tx);
     if failure.is_some() {
-        abort.store(true, Ordering::Relaxed);
+        streams.abort();
     }
     drop(remote_tx);
-    let mut stream_error = None;
-    for (id, h) in workers.into_iter().enumerate() {
-        let outcome = h
-            .join()
-            .unwrap_or_else(|_| Err(Error::Test(format!("stream-{id}: thread panicked"))));
-        if let Err(e) = outcome {
-            abort.store(true, Ordering::Relaxed);
-            stream_error.get_or_insert(e);
-        }
-    }
+    let (_, stream_error) = streams.join();
     let totals = reporter
         .join()
         .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));

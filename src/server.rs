@@ -8,7 +8,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ use crate::protocol::{
     TestParams,
 };
 use crate::report::{self, interval::IntervalCutter};
-use crate::stream::{BatchChannels, StreamCtx, receiver, spawn_named};
+use crate::stream::{StreamSet, receiver, spawn_named};
 use crate::units::format_size;
 
 /// Server log lines go to stderr, except for the in-process `--loopback` server.
@@ -357,46 +357,20 @@ fn run_test(
     let duration = Duration::from_micros(params.duration_us);
     let interval = Duration::from_micros(params.interval_us);
     let give_up = duration + duration.max(Duration::from_secs(60));
-    let channels = BatchChannels::new(n);
-    let abort = Arc::new(AtomicBool::new(false));
-    let (start_tx, start_rx) = crossbeam_channel::bounded(n);
-    let mut workers = Vec::with_capacity(n);
-    for (id, sock) in socks.into_iter().enumerate() {
-        let ctx = StreamCtx {
-            id: id as u16,
-            cpu: plan.0[id],
-            block_bytes: params.block_bytes as usize,
-            echo: params.echo,
-            batches: channels.tx.clone(),
-            free: channels.free_rx.clone(),
-            start: start_rx.clone(),
-            abort: Arc::clone(&abort),
-        };
-        match spawn_named(format!("stream-{id}"), move || {
-            receiver::run(ctx, sock, give_up)
-        }) {
-            Ok(h) => workers.push(h),
-            Err(e) => {
-                abort.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
-        }
-    }
-    let BatchChannels {
-        tx, rx, free_tx, ..
-    } = channels;
-    drop(tx);
+    let (streams, rx, free_tx) = StreamSet::spawn(
+        socks,
+        &plan,
+        params.block_bytes as usize,
+        params.echo,
+        move |ctx, sock| receiver::run(ctx, sock, give_up),
+    )?;
     let cutter = IntervalCutter::new(n, duration, interval);
     let ctl2 = Arc::clone(ctl);
     let reporter = spawn_named("reporter".into(), move || {
         report::run_receiver_reporter(rx, free_tx, cutter, ctl2)
     })?;
 
-    let t0 = Instant::now();
-    for _ in 0..n {
-        let _ = start_tx.send(t0);
-    }
-    drop(start_tx);
+    streams.start(Instant::now());
     ctl.send(&ControlMsg::Start)?;
 
     // Watch the control connection until every stream has ended.
@@ -416,18 +390,9 @@ fn run_test(
         }
     }
     if failure.is_some() {
-        abort.store(true, Ordering::Relaxed);
+        streams.abort();
     }
-    let mut stream_error = None;
-    for (id, h) in workers.into_iter().enumerate() {
-        let outcome = h
-            .join()
-            .unwrap_or_else(|_| Err(Error::Test(format!("stream-{id}: thread panicked"))));
-        if let Err(e) = outcome {
-            abort.store(true, Ordering::Relaxed);
-            stream_error.get_or_insert(e);
-        }
-    }
+    let (_, stream_error) = streams.join();
     let totals = reporter
         .join()
         .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));

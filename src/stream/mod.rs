@@ -250,6 +250,98 @@ impl StreamCtx {
     }
 }
 
+/// One side's stream threads: spawned pinned and waiting, started together, stopped
+/// together, joined with the first failure named.
+pub struct StreamSet<T> {
+    workers: Vec<std::thread::JoinHandle<Result<T>>>,
+    abort: Arc<AtomicBool>,
+    start_tx: Sender<Instant>,
+}
+
+impl<T: Send + 'static> StreamSet<T> {
+    /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
+    /// [`StreamSet::start`]. Returns the set and the reporter's ends of the batch channels.
+    pub fn spawn<F>(
+        socks: Vec<std::net::TcpStream>,
+        plan: &crate::pin::PinPlan,
+        block_bytes: usize,
+        echo: bool,
+        body: F,
+    ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
+    where
+        F: Fn(StreamCtx, std::net::TcpStream) -> Result<T> + Send + Clone + 'static,
+    {
+        let n = socks.len();
+        let channels = BatchChannels::new(n);
+        let (start_tx, start_rx) = crossbeam_channel::bounded(n);
+        let mut set = StreamSet {
+            workers: Vec::with_capacity(n),
+            abort: Arc::new(AtomicBool::new(false)),
+            start_tx,
+        };
+        for (id, sock) in socks.into_iter().enumerate() {
+            let ctx = StreamCtx {
+                id: id as u16,
+                cpu: plan.0.get(id).copied().flatten(),
+                block_bytes,
+                echo,
+                batches: channels.tx.clone(),
+                free: channels.free_rx.clone(),
+                start: start_rx.clone(),
+                abort: Arc::clone(&set.abort),
+            };
+            let body = body.clone();
+            match spawn_named(format!("stream-{id}"), move || body(ctx, sock)) {
+                Ok(h) => set.workers.push(h),
+                Err(e) => {
+                    // Threads already waiting see the start channel close and end.
+                    set.abort();
+                    return Err(e);
+                }
+            }
+        }
+        Ok((set, channels.rx, channels.free_tx))
+    }
+
+    /// Releases every stream with the common start instant.
+    pub fn start(&self, t0: Instant) {
+        for _ in 0..self.workers.len() {
+            let _ = self.start_tx.send(t0);
+        }
+    }
+
+    /// Tells every stream to stop at its next wake-up.
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::Relaxed);
+    }
+
+    /// Joins all streams: their outcomes, and the first error (after which the rest are
+    /// told to stop).
+    pub fn join(self) -> (Vec<T>, Option<Error>) {
+        let StreamSet {
+            workers,
+            abort,
+            start_tx,
+        } = self;
+        drop(start_tx);
+        let mut outcomes = Vec::with_capacity(workers.len());
+        let mut first = None;
+        for (id, h) in workers.into_iter().enumerate() {
+            match h
+                .join()
+                .unwrap_or_else(|_| Err(Error::Test(format!("stream-{id}: thread panicked"))))
+            {
+                Ok(v) => outcomes.push(v),
+                Err(e) => {
+                    abort.store(true, Ordering::Relaxed);
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        (outcomes, first)
+    }
+}
+
 /// Spawns a named thread running `body`.
 pub fn spawn_named<T: Send + 'static>(
     name: String,
