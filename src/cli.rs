@@ -127,6 +127,11 @@ pub struct Args {
     #[arg(short = 'C', long, value_name = "ALGO", help_heading = "Test")]
     pub congestion: Option<String>,
 
+    /// Print each core's busy/softirq share per interval (the end of the test always
+    /// reports CPU).
+    #[arg(long, help_heading = "Output")]
+    pub cpu: bool,
+
     /// Do not echo block headers: no block RTT, kernel RTT only.
     #[arg(long, help_heading = "Test")]
     pub no_echo: bool,

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::config::{ClientConfig, Limits, ServerConfig};
+use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net;
 use crate::pin::{self, Affinity};
@@ -143,6 +144,9 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         interval_s: cfg.interval.as_secs_f64(),
         echo: cfg.echo,
         congestion,
+        same_host: peer.ip().is_loopback(),
+        same_process: cfg.loopback,
+        cpu_intervals: cfg.cpu_intervals,
     };
 
     // Threads: pinned senders and the reporter.
@@ -162,12 +166,14 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     })?;
 
     // Start when the server says so, then relay its rows until its totals arrive.
+    let mut cpu_mark = None;
     let mut failure = match ctl.recv(PHASE_TIMEOUT) {
         Ok(ControlMsg::Start) => None,
         Ok(other) => Some(unexpected(peer, "start", &other)),
         Err(e) => Some(e),
     };
     if failure.is_none() {
+        cpu_mark = Some(CpuMark::now());
         let t0 = Instant::now();
         streams.start(t0);
         let row_timeout = cfg.interval * 2 + Duration::from_secs(60);
@@ -193,8 +199,13 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     if failure.is_some() {
         streams.abort();
     }
+    let (outcomes, stream_error) = streams.join();
+    if let Some(mark) = cpu_mark {
+        let _ = remote_tx.send(RemoteEvent::LocalCpu(
+            mark.report(outcomes.iter().map(|o| o.cpu).collect()),
+        ));
+    }
     drop(remote_tx);
-    let (_, stream_error) = streams.join();
     let totals = reporter
         .join()
         .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));

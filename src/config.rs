@@ -56,6 +56,8 @@ pub struct ClientConfig {
     pub format: Format,
     /// `-C`: congestion control algorithm for the data connections.
     pub congestion: Option<String>,
+    /// `--cpu`: a per-core CPU line per interval.
+    pub cpu_intervals: bool,
 }
 
 /// Server limits a client cannot exceed.
@@ -152,6 +154,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         echo: !args.no_echo,
         format: output_format(args),
         congestion: args.congestion.clone(),
+        cpu_intervals: args.cpu,
     }))
 }
 

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod cpu;
 pub mod error;
 pub mod net;
 pub mod pin;

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{self, Limits, ServerConfig};
+use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net;
 use crate::pin;
@@ -370,6 +371,7 @@ fn run_test(
         report::run_receiver_reporter(rx, free_tx, cutter, ctl2)
     })?;
 
+    let cpu_mark = CpuMark::now();
     streams.start(Instant::now());
     ctl.send(&ControlMsg::Start)?;
 
@@ -392,7 +394,8 @@ fn run_test(
     if failure.is_some() {
         streams.abort();
     }
-    let (_, stream_error) = streams.join();
+    let (outcomes, stream_error) = streams.join();
+    let cpu = cpu_mark.report(outcomes.iter().map(|o| o.cpu).collect());
     let totals = reporter
         .join()
         .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
@@ -406,6 +409,7 @@ fn run_test(
         bytes: totals.bytes,
         elapsed_us: totals.last_ns / 1000,
         path,
+        cpu: Some(cpu),
     }))?;
     slot.finishing();
     log!(

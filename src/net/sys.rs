@@ -181,6 +181,32 @@ pub fn send_nowait(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// `getrusage(who)`; zeroes if the call fails (it cannot with valid arguments).
+pub fn getrusage(who: libc::c_int) -> libc::rusage {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a live, writable rusage; the kernel fills it.
+    let _ = unsafe { libc::getrusage(who, &mut usage) };
+    usage
+}
+
+/// `poll()` over `fds` for up to `timeout_ms`; returns how many are ready.
+#[cfg(target_os = "linux")]
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a live, writable slice of pollfd and its length is passed with it.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn poll(_fds: &mut [libc::pollfd], _timeout_ms: i32) -> io::Result<usize> {
+    unsupported()
+}
+
 #[cfg(not(target_os = "linux"))]
 pub fn recv_nowait(_fd: BorrowedFd<'_>, _buf: &mut [u8]) -> io::Result<usize> {
     unsupported()

@@ -14,6 +14,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::cpu::CpuReport;
 use crate::error::{Error, Result};
 use crate::net::{PathInfo, WindowGrant};
 use crate::pin::{Affinity, PinPlan};
@@ -71,6 +72,8 @@ pub struct ReceiverDone {
     /// From the server's start to the last stream's EOF.
     pub elapsed_us: u64,
     pub path: PathInfo,
+    /// The server's CPU over the test.
+    pub cpu: Option<CpuReport>,
 }
 
 /// Every control message.

@@ -187,6 +187,9 @@ mod tests {
             interval_s: 1.0,
             echo: true,
             congestion: "cubic".into(),
+            same_host: false,
+            same_process: false,
+            cpu_intervals: false,
         }
     }
 

@@ -17,13 +17,15 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, select};
 
+use crate::cpu::{self, CpuReport};
 use crate::error::Result;
 use crate::protocol::{Control, ControlMsg, ReceiverDone, ReceiverRow};
 use crate::stream::Batch;
 use crate::stream::TcpSample;
 use interval::{ClosedInterval, IntervalCutter, RttStats};
 use model::{
-    Header, IntervalReport, RttSummary, SideTotal, StreamRow, SumRow, Summary, TestFairness,
+    CpuSummary, CpuUtilization, Header, IntervalReport, RttSummary, SideTotal, StreamRow, SumRow,
+    Summary, TestFairness,
 };
 
 /// One output format.
@@ -105,6 +107,9 @@ pub struct ClientTotals {
 pub enum RemoteEvent {
     Row(ReceiverRow),
     Done(ReceiverDone),
+    /// The client's own CPU over the test (sent by the client's main thread once its
+    /// stream threads are joined).
+    LocalCpu(CpuReport),
 }
 
 /// Whole-test accumulation of RTT statistics (weighted by samples).
@@ -184,6 +189,8 @@ pub fn run_sender_reporter(
         intervals: 0,
     };
     let mut done: Option<ReceiverDone> = None;
+    let mut local_cpu: Option<CpuReport> = None;
+    let mut prev_cores = header.cpu_intervals.then(cpu::cores);
     let (mut local_open, mut remote_open) = (true, true);
 
     while local_open || remote_open {
@@ -201,6 +208,7 @@ pub fn run_sender_reporter(
             recv(remote) -> msg => match msg {
                 Ok(RemoteEvent::Row(row)) => { remotes.insert(row.index, row); }
                 Ok(RemoteEvent::Done(d)) => done = Some(d),
+                Ok(RemoteEvent::LocalCpu(c)) => local_cpu = Some(c),
                 Err(_) => remote_open = false,
             },
         }
@@ -208,7 +216,12 @@ pub fn run_sender_reporter(
             locals.insert(iv.index, iv);
         }
         while let (Some(l), Some(r)) = (locals.get(&next), remotes.get(&next)) {
-            let report = join(l, r, &mut totals);
+            let mut report = join(l, r, &mut totals);
+            if let Some(prev) = prev_cores.as_mut() {
+                let now = cpu::cores();
+                report.cores = Some(cpu::core_loads(prev, &now));
+                *prev = now;
+            }
             if output_ok {
                 output_ok = write_ok(out.interval(&report));
             }
@@ -219,7 +232,10 @@ pub fn run_sender_reporter(
     }
     let sent = cutter.totals().to_vec();
     if let Some(d) = &done {
-        let summary = summarize(&header, &sent, d, &totals);
+        let mut summary = summarize(&header, &sent, d, &totals);
+        if let Some(local) = local_cpu {
+            add_cpu(&mut summary, &header, local, d.cpu.clone());
+        }
         if output_ok {
             output_ok = write_ok(out.summary(&summary));
         }
@@ -319,6 +335,7 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
         index: local.index,
         streams: rows,
         sum,
+        cores: None,
     }
 }
 
@@ -343,6 +360,44 @@ fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
         kernel_rtt: RttAgg::of(rows.iter().filter_map(|r| r.kernel_rtt.as_ref())),
         fairness: fairness::of(&byte_counts),
     }
+}
+
+/// Adds both ends' CPU and the efficiency figures to the summary. On one host the cores
+/// are counted once; in one process (`--loopback`) so is the process time.
+fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Option<CpuReport>) {
+    summary.cpu_utilization_percent = Some(CpuUtilization {
+        host_total: local.host_total,
+        host_user: local.host_user,
+        host_system: local.host_system,
+        remote_total: remote.as_ref().map(|r| r.host_total),
+        remote_user: remote.as_ref().map(|r| r.host_user),
+        remote_system: remote.as_ref().map(|r| r.host_system),
+    });
+    let busy_cores = local.busy_cores()
+        + if header.same_host {
+            0.0
+        } else {
+            remote.as_ref().map_or(0.0, CpuReport::busy_cores)
+        };
+    let cpu_seconds = local.process.total_us() as f64 / 1e6
+        + if header.same_process {
+            0.0
+        } else {
+            remote
+                .as_ref()
+                .map_or(0.0, |r| r.process.total_us() as f64 / 1e6)
+        };
+    let gb = summary.sum_received.bytes as f64 / 1e9;
+    let gbps = summary.sum_received.bits_per_second / 1e9;
+    summary.cpu = Some(CpuSummary {
+        local,
+        remote,
+        same_host: header.same_host,
+        same_process: header.same_process,
+        busy_cores,
+        gbps_per_busy_core: (busy_cores > 0.0).then(|| gbps / busy_cores),
+        cpu_seconds_per_gb: (gb > 0.0).then(|| cpu_seconds / gb),
+    });
 }
 
 fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals) -> Summary {
@@ -397,5 +452,7 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         streams: rows,
         sum,
         diagnosis,
+        cpu_utilization_percent: None,
+        cpu: None,
     }
 }

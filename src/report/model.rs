@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cpu::{CoreLoad, CpuReport};
 use crate::net::{PathInfo, WindowGrant};
 use crate::pin::PinPlan;
 
@@ -32,6 +33,12 @@ pub struct Header {
     pub echo: bool,
     /// Congestion control of the data connections (as the sender's socket reports it).
     pub congestion: String,
+    /// Client and server on one host (their cores are the same cores).
+    pub same_host: bool,
+    /// Client and server in one process (`--loopback`): process CPU counts both.
+    pub same_process: bool,
+    /// `--cpu`: per-core load per interval.
+    pub cpu_intervals: bool,
 }
 
 /// RTT statistics, microseconds.
@@ -113,6 +120,8 @@ pub struct IntervalReport {
     pub index: u32,
     pub streams: Vec<StreamRow>,
     pub sum: SumRow,
+    /// With `--cpu`: this host's cores over the interval (as the client printed it).
+    pub cores: Option<Vec<CoreLoad>>,
 }
 
 /// Bytes and rate of one side, over the whole test.
@@ -148,6 +157,38 @@ pub struct Summary {
     pub fairness: TestFairness,
     /// Plain-words findings, only when the numbers show them.
     pub diagnosis: Vec<String>,
+    /// iperf3's summary figures: percent of one core, local and remote.
+    pub cpu_utilization_percent: Option<CpuUtilization>,
+    /// Both ends' CPU in full, and what the throughput cost.
+    pub cpu: Option<CpuSummary>,
+}
+
+/// iperf3's `cpu_utilization_percent`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CpuUtilization {
+    pub host_total: f64,
+    pub host_user: f64,
+    pub host_system: f64,
+    pub remote_total: Option<f64>,
+    pub remote_user: Option<f64>,
+    pub remote_system: Option<f64>,
+}
+
+/// Both ends' CPU over the test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuSummary {
+    pub local: CpuReport,
+    pub remote: Option<CpuReport>,
+    /// One host: the cores are counted once.
+    pub same_host: bool,
+    /// One process (`--loopback`): process times hold both ends and are counted once.
+    pub same_process: bool,
+    /// Cores kept busy on the host(s) involved (sum of busy fractions).
+    pub busy_cores: f64,
+    /// Received Gbit/s per busy core.
+    pub gbps_per_busy_core: Option<f64>,
+    /// Process CPU-seconds (both ends) per gigabyte received.
+    pub cpu_seconds_per_gb: Option<f64>,
 }
 
 impl Summary {

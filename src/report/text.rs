@@ -9,7 +9,8 @@
 use std::io::{self, Write};
 
 use super::Formatter;
-use super::model::{Header, IntervalReport, RttSummary, Summary};
+use super::model::{CpuSummary, Header, IntervalReport, RttSummary, Summary};
+use crate::cpu::{CoreLoad, CpuReport};
 use crate::units::format_size;
 
 /// Writes the text format to `out`.
@@ -74,7 +75,93 @@ fn pct(v: Option<f64>) -> String {
     v.map_or("-".to_string(), |v| format!("{:.1}", v * 100.0))
 }
 
+fn core_list(cores: &[CoreLoad]) -> String {
+    cores
+        .iter()
+        .map(|c| {
+            format!(
+                "cpu{} busy {:.1}% (softirq {:.1}%)",
+                c.cpu, c.busy_percent, c.softirq_percent
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn process_line(r: &CpuReport) -> String {
+    format!(
+        "{:.1}% of a core (user {:.1}%, sys {:.1}%)",
+        r.host_total, r.host_user, r.host_system
+    )
+}
+
+fn thread_list(r: &CpuReport) -> String {
+    r.streams
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let pct = |us: u64| us as f64 / 1e6 / r.seconds * 100.0;
+            format!(
+                "stream-{i} {:.1}% (user {:.1}, sys {:.1})",
+                pct(t.total_us()),
+                pct(t.user_us),
+                pct(t.sys_us)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl<W: Write + Send> TextFormatter<W> {
+    /// The end-of-test `# CPU` block: both processes, each stream thread, each core, and
+    /// what a gigabit cost.
+    fn cpu_block(&mut self, c: &CpuSummary) -> io::Result<()> {
+        let o = &mut self.out;
+        match (&c.remote, c.same_process) {
+            (_, true) => writeln!(
+                o,
+                "# CPU process (client and server in one, --loopback): {} over {:.2} s",
+                process_line(&c.local),
+                c.local.seconds
+            )?,
+            (Some(r), false) => writeln!(
+                o,
+                "# CPU local: {}; remote: {} over {:.2} s",
+                process_line(&c.local),
+                process_line(r),
+                c.local.seconds
+            )?,
+            (None, false) => writeln!(
+                o,
+                "# CPU local: {} over {:.2} s",
+                process_line(&c.local),
+                c.local.seconds
+            )?,
+        }
+        writeln!(o, "# CPU local threads: {}", thread_list(&c.local))?;
+        if let Some(r) = &c.remote {
+            writeln!(o, "# CPU remote threads: {}", thread_list(r))?;
+        }
+        let host = if c.same_host {
+            "this host (both ends)"
+        } else {
+            "local"
+        };
+        writeln!(o, "# CPU {host} cores: {}", core_list(&c.local.cores))?;
+        if let (Some(r), false) = (&c.remote, c.same_host) {
+            writeln!(o, "# CPU remote cores: {}", core_list(&r.cores))?;
+        }
+        writeln!(
+            o,
+            "# CPU efficiency: {} Gbit/s per busy core ({:.2} busy cores); {} CPU-seconds per GB",
+            c.gbps_per_busy_core
+                .map_or("-".into(), |v| format!("{v:.2}")),
+            c.busy_cores,
+            c.cpu_seconds_per_gb
+                .map_or("-".into(), |v| format!("{v:.3}"))
+        )
+    }
+
     fn rtt(&self, block: Option<RttSummary>, kernel: Option<RttSummary>) -> Option<RttSummary> {
         if self.echo { block } else { kernel }
     }
@@ -161,6 +248,15 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             };
             writeln!(self.out, "{}", row(&id(s.stream), &cols))?;
         }
+        if let Some(cores) = &iv.cores {
+            writeln!(
+                self.out,
+                "# cpu {:.3}-{:.3} local: {}",
+                iv.sum.start,
+                iv.sum.end,
+                core_list(cores)
+            )?;
+        }
         if self.streams > 1 {
             let s = &iv.sum;
             let cols = Cols {
@@ -234,6 +330,9 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 .block_rtt
                 .map_or("- (--no-echo)".into(), |r| ms(r.avg_us))
         )?;
+        if let Some(cpu) = &s.cpu {
+            self.cpu_block(cpu)?;
+        }
         for line in &s.diagnosis {
             writeln!(self.out, "# {line}")?;
         }

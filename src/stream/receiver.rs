@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::echo::HeaderEcho;
 use super::{Batcher, StreamCtx, WAKE, is_timeout};
+use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 
 /// Smallest buffer a receiver reads into: with small blocks, one `read()` per block would
@@ -26,6 +27,8 @@ pub struct RecvOutcome {
     pub bytes: u64,
     /// When EOF arrived, ns since the start.
     pub eof_ns: u64,
+    /// This thread's CPU from the start to EOF.
+    pub cpu: CpuTime,
 }
 
 /// Runs one receiving stream (call on its own `stream-N` thread). `give_up` bounds the
@@ -46,6 +49,7 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
     }
 
     let clock = ctx.wait_start()?;
+    let cpu_start = cpu::thread();
     let give_up_ns = give_up.as_nanos() as u64;
     let mut bytes: u64 = 0;
     loop {
@@ -84,7 +88,12 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
     }
     let eof_ns = clock.ns(Instant::now());
     batcher.flush(eof_ns, None, true)?;
-    Ok(RecvOutcome { id, bytes, eof_ns })
+    Ok(RecvOutcome {
+        id,
+        bytes,
+        eof_ns,
+        cpu: cpu::thread_since(cpu_start),
+    })
 }
 
 fn aborted(id: u16) -> Error {

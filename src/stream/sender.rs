@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::echo::{self, EchoCollector};
 use super::{Batcher, StreamCtx, TcpSample, WAKE, is_timeout};
+use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 
 /// What a sender did.
@@ -16,6 +17,8 @@ pub struct SendOutcome {
     pub id: u16,
     pub bytes: u64,
     pub writes: u64,
+    /// This thread's CPU from the start to its last write.
+    pub cpu: CpuTime,
 }
 
 /// Runs one sending stream (call on its own `stream-N` thread).
@@ -36,6 +39,7 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
 
     let clock = ctx.wait_start()?;
+    let cpu_start = cpu::thread();
     let end_ns = duration.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut writes: u64 = 0;
@@ -92,10 +96,16 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
     }
     let t_ns = clock.ns(Instant::now());
     batcher.flush(t_ns, TcpSample::read(&sock, t_ns), true)?;
+    let cpu = cpu::thread_since(cpu_start);
     sock.shutdown(Shutdown::Write)
         .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
     drain(&ctx, &mut sock);
-    Ok(SendOutcome { id, bytes, writes })
+    Ok(SendOutcome {
+        id,
+        bytes,
+        writes,
+        cpu,
+    })
 }
 
 /// Reads until the receiver closes (it does after reading our EOF), so closing our end

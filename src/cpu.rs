@@ -1,0 +1,229 @@
+//! CPU accounting over exactly a test's span: the process's user/sys time (`getrusage`),
+//! each stream thread's own (`RUSAGE_THREAD`, read by the thread itself), and every core's
+//! busy / softirq / idle time from `/proc/stat` (a receiver's network stack runs in softirq,
+//! which process times miss). Called at the test's start and end by each side's control
+//! flow, and by each stream thread for itself.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// User and system CPU time, microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuTime {
+    pub user_us: u64,
+    pub sys_us: u64,
+}
+
+impl CpuTime {
+    pub fn total_us(&self) -> u64 {
+        self.user_us + self.sys_us
+    }
+
+    fn minus(self, earlier: CpuTime) -> CpuTime {
+        CpuTime {
+            user_us: self.user_us.saturating_sub(earlier.user_us),
+            sys_us: self.sys_us.saturating_sub(earlier.sys_us),
+        }
+    }
+}
+
+fn rusage(who: libc::c_int) -> CpuTime {
+    let usage = crate::net::sys::getrusage(who);
+    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    CpuTime {
+        user_us: us(usage.ru_utime),
+        sys_us: us(usage.ru_stime),
+    }
+}
+
+/// This process's CPU time so far.
+pub fn process() -> CpuTime {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// The calling thread's CPU time so far.
+pub fn thread() -> CpuTime {
+    rusage(libc::RUSAGE_THREAD)
+}
+
+/// One core's `/proc/stat` counters (clock ticks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreTicks {
+    pub cpu: usize,
+    pub busy: u64,
+    pub softirq: u64,
+    pub idle: u64,
+}
+
+/// Reads every core's counters; empty where `/proc/stat` is unreadable.
+pub fn cores() -> Vec<CoreTicks> {
+    let Ok(text) = std::fs::read_to_string("/proc/stat") else {
+        return Vec::new();
+    };
+    parse_proc_stat(&text)
+}
+
+/// Parses the `cpuN` lines of `/proc/stat`.
+pub fn parse_proc_stat(text: &str) -> Vec<CoreTicks> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cpu")?;
+            let (id, fields) = rest.split_once(' ')?;
+            let cpu: usize = id.parse().ok()?;
+            let v: Vec<u64> = fields
+                .split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            // user nice system idle iowait irq softirq steal [guest guest_nice]
+            if v.len() < 8 {
+                return None;
+            }
+            let idle = v[3] + v[4];
+            let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+            Some(CoreTicks {
+                cpu,
+                busy,
+                softirq: v[6],
+                idle,
+            })
+        })
+        .collect()
+}
+
+/// One core over a span, in percent of the span.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CoreLoad {
+    pub cpu: usize,
+    pub busy_percent: f64,
+    pub softirq_percent: f64,
+    pub idle_percent: f64,
+}
+
+/// Per-core load between two readings.
+pub fn core_loads(start: &[CoreTicks], end: &[CoreTicks]) -> Vec<CoreLoad> {
+    end.iter()
+        .filter_map(|e| {
+            let s = start.iter().find(|s| s.cpu == e.cpu)?;
+            let busy = e.busy.saturating_sub(s.busy) as f64;
+            let idle = e.idle.saturating_sub(s.idle) as f64;
+            let softirq = e.softirq.saturating_sub(s.softirq) as f64;
+            let total = busy + idle;
+            (total > 0.0).then(|| CoreLoad {
+                cpu: e.cpu,
+                busy_percent: 100.0 * busy / total,
+                softirq_percent: 100.0 * softirq / total,
+                idle_percent: 100.0 * idle / total,
+            })
+        })
+        .collect()
+}
+
+/// A side's CPU over the test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuReport {
+    pub seconds: f64,
+    /// The process's user and system time over the span.
+    pub process: CpuTime,
+    /// Percent of one core: (user + sys) / span, as iperf3's `host_total`.
+    pub host_total: f64,
+    pub host_user: f64,
+    pub host_system: f64,
+    /// Each stream thread's own CPU, by stream id.
+    pub streams: Vec<CpuTime>,
+    pub cores: Vec<CoreLoad>,
+}
+
+impl CpuReport {
+    /// Busy cores over the span (sum of per-core busy fractions).
+    pub fn busy_cores(&self) -> f64 {
+        self.cores.iter().map(|c| c.busy_percent / 100.0).sum()
+    }
+}
+
+/// A reading at the start of a span.
+#[derive(Debug, Clone)]
+pub struct CpuMark {
+    at: Instant,
+    process: CpuTime,
+    cores: Vec<CoreTicks>,
+}
+
+impl CpuMark {
+    pub fn now() -> CpuMark {
+        CpuMark {
+            at: Instant::now(),
+            process: process(),
+            cores: cores(),
+        }
+    }
+
+    /// The report from this mark to now, with the stream threads' own times.
+    pub fn report(&self, streams: Vec<CpuTime>) -> CpuReport {
+        let seconds = self
+            .at
+            .elapsed()
+            .max(Duration::from_micros(1))
+            .as_secs_f64();
+        let process = process().minus(self.process);
+        let pct = |us: u64| us as f64 / 1e6 / seconds * 100.0;
+        CpuReport {
+            seconds,
+            host_total: pct(process.total_us()),
+            host_user: pct(process.user_us),
+            host_system: pct(process.sys_us),
+            process,
+            streams,
+            cores: core_loads(&self.cores, &cores()),
+        }
+    }
+}
+
+/// A thread's CPU from a start reading to now.
+pub fn thread_since(start: CpuTime) -> CpuTime {
+    thread().minus(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_lines_parse_and_loads_are_percentages() {
+        let a = "cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 100 0 50 800 0 0 50 0 0 0\ncpu1 10 0 10 970 10 0 0 0\nintr 1 2\n";
+        let b = "cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 200 0 100 900 0 0 100 0 0 0\ncpu1 10 0 10 1070 10 0 0 0\n";
+        let (s, e) = (parse_proc_stat(a), parse_proc_stat(b));
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            s[0],
+            CoreTicks {
+                cpu: 0,
+                busy: 200,
+                softirq: 50,
+                idle: 800
+            }
+        );
+        let loads = core_loads(&s, &e);
+        // cpu0: busy 200 of 300 ticks, softirq 50; cpu1: idle throughout.
+        assert!((loads[0].busy_percent - 66.666).abs() < 0.01);
+        assert!((loads[0].softirq_percent - 16.666).abs() < 0.01);
+        assert_eq!(loads[1].busy_percent, 0.0);
+    }
+
+    #[test]
+    fn a_busy_thread_is_charged_its_cpu() {
+        let mark = CpuMark::now();
+        let start = thread();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(200) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let own = thread_since(start);
+        assert!(own.total_us() > 100_000, "spun 200 ms, charged {own:?}");
+        let r = mark.report(vec![own]);
+        assert!(r.host_total > 40.0, "{r:?}");
+        assert!(!r.cores.is_empty());
+    }
+}
