@@ -553,9 +553,14 @@ fn csv_stream_rows_sum_to_the_sum_rows() {
     let mut streams: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut sums: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let (mut totals, mut total_sum) = ((0u64, 0u64), None);
+    let mut cpu_kinds = std::collections::BTreeSet::new();
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
         assert_eq!(f.len(), header.len(), "{line}");
+        if f[kind].starts_with("cpu_") {
+            cpu_kinds.insert(f[kind].to_string());
+            continue;
+        }
         let (b, s): (u64, u64) = (f[bytes].parse().unwrap(), f[sent].parse().unwrap());
         match f[kind] {
             "stream" => {
@@ -579,4 +584,120 @@ fn csv_stream_rows_sum_to_the_sum_rows() {
     let over_intervals = sums.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
     assert_eq!(over_intervals, total_sum);
     assert_eq!(total_sum.0, total_sum.1, "received = sent");
+    let want: std::collections::BTreeSet<String> =
+        ["cpu_core", "cpu_efficiency", "cpu_process", "cpu_thread"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    assert_eq!(cpu_kinds, want);
+}
+
+/// utime + stime of a process (or a zombie's, which keeps them), in clock ticks, and its state.
+fn proc_ticks(pid: u32) -> (u64, char) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the ")" that closes the command name: state is the first, utime the 12th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let state = f.first().and_then(|s| s.chars().next()).unwrap_or('?');
+    let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks, state)
+}
+
+fn clk_tck() -> f64 {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("CLK_TCK")
+}
+
+#[test]
+fn cpu_figures_agree_with_proc_stat_sampled_from_outside() {
+    use pinperf::report::json::Document;
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let tck = clk_tck();
+    let (server_before, _) = proc_ticks(server.child.id());
+    let mut client = util::spawn(&["-c", "127.0.0.1", "-p", &port, "-P", "2", "-t", "1.5", "-J"]);
+    let mut stdout = client.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    // Read the client's CPU as a zombie: exited, not yet reaped, its times final.
+    let pid = client.id();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let client_ticks = loop {
+        let (ticks, state) = proc_ticks(pid);
+        if state == 'Z' {
+            break ticks;
+        }
+        assert!(Instant::now() < deadline, "client did not exit");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert!(client.wait().unwrap().success());
+    let json = reader.join().unwrap();
+    // The server finishes its session right after the client's Bye.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.log().contains("done, received") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let (server_after, _) = proc_ticks(server.child.id());
+
+    let doc: Document = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let cpu = doc.end.unwrap().cpu.expect("cpu report");
+    let remote = cpu.remote.expect("remote cpu");
+    let outside_client = client_ticks as f64 / tck / cpu.local.seconds * 100.0;
+    let outside_server = (server_after - server_before) as f64 / tck / remote.seconds * 100.0;
+    eprintln!(
+        "client {:.1} % (pinperf) vs {outside_client:.1} % (/proc); server {:.1} % vs {outside_server:.1} %",
+        cpu.local.host_total, remote.host_total
+    );
+    assert!(
+        (cpu.local.host_total - outside_client).abs() <= 5.0,
+        "client: pinperf says {:.1} %, /proc says {outside_client:.1} %",
+        cpu.local.host_total
+    );
+    assert!(
+        (remote.host_total - outside_server).abs() <= 5.0,
+        "server: pinperf says {:.1} %, /proc says {outside_server:.1} %",
+        remote.host_total
+    );
+    assert_eq!(remote.streams.len(), 2, "per-thread CPU for each stream");
+    assert!(cpu.local.cores.len() >= 1 && cpu.gbps_per_busy_core.is_some());
+}
+
+#[test]
+fn cpu_flag_prints_per_core_lines_and_the_end_block_lists_threads() {
+    let run = pinperf(
+        &["--loopback", "-P", "2", "-t", "1", "-i", "0.5", "--cpu"],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    let per_interval: Vec<&str> = text.lines().filter(|l| l.starts_with("# cpu ")).collect();
+    assert_eq!(per_interval.len(), 2, "{text}");
+    let cores = std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count();
+    assert!(
+        per_interval
+            .iter()
+            .all(|l| l.matches(" busy ").count() == cores),
+        "{text}"
+    );
+    assert!(
+        text.contains("# CPU local threads: stream-0 ") && text.contains(", stream-1 "),
+        "{text}"
+    );
+    assert!(text.contains("# CPU remote threads: stream-0 "), "{text}");
+    assert!(text.contains("# CPU efficiency: "), "{text}");
 }

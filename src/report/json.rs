@@ -21,9 +21,9 @@ pub struct Document {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", content = "data", rename_all = "snake_case")]
 pub enum Event {
-    Start(Header),
-    Interval(IntervalReport),
-    End(Summary),
+    Start(Box<Header>),
+    Interval(Box<IntervalReport>),
+    End(Box<Summary>),
 }
 
 /// `-J`: collects, prints once.
@@ -85,14 +85,14 @@ impl<W: Write> JsonLinesFormatter<W> {
 
 impl<W: Write + Send> Formatter for JsonLinesFormatter<W> {
     fn header(&mut self, header: &Header) -> io::Result<()> {
-        self.emit(&Event::Start(header.clone()))
+        self.emit(&Event::Start(Box::new(header.clone())))
     }
 
     fn interval(&mut self, interval: &IntervalReport) -> io::Result<()> {
-        self.emit(&Event::Interval(interval.clone()))
+        self.emit(&Event::Interval(Box::new(interval.clone())))
     }
 
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
-        self.emit(&Event::End(summary.clone()))
+        self.emit(&Event::End(Box::new(summary.clone())))
     }
 }
