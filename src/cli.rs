@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::report::Format;
+use crate::stream::Engine;
 use crate::units;
 
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
@@ -131,6 +132,10 @@ pub struct Args {
     /// reports CPU).
     #[arg(long, help_heading = "Output")]
     pub cpu: bool,
+
+    /// Sender engine: threads (one pinned thread per stream) or single (one thread, poll()).
+    #[arg(long, value_enum, default_value = "threads", help_heading = "Test")]
+    pub engine: Engine,
 
     /// Do not echo block headers: no block RTT, kernel RTT only.
     #[arg(long, help_heading = "Test")]

@@ -20,7 +20,7 @@ use crate::report::interval::IntervalCutter;
 use crate::report::model::Header;
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
-use crate::stream::{StreamSet, sender, spawn_named};
+use crate::stream::{Engine, StreamSet, sender, single, spawn_named};
 
 const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -147,17 +147,24 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         same_host: peer.ip().is_loopback(),
         same_process: cfg.loopback,
         cpu_intervals: cfg.cpu_intervals,
+        engine: cfg.engine,
     };
 
     // Threads: pinned senders and the reporter.
     let duration = cfg.duration;
-    let (streams, rx, free_tx) = StreamSet::spawn(
-        socks,
-        &local_plan,
-        cfg.block_bytes as usize,
-        cfg.echo,
-        move |ctx, sock| sender::run(ctx, sock, duration),
-    )?;
+    let block = cfg.block_bytes as usize;
+    let (streams, rx, free_tx) = match cfg.engine {
+        Engine::Threads => {
+            StreamSet::spawn(socks, &local_plan, block, cfg.echo, move |ctx, sock| {
+                sender::run(ctx, sock, duration)
+            })?
+        }
+        Engine::Single => {
+            StreamSet::spawn_single(socks, &local_plan, block, cfg.echo, move |ctxs, socks| {
+                single::run(ctxs, socks, duration)
+            })?
+        }
+    };
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let cutter = IntervalCutter::new(n, cfg.duration, cfg.interval);
     let out = report::formatter(cfg.format, std::io::stdout());

@@ -8,6 +8,7 @@ use crate::cli::Args;
 use crate::error::{Error, Result};
 use crate::pin::Affinity;
 use crate::report::Format;
+use crate::stream::Engine;
 use crate::units::format_size;
 
 /// Most streams a client may run (`-P`).
@@ -58,6 +59,8 @@ pub struct ClientConfig {
     pub congestion: Option<String>,
     /// `--cpu`: a per-core CPU line per interval.
     pub cpu_intervals: bool,
+    /// `--engine`.
+    pub engine: Engine,
 }
 
 /// Server limits a client cannot exceed.
@@ -155,6 +158,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         format: output_format(args),
         congestion: args.congestion.clone(),
         cpu_intervals: args.cpu,
+        engine: args.engine,
     }))
 }
 

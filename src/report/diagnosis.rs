@@ -190,6 +190,7 @@ mod tests {
             same_host: false,
             same_process: false,
             cpu_intervals: false,
+            engine: crate::stream::Engine::Threads,
         }
     }
 

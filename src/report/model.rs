@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::cpu::{CoreLoad, CpuReport};
 use crate::net::{PathInfo, WindowGrant};
 use crate::pin::PinPlan;
+use crate::stream::Engine;
 
 /// Everything known before the first byte moves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -39,6 +40,8 @@ pub struct Header {
     pub same_process: bool,
     /// `--cpu`: per-core load per interval.
     pub cpu_intervals: bool,
+    /// How the sender drove its streams.
+    pub engine: Engine,
 }
 
 /// RTT statistics, microseconds.

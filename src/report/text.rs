@@ -11,6 +11,7 @@ use std::io::{self, Write};
 use super::Formatter;
 use super::model::{CpuSummary, Header, IntervalReport, RttSummary, Summary};
 use crate::cpu::{CoreLoad, CpuReport};
+use crate::stream::Engine;
 use crate::units::format_size;
 
 /// Writes the text format to `out`.
@@ -213,6 +214,12 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             "# pin plan: local {}; remote {}",
             h.local_pin, h.remote_pin
         )?;
+        if h.engine == Engine::Single {
+            writeln!(
+                o,
+                "# engine: single (one sender thread for all streams, poll(); pinned to the first stream's core)"
+            )?;
+        }
         if let Some(note) = &h.placement_note {
             writeln!(o, "# placement: {note}")?;
         }

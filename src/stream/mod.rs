@@ -12,6 +12,7 @@
 pub mod echo;
 pub mod receiver;
 pub mod sender;
+pub mod single;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +30,27 @@ pub const BATCH_RECORDS: usize = 1024;
 pub const FLUSH_EVERY_NS: u64 = 20_000_000;
 /// Batches in flight per stream before a stream thread waits for the reporter.
 pub const BATCHES_IN_FLIGHT: usize = 64;
+
+/// How the sender drives its streams.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// One pinned thread per stream, blocking writes (the default).
+    Threads,
+    /// One thread for all streams, non-blocking writes and poll() (thrulay's client).
+    Single,
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Engine::Threads => "threads",
+            Engine::Single => "single",
+        })
+    }
+}
 
 /// One block written or read: when (ns since the test's start) and how many bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,14 +273,48 @@ impl StreamCtx {
 }
 
 /// One side's stream threads: spawned pinned and waiting, started together, stopped
-/// together, joined with the first failure named.
+/// together, joined with the first failure named. Normally one `stream-N` thread per
+/// stream; the `single` engine runs every stream on one `stream-mux` thread.
 pub struct StreamSet<T> {
-    workers: Vec<std::thread::JoinHandle<Result<T>>>,
+    workers: Vec<std::thread::JoinHandle<Result<Vec<T>>>>,
+    streams: usize,
     abort: Arc<AtomicBool>,
     start_tx: Sender<Instant>,
 }
 
+/// The reporter's ends of a side's batch channels.
+pub type ReporterEnds = (Receiver<Batch>, Sender<Batch>);
+
 impl<T: Send + 'static> StreamSet<T> {
+    fn contexts(
+        n: usize,
+        plan: &crate::pin::PinPlan,
+        block_bytes: usize,
+        echo: bool,
+    ) -> (StreamSet<T>, Vec<StreamCtx>, ReporterEnds) {
+        let channels = BatchChannels::new(n);
+        let (start_tx, start_rx) = crossbeam_channel::bounded(n);
+        let set = StreamSet {
+            workers: Vec::new(),
+            streams: n,
+            abort: Arc::new(AtomicBool::new(false)),
+            start_tx,
+        };
+        let ctxs = (0..n)
+            .map(|id| StreamCtx {
+                id: id as u16,
+                cpu: plan.0.get(id).copied().flatten(),
+                block_bytes,
+                echo,
+                batches: channels.tx.clone(),
+                free: channels.free_rx.clone(),
+                start: start_rx.clone(),
+                abort: Arc::clone(&set.abort),
+            })
+            .collect();
+        (set, ctxs, (channels.rx, channels.free_tx))
+    }
+
     /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
     /// [`StreamSet::start`]. Returns the set and the reporter's ends of the batch channels.
     pub fn spawn<F>(
@@ -271,27 +327,11 @@ impl<T: Send + 'static> StreamSet<T> {
     where
         F: Fn(StreamCtx, std::net::TcpStream) -> Result<T> + Send + Clone + 'static,
     {
-        let n = socks.len();
-        let channels = BatchChannels::new(n);
-        let (start_tx, start_rx) = crossbeam_channel::bounded(n);
-        let mut set = StreamSet {
-            workers: Vec::with_capacity(n),
-            abort: Arc::new(AtomicBool::new(false)),
-            start_tx,
-        };
-        for (id, sock) in socks.into_iter().enumerate() {
-            let ctx = StreamCtx {
-                id: id as u16,
-                cpu: plan.0.get(id).copied().flatten(),
-                block_bytes,
-                echo,
-                batches: channels.tx.clone(),
-                free: channels.free_rx.clone(),
-                start: start_rx.clone(),
-                abort: Arc::clone(&set.abort),
-            };
+        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(socks.len(), plan, block_bytes, echo);
+        for (ctx, sock) in ctxs.into_iter().zip(socks) {
             let body = body.clone();
-            match spawn_named(format!("stream-{id}"), move || body(ctx, sock)) {
+            let name = format!("stream-{}", ctx.id);
+            match spawn_named(name, move || body(ctx, sock).map(|v| vec![v])) {
                 Ok(h) => set.workers.push(h),
                 Err(e) => {
                     // Threads already waiting see the start channel close and end.
@@ -300,12 +340,29 @@ impl<T: Send + 'static> StreamSet<T> {
                 }
             }
         }
-        Ok((set, channels.rx, channels.free_tx))
+        Ok((set, rx, free_tx))
+    }
+
+    /// Spawns one `stream-mux` thread that runs every stream (the `single` engine).
+    pub fn spawn_single<F>(
+        socks: Vec<std::net::TcpStream>,
+        plan: &crate::pin::PinPlan,
+        block_bytes: usize,
+        echo: bool,
+        body: F,
+    ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
+    where
+        F: FnOnce(Vec<StreamCtx>, Vec<std::net::TcpStream>) -> Result<Vec<T>> + Send + 'static,
+    {
+        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(socks.len(), plan, block_bytes, echo);
+        set.workers
+            .push(spawn_named("stream-mux".into(), move || body(ctxs, socks))?);
+        Ok((set, rx, free_tx))
     }
 
     /// Releases every stream with the common start instant.
     pub fn start(&self, t0: Instant) {
-        for _ in 0..self.workers.len() {
+        for _ in 0..self.streams {
             let _ = self.start_tx.send(t0);
         }
     }
@@ -322,16 +379,18 @@ impl<T: Send + 'static> StreamSet<T> {
             workers,
             abort,
             start_tx,
+            ..
         } = self;
         drop(start_tx);
-        let mut outcomes = Vec::with_capacity(workers.len());
+        let mut outcomes = Vec::new();
         let mut first = None;
-        for (id, h) in workers.into_iter().enumerate() {
+        for h in workers {
+            let name = h.thread().name().unwrap_or("stream").to_string();
             match h
                 .join()
-                .unwrap_or_else(|_| Err(Error::Test(format!("stream-{id}: thread panicked"))))
+                .unwrap_or_else(|_| Err(Error::Test(format!("{name}: thread panicked"))))
             {
-                Ok(v) => outcomes.push(v),
+                Ok(v) => outcomes.extend(v),
                 Err(e) => {
                     abort.store(true, Ordering::Relaxed);
                     first.get_or_insert(e);

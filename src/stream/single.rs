@@ -1,0 +1,175 @@
+//! The `single` engine: one thread drives every stream over non-blocking sockets with
+//! `poll()`, writing one block to each writable socket in turn — the way thrulay's client
+//! worked. It exists so users can measure what thread-per-stream buys (`--engine`,
+//! `pinperf compare --engines threads,single`). Records, batches, block headers and echoes
+//! are the same as the threaded sender's, so the two are compared on equal terms.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::echo::{self, EchoCollector};
+use super::sender::SendOutcome;
+use super::{Batcher, FLUSH_EVERY_NS, StreamCtx, TcpSample, is_timeout};
+use crate::cpu;
+use crate::error::{Error, IoContext, Result};
+use crate::net::sys;
+
+/// Per-stream state of the multiplexer.
+struct Lane {
+    sock: TcpStream,
+    batcher: Batcher,
+    echoes: EchoCollector,
+    block: Vec<u8>,
+    offset: usize,
+    seq: u64,
+    stamp_ns: u64,
+    last_flush_ns: u64,
+    bytes: u64,
+    writes: u64,
+}
+
+/// Runs all sending streams on the calling thread (pinned to the first stream's core).
+pub fn run(
+    ctxs: Vec<StreamCtx>,
+    socks: Vec<TcpStream>,
+    duration: Duration,
+) -> Result<Vec<SendOutcome>> {
+    let Some(first) = ctxs.first() else {
+        return Ok(Vec::new());
+    };
+    first.pin()?;
+    let echo_on = first.echo;
+    let mut lanes = Vec::with_capacity(socks.len());
+    for (ctx, sock) in ctxs.iter().zip(socks) {
+        sock.set_nonblocking(true)
+            .op(|| format!("stream-{}: set O_NONBLOCK", ctx.id))?;
+        lanes.push(Lane {
+            sock,
+            batcher: Batcher::new(ctx.id, ctx.batches.clone(), ctx.free.clone()),
+            echoes: EchoCollector::new(),
+            block: vec![0x5au8; ctx.block_bytes],
+            offset: 0,
+            seq: 0,
+            stamp_ns: 0,
+            last_flush_ns: 0,
+            bytes: 0,
+            writes: 0,
+        });
+    }
+    let clock = first.wait_start()?;
+    let cpu_start = cpu::thread();
+    let end_ns = duration.as_nanos() as u64;
+    let events = libc::POLLOUT | if echo_on { libc::POLLIN } else { 0 };
+    let mut fds: Vec<libc::pollfd> = lanes
+        .iter()
+        .map(|l| libc::pollfd {
+            fd: l.sock.as_raw_fd(),
+            events,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        let now_ns = clock.ns(Instant::now());
+        if now_ns >= end_ns {
+            break;
+        }
+        if first.aborted() {
+            return Err(Error::Test(
+                "stream-mux: stopped because the test was aborted".into(),
+            ));
+        }
+        match sys::poll(&mut fds, 50) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("stream-mux: poll", e)),
+        }
+        for (id, (lane, fd)) in lanes.iter_mut().zip(&fds).enumerate() {
+            if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                return Err(Error::Test(format!("stream-{id}: the connection failed")));
+            }
+            if fd.revents & libc::POLLIN != 0 {
+                let t_ns = clock.ns(Instant::now());
+                let batcher = &mut lane.batcher;
+                lane.echoes
+                    .drain(&lane.sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+            }
+            if fd.revents & libc::POLLOUT != 0 {
+                if lane.offset == 0 {
+                    echo::stamp(&mut lane.block, lane.seq, lane.stamp_ns);
+                    lane.seq += 1;
+                }
+                match lane.sock.write(&lane.block[lane.offset..]) {
+                    Ok(n) => {
+                        let t_ns = clock.ns(Instant::now());
+                        lane.stamp_ns = t_ns;
+                        lane.bytes += n as u64;
+                        lane.writes += 1;
+                        lane.offset = (lane.offset + n) % lane.block.len();
+                        if lane.batcher.push(t_ns, n as u32) {
+                            lane.batcher
+                                .flush(t_ns, TcpSample::read(&lane.sock, t_ns), false)?;
+                            lane.last_flush_ns = t_ns;
+                        }
+                    }
+                    Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io(format!("stream-{id}: write"), e)),
+                }
+            }
+        }
+        // Starved lanes still advance their watermark, so intervals close on time.
+        let t_ns = clock.ns(Instant::now());
+        for lane in &mut lanes {
+            if t_ns.saturating_sub(lane.last_flush_ns) >= FLUSH_EVERY_NS {
+                lane.batcher
+                    .flush(t_ns, TcpSample::read(&lane.sock, t_ns), false)?;
+                lane.last_flush_ns = t_ns;
+            }
+        }
+    }
+    let t_ns = clock.ns(Instant::now());
+    let thread_cpu = cpu::thread_since(cpu_start);
+    let mut outcomes = Vec::with_capacity(lanes.len());
+    for (id, lane) in lanes.iter_mut().enumerate() {
+        lane.batcher
+            .flush(t_ns, TcpSample::read(&lane.sock, t_ns), true)?;
+        lane.sock
+            .shutdown(Shutdown::Write)
+            .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
+        outcomes.push(SendOutcome {
+            id: id as u16,
+            bytes: lane.bytes,
+            writes: lane.writes,
+            cpu: cpu::CpuTime::default(),
+        });
+    }
+    // One thread did all the work: charge it evenly to the streams.
+    let n = outcomes.len().max(1) as u64;
+    for o in &mut outcomes {
+        o.cpu = cpu::CpuTime {
+            user_us: thread_cpu.user_us / n,
+            sys_us: thread_cpu.sys_us / n,
+        };
+    }
+    drain_all(first, &mut lanes);
+    Ok(outcomes)
+}
+
+/// Reads every socket until the receiver closes it (see the threaded sender's drain).
+fn drain_all(ctx: &StreamCtx, lanes: &mut [Lane]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut sink = [0u8; 4096];
+    for lane in lanes {
+        let _ = lane.sock.set_nonblocking(false);
+        let _ = lane.sock.set_read_timeout(Some(super::WAKE));
+        while !ctx.aborted() && Instant::now() < deadline {
+            match lane.sock.read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
