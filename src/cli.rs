@@ -11,6 +11,67 @@ use crate::report::Format;
 use crate::stream::Engine;
 use crate::units;
 
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Run a matrix of configurations against one server: one row each with Mb/s, CPU on
+    /// both ends, Gbit/s per busy core, retransmits and fairness.
+    Compare(CompareArgs),
+}
+
+/// `pinperf compare`: axes take lists (`8k,64k`) or doubling ranges (`8k..1m`, `1..16`).
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// Server to run against.
+    #[arg(short = 'c', long, value_name = "HOST")]
+    pub client: Option<String>,
+    /// Run against an in-process server on 127.0.0.1.
+    #[arg(long)]
+    pub loopback: bool,
+    /// Control port of the server.
+    #[arg(short = 'p', long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Give up connecting after this long.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = units::parse_duration)]
+    pub connect_timeout: Duration,
+    /// Block sizes: 8k,64k,256k or 8k..1m.
+    #[arg(long, value_name = "LIST", default_value = "128k")]
+    pub blocks: String,
+    /// Stream counts: 1,2,4 or 1..16.
+    #[arg(long, value_name = "LIST", default_value = "1")]
+    pub streams: String,
+    /// Windows: auto (kernel autotuning) and/or sizes: auto,1M,16M.
+    #[arg(long, value_name = "LIST", default_value = "auto")]
+    pub windows: String,
+    /// Pinning on both ends: auto,none.
+    #[arg(long, value_name = "LIST", default_value = "auto")]
+    pub pins: String,
+    /// Sender engines: threads,single.
+    #[arg(long, value_name = "LIST", default_value = "threads")]
+    pub engines: String,
+    /// Congestion control for every run.
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// Seconds per configuration.
+    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "3", value_parser = units::parse_duration)]
+    pub duration: Duration,
+    /// Pause between configurations.
+    #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = units::parse_duration)]
+    pub settle: Duration,
+    /// No block-header echoes.
+    #[arg(long)]
+    pub no_echo: bool,
+    /// Output format: text, json or csv.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Same as --format json.
+    #[arg(short = 'J', long, conflicts_with_all = ["format", "csv"])]
+    pub json: bool,
+    /// Same as --format csv.
+    #[arg(long, conflicts_with = "format")]
+    pub csv: bool,
+}
+
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -19,8 +80,17 @@ pub const DEFAULT_PORT: u16 = 5301;
 /// Run `pinperf -s` on one host and `pinperf -c HOST` on the other, or `pinperf --loopback`
 /// for a real test against an in-process server on 127.0.0.1.
 #[derive(Debug, Parser)]
-#[command(name = "pinperf", version, about, max_term_width = 100)]
+#[command(
+    name = "pinperf",
+    version,
+    about,
+    max_term_width = 100,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     // ---- mode ----
     /// Run as a server.
     #[arg(short = 's', long, help_heading = "Mode")]

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::config::{ClientConfig, Limits, ServerConfig};
+use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net;
@@ -17,7 +17,7 @@ use crate::protocol::{
     self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE, TestParams,
 };
 use crate::report::interval::IntervalCutter;
-use crate::report::model::Header;
+use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
 use crate::stream::{Engine, StreamSet, sender, single, spawn_named};
@@ -26,6 +26,12 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs one test as configured; prints the report on stdout.
 pub fn run(cfg: ClientConfig) -> Result<()> {
+    let out = report::formatter(cfg.format, std::io::stdout());
+    run_with(cfg, out).map(|_| ())
+}
+
+/// Runs one test, printing through `out`; returns the summary.
+pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Summary> {
     let n = cfg.streams as usize;
     if let Some(name) = &cfg.congestion {
         net::check_congestion(name)?;
@@ -145,7 +151,7 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
         echo: cfg.echo,
         congestion,
         same_host: peer.ip().is_loopback(),
-        same_process: cfg.loopback,
+        same_process: cfg.loopback || cfg.same_process,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
     };
@@ -167,7 +173,6 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
     };
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let cutter = IntervalCutter::new(n, cfg.duration, cfg.interval);
-    let out = report::formatter(cfg.format, std::io::stdout());
     let reporter = spawn_named("reporter".into(), move || {
         report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out)
     })?;
@@ -229,7 +234,9 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
             "sender wrote {sent} bytes but the receiver read {received}: the totals do not reconcile"
         )));
     }
-    Ok(())
+    totals
+        .summary
+        .ok_or_else(|| Error::Test("the report's summary is missing".into()))
 }
 
 fn warn_windows(local: &net::WindowGrant, accept: &Accept) {
@@ -254,25 +261,7 @@ fn start_loopback_server(cfg: &ClientConfig) -> Result<SocketAddr> {
         Affinity::None => Affinity::None,
         _ => Affinity::Auto,
     };
-    let server = Server::bind(ServerConfig {
-        bind: Some(std::net::Ipv4Addr::LOCALHOST.into()),
-        port: 0,
-        family: crate::config::Family::V4,
-        one_off: true,
-        limits: Limits {
-            max_streams: crate::config::MAX_STREAMS,
-            max_window_bytes: 1 << 30,
-            max_duration: Duration::from_secs(86_400),
-        },
-        data_port: None,
-        affinity,
-        quiet: true,
-    })?;
-    let addr = server.local_addr()?;
-    // The server's own failures reach us over the control connection; its thread is not
-    // joined so that a failed client exits at once.
-    spawn_named("server".into(), move || server.run())?;
-    Ok(addr)
+    Server::spawn_local(true, affinity)
 }
 
 fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {

@@ -61,6 +61,8 @@ pub struct ClientConfig {
     pub cpu_intervals: bool,
     /// `--engine`.
     pub engine: Engine,
+    /// The server runs in this process (set by `compare --loopback`): CPU counted once.
+    pub same_process: bool,
 }
 
 /// Server limits a client cannot exceed.
@@ -159,6 +161,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         congestion: args.congestion.clone(),
         cpu_intervals: args.cpu,
         engine: args.engine,
+        same_process: false,
     }))
 }
 
@@ -172,7 +175,7 @@ fn output_format(args: &Args) -> Format {
     }
 }
 
-fn validate_streams(parallel: u32) -> Result<u16> {
+pub(crate) fn validate_streams(parallel: u32) -> Result<u16> {
     if !(1..=MAX_STREAMS).contains(&parallel) {
         return Err(usage(format!(
             "-P {parallel}: streams must be 1 to {MAX_STREAMS}"
@@ -181,7 +184,7 @@ fn validate_streams(parallel: u32) -> Result<u16> {
     Ok(parallel as u16)
 }
 
-fn validate_block(block: u64) -> Result<()> {
+pub(crate) fn validate_block(block: u64) -> Result<()> {
     if !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
         return Err(usage(format!(
             "-l {}: block size must be {} to {} bytes ({} to {})",
@@ -195,7 +198,7 @@ fn validate_block(block: u64) -> Result<()> {
     Ok(())
 }
 
-fn validate_window(window: Option<u64>) -> Result<()> {
+pub(crate) fn validate_window(window: Option<u64>) -> Result<()> {
     // The kernel takes an int and doubles it: anything above 1 GiB cannot be granted.
     const MAX: u64 = 1 << 30;
     match window {
@@ -207,7 +210,7 @@ fn validate_window(window: Option<u64>) -> Result<()> {
     }
 }
 
-fn validate_times(duration: Duration, interval: Duration) -> Result<()> {
+pub(crate) fn validate_times(duration: Duration, interval: Duration) -> Result<()> {
     if duration < MIN_INTERVAL || duration > Duration::from_secs(86_400) {
         return Err(usage(format!(
             "-t {}: duration must be 0.1 to 86400 seconds",

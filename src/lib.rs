@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod config;
 pub mod cpu;
 pub mod error;
@@ -31,6 +32,9 @@ pub fn run_from_env() -> Result<()> {
 
 /// Runs parsed arguments.
 pub fn run(args: &cli::Args) -> Result<()> {
+    if let Some(cli::Command::Compare(c)) = &args.command {
+        return compare::run(c);
+    }
     match config::from_args(args)? {
         config::Mode::Server(cfg) => server::serve(cfg),
         config::Mode::Client(cfg) => client::run(cfg),

@@ -62,6 +62,29 @@ impl Server {
         Ok(Server { listener, cfg })
     }
 
+    /// Starts a quiet server on 127.0.0.1 (ephemeral port) on a `server` thread of this
+    /// process, for `--loopback` (one test) and `compare --loopback` (many). The thread is
+    /// not joined: its failures reach the client over the control connection.
+    pub fn spawn_local(one_off: bool, affinity: crate::pin::Affinity) -> Result<SocketAddr> {
+        let server = Server::bind(ServerConfig {
+            bind: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+            port: 0,
+            family: crate::config::Family::V4,
+            one_off,
+            limits: Limits {
+                max_streams: config::MAX_STREAMS,
+                max_window_bytes: 1 << 30,
+                max_duration: Duration::from_secs(86_400),
+            },
+            data_port: None,
+            affinity,
+            quiet: true,
+        })?;
+        let addr = server.local_addr()?;
+        spawn_named("server".into(), move || server.run())?;
+        Ok(addr)
+    }
+
     /// The address the control port is bound to.
     pub fn local_addr(&self) -> Result<SocketAddr> {
         self.listener

@@ -701,3 +701,82 @@ fn cpu_flag_prints_per_core_lines_and_the_end_block_lists_threads() {
     assert!(text.contains("# CPU remote threads: stream-0 "), "{text}");
     assert!(text.contains("# CPU efficiency: "), "{text}");
 }
+
+#[test]
+fn compare_runs_one_row_per_configuration_in_text_and_json() {
+    use pinperf::compare::CompareDoc;
+    let args = [
+        "compare",
+        "--loopback",
+        "--blocks",
+        "8k,64k,256k",
+        "--engines",
+        "threads,single",
+        "-t",
+        "0.2",
+        "--settle",
+        "0",
+    ];
+    let run = pinperf(&args, LIMIT);
+    run.assert_ok();
+    let text = run.stdout();
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 6, "{}", run.explain());
+    for (row, (block, engine)) in rows.iter().zip([
+        ("8k", "threads"),
+        ("8k", "single"),
+        ("64k", "threads"),
+        ("64k", "single"),
+        ("256k", "threads"),
+        ("256k", "single"),
+    ]) {
+        let f: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!((f[0], f[4]), (block, engine), "{row}");
+        assert!(f[5].parse::<f64>().unwrap() > 0.0, "{row}");
+    }
+    let mut json_args = args.to_vec();
+    json_args.push("-J");
+    let run = pinperf(&json_args, LIMIT);
+    run.assert_ok();
+    let doc: CompareDoc =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    assert_eq!(doc.rows.len(), 6);
+    assert!(
+        doc.rows
+            .iter()
+            .all(|r| r.error.is_none() && r.bits_per_second.is_some_and(|b| b > 0.0))
+    );
+    assert!(
+        doc.rows
+            .iter()
+            .all(|r| r.local_cpu_percent.is_some() && r.gbps_per_busy_core.is_some())
+    );
+}
+
+#[test]
+fn the_seed_shell_loop_prints_one_total_line_per_size() {
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let sizes = [
+        "8192", "16384", "32768", "65536", "131072", "262144", "524288", "1048576",
+    ];
+    let script = format!(
+        "for l in {}; do {} -c 127.0.0.1 -p {port} -l $l -t 0.2 -i 0.2 | fgrep '**' || exit 1; done",
+        sizes.join(" "),
+        util::bin()
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script}\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 8, "{stdout}");
+    assert!(lines.iter().all(|l| l.starts_with("#(**)")), "{stdout}");
+}

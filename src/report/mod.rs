@@ -100,6 +100,8 @@ pub struct ClientTotals {
     pub received: Option<Vec<u64>>,
     /// Output could not be written (closed pipe): not a test failure.
     pub output_closed: bool,
+    /// The summary that was printed (absent when the receiver's totals never came).
+    pub summary: Option<Summary>,
 }
 
 /// Events from the control connection that the client's reporter consumes.
@@ -231,19 +233,22 @@ pub fn run_sender_reporter(
         }
     }
     let sent = cutter.totals().to_vec();
+    let mut summary = None;
     if let Some(d) = &done {
-        let mut summary = summarize(&header, &sent, d, &totals);
+        let mut s = summarize(&header, &sent, d, &totals);
         if let Some(local) = local_cpu {
-            add_cpu(&mut summary, &header, local, d.cpu.clone());
+            add_cpu(&mut s, &header, local, d.cpu.clone());
         }
         if output_ok {
-            output_ok = write_ok(out.summary(&summary));
+            output_ok = write_ok(out.summary(&s));
         }
+        summary = Some(s);
     }
     Ok(ClientTotals {
         sent,
         received: done.map(|d| d.bytes),
         output_closed: !output_ok,
+        summary,
     })
 }
 

@@ -1,0 +1,421 @@
+//! `pinperf compare`: runs a matrix of configurations (block sizes × stream counts ×
+//! windows × pinning × engines) against one server, each for `-t` seconds after a settle
+//! pause, and prints one row per configuration: Mb/s, CPU on both ends, Gbit/s per busy
+//! core, retransmits, fairness. Each run is an ordinary client test (`client::run_with`);
+//! with `--loopback` one in-process server serves them all.
+
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cli::CompareArgs;
+use crate::config::{self, ClientConfig, Family};
+use crate::error::{Error, Result};
+use crate::pin::Affinity;
+use crate::report::model::{Header, IntervalReport, Summary};
+use crate::report::{Format, Formatter};
+use crate::server::Server;
+use crate::stream::Engine;
+use crate::units::{format_size, parse_size};
+
+/// Most configurations one comparison may run.
+pub const MAX_RUNS: usize = 1000;
+
+/// Parses a list of sizes: `8k,64k,256k` or a doubling range `8k..1m`.
+pub fn parse_size_list(flag: &str, text: &str) -> Result<Vec<u64>> {
+    parse_list(flag, text, parse_size)
+}
+
+/// Parses a list of counts: `1,2,4` or a doubling range `1..16`.
+pub fn parse_count_list(flag: &str, text: &str) -> Result<Vec<u64>> {
+    parse_list(flag, text, |s| {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("'{s}' is not a whole number"))
+    })
+}
+
+fn parse_list(
+    flag: &str,
+    text: &str,
+    one: impl Fn(&str) -> std::result::Result<u64, String>,
+) -> Result<Vec<u64>> {
+    let bad = |why: String| Error::Usage(format!("{flag} {text}: {why}"));
+    if let Some((lo, hi)) = text.split_once("..") {
+        let (lo, hi) = (one(lo).map_err(bad)?, one(hi).map_err(bad)?);
+        if lo == 0 || lo > hi {
+            return Err(bad(
+                "a range needs 0 < start <= end (it doubles from start)".into(),
+            ));
+        }
+        let mut out = vec![lo];
+        let mut v = lo;
+        while v <= hi / 2 {
+            v *= 2;
+            out.push(v);
+        }
+        return Ok(out);
+    }
+    text.split(',')
+        .map(|s| one(s.trim()).map_err(bad))
+        .collect()
+}
+
+fn parse_words<T>(
+    flag: &str,
+    text: &str,
+    one: impl Fn(&str) -> Option<T>,
+    allowed: &str,
+) -> Result<Vec<T>> {
+    text.split(',')
+        .map(|w| {
+            one(w.trim()).ok_or_else(|| {
+                Error::Usage(format!("{flag} {text}: '{w}' is not one of {allowed}"))
+            })
+        })
+        .collect()
+}
+
+/// One configuration of the matrix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub block_bytes: u64,
+    pub streams: u16,
+    pub window_bytes: Option<u64>,
+    /// `auto` or `none` (both ends).
+    pub pin: String,
+    pub engine: Engine,
+}
+
+/// One row of the comparison: the point and what it measured, or why it failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareRow {
+    #[serde(flatten)]
+    pub point: Point,
+    pub bits_per_second: Option<f64>,
+    pub local_cpu_percent: Option<f64>,
+    pub remote_cpu_percent: Option<f64>,
+    pub gbps_per_busy_core: Option<f64>,
+    pub cpu_seconds_per_gb: Option<f64>,
+    pub retransmits: Option<u64>,
+    pub jain: Option<f64>,
+    pub block_rtt_avg_us: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// The JSON document of a comparison.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompareDoc {
+    pub target: String,
+    pub seconds: f64,
+    pub rows: Vec<CompareRow>,
+}
+
+/// Builds the matrix from the axis flags, validating every value as a single test would.
+pub fn points(a: &CompareArgs) -> Result<Vec<Point>> {
+    let blocks = parse_size_list("--blocks", &a.blocks)?;
+    let streams = parse_count_list("--streams", &a.streams)?;
+    let windows: Vec<Option<u64>> = a
+        .windows
+        .split(',')
+        .map(|w| match w.trim() {
+            "auto" => Ok(None),
+            w => parse_size(w)
+                .map(Some)
+                .map_err(|e| Error::Usage(format!("--windows {}: {e}", a.windows))),
+        })
+        .collect::<Result<_>>()?;
+    let pins = parse_words(
+        "--pins",
+        &a.pins,
+        |w| ["auto", "none"].contains(&w).then(|| w.to_string()),
+        "auto, none",
+    )?;
+    let engines = parse_words(
+        "--engines",
+        &a.engines,
+        |w| match w {
+            "threads" => Some(Engine::Threads),
+            "single" => Some(Engine::Single),
+            _ => None,
+        },
+        "threads, single",
+    )?;
+    let mut out = Vec::new();
+    for &block in &blocks {
+        config::validate_block(block)?;
+        for &n in &streams {
+            let n = config::validate_streams(u32::try_from(n).unwrap_or(u32::MAX))?;
+            for &window in &windows {
+                config::validate_window(window)?;
+                for pin in &pins {
+                    for &engine in &engines {
+                        out.push(Point {
+                            block_bytes: block,
+                            streams: n,
+                            window_bytes: window,
+                            pin: pin.clone(),
+                            engine,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if out.len() > MAX_RUNS {
+        return Err(Error::Usage(format!(
+            "{} configurations; at most {MAX_RUNS}",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// Discards a run's own report: compare prints its table instead.
+struct Quiet;
+
+impl Formatter for Quiet {
+    fn header(&mut self, _: &Header) -> io::Result<()> {
+        Ok(())
+    }
+    fn interval(&mut self, _: &IntervalReport) -> io::Result<()> {
+        Ok(())
+    }
+    fn summary(&mut self, _: &Summary) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn row(point: Point, result: Result<Summary>) -> CompareRow {
+    let mut r = CompareRow {
+        point,
+        bits_per_second: None,
+        local_cpu_percent: None,
+        remote_cpu_percent: None,
+        gbps_per_busy_core: None,
+        cpu_seconds_per_gb: None,
+        retransmits: None,
+        jain: None,
+        block_rtt_avg_us: None,
+        error: None,
+    };
+    match result {
+        Ok(s) => {
+            r.bits_per_second = Some(s.sum_received.bits_per_second);
+            r.local_cpu_percent = s.cpu_utilization_percent.map(|c| c.host_total);
+            r.remote_cpu_percent = s.cpu_utilization_percent.and_then(|c| c.remote_total);
+            r.gbps_per_busy_core = s.cpu.as_ref().and_then(|c| c.gbps_per_busy_core);
+            r.cpu_seconds_per_gb = s.cpu.as_ref().and_then(|c| c.cpu_seconds_per_gb);
+            r.retransmits = s.sum.retransmits;
+            r.jain = s.fairness.totals.jain;
+            r.block_rtt_avg_us = s.sum.block_rtt.map(|b| b.avg_us);
+        }
+        Err(e) => r.error = Some(e.to_string()),
+    }
+    r
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+fn text_row(r: &CompareRow) -> String {
+    let p = &r.point;
+    let line = format!(
+        "{:>8} {:>7} {:>7} {:>5} {:>7} {:>11} {:>7} {:>7} {:>9} {:>6} {:>6}",
+        format_size(p.block_bytes),
+        p.streams,
+        p.window_bytes.map_or("auto".into(), format_size),
+        p.pin,
+        p.engine.to_string(),
+        opt(r.bits_per_second.map(|b| b / 1e6), 3),
+        opt(r.local_cpu_percent, 1),
+        opt(r.remote_cpu_percent, 1),
+        opt(r.gbps_per_busy_core, 2),
+        r.retransmits.map_or("-".into(), |v| v.to_string()),
+        opt(r.jain, 3),
+    );
+    match &r.error {
+        Some(e) => format!("{line}  FAILED: {e}"),
+        None => line,
+    }
+}
+
+const CSV_HEADER: &str = "block_bytes,streams,window_bytes,pin,engine,bits_per_second,local_cpu_percent,\
+remote_cpu_percent,gbps_per_busy_core,cpu_seconds_per_gb,retransmits,jain,block_rtt_avg_us,error";
+
+fn csv_row(r: &CompareRow) -> String {
+    let o = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_default();
+    let p = &r.point;
+    format!(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        p.block_bytes,
+        p.streams,
+        p.window_bytes.map(|w| w.to_string()).unwrap_or_default(),
+        p.pin,
+        p.engine,
+        o(r.bits_per_second),
+        o(r.local_cpu_percent),
+        o(r.remote_cpu_percent),
+        o(r.gbps_per_busy_core),
+        o(r.cpu_seconds_per_gb),
+        r.retransmits.map(|v| v.to_string()).unwrap_or_default(),
+        o(r.jain),
+        o(r.block_rtt_avg_us),
+        r.error.as_deref().unwrap_or("").replace([',', '\n'], ";")
+    )
+}
+
+/// Runs the comparison; prints text and CSV rows as they complete, JSON at the end.
+pub fn run(a: &CompareArgs) -> Result<()> {
+    config::validate_times(a.duration, a.duration)?;
+    let matrix = points(a)?;
+    let format = match (a.json, a.csv) {
+        (true, _) => Format::Json,
+        (_, true) => Format::Csv,
+        _ => a.format,
+    };
+    if format == Format::JsonLines {
+        return Err(Error::Usage(
+            "compare --format: use text, json or csv".into(),
+        ));
+    }
+    let (host, port, same_process) = match (&a.client, a.loopback) {
+        (Some(_), true) | (None, false) => {
+            return Err(Error::Usage(
+                "compare: give exactly one of -c HOST and --loopback".into(),
+            ));
+        }
+        (Some(h), false) => (h.clone(), a.port, false),
+        (None, true) => (
+            "127.0.0.1".to_string(),
+            Server::spawn_local(false, Affinity::Auto)?.port(),
+            true,
+        ),
+    };
+    let target = format!(
+        "{host}:{port}{}",
+        if same_process {
+            " (in-process server)"
+        } else {
+            ""
+        }
+    );
+    let mut out = io::stdout().lock();
+    let io_err = |e: io::Error| Error::io("write the comparison", e);
+    match format {
+        Format::Text => {
+            writeln!(
+                out,
+                "# pinperf compare: {} configurations x {} s against {target}, settle {} s",
+                matrix.len(),
+                a.duration.as_secs_f64(),
+                a.settle.as_secs_f64()
+            )
+            .map_err(io_err)?;
+            writeln!(
+                out,
+                "#  block streams  window   pin  engine        Mb/s  cpu l%  cpu r%  Gb/s/core   retr   jain"
+            )
+            .map_err(io_err)?;
+        }
+        Format::Csv => writeln!(out, "{CSV_HEADER}").map_err(io_err)?,
+        _ => {}
+    }
+    out.flush().map_err(io_err)?;
+    let mut rows = Vec::with_capacity(matrix.len());
+    for (i, point) in matrix.into_iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(a.settle);
+        }
+        let pin = if point.pin == "none" {
+            Affinity::None
+        } else {
+            Affinity::Auto
+        };
+        let cfg = ClientConfig {
+            host: Some(host.clone()),
+            port,
+            bind: None,
+            family: Family::Any,
+            connect_timeout: a.connect_timeout,
+            streams: point.streams,
+            block_bytes: point.block_bytes,
+            window_bytes: point.window_bytes,
+            force_window: false,
+            duration: a.duration,
+            interval: a.duration,
+            remote_affinity: Some(pin.clone()),
+            affinity: pin,
+            loopback: false,
+            echo: !a.no_echo,
+            format: Format::Text,
+            congestion: a.congestion.clone(),
+            cpu_intervals: false,
+            engine: point.engine,
+            same_process,
+        };
+        let r = row(point, crate::client::run_with(cfg, Box::new(Quiet)));
+        match format {
+            Format::Text => writeln!(out, "{}", text_row(&r)).map_err(io_err)?,
+            Format::Csv => writeln!(out, "{}", csv_row(&r)).map_err(io_err)?,
+            _ => {}
+        }
+        out.flush().map_err(io_err)?;
+        rows.push(r);
+    }
+    let failed = rows.iter().filter(|r| r.error.is_some()).count();
+    if format == Format::Json {
+        let doc = CompareDoc {
+            target,
+            seconds: a.duration.as_secs_f64(),
+            rows,
+        };
+        serde_json::to_writer_pretty(&mut out, &doc)
+            .map_err(|e| Error::io("write the comparison", e.into()))?;
+        writeln!(out).map_err(io_err)?;
+    }
+    if failed > 0 {
+        return Err(Error::Test(format!(
+            "{failed} configuration(s) failed; see their rows"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_and_doubling_ranges() {
+        assert_eq!(
+            parse_size_list("--blocks", "8k,64k,256k").unwrap(),
+            vec![8192, 65536, 262144]
+        );
+        assert_eq!(
+            parse_size_list("--blocks", "8k..1m").unwrap(),
+            vec![8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576]
+        );
+        assert_eq!(
+            parse_count_list("--streams", "1..16").unwrap(),
+            vec![1, 2, 4, 8, 16]
+        );
+        assert_eq!(parse_count_list("--streams", "1,3").unwrap(), vec![1, 3]);
+        assert_eq!(
+            parse_count_list("--streams", "4..2")
+                .unwrap_err()
+                .to_string(),
+            "--streams 4..2: a range needs 0 < start <= end (it doubles from start)"
+        );
+        assert!(parse_size_list("--blocks", "8x").is_err());
+        assert_eq!(parse_count_list("--streams", "3..3").unwrap(), vec![3]);
+        assert_eq!(parse_count_list("--streams", "5..12").unwrap(), vec![5, 10]);
+        assert_eq!(
+            parse_count_list("--streams", &format!("{}..{}", u64::MAX, u64::MAX))
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
