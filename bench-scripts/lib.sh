@@ -82,3 +82,16 @@ for k, vs in sorted(groups.items()):
     print(",".join(list(k) + [str(len(vs)), f"{statistics.median(vs):.3f}"]))
 PY
 }
+
+# Whole-machine CPU ticks: "busy total" from /proc/stat's aggregate line.
+cpu_ticks() {
+  awk '/^cpu / {idle = $5 + $6; total = 0; for (i = 2; i <= 9; i++) total += $i; print total - idle, total}' /proc/stat
+}
+
+# Busy cores between two cpu_ticks readings: busy_cores "B0 T0" "B1 T1"
+busy_cores() {
+  local b0 t0 b1 t1
+  read -r b0 t0 <<<"$1"
+  read -r b1 t1 <<<"$2"
+  awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" -v n="$(nproc)" 'BEGIN {printf "%.3f\n", (t > 0 ? b / t * n : 0)}'
+}

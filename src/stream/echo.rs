@@ -112,12 +112,18 @@ impl HeaderEcho {
     }
 }
 
-/// Sender side: reassembles echoed headers from non-blocking reads.
+/// How early, before the next echo can be due, a sender starts looking for it again.
+pub const ECHO_EARLY_NS: u64 = 1_000_000;
+
+/// Sender side: reassembles echoed headers from non-blocking reads, and knows when it is
+/// worth looking: right after an echo the next cannot come for [`ECHO_EVERY_NS`], so it
+/// skips the `recv()` calls until [`ECHO_EARLY_NS`] before that.
 #[derive(Default)]
 pub struct EchoCollector {
     partial: [u8; HEADER_LEN],
     have: usize,
     buf: Vec<u8>,
+    next_look_ns: u64,
 }
 
 impl EchoCollector {
@@ -128,9 +134,20 @@ impl EchoCollector {
         }
     }
 
+    /// True when a look for echoes is due at `now_ns`.
+    #[inline]
+    pub fn due(&self, now_ns: u64) -> bool {
+        now_ns >= self.next_look_ns
+    }
+
     /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each,
-    /// measured against `now_ns`.
+    /// measured against `now_ns`; schedules the next look.
     pub fn drain(&mut self, sock: &impl AsFd, now_ns: u64, mut on_rtt: impl FnMut(u64)) {
+        let mut got = false;
+        let mut on_rtt = |rtt: u64| {
+            got = true;
+            on_rtt(rtt)
+        };
         while let Ok(n @ 1..) = sys::recv_nowait(sock.as_fd(), &mut self.buf) {
             let mut chunk = &self.buf[..n];
             while !chunk.is_empty() {
@@ -148,6 +165,11 @@ impl EchoCollector {
                 break;
             }
         }
+        self.next_look_ns = if got {
+            now_ns + ECHO_EVERY_NS - ECHO_EARLY_NS
+        } else {
+            now_ns + DRAIN_EVERY_NS
+        };
     }
 }
 

@@ -31,7 +31,6 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut block = vec![0x5au8; ctx.block_bytes];
     let mut echoes = EchoCollector::new();
-    let mut next_drain_ns = 0u64;
     let mut seq = 0u64;
     // Each block is stamped with the time the previous write() returned: the moment this
     // block starts into the socket, without a second clock reading per block.
@@ -58,9 +57,8 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
                 stamp_ns = t_ns;
-                if ctx.echo && t_ns >= next_drain_ns {
+                if ctx.echo && echoes.due(t_ns) {
                     echoes.drain(&sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
-                    next_drain_ns = t_ns + echo::DRAIN_EVERY_NS;
                 }
                 bytes += n as u64;
                 writes += 1;
