@@ -293,16 +293,17 @@ fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, slot: &S
         .ip();
     let ctl = Arc::new(Control::new(stream, peer)?);
     let result = run_test(&ctl, local_ip, cfg, slot);
+    slot.finishing();
     if let Err(e) = &result {
         ctl.abort(&e.to_string());
         log!(cfg.quiet, "pinperf: test from {peer} failed: {e}");
     }
-    slot.finishing();
     drop(ctl);
     result
 }
 
-fn refuse(ctl: &Control, reason: String) -> Error {
+fn refuse(ctl: &Control, slot: &Slot, reason: String) -> Error {
+    slot.finishing();
     let _ = ctl.send(&ControlMsg::Refuse {
         reason: reason.clone(),
     });
@@ -329,6 +330,7 @@ fn run_test(
         ControlMsg::Hello { version, software } => {
             return Err(refuse(
                 ctl,
+                slot,
                 format!(
                     "{software} speaks protocol {version}; this server ({SOFTWARE}) speaks {PROTOCOL_VERSION}"
                 ),
@@ -340,21 +342,21 @@ fn run_test(
         ControlMsg::Params(p) => p,
         other => return Err(unexpected(peer, "params", &other)),
     };
-    check_params(&params, &cfg.limits).map_err(|reason| refuse(ctl, reason))?;
+    check_params(&params, &cfg.limits).map_err(|reason| refuse(ctl, slot, reason))?;
     let n = params.streams as usize;
     let allowed = pin::allowed_cpus();
     let plan = match &params.pin {
         Some(affinity) => pin::plan(affinity, n, &allowed),
         None => pin::plan(&cfg.affinity, n, &allowed),
     }
-    .map_err(|reason| refuse(ctl, format!("remote -A: {reason}")))?;
+    .map_err(|reason| refuse(ctl, slot, format!("remote -A: {reason}")))?;
 
     let data_addr = SocketAddr::new(local_ip, cfg.data_port.unwrap_or(0));
     let (data_listener, window) = net::listen(data_addr, params.window_bytes, params.force_window)?;
     if let Some(name) = &params.congestion {
         // Checked before Accept so an unknown name is a clean refusal, not a broken test.
         net::set_congestion(socket2::SockRef::from(&data_listener), name)
-            .map_err(|e| refuse(ctl, format!("congestion control: {e}")))?;
+            .map_err(|e| refuse(ctl, slot, format!("congestion control: {e}")))?;
     }
     let data_port = data_listener
         .local_addr()
@@ -428,13 +430,15 @@ fn run_test(
     let totals = totals?;
     let received: u64 = totals.bytes.iter().sum();
     let secs = totals.last_ns as f64 / 1e9;
+    // Finishing before the client can see the totals: its next test (a shell loop's next
+    // run) may connect the moment they arrive, and must wait rather than be refused.
+    slot.finishing();
     ctl.send(&ControlMsg::Done(ReceiverDone {
         bytes: totals.bytes,
         elapsed_us: totals.last_ns / 1000,
         path,
         cpu: Some(cpu),
     }))?;
-    slot.finishing();
     log!(
         cfg.quiet,
         "pinperf: test from {peer}: done, received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
