@@ -20,7 +20,7 @@ use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
-use crate::stream::{Engine, StreamSet, sender, single, spawn_named};
+use crate::stream::{Engine, StreamSet, StreamSocks, sender, single, spawn_named};
 
 const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -113,26 +113,42 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         force_window: cfg.force_window,
         congestion: cfg.congestion.clone(),
     };
+    let hello = |stream: usize, echo: bool| {
+        DataHello {
+            cookie: accept.cookie,
+            stream: stream as u16,
+            echo,
+        }
+        .to_bytes()
+    };
     let mut socks = Vec::with_capacity(n);
     let mut local_window = None;
     for id in 0..n {
-        let (mut sock, grant) = net::connect(&[data_addr], cfg.bind, &opts, cfg.connect_timeout)
+        let (mut data, grant) = net::connect(&[data_addr], cfg.bind, &opts, cfg.connect_timeout)
             .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
-        sock.write_all(
-            &DataHello {
-                cookie: accept.cookie,
-                stream: id as u16,
-            }
-            .to_bytes(),
-        )
-        .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
+        data.write_all(&hello(id, false))
+            .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
         local_window.get_or_insert(grant);
-        socks.push(sock);
+        let echo = if cfg.echo {
+            let (mut echo, _) = net::connect(
+                &[data_addr],
+                cfg.bind,
+                &net::SocketOpts::default(),
+                cfg.connect_timeout,
+            )
+            .map_err(|e| Error::Test(format!("stream-{id} echo connection: {e}")))?;
+            echo.write_all(&hello(id, true))
+                .op(|| format!("stream-{id}: send echo hello to {data_addr}"))?;
+            Some(echo)
+        } else {
+            None
+        };
+        socks.push(StreamSocks { data, echo });
     }
     let local_window = local_window.unwrap_or_default();
     warn_windows(&local_window, &accept);
 
-    let congestion = net::congestion(&socks[0]).unwrap_or_else(|| "?".into());
+    let congestion = net::congestion(&socks[0].data).unwrap_or_else(|| "?".into());
     let header = Header {
         software: SOFTWARE.into(),
         local: local.to_string(),
@@ -142,7 +158,7 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         block_bytes: cfg.block_bytes,
         local_window,
         remote_window: accept.window.clone(),
-        path: net::path_info(&socks[0]),
+        path: net::path_info(&socks[0].data),
         local_pin: local_plan.clone(),
         remote_pin: accept.pin_plan.clone(),
         placement_note,
@@ -160,13 +176,11 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
     let duration = cfg.duration;
     let block = cfg.block_bytes as usize;
     let (streams, rx, free_tx) = match cfg.engine {
-        Engine::Threads => {
-            StreamSet::spawn(socks, &local_plan, block, cfg.echo, move |ctx, sock| {
-                sender::run(ctx, sock, duration)
-            })?
-        }
+        Engine::Threads => StreamSet::spawn(socks, &local_plan, block, move |ctx, sock| {
+            sender::run(ctx, sock, duration)
+        })?,
         Engine::Single => {
-            StreamSet::spawn_single(socks, &local_plan, block, cfg.echo, move |ctxs, socks| {
+            StreamSet::spawn_single(socks, &local_plan, block, move |ctxs, socks| {
                 single::run(ctxs, socks, duration)
             })?
         }

@@ -22,7 +22,7 @@ use crate::protocol::{
     TestParams,
 };
 use crate::report::{self, interval::IntervalCutter};
-use crate::stream::{StreamSet, receiver, spawn_named};
+use crate::stream::{StreamSet, StreamSocks, receiver, spawn_named};
 use crate::units::format_size;
 
 /// Server log lines go to stderr, except for the in-process `--loopback` server.
@@ -376,9 +376,9 @@ fn run_test(
         window,
         pin_plan: plan.clone(),
     }))?;
-    let socks = accept_streams(&data_listener, peer, cookie, n, cfg.quiet)?;
+    let socks = accept_streams(&data_listener, peer, cookie, n, params.echo, cfg.quiet)?;
     drop(data_listener);
-    let path = net::path_info(&socks[0]);
+    let path = net::path_info(&socks[0].data);
 
     let duration = Duration::from_micros(params.duration_us);
     let interval = Duration::from_micros(params.interval_us);
@@ -387,7 +387,6 @@ fn run_test(
         socks,
         &plan,
         params.block_bytes as usize,
-        params.echo,
         move |ctx, sock| receiver::run(ctx, sock, give_up),
     )?;
     let cutter = IntervalCutter::new(n, duration, interval);
@@ -456,25 +455,28 @@ fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
     }
 }
 
-/// Accepts the test's `n` data connections, each opening with the test's cookie and a
-/// stream id; anything else is closed. All must arrive within [`PHASE_TIMEOUT`].
+/// Accepts the test's `n` data connections (and `n` echo connections with `echo`), each
+/// opening with the test's cookie, a stream id and its kind; anything else is closed. All must arrive within [`PHASE_TIMEOUT`].
 fn accept_streams(
     listener: &TcpListener,
     peer: SocketAddr,
     cookie: u64,
     n: usize,
+    echo: bool,
     quiet: bool,
-) -> Result<Vec<TcpStream>> {
+) -> Result<Vec<StreamSocks>> {
     socket2::SockRef::from(listener)
         .set_read_timeout(Some(Duration::from_millis(200)))
         .op(|| "set accept timeout".into())?;
     let deadline = Instant::now() + PHASE_TIMEOUT;
-    let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =
+        (0..n).map(|_| (None, None)).collect();
     let mut arrived = 0;
-    while arrived < n {
+    let expected = if echo { 2 * n } else { n };
+    while arrived < expected {
         if Instant::now() >= deadline {
             return Err(Error::Test(format!(
-                "only {arrived} of {n} data connections from {peer} arrived within {} s",
+                "only {arrived} of {expected} data and echo connections from {peer} arrived within {} s",
                 PHASE_TIMEOUT.as_secs()
             )));
         }
@@ -499,10 +501,14 @@ fn accept_streams(
         if sock.read_exact(&mut hello).is_err() {
             continue;
         }
-        let hello = DataHello::from_bytes(hello);
-        let slot = socks.get_mut(hello.stream as usize);
+        let slot = DataHello::from_bytes(hello)
+            .filter(|h| h.cookie == cookie && (echo || !h.echo))
+            .and_then(|h| {
+                let pair = socks.get_mut(h.stream as usize)?;
+                Some(if h.echo { &mut pair.1 } else { &mut pair.0 })
+            });
         match slot {
-            Some(slot @ None) if hello.cookie == cookie => {
+            Some(slot @ None) => {
                 *slot = Some(sock);
                 arrived += 1;
             }
@@ -512,7 +518,10 @@ fn accept_streams(
             ),
         }
     }
-    Ok(socks.into_iter().flatten().collect())
+    Ok(socks
+        .into_iter()
+        .filter_map(|(data, echo)| data.map(|data| StreamSocks { data, echo }))
+        .collect())
 }
 
 #[cfg(test)]

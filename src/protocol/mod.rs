@@ -1,7 +1,9 @@
 //! The control protocol: an 8-byte preamble each way (`pinperf\n`), then frames of a
 //! big-endian u32 length and a JSON [`ControlMsg`]. Frames above [`MAX_FRAME`] and
 //! anything that does not parse are protocol errors naming the peer, never panics.
-//! Data connections open with a 10-byte [`DataHello`] (test cookie, stream id).
+//! Data connections open with an 11-byte [`DataHello`] (test cookie, stream id, kind): each
+//! stream has a data connection and, with block RTT on, an echo connection on which the
+//! receiver returns block headers, so the data connection carries data one way only.
 //!
 //! Sequence: Hello → Welcome|Refuse; Params → Accept|Refuse; data connections; Start;
 //! Row… (receiver intervals, live); Done (receiver totals); Bye. Either side may send
@@ -270,28 +272,37 @@ impl Control {
     }
 }
 
-/// First bytes of every data connection: which test and which stream.
+/// First bytes of every data or echo connection: which test, which stream, which kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHello {
     pub cookie: u64,
     pub stream: u16,
+    /// False: the data connection; true: the stream's echo connection.
+    pub echo: bool,
 }
 
 impl DataHello {
-    pub const LEN: usize = 10;
+    pub const LEN: usize = 11;
 
     pub fn to_bytes(self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[..8].copy_from_slice(&self.cookie.to_le_bytes());
-        b[8..].copy_from_slice(&self.stream.to_le_bytes());
+        b[8..10].copy_from_slice(&self.stream.to_le_bytes());
+        b[10] = u8::from(self.echo);
         b
     }
 
-    pub fn from_bytes(b: [u8; Self::LEN]) -> Self {
-        DataHello {
+    /// `None` for a kind byte that is neither 0 nor 1.
+    pub fn from_bytes(b: [u8; Self::LEN]) -> Option<Self> {
+        Some(DataHello {
             cookie: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-            stream: u16::from_le_bytes(b[8..].try_into().expect("2 bytes")),
-        }
+            stream: u16::from_le_bytes(b[8..10].try_into().expect("2 bytes")),
+            echo: match b[10] {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        })
     }
 }
 
@@ -361,11 +372,22 @@ mod tests {
 
     #[test]
     fn data_hello_round_trips() {
-        let h = DataHello {
-            cookie: 0xdead_beef_1234,
-            stream: 255,
-        };
-        assert_eq!(DataHello::from_bytes(h.to_bytes()), h);
+        for echo in [false, true] {
+            let h = DataHello {
+                cookie: 0xdead_beef_1234,
+                stream: 255,
+                echo,
+            };
+            assert_eq!(DataHello::from_bytes(h.to_bytes()), Some(h));
+        }
+        let mut bad = DataHello {
+            cookie: 1,
+            stream: 0,
+            echo: false,
+        }
+        .to_bytes();
+        bad[10] = 7;
+        assert_eq!(DataHello::from_bytes(bad), None);
         assert_ne!(new_cookie(), new_cookie());
     }
 }

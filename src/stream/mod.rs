@@ -237,8 +237,9 @@ pub struct StreamCtx {
     pub id: u16,
     pub cpu: Option<usize>,
     pub block_bytes: usize,
-    /// Block-header echoes for block RTT (`--no-echo` turns them off).
-    pub echo: bool,
+    /// The echo connection for block RTT (`None` with `--no-echo`): the receiver writes
+    /// header echoes to it and the sender reads them, so the data connection stays one-way.
+    pub echo: Option<std::net::TcpStream>,
     pub batches: Sender<Batch>,
     pub free: Receiver<Batch>,
     /// Receives the test's start instant (one message per stream thread).
@@ -282,16 +283,22 @@ pub struct StreamSet<T> {
     start_tx: Sender<Instant>,
 }
 
+/// A stream's connections: data, and the echo connection when block RTT is on.
+pub struct StreamSocks {
+    pub data: std::net::TcpStream,
+    pub echo: Option<std::net::TcpStream>,
+}
+
 /// The reporter's ends of a side's batch channels.
 pub type ReporterEnds = (Receiver<Batch>, Sender<Batch>);
 
 impl<T: Send + 'static> StreamSet<T> {
     fn contexts(
-        n: usize,
+        echoes: Vec<Option<std::net::TcpStream>>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
-        echo: bool,
     ) -> (StreamSet<T>, Vec<StreamCtx>, ReporterEnds) {
+        let n = echoes.len();
         let channels = BatchChannels::new(n);
         let (start_tx, start_rx) = crossbeam_channel::bounded(n);
         let set = StreamSet {
@@ -300,8 +307,10 @@ impl<T: Send + 'static> StreamSet<T> {
             abort: Arc::new(AtomicBool::new(false)),
             start_tx,
         };
-        let ctxs = (0..n)
-            .map(|id| StreamCtx {
+        let ctxs = echoes
+            .into_iter()
+            .enumerate()
+            .map(|(id, echo)| StreamCtx {
                 id: id as u16,
                 cpu: plan.0.get(id).copied().flatten(),
                 block_bytes,
@@ -318,17 +327,17 @@ impl<T: Send + 'static> StreamSet<T> {
     /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
     /// [`StreamSet::start`]. Returns the set and the reporter's ends of the batch channels.
     pub fn spawn<F>(
-        socks: Vec<std::net::TcpStream>,
+        socks: Vec<StreamSocks>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
-        echo: bool,
         body: F,
     ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
     where
         F: Fn(StreamCtx, std::net::TcpStream) -> Result<T> + Send + Clone + 'static,
     {
-        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(socks.len(), plan, block_bytes, echo);
-        for (ctx, sock) in ctxs.into_iter().zip(socks) {
+        let (datas, echoes): (Vec<_>, Vec<_>) = socks.into_iter().map(|s| (s.data, s.echo)).unzip();
+        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(echoes, plan, block_bytes);
+        for (ctx, sock) in ctxs.into_iter().zip(datas) {
             let body = body.clone();
             let name = format!("stream-{}", ctx.id);
             match spawn_named(name, move || body(ctx, sock).map(|v| vec![v])) {
@@ -345,18 +354,18 @@ impl<T: Send + 'static> StreamSet<T> {
 
     /// Spawns one `stream-mux` thread that runs every stream (the `single` engine).
     pub fn spawn_single<F>(
-        socks: Vec<std::net::TcpStream>,
+        socks: Vec<StreamSocks>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
-        echo: bool,
         body: F,
     ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
     where
         F: FnOnce(Vec<StreamCtx>, Vec<std::net::TcpStream>) -> Result<Vec<T>> + Send + 'static,
     {
-        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(socks.len(), plan, block_bytes, echo);
+        let (datas, echoes): (Vec<_>, Vec<_>) = socks.into_iter().map(|s| (s.data, s.echo)).unzip();
+        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(echoes, plan, block_bytes);
         set.workers
-            .push(spawn_named("stream-mux".into(), move || body(ctxs, socks))?);
+            .push(spawn_named("stream-mux".into(), move || body(ctxs, datas))?);
         Ok((set, rx, free_tx))
     }
 

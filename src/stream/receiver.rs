@@ -40,13 +40,17 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
-    let mut echo = ctx.echo.then(|| HeaderEcho::new(ctx.block_bytes));
-    if echo.is_some() {
-        // An echo must leave inside send(), not wait behind Nagle for the sender's
-        // (possibly delayed) ACK of the previous echo: that wait would count as RTT.
-        sock.set_nodelay(true)
-            .op(|| format!("stream-{id}: set TCP_NODELAY"))?;
-    }
+    let mut echo = match &ctx.echo {
+        Some(echo_sock) => {
+            // An echo must leave inside send(), not wait behind Nagle for the sender's
+            // (possibly delayed) ACK of the previous echo: that wait would count as RTT.
+            echo_sock
+                .set_nodelay(true)
+                .op(|| format!("stream-{id}: set TCP_NODELAY on the echo connection"))?;
+            Some((echo_sock, HeaderEcho::new(ctx.block_bytes)))
+        }
+        None => None,
+    };
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
@@ -58,9 +62,9 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
                 bytes += n as u64;
-                if let Some(echo) = echo.as_mut() {
+                if let Some((echo_sock, echo)) = echo.as_mut() {
                     echo.feed(&buf[..n]);
-                    echo.maybe_echo(&sock, t_ns);
+                    echo.maybe_echo(*echo_sock, t_ns);
                 }
                 if batcher.push(t_ns, n as u32) {
                     if ctx.aborted() {

@@ -57,8 +57,10 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
                 stamp_ns = t_ns;
-                if ctx.echo && echoes.due(t_ns) {
-                    echoes.drain(&sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+                if let Some(echo_sock) = &ctx.echo
+                    && echoes.due(t_ns)
+                {
+                    echoes.drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
                 }
                 bytes += n as u64;
                 writes += 1;
@@ -77,8 +79,8 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
             Err(e) if is_timeout(&e) => {
                 let t_ns = clock.ns(Instant::now());
                 stamp_ns = t_ns;
-                if ctx.echo {
-                    echoes.drain(&sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+                if let Some(echo_sock) = &ctx.echo {
+                    echoes.drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
                 }
                 if ctx.aborted() {
                     return Err(aborted(id));

@@ -19,6 +19,7 @@ use crate::net::sys;
 /// Per-stream state of the multiplexer.
 struct Lane {
     sock: TcpStream,
+    echo: Option<TcpStream>,
     batcher: Batcher,
     echoes: EchoCollector,
     block: Vec<u8>,
@@ -32,21 +33,22 @@ struct Lane {
 
 /// Runs all sending streams on the calling thread (pinned to the first stream's core).
 pub fn run(
-    ctxs: Vec<StreamCtx>,
+    mut ctxs: Vec<StreamCtx>,
     socks: Vec<TcpStream>,
     duration: Duration,
 ) -> Result<Vec<SendOutcome>> {
-    let Some(first) = ctxs.first() else {
-        return Ok(Vec::new());
-    };
-    first.pin()?;
-    let echo_on = first.echo;
     let mut lanes = Vec::with_capacity(socks.len());
-    for (ctx, sock) in ctxs.iter().zip(socks) {
+    for (ctx, sock) in ctxs.iter_mut().zip(socks) {
         sock.set_nonblocking(true)
             .op(|| format!("stream-{}: set O_NONBLOCK", ctx.id))?;
+        let echo = ctx.echo.take();
+        if let Some(e) = &echo {
+            e.set_nonblocking(true)
+                .op(|| format!("stream-{}: set O_NONBLOCK on the echo connection", ctx.id))?;
+        }
         lanes.push(Lane {
             sock,
+            echo,
             batcher: Batcher::new(ctx.id, ctx.batches.clone(), ctx.free.clone()),
             echoes: EchoCollector::new(),
             block: vec![0x5au8; ctx.block_bytes],
@@ -58,17 +60,27 @@ pub fn run(
             writes: 0,
         });
     }
+    let Some(first) = ctxs.first() else {
+        return Ok(Vec::new());
+    };
+    first.pin()?;
     let clock = first.wait_start()?;
     let cpu_start = cpu::thread();
     let end_ns = duration.as_nanos() as u64;
-    let events = libc::POLLOUT | if echo_on { libc::POLLIN } else { 0 };
+    // Data sockets for writing, then echo sockets for reading (-1: none; poll skips it).
+    let n = lanes.len();
     let mut fds: Vec<libc::pollfd> = lanes
         .iter()
         .map(|l| libc::pollfd {
             fd: l.sock.as_raw_fd(),
-            events,
+            events: libc::POLLOUT,
             revents: 0,
         })
+        .chain(lanes.iter().map(|l| libc::pollfd {
+            fd: l.echo.as_ref().map_or(-1, |e| e.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        }))
         .collect();
     loop {
         let now_ns = clock.ns(Instant::now());
@@ -85,15 +97,16 @@ pub fn run(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::io("stream-mux: poll", e)),
         }
-        for (id, (lane, fd)) in lanes.iter_mut().zip(&fds).enumerate() {
+        let (data_fds, echo_fds) = fds.split_at(n);
+        for (id, ((lane, fd), efd)) in lanes.iter_mut().zip(data_fds).zip(echo_fds).enumerate() {
             if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
                 return Err(Error::Test(format!("stream-{id}: the connection failed")));
             }
-            if fd.revents & libc::POLLIN != 0 {
+            if let (Some(echo_sock), true) = (&lane.echo, efd.revents & libc::POLLIN != 0) {
                 let t_ns = clock.ns(Instant::now());
                 let batcher = &mut lane.batcher;
                 lane.echoes
-                    .drain(&lane.sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+                    .drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
             }
             if fd.revents & libc::POLLOUT != 0 {
                 if lane.offset == 0 {
