@@ -9,7 +9,7 @@
 use std::io::{self, Write};
 
 use super::Formatter;
-use super::model::{CpuSummary, Header, IntervalReport, RttSummary, Summary};
+use super::model::{CpuSummary, Header, IntervalReport, RttSummary, StreamRow, Summary};
 use crate::cpu::{CoreLoad, CpuReport};
 use crate::stream::Engine;
 use crate::units::format_size;
@@ -163,6 +163,17 @@ impl<W: Write + Send> TextFormatter<W> {
         )
     }
 
+    fn stream_cols(&self, s: &StreamRow) -> Cols {
+        Cols {
+            start: s.start,
+            end: s.end,
+            bits_per_second: s.bits_per_second,
+            rtt: self.rtt(s.block_rtt, s.kernel_rtt),
+            retransmits: s.retransmits,
+            snd_cwnd: s.snd_cwnd,
+        }
+    }
+
     fn rtt(&self, block: Option<RttSummary>, kernel: Option<RttSummary>) -> Option<RttSummary> {
         if self.echo { block } else { kernel }
     }
@@ -245,15 +256,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
         for s in &iv.streams {
-            let cols = Cols {
-                start: s.start,
-                end: s.end,
-                bits_per_second: s.bits_per_second,
-                rtt: self.rtt(s.block_rtt, s.kernel_rtt),
-                retransmits: s.retransmits,
-                snd_cwnd: s.snd_cwnd,
-            };
-            writeln!(self.out, "{}", row(&id(s.stream), &cols))?;
+            let line = row(&id(s.stream), &self.stream_cols(s));
+            writeln!(self.out, "{line}")?;
         }
         if let Some(cores) = &iv.cores {
             writeln!(
@@ -285,15 +289,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         for st in &s.streams {
-            let cols = Cols {
-                start: st.start,
-                end: st.end,
-                bits_per_second: st.bits_per_second,
-                rtt: self.rtt(st.block_rtt, st.kernel_rtt),
-                retransmits: st.retransmits,
-                snd_cwnd: st.snd_cwnd,
-            };
-            writeln!(self.out, "#{}", row(&id(st.stream), &cols))?;
+            let line = row(&id(st.stream), &self.stream_cols(st));
+            writeln!(self.out, "#{line}")?;
         }
         let f = &s.fairness;
         let cols = Cols {
