@@ -292,12 +292,22 @@ pub struct StreamSocks {
 /// The reporter's ends of a side's batch channels.
 pub type ReporterEnds = (Receiver<Batch>, Sender<Batch>);
 
+/// What both engines start from: the (empty) set, one context per stream with its echo
+/// connection, the data connections in stream order, and the reporter's channel ends.
+type Prepared<T> = (
+    StreamSet<T>,
+    Vec<StreamCtx>,
+    Vec<std::net::TcpStream>,
+    ReporterEnds,
+);
+
 impl<T: Send + 'static> StreamSet<T> {
-    fn contexts(
-        echoes: Vec<Option<std::net::TcpStream>>,
+    fn prepare(
+        socks: Vec<StreamSocks>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
-    ) -> (StreamSet<T>, Vec<StreamCtx>, ReporterEnds) {
+    ) -> Prepared<T> {
+        let (datas, echoes): (Vec<_>, Vec<_>) = socks.into_iter().map(|s| (s.data, s.echo)).unzip();
         let n = echoes.len();
         let channels = BatchChannels::new(n);
         let (start_tx, start_rx) = crossbeam_channel::bounded(n);
@@ -321,7 +331,7 @@ impl<T: Send + 'static> StreamSet<T> {
                 abort: Arc::clone(&set.abort),
             })
             .collect();
-        (set, ctxs, (channels.rx, channels.free_tx))
+        (set, ctxs, datas, (channels.rx, channels.free_tx))
     }
 
     /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
@@ -335,8 +345,7 @@ impl<T: Send + 'static> StreamSet<T> {
     where
         F: Fn(StreamCtx, std::net::TcpStream) -> Result<T> + Send + Clone + 'static,
     {
-        let (datas, echoes): (Vec<_>, Vec<_>) = socks.into_iter().map(|s| (s.data, s.echo)).unzip();
-        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(echoes, plan, block_bytes);
+        let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes);
         for (ctx, sock) in ctxs.into_iter().zip(datas) {
             let body = body.clone();
             let name = format!("stream-{}", ctx.id);
@@ -362,8 +371,7 @@ impl<T: Send + 'static> StreamSet<T> {
     where
         F: FnOnce(Vec<StreamCtx>, Vec<std::net::TcpStream>) -> Result<Vec<T>> + Send + 'static,
     {
-        let (datas, echoes): (Vec<_>, Vec<_>) = socks.into_iter().map(|s| (s.data, s.echo)).unzip();
-        let (mut set, ctxs, (rx, free_tx)) = Self::contexts(echoes, plan, block_bytes);
+        let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes);
         set.workers
             .push(spawn_named("stream-mux".into(), move || body(ctxs, datas))?);
         Ok((set, rx, free_tx))
