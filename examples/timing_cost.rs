@@ -11,7 +11,10 @@ use std::time::Instant;
 use pinperf::stream::{BatchChannels, Batcher, TestClock};
 
 fn main() {
-    let block: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(8192);
+    let block: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(8192);
     let iters: u64 = 2_000_000;
 
     // Bookkeeping alone: clock reading + record + batch flushes into a drained channel.

@@ -26,8 +26,19 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs one test as configured; prints the report on stdout.
 pub fn run(cfg: ClientConfig) -> Result<()> {
-    let out = report::formatter(cfg.format, std::io::stdout());
-    run_with(cfg, out).map(|_| ())
+    let format = cfg.format;
+    let out = report::formatter(format, std::io::stdout());
+    run_with(cfg, out).map(|_| ()).inspect_err(|e| {
+        // Machine readers get the failure on stdout too, in their format (as iperf3 -J does).
+        let line = match format {
+            report::Format::Json => serde_json::json!({ "error": e.to_string() }),
+            report::Format::JsonLines => {
+                serde_json::json!({ "event": "error", "data": e.to_string() })
+            }
+            _ => return,
+        };
+        println!("{line}");
+    })
 }
 
 /// Runs one test, printing through `out`; returns the summary.

@@ -287,6 +287,17 @@ fn no_server_is_a_clear_error_within_seconds() {
         "{}",
         run.explain()
     );
+    // Machine formats carry the failure on stdout as well.
+    let run = pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1", "-J"], LIMIT);
+    assert_eq!(run.code(), Some(1));
+    let doc: serde_json::Value =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    assert!(
+        doc["error"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("connect to 127.0.0.1:")),
+        "{doc}"
+    );
 }
 
 /// Retries a short test until the server is free again (it may still be tidying up).
