@@ -36,7 +36,8 @@ macro_rules! log {
 
 /// Time allowed for each handshake step.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most concurrent "busy" answers; connections beyond it are closed without one.
+/// Most concurrent "busy" answers (and, separately, clients waiting for a finishing test);
+/// connections beyond it are closed without one.
 const MAX_REFUSERS: usize = 16;
 
 /// A bound, listening server.
@@ -96,6 +97,7 @@ impl Server {
     pub fn run(self) -> Result<()> {
         let slot = Arc::new(Slot::default());
         let refusers = Arc::new(AtomicUsize::new(0));
+        let waiters = Arc::new(AtomicUsize::new(0));
         let cfg = Arc::new(self.cfg);
         loop {
             let (stream, peer) = match self.listener.accept() {
@@ -108,8 +110,14 @@ impl Server {
             };
             let taken = match slot.try_take() {
                 Ok(()) => true,
-                // The last test is only saying goodbye: a shell loop's next run waits for it.
-                Err(FINISHING) => false,
+                // The last test is only saying goodbye: a shell loop's next run waits for it
+                // (as many waiters at once as busy answers; beyond that, a busy answer).
+                Err(FINISHING) if waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => false,
+                Err(FINISHING) => {
+                    waiters.fetch_sub(1, Ordering::AcqRel);
+                    refuse_busy(stream, peer, &refusers, cfg.quiet);
+                    continue;
+                }
                 Err(_) => {
                     refuse_busy(stream, peer, &refusers, cfg.quiet);
                     continue;
@@ -117,10 +125,15 @@ impl Server {
             };
             let (cfg2, slot2, refusers2) =
                 (Arc::clone(&cfg), Arc::clone(&slot), Arc::clone(&refusers));
+            let waiters2 = Arc::clone(&waiters);
             let control = spawn_named("control".into(), move || {
-                if !taken && !slot2.wait_take(Duration::from_secs(3)) {
-                    refuse_busy(stream, peer, &refusers2, cfg2.quiet);
-                    return Ok(());
+                if !taken {
+                    let got = slot2.wait_take(Duration::from_secs(3));
+                    waiters2.fetch_sub(1, Ordering::AcqRel);
+                    if !got {
+                        refuse_busy(stream, peer, &refusers2, cfg2.quiet);
+                        return Ok(());
+                    }
                 }
                 let result = session(stream, peer, &cfg2, &slot2);
                 slot2.release();
@@ -132,6 +145,8 @@ impl Server {
                 Err(e) => {
                     if taken {
                         slot.release();
+                    } else {
+                        waiters.fetch_sub(1, Ordering::AcqRel);
                     }
                     log!(cfg.quiet, "pinperf: {e}");
                 }
