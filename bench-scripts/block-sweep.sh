@@ -10,10 +10,7 @@ source "$(dirname "$0")/lib.sh"
 
 SECS=${SECS:-2}
 STREAMS=${STREAMS:-1}
-out=${OUT:-$root/bench-results/block-sweep-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
-build_pinperf
-record_env "$out/env.txt"
+start_run block-sweep
 "$PINPERF" -s -B 127.0.0.1 -p 5313 2>/dev/null &
 srv=$!
 trap 'kill $srv 2>/dev/null || true' EXIT

@@ -19,11 +19,9 @@ STREAMS=${STREAMS:-2}
 CC=${CC:-}
 pcc=() i3cc=() i2cc=()
 if [ -n "$CC" ]; then pcc=(-C "$CC"); i3cc=(-C "$CC"); i2cc=(-Z "$CC"); fi
-out=${OUT:-$root/bench-results/cpu-compare-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
+[[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
 ensure_peers
-build_pinperf
-record_env "$out/env.txt"
+start_run cpu-compare
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -44,7 +42,7 @@ run_variant() { # variant block -> Gbit/s
     iperf3) iperf3 -c 127.0.0.1 -p 5212 -l "$(to_bytes "$2")" -P "$STREAMS" -t "$SECS" "${i3cc[@]}" -J | gbps_json ;;
     iperf2)
       iperf -c 127.0.0.1 -p 5012 -l "$(to_bytes "$2")" -P "$STREAMS" -t "$SECS" "${i2cc[@]}" -y C |
-        awk -F, '$6 == -1 {sum = $9; have = 1} $6 != -1 {s += $9} END {printf "%.3f\n", (have ? sum : s) / 1e9}' ;;
+        awk -F, '$6 == -1 {sum = $9; have = 1} $6 != -1 {s += $9} END {if (NR) printf "%.3f\n", (have ? sum : s) / 1e9}' ;;
   esac
 }
 

@@ -14,10 +14,7 @@ ROUNDS=${ROUNDS:-7}
 BLOCKS=${BLOCKS:-"8k 128k"}
 STREAMS=${STREAMS:-1}
 CCS=${CCS:-"default cubic"}
-out=${OUT:-$root/bench-results/echo-cost-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
-build_pinperf
-record_env "$out/env.txt"
+start_run echo-cost
 
 gbps() { # json on stdin -> received Gbit/s
   python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'

@@ -7,6 +7,15 @@ PINPERF=${PINPERF:-$root/target/release/pinperf}
 YARDSTICK=${YARDSTICK:-$root/../shared/yardstick/blast.c}
 BLAST=${BLAST:-/tmp/pinperf-blast}
 
+# Every run's start: out=bench-results/NAME-<time> (or $OUT), a fresh release build, and
+# the environment recorded beside the raw results. Call after installing peers.
+start_run() {
+  out=${OUT:-$root/bench-results/$1-$(date +%Y%m%d-%H%M%S)}
+  mkdir -p "$out"
+  build_pinperf
+  record_env "$out/env.txt"
+}
+
 build_pinperf() {
   (cd "$root" && cargo build --release --quiet)
 }

@@ -14,12 +14,8 @@ SECS=${SECS:-2}
 ROUNDS=${ROUNDS:-5}
 BLOCKS=${BLOCKS:-"8k 128k"}
 STREAMS=${STREAMS:-"1 2 4"}
-out=${OUT:-$root/bench-results/placement-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
 [ "$(nproc)" -ge 2 ] || { echo "placement.sh needs 2 cores; this host has $(nproc)" >&2; exit 1; }
-
-build_pinperf
-record_env "$out/env.txt"
+start_run placement
 
 plan() { # name streams -> -A value
   case $1 in

@@ -9,10 +9,7 @@ source "$(dirname "$0")/lib.sh"
 SECS=${SECS:-2}
 BLOCK=${BLOCK:-128k}
 ENGINES=${ENGINES:-threads,single}
-out=${OUT:-$root/bench-results/stream-sweep-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
-build_pinperf
-record_env "$out/env.txt"
+start_run stream-sweep
 "$PINPERF" -s -B 127.0.0.1 -p 5314 2>/dev/null &
 srv=$!
 trap 'kill $srv 2>/dev/null || true' EXIT

@@ -8,11 +8,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-5}
 BLOCKS=${BLOCKS:-"8192 131072"}
-out=${OUT:-$root/bench-results/timing-cost-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
 (cd "$root" && cargo build --release --quiet --example timing_cost)
-build_pinperf
-record_env "$out/env.txt"
+start_run timing-cost
 raw=$out/raw.csv
 echo "round,block,bookkeeping_ns_per_block,write_ns_per_block,bookkeeping_percent" >"$raw"
 for ((r = 0; r < ROUNDS; r++)); do

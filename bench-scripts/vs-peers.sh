@@ -15,13 +15,10 @@ SECS=${SECS:-4}
 ROUNDS=${ROUNDS:-5}
 BLOCKS=${BLOCKS:-"8k 128k"}
 STREAMS=${STREAMS:-"1 2 4"}
-out=${OUT:-$root/bench-results/vs-peers-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
-
+[[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
 ensure_peers
-build_pinperf
 build_blast
-record_env "$out/env.txt"
+start_run vs-peers
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -43,7 +40,7 @@ run_iperf3() {
 }
 run_iperf2() {
   iperf -c 127.0.0.1 -p 5011 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" -y C |
-    awk -F, '$6 == -1 {sum = $9; have = 1} $6 != -1 {s += $9} END {printf "%.3f\n", (have ? sum : s) / 1e9}'
+    awk -F, '$6 == -1 {sum = $9; have = 1} $6 != -1 {s += $9} END {if (NR) printf "%.3f\n", (have ? sum : s) / 1e9}'
 }
 run_blast() {
   "$BLAST" -c 127.0.0.1 5310 "$(to_bytes "$1")" "$SECS" "$2" pin | awk '{print $(NF-1)}'

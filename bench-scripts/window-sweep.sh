@@ -13,10 +13,7 @@ WINDOWS=${WINDOWS:-"auto 64k 256k 1M 4M"}
 BLOCK=${BLOCK:-128k}
 STREAMS=${STREAMS:-1}
 CC=${CC:-}
-out=${OUT:-$root/bench-results/window-sweep-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out"
-build_pinperf
-record_env "$out/env.txt"
+start_run window-sweep
 
 extract() {
   python3 -c '
