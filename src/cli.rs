@@ -17,6 +17,33 @@ pub enum Command {
     /// Run a matrix of configurations against one server: one row each with Mb/s, CPU on
     /// both ends, Gbit/s per busy core, retransmits and fairness.
     Compare(CompareArgs),
+    /// Emulate a long fat path between two network namespaces (root only) and run a test
+    /// over it: `pinperf lab --rtt 60ms --rate 1G -- -P 8 -t 20`.
+    Lab(LabArgs),
+}
+
+/// `pinperf lab`: path options, then `--` and the client's options.
+#[derive(Debug, clap::Args)]
+pub struct LabArgs {
+    /// Round-trip time of the path (half each way).
+    #[arg(long, value_name = "TIME", default_value = "60ms", value_parser = units::parse_duration)]
+    pub rtt: Duration,
+    /// Bottleneck rate, both directions, counted in IP bytes: 200M, 1G.
+    #[arg(long, value_name = "RATE", default_value = "1G", value_parser = units::parse_rate_bps)]
+    pub rate: u64,
+    /// Drop-tail queue in front of the bottleneck: a multiple of the bandwidth-delay
+    /// product (2bdp, 0.25bdp) or bytes (4M).
+    #[arg(long, value_name = "SIZE", default_value = "1bdp")]
+    pub queue: String,
+    /// Random loss per packet, each direction: 0.01% or 0.0001.
+    #[arg(long, value_name = "P", default_value = "0")]
+    pub loss: String,
+    /// MTU of the path.
+    #[arg(long, default_value_t = 9000)]
+    pub mtu: u32,
+    /// Client options, after `--` (as for `pinperf -c`; the lab supplies the host).
+    #[arg(last = true, value_name = "CLIENT OPTIONS")]
+    pub client_args: Vec<String>,
 }
 
 /// `pinperf compare`: axes take lists (`8k,64k`) or doubling ranges (`8k..1m`, `1..16`).

@@ -11,6 +11,8 @@ pub mod compare;
 pub mod config;
 pub mod cpu;
 pub mod error;
+#[cfg(target_os = "linux")]
+pub mod lab;
 pub mod net;
 pub mod pin;
 pub mod protocol;
@@ -34,6 +36,14 @@ pub fn run_from_env() -> Result<()> {
 pub fn run(args: &cli::Args) -> Result<()> {
     if let Some(cli::Command::Compare(c)) = &args.command {
         return compare::run(c);
+    }
+    if let Some(cli::Command::Lab(l)) = &args.command {
+        #[cfg(target_os = "linux")]
+        return lab::run(l);
+        #[cfg(not(target_os = "linux"))]
+        return Err(Error::Usage(format!(
+            "pinperf lab needs Linux (network namespaces, TUN); got {l:?}"
+        )));
     }
     match config::from_args(args)? {
         config::Mode::Server(cfg) => server::serve(cfg),

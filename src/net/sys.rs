@@ -1,5 +1,7 @@
 //! The crate's only `unsafe`: thin wrappers over the socket options socket2 lacks
-//! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE).
+//! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE), and
+//! for `pinperf lab` TUN devices, `setns()`, `ppoll()` with a nanosecond timeout, timer
+//! slack and signal masks.
 //! Each returns `io::Error::last_os_error()` on -1. Linux only; elsewhere "unsupported".
 #![allow(unsafe_code)]
 
@@ -200,6 +202,133 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     } else {
         Ok(n as usize)
     }
+}
+
+/// True when the process runs as root (effective uid 0).
+#[cfg(target_os = "linux")]
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Opens the TUN device `name` (created if absent) in the calling thread's network
+/// namespace, packets without a protocol-info prefix, non-blocking.
+#[cfg(target_os = "linux")]
+pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "bad interface name",
+        ));
+    }
+    // SAFETY: the path is a NUL-terminated literal; the flags are valid for open().
+    let fd = unsafe {
+        libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: an all-zero ifreq is a valid value of this plain C struct.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes one ifreq, which `req` is; `fd` is a tun fd.
+    if unsafe { libc::ioctl(fd, libc::TUNSETIFF, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned)
+}
+
+/// Moves the calling thread into the network namespace `ns` (an open /run/netns/NAME).
+/// Threads it starts afterwards, and sockets it creates, belong to that namespace.
+#[cfg(target_os = "linux")]
+pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: setns takes a descriptor and a namespace type; `ns` is a live descriptor.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout` passes (nanosecond resolution, unlike
+/// `poll()`); true when readable.
+#[cfg(target_os = "linux")]
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one live pollfd, a live timespec, no signal mask change (null).
+    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    match n {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Sets the calling thread's timer slack (how late the kernel may wake it), in ns.
+#[cfg(target_os = "linux")]
+pub fn set_timer_slack(ns: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long; failure leaves the default.
+    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Signal set of SIGINT, SIGTERM and SIGHUP: the ones that end a run from outside.
+#[cfg(target_os = "linux")]
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and every thread it starts
+/// afterwards, so that one thread can take them with [`wait_stop_signal`].
+#[cfg(target_os = "linux")]
+pub fn block_stop_signals() -> io::Result<()> {
+    let set = stop_signals();
+    // SAFETY: `set` is an initialised sigset_t; the old mask is not wanted (null).
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Waits for SIGINT, SIGTERM or SIGHUP (blocked by [`block_stop_signals`]); returns it.
+#[cfg(target_os = "linux")]
+pub fn wait_stop_signal() -> i32 {
+    let set = stop_signals();
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is initialised and `sig` is a live int the call writes.
+    let _ = unsafe { libc::sigwait(&set, &mut sig) };
+    sig
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -121,7 +121,7 @@ impl<W: Write + Send> TextFormatter<W> {
         match (&c.remote, c.same_process) {
             (_, true) => writeln!(
                 o,
-                "# CPU process (client and server in one, --loopback): {} over {:.2} s",
+                "# CPU process (client and server in one process): {} over {:.2} s",
                 process_line(&c.local),
                 c.local.seconds
             )?,

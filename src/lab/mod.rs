@@ -1,0 +1,618 @@
+//! `pinperf lab`: an emulated long fat path on one host, and a test over it.
+//!
+//! Two network namespaces (`pinperf-lab-<pid>-client`, `…-server`), each with one TUN
+//! device (`plab0`, 198.18.0.2 and 198.18.0.1, the benchmarking range). Two pinned relay
+//! threads move packets between the devices through the path model: drop-tail queue, link
+//! rate, one-way delay (this kernel has no netem, so delay lives in user space). A pinperf
+//! server runs on a thread inside the server namespace, the client on a thread inside the
+//! client namespace; both are this process, so CPU is counted once.
+//!
+//! Teardown deletes both namespaces (their devices go with them) on every way out: normal
+//! end, error, panic (a guard), and SIGINT/SIGTERM/SIGHUP (taken by a `lab-signals`
+//! thread). Namespaces left by a lab that was SIGKILLed are removed on the next run.
+
+pub mod path;
+pub mod relay;
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use parking_lot::Mutex;
+
+use crate::cli::{Args, LabArgs};
+use crate::config::{self, ClientConfig, Family, Limits, ServerConfig};
+use crate::error::{Error, Result};
+use crate::net::sys;
+use crate::pin::{self, Affinity};
+use crate::report::Format;
+use crate::server::Server;
+use crate::stream::spawn_named;
+use crate::units;
+use path::Path;
+use relay::RelayStats;
+
+/// The server's and the client's address on the emulated path.
+pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+/// The TUN device's name inside each namespace.
+const DEVICE: &str = "plab0";
+/// Prefix of every namespace a lab creates.
+pub const NETNS_PREFIX: &str = "pinperf-lab-";
+/// Kernel-side packet queue of each TUN device: room for bursts the relay has not read yet.
+const TXQUEUELEN: &str = "10000";
+
+/// The emulated path, validated.
+#[derive(Debug, Clone, Copy)]
+pub struct PathSpec {
+    pub rtt: Duration,
+    pub rate_bps: u64,
+    pub queue_bytes: u64,
+    pub loss: f64,
+    pub mtu: u32,
+}
+
+impl PathSpec {
+    /// Bandwidth-delay product in bytes.
+    pub fn bdp(&self) -> u64 {
+        (self.rate_bps as f64 * self.rtt.as_secs_f64() / 8.0) as u64
+    }
+
+    fn direction(&self, seed: u64) -> Path {
+        Path::new(
+            self.rate_bps,
+            self.rtt.as_nanos() as u64 / 2,
+            self.queue_bytes,
+            self.loss,
+            seed,
+        )
+    }
+}
+
+/// Checks the path options; errors name the flag.
+pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
+    let usage = |m: String| Error::Usage(m);
+    if a.rtt > Duration::from_secs(10) {
+        return Err(usage(format!("--rtt {:?}: at most 10 s", a.rtt)));
+    }
+    if a.rate < 1_000_000 {
+        return Err(usage("--rate: at least 1M (1 Mbit/s)".into()));
+    }
+    if !(1280..=65535).contains(&a.mtu) {
+        return Err(usage(format!("--mtu {}: use 1280 to 65535", a.mtu)));
+    }
+    let loss = parse_loss(&a.loss).map_err(|e| usage(format!("--loss: {e}")))?;
+    let mut spec = PathSpec {
+        rtt: a.rtt,
+        rate_bps: a.rate,
+        queue_bytes: 0,
+        loss,
+        mtu: a.mtu,
+    };
+    spec.queue_bytes =
+        parse_queue(&a.queue, spec.bdp()).map_err(|e| usage(format!("--queue: {e}")))?;
+    if spec.queue_bytes < u64::from(a.mtu) {
+        return Err(usage(format!(
+            "--queue {}: {} bytes do not hold one {}-byte packet; use at least {}",
+            a.queue, spec.queue_bytes, a.mtu, a.mtu
+        )));
+    }
+    Ok(spec)
+}
+
+/// `2bdp`, `0.5bdp` (multiples of the bandwidth-delay product) or a size (`4M`).
+pub fn parse_queue(text: &str, bdp: u64) -> std::result::Result<u64, String> {
+    let t = text.trim().to_ascii_lowercase();
+    if let Some(n) = t.strip_suffix("bdp") {
+        let n: f64 = n.parse().map_err(|_| {
+            format!("'{text}' is not a multiple of the BDP (examples: 1bdp, 0.5bdp)")
+        })?;
+        if !n.is_finite() || n <= 0.0 || n > 1000.0 {
+            return Err(format!("'{text}': use 0 < N <= 1000"));
+        }
+        Ok((bdp as f64 * n) as u64)
+    } else {
+        units::parse_size(text).map_err(|e| format!("{e}, or a multiple of the BDP like 2bdp"))
+    }
+}
+
+/// `0.1%` or a fraction `0.001`.
+pub fn parse_loss(text: &str) -> std::result::Result<f64, String> {
+    let t = text.trim();
+    let (num, scale) = match t.strip_suffix('%') {
+        Some(n) => (n, 100.0),
+        None => (t, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{text}' is not a loss rate (examples: 0.01%, 0.0001)"))?;
+    let p = v / scale;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!("'{text}' is not between 0 and 100 %"));
+    }
+    Ok(p)
+}
+
+/// Parses the options after `--` as a client's and checks them before anything is created.
+pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
+    let argv = std::iter::once("pinperf lab --".to_string()).chain(a.client_args.iter().cloned());
+    let mut args = Args::try_parse_from(argv).map_err(|e| {
+        let text = e.to_string();
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        Error::Usage(format!("client options after `--`: {first}"))
+    })?;
+    if args.server || args.client.is_some() || args.loopback || args.command.is_some() {
+        return Err(Error::Usage(
+            "pinperf lab runs its own server and client: leave -s, -c, --loopback and \
+             subcommands out of the options after `--`"
+                .into(),
+        ));
+    }
+    if args.bind.is_some() || args.ipv6 {
+        return Err(Error::Usage(
+            "the lab path is IPv4 198.18.0.2 -> 198.18.0.1: leave -B and -6 out".into(),
+        ));
+    }
+    args.client = Some(SERVER_ADDR.to_string());
+    match config::from_args(&args)? {
+        config::Mode::Client(mut cfg) => {
+            if let Some(name) = &cfg.congestion {
+                crate::net::check_congestion(name)?;
+            }
+            cfg.same_process = true;
+            Ok(cfg)
+        }
+        config::Mode::Server(_) => unreachable!("-s was rejected above"),
+    }
+}
+
+/// Runs `pinperf lab`.
+pub fn run(a: &LabArgs) -> Result<()> {
+    let spec = path_spec(a)?;
+    let mut cfg = client_config(a)?;
+    if !sys::is_root() {
+        return Err(Error::Usage(
+            "pinperf lab creates network namespaces and TUN devices: run it as root".into(),
+        ));
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Err(Error::Test(
+            "pinperf lab needs /dev/net/tun (modprobe tun)".into(),
+        ));
+    }
+    ip(&["-V"]).map_err(|_| {
+        Error::Test("pinperf lab needs iproute2's `ip` (apt-get install iproute2)".into())
+    })?;
+    // Signals are taken by one thread from here on, so teardown runs whatever is running.
+    sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM", e))?;
+    let guard = Arc::new(Mutex::new(Teardown::default()));
+    let on_signal = guard.clone();
+    spawn_named("lab-signals".into(), move || -> Result<()> {
+        let sig = sys::wait_stop_signal();
+        let removed = on_signal.lock().run();
+        eprintln!("pinperf lab: signal {sig}, stopped; removed {removed}");
+        std::process::exit(128 + sig);
+    })?;
+    let result = run_lab(&spec, &mut cfg, &guard);
+    let removed = guard.lock().run();
+    let line = format!("# lab: removed {removed}");
+    lab_line(cfg.format, &line);
+    result
+}
+
+/// Lab lines go to stdout with text output and to stderr with machine formats, so a
+/// `-J` document stays one JSON document.
+fn lab_line(format: Format, line: &str) {
+    match format {
+        Format::Text => println!("{line}"),
+        _ => eprintln!("{line}"),
+    }
+}
+
+fn run_lab(spec: &PathSpec, cfg: &mut ClientConfig, guard: &Arc<Mutex<Teardown>>) -> Result<()> {
+    remove_stale_namespaces();
+    let pid = std::process::id();
+    let server_ns = format!("{NETNS_PREFIX}{pid}-server");
+    let client_ns = format!("{NETNS_PREFIX}{pid}-client");
+    let server = Netns::create(&server_ns, guard)?;
+    let client = Netns::create(&client_ns, guard)?;
+    let server_tun = server.tun(SERVER_ADDR, CLIENT_ADDR, spec.mtu)?;
+    let client_tun = client.tun(CLIENT_ADDR, SERVER_ADDR, spec.mtu)?;
+
+    let allowed = pin::allowed_cpus();
+    let forward_cpu = allowed.last().copied();
+    let return_cpu = allowed.first().copied();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mtu = spec.mtu as usize;
+    let relay = |name: &str, from: &Arc<File>, to: &Arc<File>, path: Path, cpu: Option<usize>| {
+        let (from, to, stop) = (from.clone(), to.clone(), stop.clone());
+        spawn_named(name.into(), move || {
+            if let Some(cpu) = cpu {
+                pin::pin_current(cpu).map_err(Error::Test)?;
+            }
+            Ok(relay::run(&from, &to, path, mtu, &stop))
+        })
+    };
+    let forward = relay(
+        "lab-forward",
+        &client_tun,
+        &server_tun,
+        spec.direction(0x9e37),
+        forward_cpu,
+    )?;
+    let back = relay(
+        "lab-return",
+        &server_tun,
+        &client_tun,
+        spec.direction(0x7f4a),
+        return_cpu,
+    )?;
+
+    lab_line(
+        cfg.format,
+        &format!(
+            "# lab: {CLIENT_ADDR} (netns {client_ns}) -> {SERVER_ADDR} (netns {server_ns}): RTT {:.3} ms, \
+             bottleneck {}, drop-tail queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay \
+             threads: forward {}, return {}",
+            spec.rtt.as_secs_f64() * 1e3,
+            rate_text(spec.rate_bps),
+            size_text(spec.queue_bytes),
+            spec.queue_bytes as f64 / spec.bdp().max(1) as f64,
+            size_text(spec.bdp()),
+            if spec.loss > 0.0 {
+                format!("{:.4} %", spec.loss * 100.0)
+            } else {
+                "none".into()
+            },
+            spec.mtu,
+            cpu_text(forward_cpu),
+            cpu_text(return_cpu),
+        ),
+    );
+
+    let outcome = serve_and_test(&server, &client, cfg);
+    stop.store(true, Ordering::Relaxed);
+    let fwd = join_relay(forward)?;
+    let ret = join_relay(back)?;
+    lab_line(cfg.format, &relay_line("forward (client -> server)", &fwd));
+    lab_line(cfg.format, &relay_line("return (server -> client)", &ret));
+    let kernel_drops = [&client, &server]
+        .iter()
+        .map(|ns| {
+            format!(
+                "{} {}",
+                ns.role(),
+                ns.tun_drops().map_or("?".into(), |d| d.to_string())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    lab_line(
+        cfg.format,
+        &format!(
+            "# lab: TUN device drops (kernel queue, outside the emulated path): {kernel_drops}"
+        ),
+    );
+    // A few late packets are scheduling noise; one in a thousand means the relay set the pace.
+    let late = fwd.late + ret.late;
+    if late * 1000 > fwd.path.packets + ret.path.packets {
+        lab_line(
+            cfg.format,
+            &format!(
+                "# lab: warning: the relay delivered {late} packets more than {} ms late: it, not \
+                 the emulated path, limited this run; lower --rate or use a larger --mtu",
+                relay::LATE_NS / 1_000_000
+            ),
+        );
+    }
+    outcome
+}
+
+/// Runs the server on a thread inside `server`'s namespace and the client inside
+/// `client`'s; returns the client's result.
+fn serve_and_test(server: &Netns, client: &Netns, cfg: &mut ClientConfig) -> Result<()> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let server_file = server
+        .file
+        .try_clone()
+        .map_err(|e| Error::io("dup netns handle", e))?;
+    spawn_named("lab-server".into(), move || {
+        let bound = (|| {
+            sys::enter_netns(server_file.as_fd())
+                .map_err(|e| Error::io("enter server netns", e))?;
+            let s = Server::bind(ServerConfig {
+                bind: Some(IpAddr::V4(SERVER_ADDR)),
+                port: 0,
+                family: Family::V4,
+                one_off: true,
+                limits: Limits {
+                    max_streams: config::MAX_STREAMS,
+                    max_window_bytes: 1 << 30,
+                    max_duration: Duration::from_secs(86_400),
+                },
+                data_port: None,
+                affinity: Affinity::Auto,
+                quiet: true,
+            })?;
+            let port = s.local_addr()?.port();
+            Ok((s, port))
+        })();
+        match bound {
+            Ok((s, port)) => {
+                let _ = tx.send(Ok(port));
+                s.run()
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                Ok(())
+            }
+        }
+    })?;
+    cfg.port = rx
+        .recv_timeout(Duration::from_secs(5))
+        .map_err(|_| Error::Test("the lab server did not start within 5 s".into()))??;
+    let client_file = client
+        .file
+        .try_clone()
+        .map_err(|e| Error::io("dup netns handle", e))?;
+    let cfg = cfg.clone();
+    let handle = spawn_named("lab-client".into(), move || {
+        sys::enter_netns(client_file.as_fd()).map_err(|e| Error::io("enter client netns", e))?;
+        crate::client::run(cfg)
+    })?;
+    handle
+        .join()
+        .map_err(|_| Error::Test("the lab client thread panicked".into()))?
+}
+
+fn join_relay(h: std::thread::JoinHandle<Result<RelayStats>>) -> Result<RelayStats> {
+    h.join()
+        .map_err(|_| Error::Test("a lab relay thread panicked".into()))?
+}
+
+fn relay_line(dir: &str, s: &RelayStats) -> String {
+    let p = &s.path;
+    let cpu = if s.wall.is_zero() {
+        0.0
+    } else {
+        s.cpu_us as f64 / 1e6 / s.wall.as_secs_f64() * 100.0
+    };
+    format!(
+        "# lab relay {dir}: {} packets, {} bytes; queue drops {}, random-loss drops {}; peak \
+         queue {}; late deliveries {} (worst {:.3} ms); write errors {}; relay CPU {:.1} %",
+        p.packets,
+        p.bytes,
+        p.queue_drops,
+        p.loss_drops,
+        size_text(p.peak_queue_bytes),
+        s.late,
+        s.worst_late_ns as f64 / 1e6,
+        s.write_errors,
+        cpu,
+    )
+}
+
+fn rate_text(bps: u64) -> String {
+    if bps >= 1_000_000_000 {
+        format!("{} Gbit/s", bps as f64 / 1e9)
+    } else {
+        format!("{} Mbit/s", bps as f64 / 1e6)
+    }
+}
+
+fn size_text(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn cpu_text(cpu: Option<usize>) -> String {
+    cpu.map_or("unpinned".into(), |c| format!("cpu{c}"))
+}
+
+/// Runs `ip ARGS`; the error carries its stderr.
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| Error::io("run `ip` (iproute2)", e))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Test(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// The namespaces this run created, deleted once by whoever gets there first.
+#[derive(Default)]
+struct Teardown {
+    namespaces: Vec<String>,
+}
+
+impl Teardown {
+    /// Deletes every namespace created so far; returns what it did, for the last line.
+    fn run(&mut self) -> String {
+        if self.namespaces.is_empty() {
+            return "nothing (no namespaces left)".into();
+        }
+        let done: Vec<String> = self
+            .namespaces
+            .drain(..)
+            .map(|ns| match ip(&["netns", "delete", &ns]) {
+                Ok(()) => format!("netns {ns}"),
+                Err(e) => format!("netns {ns} FAILED ({e})"),
+            })
+            .collect();
+        done.join(", ")
+    }
+}
+
+/// A namespace of this run.
+struct Netns {
+    name: String,
+    file: File,
+}
+
+impl Netns {
+    fn create(name: &str, guard: &Arc<Mutex<Teardown>>) -> Result<Netns> {
+        ip(&["netns", "add", name])?;
+        guard.lock().namespaces.push(name.to_string());
+        ip(&["-n", name, "link", "set", "lo", "up"])?;
+        let file = File::open(format!("/run/netns/{name}"))
+            .map_err(|e| Error::io(format!("open /run/netns/{name}"), e))?;
+        Ok(Netns {
+            name: name.to_string(),
+            file,
+        })
+    }
+
+    fn role(&self) -> &str {
+        self.name.rsplit('-').next().unwrap_or(&self.name)
+    }
+
+    /// Creates this namespace's TUN device (from a thread that enters the namespace, since
+    /// a device belongs to its creator's namespace), addresses and raises it.
+    fn tun(&self, local: Ipv4Addr, peer: Ipv4Addr, mtu: u32) -> Result<Arc<File>> {
+        let ns = self
+            .file
+            .try_clone()
+            .map_err(|e| Error::io("dup netns handle", e))?;
+        let fd = std::thread::scope(|s| {
+            s.spawn(|| {
+                sys::enter_netns(ns.as_fd())?;
+                sys::tun_open(DEVICE)
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("panicked")))
+        })
+        .map_err(|e| {
+            Error::io(
+                format!("create TUN device {DEVICE} in netns {}", self.name),
+                e,
+            )
+        })?;
+        let mtu = mtu.to_string();
+        let n = self.name.as_str();
+        ip(&[
+            "-n",
+            n,
+            "link",
+            "set",
+            "dev",
+            DEVICE,
+            "mtu",
+            &mtu,
+            "txqueuelen",
+            TXQUEUELEN,
+            "up",
+        ])?;
+        let addr = format!("{local}/32");
+        let peer = format!("{peer}/32");
+        ip(&["-n", n, "addr", "add", &addr, "peer", &peer, "dev", DEVICE])?;
+        Ok(Arc::new(File::from(fd)))
+    }
+
+    /// Packets the TUN device dropped before the relay read them (tx_dropped).
+    fn tun_drops(&self) -> Option<u64> {
+        let out = Command::new("ip")
+            .args(["-n", &self.name, "-s", "-j", "link", "show", "dev", DEVICE])
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v.get(0)?
+            .get("stats64")?
+            .get("tx")?
+            .get("dropped")?
+            .as_u64()
+    }
+}
+
+/// Deletes namespaces left by labs whose process no longer exists (killed with SIGKILL).
+fn remove_stale_namespaces() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(NETNS_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && ip(&["netns", "delete", &name]).is_ok()
+        {
+            eprintln!("pinperf lab: removed netns {name} left by an earlier lab (pid {pid}, gone)");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_sizes_in_bdp_or_bytes() {
+        let bdp = 7_500_000;
+        assert_eq!(parse_queue("2bdp", bdp), Ok(15_000_000));
+        assert_eq!(parse_queue("0.5BDP", bdp), Ok(3_750_000));
+        assert_eq!(parse_queue("4M", bdp), Ok(4 << 20));
+        assert!(parse_queue("bdp", bdp).is_err());
+        assert!(parse_queue("-1bdp", bdp).is_err());
+        assert!(parse_queue("lots", bdp).unwrap_err().contains("2bdp"));
+    }
+
+    #[test]
+    fn loss_as_percent_or_fraction() {
+        assert_eq!(parse_loss("0"), Ok(0.0));
+        assert_eq!(parse_loss("1%"), Ok(0.01));
+        assert_eq!(parse_loss("0.001"), Ok(0.001));
+        assert!(parse_loss("101%").is_err());
+        assert!(parse_loss("x").is_err());
+    }
+
+    fn lab_args(extra: &[&str]) -> LabArgs {
+        let argv = ["pinperf", "lab"].iter().chain(extra.iter());
+        match Args::try_parse_from(argv).unwrap().command {
+            Some(crate::cli::Command::Lab(a)) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_default_path_is_the_fairness_study_s() {
+        let spec = path_spec(&lab_args(&[])).unwrap();
+        assert_eq!(spec.rtt, Duration::from_millis(60));
+        assert_eq!(spec.rate_bps, 1_000_000_000);
+        assert_eq!(spec.bdp(), 7_500_000);
+        assert_eq!(spec.queue_bytes, 7_500_000);
+        assert_eq!(spec.mtu, 9000);
+    }
+
+    #[test]
+    fn client_options_after_the_separator_are_checked_before_anything_is_created() {
+        let cfg = client_config(&lab_args(&["--", "-P", "8", "-w", "16M", "-t", "20"])).unwrap();
+        assert_eq!(cfg.streams, 8);
+        assert_eq!(cfg.window_bytes, Some(16 << 20));
+        assert_eq!(cfg.host.as_deref(), Some("198.18.0.1"));
+        let e = client_config(&lab_args(&["--", "-c", "10.0.0.1"])).unwrap_err();
+        assert!(e.to_string().contains("leave -s, -c"), "{e}");
+        let e = client_config(&lab_args(&["--", "-P", "x"])).unwrap_err();
+        assert!(e.to_string().contains("client options after `--`"), "{e}");
+        assert!(matches!(e, Error::Usage(_)));
+        let e = path_spec(&lab_args(&["--queue", "100"])).unwrap_err();
+        assert!(e.to_string().contains("--queue"), "{e}");
+    }
+}
