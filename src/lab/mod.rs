@@ -46,6 +46,8 @@ const DEVICE: &str = "plab0";
 pub const NETNS_PREFIX: &str = "pinperf-lab-";
 /// Kernel-side packet queue of each TUN device: room for bursts the relay has not read yet.
 const TXQUEUELEN: &str = "10000";
+/// SCHED_FIFO priority of the relay threads (1 is the lowest real-time priority).
+const RELAY_PRIORITY: i32 = 10;
 
 /// The emulated path, validated.
 #[derive(Debug, Clone, Copy)]
@@ -235,9 +237,16 @@ fn run_lab(spec: &PathSpec, cfg: &mut ClientConfig, guard: &Arc<Mutex<Teardown>>
     let mtu = spec.mtu as usize;
     let relay = |name: &str, from: &Arc<File>, to: &Arc<File>, path: Path, cpu: Option<usize>| {
         let (from, to, stop) = (from.clone(), to.clone(), stop.clone());
-        spawn_named(name.into(), move || {
+        let name = name.to_string();
+        spawn_named(name.clone(), move || {
             if let Some(cpu) = cpu {
                 pin::pin_current(cpu).map_err(Error::Test)?;
+            }
+            // Real-time priority: a packet's due time must not wait for a stream thread's
+            // time slice on the same core. The relay sleeps between packets, and the
+            // kernel's RT throttling still leaves others 5 % of the core in the worst case.
+            if let Err(e) = sys::set_realtime(RELAY_PRIORITY) {
+                eprintln!("pinperf lab: relay {name} keeps normal priority (SCHED_FIFO: {e})");
             }
             Ok(relay::run(&from, &to, path, mtu, &stop))
         })
@@ -262,7 +271,7 @@ fn run_lab(spec: &PathSpec, cfg: &mut ClientConfig, guard: &Arc<Mutex<Teardown>>
         &format!(
             "# lab: {CLIENT_ADDR} (netns {client_ns}) -> {SERVER_ADDR} (netns {server_ns}): RTT {:.3} ms, \
              bottleneck {}, drop-tail queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay \
-             threads: forward {}, return {}",
+             threads (SCHED_FIFO): forward {}, return {}",
             spec.rtt.as_secs_f64() * 1e3,
             rate_text(spec.rate_bps),
             size_text(spec.queue_bytes),

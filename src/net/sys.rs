@@ -294,6 +294,20 @@ pub fn set_timer_slack(ns: u64) {
     let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
 }
 
+/// Gives the calling thread real-time priority `prio` (SCHED_FIFO), so it preempts
+/// ordinary threads on its core. Needs root (CAP_SYS_NICE).
+#[cfg(target_os = "linux")]
+pub fn set_realtime(prio: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: pid 0 is the calling thread; `param` is a live sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Signal set of SIGINT, SIGTERM and SIGHUP: the ones that end a run from outside.
 #[cfg(target_os = "linux")]
 fn stop_signals() -> libc::sigset_t {
