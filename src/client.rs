@@ -210,7 +210,7 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         Err(e) => Some(e),
     };
     if failure.is_none() {
-        cpu_mark = Some(CpuMark::now());
+        cpu_mark = Some((CpuMark::now(), crate::kstat::KernelMark::now()));
         let t0 = Instant::now();
         streams.start(t0);
         let row_timeout = cfg.interval * 2 + Duration::from_secs(60);
@@ -237,10 +237,13 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         streams.abort();
     }
     let (outcomes, stream_error) = streams.join();
-    if let Some(mark) = cpu_mark {
+    if let Some((mark, kernel)) = cpu_mark {
         let _ = remote_tx.send(RemoteEvent::LocalCpu(
             mark.report(outcomes.iter().map(|o| o.cpu).collect()),
         ));
+        if let Some(k) = kernel.report() {
+            let _ = remote_tx.send(RemoteEvent::LocalKernel(k));
+        }
     }
     drop(remote_tx);
     let totals = reporter

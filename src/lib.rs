@@ -11,6 +11,7 @@ pub mod compare;
 pub mod config;
 pub mod cpu;
 pub mod error;
+pub mod kstat;
 #[cfg(target_os = "linux")]
 pub mod lab;
 pub mod net;

@@ -411,6 +411,7 @@ fn run_test(
     })?;
 
     let cpu_mark = CpuMark::now();
+    let kernel_mark = crate::kstat::KernelMark::now();
     streams.start(Instant::now());
     ctl.send(&ControlMsg::Start)?;
 
@@ -452,6 +453,7 @@ fn run_test(
         elapsed_us: totals.last_ns / 1000,
         path,
         cpu: Some(cpu),
+        kernel: kernel_mark.report(),
     }))?;
     log!(
         cfg.quiet,

@@ -509,6 +509,11 @@ fn json_document_adds_up_and_reconciles() {
             .iter()
             .all(|s| s.min_rtt.is_some() && s.snd_cwnd.is_some())
     );
+    let kernel = end.kernel.expect("kernel TCP counters");
+    assert!(
+        kernel.shared_namespace && kernel.receiver.is_none(),
+        "both ends of --loopback read one namespace's counters: {kernel:?}"
+    );
 }
 
 #[test]

@@ -76,6 +76,9 @@ pub struct ReceiverDone {
     pub path: PathInfo,
     /// The server's CPU over the test.
     pub cpu: Option<CpuReport>,
+    /// The server's kernel TCP drop counters over the test (absent from older servers).
+    #[serde(default)]
+    pub kernel: Option<crate::kstat::KernelReport>,
 }
 
 /// Every control message.

@@ -3,7 +3,7 @@
 //! with the window that would avoid it), retransmits concentrated in a few streams, and
 //! streams starved while others ran.
 
-use super::model::{Header, StreamRow};
+use super::model::{Fairness, Header, KernelSummary, StreamRow};
 
 /// What the diagnosis looks at.
 pub struct Evidence<'a> {
@@ -161,6 +161,66 @@ fn starvation(e: &Evidence, out: &mut Vec<String>) {
     ));
 }
 
+/// Drops inside the hosts' kernels: segments the receiver threw away after the path had
+/// delivered them, and TCP memory pressure. One line, only when the counters moved.
+pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Option<String> {
+    let receiver = k.receiver.unwrap_or(k.sender).drops;
+    let pressures =
+        k.sender.drops.memory_pressures + k.receiver.map_or(0, |r| r.drops.memory_pressures);
+    let dropped = receiver.receiver_drops();
+    if dropped == 0 && pressures == 0 {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if dropped > 0 {
+        parts.push(format!(
+            "the receiving kernel discarded {dropped} segments the path had delivered \
+             (TCPRcvQDrop {}, TCPOFODrop {}, pruned {})",
+            receiver.rcvq_drops,
+            receiver.ofo_drops,
+            receiver.rcv_pruned + receiver.ofo_pruned
+        ));
+    }
+    if pressures > 0 {
+        let mem = k
+            .sender
+            .tcp_mem_pages
+            .map(|m| format!(" (net.ipv4.tcp_mem = {} {} {} pages)", m[0], m[1], m[2]))
+            .unwrap_or_default();
+        parts.push(format!(
+            "TCP ran into memory pressure {pressures} times{mem}"
+        ));
+    }
+    let retr = if retransmits > 0 {
+        format!(", against {retransmits} retransmits")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "diagnosis: {}{retr}: the {streams} streams' socket buffers together ask for more memory \
+         than the kernel lets TCP use; ask for smaller windows (-w) or raise net.ipv4.tcp_mem.",
+        parts.join(", and ")
+    ))
+}
+
+/// Jain's index below this over the whole test is worth a line.
+const UNFAIR_JAIN: f64 = 0.9;
+
+/// Streams that did not share the path evenly over the whole test.
+pub fn unfair_shares(f: &Fairness) -> Option<String> {
+    let (jain, lo, hi) = (f.jain?, f.min_share?, f.max_share?);
+    if f.streams < 2 || jain >= UNFAIR_JAIN {
+        return None;
+    }
+    Some(format!(
+        "diagnosis: the streams did not share the path evenly: Jain {jain:.3}, shares from \
+         {:.1}% to {:.1}% (equal would be {:.1}% each).",
+        lo * 100.0,
+        hi * 100.0,
+        100.0 / f64::from(f.streams)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +356,68 @@ mod tests {
                     .to_string(),
             ]
         );
+    }
+
+    fn kernel(receiver_ofo: u64, pressures: u64) -> KernelSummary {
+        use crate::kstat::{KernelReport, TcpDrops};
+        KernelSummary {
+            sender: KernelReport {
+                netns: Some(1),
+                drops: TcpDrops {
+                    memory_pressures: pressures,
+                    ..Default::default()
+                },
+                tcp_mem_pages: Some([4000, 6000, 8000]),
+            },
+            receiver: Some(KernelReport {
+                netns: Some(2),
+                drops: TcpDrops {
+                    ofo_drops: receiver_ofo,
+                    ..Default::default()
+                },
+                tcp_mem_pages: Some([4000, 6000, 8000]),
+            }),
+            shared_namespace: false,
+        }
+    }
+
+    #[test]
+    fn kernel_drops_are_named_only_when_the_counters_moved() {
+        assert_eq!(kernel_drops(&kernel(0, 0), 100, 8), None);
+        let line = kernel_drops(&kernel(386, 41), 1341, 8).unwrap();
+        assert!(line.contains("discarded 386 segments"), "{line}");
+        assert!(line.contains("memory pressure 41 times"), "{line}");
+        assert!(line.contains("tcp_mem = 4000 6000 8000"), "{line}");
+        assert!(
+            line.contains("1341 retransmits") && line.contains("8 streams"),
+            "{line}"
+        );
+        // The sender's own receive counters are not the receiver's.
+        let mut k = kernel(0, 0);
+        k.sender.drops.ofo_drops = 50;
+        assert_eq!(kernel_drops(&k, 10, 2), None);
+        // One namespace for both ends: its counters are the receiver's too.
+        k.receiver = None;
+        k.shared_namespace = true;
+        assert!(kernel_drops(&k, 10, 2).unwrap().contains("discarded 50"));
+    }
+
+    #[test]
+    fn uneven_shares_get_a_line_even_ones_do_not() {
+        let f = |jain, lo, hi, streams| Fairness {
+            jain: Some(jain),
+            min_share: Some(lo),
+            max_share: Some(hi),
+            starved: 0,
+            streams,
+        };
+        let line = unfair_shares(&f(0.865, 0.028, 0.19, 8)).unwrap();
+        assert!(
+            line.contains("Jain 0.865") && line.contains("2.8% to 19.0%"),
+            "{line}"
+        );
+        assert!(line.contains("12.5% each"), "{line}");
+        assert_eq!(unfair_shares(&f(0.95, 0.1, 0.15, 8)), None);
+        assert_eq!(unfair_shares(&f(0.5, 0.0, 1.0, 1)), None);
     }
 }

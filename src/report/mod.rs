@@ -19,13 +19,14 @@ use crossbeam_channel::{Receiver, Sender, select};
 
 use crate::cpu::{self, CpuReport};
 use crate::error::Result;
+use crate::kstat::KernelReport;
 use crate::protocol::{Control, ControlMsg, ReceiverDone, ReceiverRow};
 use crate::stream::Batch;
 use crate::stream::TcpSample;
 use interval::{ClosedInterval, IntervalCutter, RttStats};
 use model::{
-    CpuSummary, CpuUtilization, Header, IntervalReport, RttSummary, SideTotal, StreamRow, SumRow,
-    Summary, TestFairness,
+    CpuSummary, CpuUtilization, Header, IntervalReport, KernelSummary, RttSummary, SideTotal,
+    StreamRow, SumRow, Summary, TestFairness,
 };
 
 /// One output format.
@@ -110,6 +111,8 @@ pub enum RemoteEvent {
     /// The client's own CPU over the test (sent by the client's main thread once its
     /// stream threads are joined).
     LocalCpu(CpuReport),
+    /// The client's kernel TCP drop counters over the test.
+    LocalKernel(crate::kstat::KernelReport),
 }
 
 /// Whole-test accumulation of RTT statistics (weighted by samples).
@@ -190,6 +193,7 @@ pub fn run_sender_reporter(
     };
     let mut done: Option<ReceiverDone> = None;
     let mut local_cpu: Option<CpuReport> = None;
+    let mut local_kernel = None;
     let mut prev_cores = header.cpu_intervals.then(cpu::cores);
     let (mut local_open, mut remote_open) = (true, true);
 
@@ -209,6 +213,7 @@ pub fn run_sender_reporter(
                 Ok(RemoteEvent::Row(row)) => { remotes.insert(row.index, row); }
                 Ok(RemoteEvent::Done(d)) => done = Some(d),
                 Ok(RemoteEvent::LocalCpu(c)) => local_cpu = Some(c),
+                Ok(RemoteEvent::LocalKernel(k)) => local_kernel = Some(k),
                 Err(_) => remote_open = false,
             },
         }
@@ -236,6 +241,9 @@ pub fn run_sender_reporter(
         let mut s = summarize(&header, &sent, d, &totals);
         if let Some(local) = local_cpu {
             add_cpu(&mut s, &header, local, d.cpu.clone());
+        }
+        if let Some(local) = local_kernel {
+            add_kernel(&mut s, local, d.kernel);
         }
         if output_ok {
             write_ok(out.summary(&s));
@@ -402,6 +410,21 @@ fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Opt
     });
 }
 
+/// Adds both ends' kernel counters (once when both ends share a namespace) and, when the
+/// receiver's kernel dropped segments, the diagnosis that says so.
+fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>) {
+    let shared = remote.is_some_and(|r| r.netns.is_some() && r.netns == local.netns);
+    let k = KernelSummary {
+        sender: local,
+        receiver: if shared { None } else { remote },
+        shared_namespace: shared,
+    };
+    let retransmits = s.sum_sent.retransmits.unwrap_or(0);
+    s.diagnosis
+        .extend(diagnosis::kernel_drops(&k, retransmits, s.streams.len()));
+    s.kernel = Some(k);
+}
+
 fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals) -> Summary {
     let end = done.elapsed_us as f64 / 1e6;
     let rows: Vec<StreamRow> = totals
@@ -436,13 +459,14 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         retransmits,
     };
     let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
-    let diagnosis = diagnosis::diagnose(&diagnosis::Evidence {
+    let mut diagnosis = diagnosis::diagnose(&diagnosis::Evidence {
         header,
         streams: &rows,
         starved_intervals: &starved,
         intervals: totals.intervals,
         rate_bps: sum.bits_per_second,
     });
+    diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
     Summary {
         sum_sent: side(sent_bytes, sum.retransmits),
         sum_received: side(sum.bytes, None),
@@ -456,5 +480,6 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         diagnosis,
         cpu_utilization_percent: None,
         cpu: None,
+        kernel: None,
     }
 }

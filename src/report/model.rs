@@ -164,6 +164,18 @@ pub struct Summary {
     pub cpu_utilization_percent: Option<CpuUtilization>,
     /// Both ends' CPU in full, and what the throughput cost.
     pub cpu: Option<CpuSummary>,
+    /// Both ends' kernel TCP drop and memory-pressure counters over the test.
+    pub kernel: Option<KernelSummary>,
+}
+
+/// Kernel TCP counters of the sending (client) and receiving (server) end. When both ends
+/// share a network namespace the counters are one set, in `sender`, and `receiver` is
+/// absent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KernelSummary {
+    pub sender: crate::kstat::KernelReport,
+    pub receiver: Option<crate::kstat::KernelReport>,
+    pub shared_namespace: bool,
 }
 
 /// iperf3's `cpu_utilization_percent`.

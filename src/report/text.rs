@@ -9,7 +9,9 @@
 use std::io::{self, Write};
 
 use super::Formatter;
-use super::model::{CpuSummary, Header, IntervalReport, RttSummary, StreamRow, Summary};
+use super::model::{
+    CpuSummary, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
+};
 use crate::cpu::{CoreLoad, CpuReport};
 use crate::stream::Engine;
 use crate::units::format_size;
@@ -116,6 +118,39 @@ fn thread_list(r: &CpuReport) -> String {
 impl<W: Write + Send> TextFormatter<W> {
     /// The end-of-test `# CPU` block: both processes, each stream thread, each core, and
     /// what a gigabit cost.
+    /// `# kernel:` with each end's TCP drop counters, only when one of them moved.
+    fn kernel_line(&mut self, k: &KernelSummary) -> io::Result<()> {
+        let ends: Vec<(&str, &crate::kstat::KernelReport)> = match &k.receiver {
+            Some(r) => vec![("sender", &k.sender), ("receiver", r)],
+            None => vec![("both ends (one namespace)", &k.sender)],
+        };
+        if !ends.iter().any(|(_, r)| r.drops.any()) {
+            return Ok(());
+        }
+        let text: Vec<String> = ends
+            .iter()
+            .map(|(who, r)| {
+                let d = &r.drops;
+                format!(
+                    "{who}: memory pressure {}, receive-queue drops {}, out-of-order drops {}, \
+                     prunes {} ({} + {} segments), backlog drops {}",
+                    d.memory_pressures,
+                    d.rcvq_drops,
+                    d.ofo_drops,
+                    d.prune_called,
+                    d.rcv_pruned,
+                    d.ofo_pruned,
+                    d.backlog_drops
+                )
+            })
+            .collect();
+        writeln!(
+            self.out,
+            "# kernel TCP counters over the test: {}",
+            text.join("; ")
+        )
+    }
+
     fn cpu_block(&mut self, c: &CpuSummary) -> io::Result<()> {
         let o = &mut self.out;
         match (&c.remote, c.same_process) {
@@ -336,6 +371,9 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         )?;
         if let Some(cpu) = &s.cpu {
             self.cpu_block(cpu)?;
+        }
+        if let Some(k) = &s.kernel {
+            self.kernel_line(k)?;
         }
         for line in &s.diagnosis {
             writeln!(self.out, "# {line}")?;
