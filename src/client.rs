@@ -157,7 +157,7 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         socks.push(StreamSocks { data, echo });
     }
     let local_window = local_window.unwrap_or_default();
-    warn_windows(&local_window, &accept);
+    warn_windows(&local_window, &accept, n);
 
     let congestion = net::congestion(&socks[0].data).unwrap_or_else(|| "?".into());
     let header = Header {
@@ -210,13 +210,36 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         Err(e) => Some(e),
     };
     if failure.is_none() {
-        cpu_mark = Some((CpuMark::now(), crate::kstat::KernelMark::now()));
+        let mut kernel = crate::kstat::KernelMark::now();
+        let cpu = CpuMark::now();
         let t0 = Instant::now();
         streams.start(t0);
         let row_timeout = cfg.interval * 2 + Duration::from_secs(60);
+        let mut last_msg = Instant::now();
+        // Host TCP memory at its hard limit, if seen: it explains a stalled test.
+        let mut exhausted = None;
         failure = loop {
-            match ctl.recv(row_timeout) {
+            let msg = match ctl.poll(Duration::from_secs(1)) {
+                Ok(None) => {
+                    kernel.sample();
+                    exhausted = exhausted.or_else(crate::kstat::exhausted_note);
+                    if last_msg.elapsed() < row_timeout {
+                        continue;
+                    }
+                    Err(Error::Test(format!(
+                        "{peer} sent nothing on the control connection for {:.0} s",
+                        row_timeout.as_secs_f64()
+                    )))
+                }
+                Ok(Some(m)) => {
+                    last_msg = Instant::now();
+                    Ok(m)
+                }
+                Err(e) => Err(e),
+            };
+            match msg {
                 Ok(ControlMsg::Row(row)) => {
+                    kernel.sample();
                     let _ = remote_tx.send(RemoteEvent::Row(row));
                 }
                 Ok(ControlMsg::Done(done)) => {
@@ -225,19 +248,24 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
                 }
                 Ok(other) => break Some(unexpected(peer, "a row or the totals", &other)),
                 Err(e) => {
+                    let why = exhausted
+                        .or_else(crate::kstat::exhausted_note)
+                        .map(|n| format!("; {n}"))
+                        .unwrap_or_default();
                     break Some(Error::Test(format!(
-                        "test aborted {:.1} s after its start: {e}",
+                        "test aborted {:.1} s after its start: {e}{why}",
                         t0.elapsed().as_secs_f64()
                     )));
                 }
             }
         };
+        cpu_mark = Some((cpu, kernel));
     }
     if failure.is_some() {
         streams.abort();
     }
     let (outcomes, stream_error) = streams.join();
-    if let Some((mark, kernel)) = cpu_mark {
+    if let Some((mark, mut kernel)) = cpu_mark {
         let _ = remote_tx.send(RemoteEvent::LocalCpu(
             mark.report(outcomes.iter().map(|o| o.cpu).collect()),
         ));
@@ -267,13 +295,17 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         .ok_or_else(|| Error::Test("the report's summary is missing".into()))
 }
 
-fn warn_windows(local: &net::WindowGrant, accept: &Accept) {
+fn warn_windows(local: &net::WindowGrant, accept: &Accept, streams: usize) {
     for w in local
         .shortfalls("local")
         .into_iter()
         .chain(accept.window.shortfalls("remote"))
     {
         eprintln!("pinperf: {w}");
+    }
+    let most = local.sndbuf.max(accept.window.rcvbuf);
+    if let Some(w) = crate::kstat::window_memory_warning(streams, most) {
+        eprintln!("pinperf: warning: {w}");
     }
     if let Some(note) = &local.force_note {
         eprintln!("pinperf: warning: local {note}");

@@ -59,28 +59,108 @@ pub struct KernelReport {
     pub drops: TcpDrops,
     /// net.ipv4.tcp_mem (pages: pressure below, pressure at, hard limit).
     pub tcp_mem_pages: Option<[u64; 3]>,
+    /// Pages all TCP sockets of the host held (sockstat `mem`, host-wide) when the test
+    /// started, and the most seen during it.
+    #[serde(default)]
+    pub tcp_pages_start: Option<u64>,
+    #[serde(default)]
+    pub tcp_pages_peak: Option<u64>,
 }
 
-/// Counters at the start of a test.
+/// Counters at the start of a test, and the host's TCP memory seen since.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelMark {
     start: Option<TcpDrops>,
+    pages_start: Option<u64>,
+    pages_peak: Option<u64>,
 }
 
 impl KernelMark {
     pub fn now() -> KernelMark {
-        KernelMark { start: read() }
+        let pages = tcp_pages();
+        KernelMark {
+            start: read(),
+            pages_start: pages,
+            pages_peak: pages,
+        }
+    }
+
+    /// Notes the host's TCP memory now (call every interval or so).
+    pub fn sample(&mut self) {
+        if let Some(p) = tcp_pages() {
+            self.pages_peak = Some(self.pages_peak.map_or(p, |q| q.max(p)));
+        }
     }
 
     /// The change since the mark; `None` when the counters cannot be read.
-    pub fn report(&self) -> Option<KernelReport> {
+    pub fn report(&mut self) -> Option<KernelReport> {
+        self.sample();
         let drops = read()?.minus(self.start?);
         Some(KernelReport {
             netns: netns_id(),
             drops,
             tcp_mem_pages: tcp_mem(),
+            tcp_pages_start: self.pages_start,
+            tcp_pages_peak: self.pages_peak,
         })
     }
+}
+
+/// Pages held by every TCP socket of the host (the `mem` field of sockstat's TCP line).
+pub fn tcp_pages() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/sockstat").ok()?;
+    parse_sockstat_pages(&text)
+}
+
+/// The `mem` field of the `TCP:` line.
+pub fn parse_sockstat_pages(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut words = line.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "mem" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// When the host's TCP memory is at its hard limit, a sentence saying so (for the error
+/// of a test whose connections stopped moving).
+pub fn exhausted_note() -> Option<String> {
+    let (used, mem) = (tcp_pages()?, tcp_mem()?);
+    (used >= mem[2]).then(|| {
+        format!(
+            "this host's TCP memory reached its hard limit during the test ({used} pages in \
+             use, net.ipv4.tcp_mem limit {}): every TCP socket, the control connection's too, \
+             then waits for memory; ask for smaller windows (-w) or fewer streams",
+            mem[2]
+        )
+    })
+}
+
+/// Share of the hard limit that the windows may fill before a test is warned about.
+const WINDOW_MEMORY_SHARE: f64 = 0.5;
+
+/// Before a test: `streams` socket buffers of `buf_bytes` each, once full, can take this
+/// share of TCP's hard memory limit (one end's buffers; on one host both ends add up).
+pub fn window_memory_warning(streams: usize, buf_bytes: u64) -> Option<String> {
+    let limit = tcp_mem()?[2] * crate::net::sys::page_size();
+    window_memory_check(streams, buf_bytes, limit)
+}
+
+fn window_memory_check(streams: usize, buf_bytes: u64, limit_bytes: u64) -> Option<String> {
+    let total = streams as u64 * buf_bytes;
+    (total as f64 >= WINDOW_MEMORY_SHARE * limit_bytes as f64).then(|| {
+        format!(
+            "{streams} streams x {} MiB socket buffers = {} MiB, against a TCP memory hard limit \
+             of {} MiB on this host (net.ipv4.tcp_mem): once the buffers fill, TCP runs out of \
+             memory and every socket stalls, this test's control connection included. A window \
+             near the bandwidth-delay product per stream is enough",
+            buf_bytes >> 20,
+            total >> 20,
+            limit_bytes >> 20
+        )
+    })
 }
 
 /// Reads the calling thread's namespace's counters.
@@ -123,14 +203,18 @@ pub fn netns_id() -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// net.ipv4.tcp_mem in pages.
+/// net.ipv4.tcp_mem in pages. It is host-wide but only the initial network namespace
+/// shows it, so the first reading is kept: read it once before entering a namespace.
 pub fn tcp_mem() -> Option<[u64; 3]> {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem").ok()?;
-    let v: Vec<u64> = text
-        .split_whitespace()
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    (v.len() == 3).then(|| [v[0], v[1], v[2]])
+    static CACHE: std::sync::OnceLock<Option<[u64; 3]>> = std::sync::OnceLock::new();
+    *CACHE.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem").ok()?;
+        let v: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        (v.len() == 3).then(|| [v[0], v[1], v[2]])
+    })
 }
 
 #[cfg(test)]
@@ -179,7 +263,31 @@ mod tests {
     }
 
     #[test]
+    fn windows_that_can_fill_half_of_tcp_memory_are_warned_about() {
+        let gib = 1u64 << 30;
+        let w = window_memory_check(4, 512 << 20, 2 * gib + gib / 4).unwrap();
+        assert!(
+            w.contains("4 streams x 512 MiB") && w.contains("2048 MiB"),
+            "{w}"
+        );
+        assert!(window_memory_check(16, 1 << 20, 2 * gib).is_none());
+        assert!(
+            window_memory_check(2, gib / 2, 2 * gib).is_some(),
+            "exactly half"
+        );
+    }
+
+    #[test]
+    fn sockstat_tcp_memory() {
+        let text =
+            "sockets: used 8\nTCP: inuse 1 orphan 8 tw 0 alloc 9 mem 136\nUDP: inuse 0 mem 7\n";
+        assert_eq!(parse_sockstat_pages(text), Some(136));
+        assert_eq!(parse_sockstat_pages("UDP: inuse 0 mem 7\n"), None);
+    }
+
+    #[test]
     fn this_machine_has_the_counters() {
+        assert!(tcp_pages().is_some());
         assert!(read().is_some(), "/proc/thread-self/net/netstat has TcpExt");
         assert!(netns_id().is_some());
         assert!(tcp_mem().is_some_and(|m| m[0] <= m[1] && m[1] <= m[2]));

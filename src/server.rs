@@ -411,13 +411,14 @@ fn run_test(
     })?;
 
     let cpu_mark = CpuMark::now();
-    let kernel_mark = crate::kstat::KernelMark::now();
+    let mut kernel_mark = crate::kstat::KernelMark::now();
     streams.start(Instant::now());
     ctl.send(&ControlMsg::Start)?;
 
     // Watch the control connection until every stream has ended.
     let mut failure: Option<Error> = None;
     while !reporter.is_finished() {
+        kernel_mark.sample();
         match ctl.poll(Duration::from_millis(100)) {
             Ok(None) => {}
             Ok(Some(ControlMsg::Bye)) => {}

@@ -103,8 +103,14 @@ fn a_20ms_200mbit_path_has_its_rtt_and_rate_and_leaves_nothing_behind() {
         run.explain()
     );
     let kernel = &doc["end"]["kernel"];
-    assert_eq!(kernel["shared_namespace"], false, "two namespaces: {kernel}");
-    assert_ne!(kernel["sender"]["netns"], kernel["receiver"]["netns"], "{kernel}");
+    assert_eq!(
+        kernel["shared_namespace"], false,
+        "two namespaces: {kernel}"
+    );
+    assert_ne!(
+        kernel["sender"]["netns"], kernel["receiver"]["netns"],
+        "{kernel}"
+    );
     let err = run.stderr();
     assert!(err.contains("# lab relay forward"), "relay line: {err}");
     assert!(err.contains("queue drops"), "drop count: {err}");

@@ -194,6 +194,8 @@ pub fn run(a: &LabArgs) -> Result<()> {
     ip(&["-V"]).map_err(|_| {
         Error::Test("pinperf lab needs iproute2's `ip` (apt-get install iproute2)".into())
     })?;
+    // net.ipv4.tcp_mem is visible only here, in the initial namespace: read it once now.
+    let _ = crate::kstat::tcp_mem();
     // Signals are taken by one thread from here on, so teardown runs whatever is running.
     sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM", e))?;
     let guard = Arc::new(Mutex::new(Teardown::default()));

@@ -281,6 +281,33 @@ pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
     sys::tcp_info(stream.as_fd()).ok().map(|(info, _)| info)
 }
 
+/// Resets its connection when dropped, unless disarmed: a stream that ends abnormally
+/// (abort, error, a peer that stopped reading) must not leave an orphaned socket holding up
+/// to a whole window of unsent data in the host's TCP memory, where it would starve the
+/// next test (measured: four orphans of 512 MiB windows held TCP in memory pressure and cut
+/// the next runs to 2 % of the path). Holds a duplicate descriptor of the same socket.
+pub struct ResetOnDrop(Option<TcpStream>);
+
+impl ResetOnDrop {
+    pub fn new(stream: &TcpStream) -> ResetOnDrop {
+        ResetOnDrop(stream.try_clone().ok())
+    }
+
+    /// The connection ended cleanly: close it normally.
+    pub fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ResetOnDrop {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            // SO_LINGER 0: the last close() sends RST and frees the queues at once.
+            let _ = socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,5 +402,22 @@ mod tests {
             text.starts_with(&format!("connect to {addr} (is `pinperf -s` running")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn reset_on_drop_sets_linger_zero_unless_disarmed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (b, _) = listener.accept().unwrap();
+        drop(ResetOnDrop::new(&a));
+        assert_eq!(
+            socket2::SockRef::from(&a).linger().unwrap(),
+            Some(std::time::Duration::ZERO),
+            "an armed guard leaves the socket to reset on close"
+        );
+        let mut guard = ResetOnDrop::new(&b);
+        guard.disarm();
+        drop(guard);
+        assert_eq!(socket2::SockRef::from(&b).linger().unwrap(), None);
     }
 }

@@ -204,6 +204,19 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     }
 }
 
+/// The memory page size in bytes (what net.ipv4.tcp_mem counts in).
+#[cfg(target_os = "linux")]
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf takes a constant and has no other effect.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as u64 } else { 4096 }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn page_size() -> u64 {
+    4096
+}
+
 /// True when the process runs as root (effective uid 0).
 #[cfg(target_os = "linux")]
 pub fn is_root() -> bool {

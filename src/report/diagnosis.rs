@@ -161,14 +161,21 @@ fn starvation(e: &Evidence, out: &mut Vec<String>) {
     ));
 }
 
-/// Drops inside the hosts' kernels: segments the receiver threw away after the path had
-/// delivered them, and TCP memory pressure. One line, only when the counters moved.
+/// Drops and memory limits inside the hosts' kernels: segments the receiver threw away
+/// after the path had delivered them, TCP memory pressure, and the host's TCP memory near
+/// net.ipv4.tcp_mem (also when the pressure began before the test: other sockets, such as
+/// an earlier test's, held the memory). One line, only when something shows.
 pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Option<String> {
     let receiver = k.receiver.unwrap_or(k.sender).drops;
-    let pressures =
-        k.sender.drops.memory_pressures + k.receiver.map_or(0, |r| r.drops.memory_pressures);
+    let ends = [Some(k.sender), k.receiver];
+    let ends = ends.iter().flatten();
+    let pressures: u64 = ends.clone().map(|e| e.drops.memory_pressures).sum();
+    let peak = ends.clone().filter_map(|e| e.tcp_pages_peak).max();
+    let start = ends.clone().filter_map(|e| e.tcp_pages_start).max();
+    let limits = ends.clone().find_map(|e| e.tcp_mem_pages);
     let dropped = receiver.receiver_drops();
-    if dropped == 0 && pressures == 0 {
+    let near_limit = matches!((peak, limits), (Some(p), Some(m)) if p >= m[1]);
+    if dropped == 0 && pressures == 0 && !near_limit {
         return None;
     }
     let mut parts = Vec::new();
@@ -182,14 +189,20 @@ pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Opti
         ));
     }
     if pressures > 0 {
-        let mem = k
-            .sender
-            .tcp_mem_pages
-            .map(|m| format!(" (net.ipv4.tcp_mem = {} {} {} pages)", m[0], m[1], m[2]))
-            .unwrap_or_default();
-        parts.push(format!(
-            "TCP ran into memory pressure {pressures} times{mem}"
-        ));
+        parts.push(format!("TCP entered memory pressure {pressures} times"));
+    }
+    if let (Some(p), Some(m)) = (peak, limits) {
+        let mut text = format!(
+            "the host's TCP memory peaked at {p} pages (net.ipv4.tcp_mem = {} {} {}: \
+             pressure from {}, hard limit {})",
+            m[0], m[1], m[2], m[1], m[2]
+        );
+        if let Some(s) = start.filter(|&s| s >= m[0]) {
+            text.push_str(&format!(
+                "; other sockets already held {s} pages when the test started"
+            ));
+        }
+        parts.push(text);
     }
     let retr = if retransmits > 0 {
         format!(", against {retransmits} retransmits")
@@ -368,6 +381,8 @@ mod tests {
                     ..Default::default()
                 },
                 tcp_mem_pages: Some([4000, 6000, 8000]),
+                tcp_pages_start: Some(100),
+                tcp_pages_peak: Some(3000),
             },
             receiver: Some(KernelReport {
                 netns: Some(2),
@@ -376,6 +391,8 @@ mod tests {
                     ..Default::default()
                 },
                 tcp_mem_pages: Some([4000, 6000, 8000]),
+                tcp_pages_start: Some(100),
+                tcp_pages_peak: Some(3000),
             }),
             shared_namespace: false,
         }
@@ -387,11 +404,20 @@ mod tests {
         let line = kernel_drops(&kernel(386, 41), 1341, 8).unwrap();
         assert!(line.contains("discarded 386 segments"), "{line}");
         assert!(line.contains("memory pressure 41 times"), "{line}");
+        assert!(line.contains("peaked at 3000 pages"), "{line}");
+        assert!(!line.contains("already held"), "{line}");
         assert!(line.contains("tcp_mem = 4000 6000 8000"), "{line}");
         assert!(
             line.contains("1341 retransmits") && line.contains("8 streams"),
             "{line}"
         );
+        // Pressure that began before the test shows in the host's TCP memory only.
+        let mut k = kernel(0, 0);
+        k.receiver.as_mut().unwrap().tcp_pages_start = Some(7000);
+        k.receiver.as_mut().unwrap().tcp_pages_peak = Some(7100);
+        let line = kernel_drops(&k, 0, 4).unwrap();
+        assert!(line.contains("peaked at 7100 pages"), "{line}");
+        assert!(line.contains("already held 7000 pages"), "{line}");
         // The sender's own receive counters are not the receiver's.
         let mut k = kernel(0, 0);
         k.sender.drops.ofo_drops = 50;

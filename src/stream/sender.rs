@@ -24,6 +24,7 @@ pub struct SendOutcome {
 /// Runs one sending stream (call on its own `stream-N` thread).
 pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<SendOutcome> {
     let id = ctx.id;
+    let mut reset = crate::net::ResetOnDrop::new(&sock);
     ctx.pin()?;
     sock.set_write_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
@@ -99,7 +100,9 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
     let cpu = cpu::thread_since(cpu_start);
     sock.shutdown(Shutdown::Write)
         .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
-    drain(&ctx, &mut sock);
+    if drain(&ctx, &mut sock) {
+        reset.disarm();
+    }
     Ok(SendOutcome {
         id,
         bytes,
@@ -109,18 +112,20 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
 }
 
 /// Reads until the receiver closes (it does after reading our EOF), so closing our end
-/// never resets data still in flight. Bounded by the abort flag and a deadline.
-fn drain(ctx: &StreamCtx, sock: &mut TcpStream) {
+/// never resets data still in flight. Bounded by the abort flag and a deadline; true when
+/// the receiver closed.
+fn drain(ctx: &StreamCtx, sock: &mut TcpStream) -> bool {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut sink = [0u8; 4096];
     while !ctx.aborted() && Instant::now() < deadline {
         match sock.read(&mut sink) {
-            Ok(0) => return,
+            Ok(0) => return true,
             Ok(_) => {}
             Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(_) => return false,
         }
     }
+    false
 }
 
 fn aborted(id: u16) -> Error {

@@ -19,6 +19,8 @@ use crate::net::sys;
 /// Per-stream state of the multiplexer.
 struct Lane {
     sock: TcpStream,
+    /// Resets `sock` if the lane does not end with the receiver's close.
+    reset: crate::net::ResetOnDrop,
     echo: Option<TcpStream>,
     batcher: Batcher,
     echoes: EchoCollector,
@@ -47,6 +49,7 @@ pub fn run(
                 .op(|| format!("stream-{}: set O_NONBLOCK on the echo connection", ctx.id))?;
         }
         lanes.push(Lane {
+            reset: crate::net::ResetOnDrop::new(&sock),
             sock,
             echo,
             batcher: Batcher::new(ctx.id, ctx.batches.clone(), ctx.free.clone()),
@@ -178,7 +181,10 @@ fn drain_all(ctx: &StreamCtx, lanes: &mut [Lane]) {
         let _ = lane.sock.set_read_timeout(Some(super::WAKE));
         while !ctx.aborted() && Instant::now() < deadline {
             match lane.sock.read(&mut sink) {
-                Ok(0) => break,
+                Ok(0) => {
+                    lane.reset.disarm();
+                    break;
+                }
                 Ok(_) => {}
                 Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => break,
