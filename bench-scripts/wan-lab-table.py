@@ -54,6 +54,8 @@ def load(name):
         "kernel_drops": sum(recv.get(k, 0) for k in
                             ("rcvq_drops", "ofo_drops", "rcv_pruned", "ofo_pruned", "backlog_drops")),
         "pressures": pressures,
+        "cpu_s_per_gb": (e.get("cpu") or {}).get("cpu_seconds_per_gb"),
+        "host_peak": max([(kern.get(k) or {}).get("tcp_pages_peak") or 0 for k in ("sender", "receiver")]),
         "diag": ",".join(tags) or "-",
     }
 
@@ -76,10 +78,10 @@ for row in csv.DictReader(open(out / "runs.csv")):
                                  "window_flags", "cc", "engine", "tcp_mem"))
     groups.setdefault(key, []).append(load(row["run"]))
 
-rate_bps = None
-print("## Relay capacity (2 ms RTT, 2 streams, cubic)\n")
-print("| rate | received Mb/s | of the rate | late deliveries (>1 ms) | forward relay CPU | runs |")
-print("|---|---|---|---|---|---|")
+if any(k[0] == "relay" for k in groups):
+    print("## Relay capacity (2 ms RTT, 2 streams, cubic)\n")
+    print("| rate | received Mb/s | of the rate | late deliveries (>1 ms) | forward relay CPU | runs |")
+    print("|---|---|---|---|---|---|")
 for key, runs in groups.items():
     if key[0] != "relay":
         continue
@@ -101,14 +103,14 @@ for section, title in (("study", "Fairness study"), ("seedmem", "The seed's host
     print(f"\n## {title} ({k0[2]} RTT, {k0[1]}bit/s bottleneck, {k0[3]} drop-tail queue)\n")
     print("| streams | window (sndbuf granted) | CC | engine | tcp_mem | Mb/s | of bottleneck | Jain | shares % | "
           "starved | block RTT avg / max ms | srtt ms | retr | path drops | kernel drops | mem pressure | "
-          "length s | diagnosis | runs |")
-    print("|" + "---|" * 19)
+          "host TCP pages peak | length s | diagnosis | runs |")
+    print("|" + "---|" * 20)
     m = re.fullmatch(r"([\d.]+)([kMG]?)", k0[1])
     rate = float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
     for key in sorted(keys, key=lambda k: (k[9], int(k[4]), k[5], k[7], k[8])):
         runs = [r for r in groups[key] if r]
         if not runs:
-            print(f"| {key[4]} | {key[5]} | {key[7]} | {key[8]} | {key[9]} | failed |" + " |" * 13 + f" {len(groups[key])} |")
+            print(f"| {key[4]} | {key[5]} | {key[7]} | {key[8]} | {key[9]} | failed |" + " |" * 14 + f" {len(groups[key])} |")
             continue
         mbps = med(runs, "mbps")
         print(f"| {key[4]} | {key[5]} ({size(med(runs, 'sndbuf'))}) | {key[7]} | {key[8]} | {key[9].replace('_', ' ')} | "
@@ -117,4 +119,18 @@ for section, title in (("study", "Fairness study"), ("seedmem", "The seed's host
               f"{med(runs, 'starved'):.0f}/{med(runs, 'stream_intervals'):.0f} | "
               f"{med(runs, 'block_rtt'):.0f} / {med(runs, 'block_rtt_max'):.0f} | {med(runs, 'srtt'):.0f} | "
               f"{med(runs, 'retr'):.0f} | {med(runs, 'queue_drops'):.0f} | {med(runs, 'kernel_drops'):.0f} | "
-              f"{med(runs, 'pressures'):.0f} | {med(runs, 'seconds'):.1f} | {runs[0]['diag']} | {len(runs)} |")
+              f"{med(runs, 'pressures'):.0f} | {med(runs, 'host_peak'):.0f} | {med(runs, 'seconds'):.1f} | "
+              f"{runs[0]['diag']} | {len(runs)} |")
+
+mtu_keys = [k for k in groups if k[0] == "mtu"]
+if mtu_keys:
+    print(f"\n## MTU ({mtu_keys[0][2]} RTT, {mtu_keys[0][1]}bit/s, 4 streams, share window, cubic)\n")
+    print("| MTU | Mb/s | retr | process CPU-s per GB (both ends and relay) | forward relay CPU | late deliveries | runs |")
+    print("|---|---|---|---|---|---|---|")
+    for key in sorted(mtu_keys, key=lambda k: int(k[9][3:])):
+        runs = [r for r in groups[key] if r]
+        if not runs:
+            print(f"| {key[9][3:]} | failed | | | | | {len(groups[key])} |")
+            continue
+        print(f"| {key[9][3:]} | {med(runs, 'mbps'):.0f} | {med(runs, 'retr'):.0f} | "
+              f"{med(runs, 'cpu_s_per_gb'):.3f} | {med(runs, 'relay_cpu'):.1f} % | {med(runs, 'late'):.0f} | {len(runs)} |")

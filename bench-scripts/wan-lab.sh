@@ -11,6 +11,8 @@
 #               share = -w BDP/N rounded up to a power of two (the window the tool's
 #                       standing-queue diagnosis recommends),
 #               auto  = no -w   (kernel autotuning, capped by net.ipv4.tcp_wmem[2]).
+#   4. MTU: 4 streams, share window, cubic, at each of MTUS: Mb/s and CPU-seconds per GB
+#      (the whole process: both ends' stacks and the relay, all per-packet costs here).
 #   3. the seed's hosts: 2005's 2-4 GB machines had a small net.ipv4.tcp_mem. With
 #      TCP_MEMS set, the 8- and 16-stream seed-window runs are repeated under each value
 #      (pages "min pressure max"); the host's value is restored on exit. TCP_MEMS="" skips.
@@ -34,6 +36,8 @@ CCS=${CCS:-"cubic bbr"}
 ROUNDS=${ROUNDS:-1}
 RATES=${RATES:-"1G 2G 3G 4G"}
 TCP_MEMS=${TCP_MEMS-"24000 32000 48000;4000 6000 8000"}
+MTUS=${MTUS:-"1500 9000"}
+SECTIONS=${SECTIONS:-"relay study seedmem mtu"}
 start_run wan-lab
 mkdir -p "$out/runs"
 
@@ -63,9 +67,22 @@ print('-w %dk --force-window' % (w // 1024))" ;;
   esac
 }
 
+# Waits (up to 60 s) until the host's TCP memory is back near idle, so no run inherits an
+# earlier one's sockets (or memory pressure); says so when it is not.
+settle() {
+  local pages i
+  for ((i = 0; i < 60; i++)); do
+    pages=$(awk '$1 == "TCP:" { for (f = 2; f < NF; f++) if ($f == "mem") print $(f + 1) }' /proc/net/sockstat)
+    [ "$pages" -lt 10000 ] && return 0
+    sleep 1
+  done
+  echo "note: TCP memory still at $pages pages after 60 s" >&2
+}
+
 # lab RUN-NAME PATH-FLAGS -- CLIENT-FLAGS
 lab() {
   local name=$1; shift
+  settle
   "$PINPERF" lab "$@" >"$out/runs/$name.json" 2>"$out/runs/$name.err" ||
     echo "run $name failed: $(tail -1 "$out/runs/$name.err")" >&2
 }
@@ -73,15 +90,17 @@ lab() {
 echo "section,round,rate,rtt,queue,streams,window,window_flags,cc,engine,tcp_mem,run" >"$out/runs.csv"
 record() { echo "$*" | tr ' ' ',' >>"$out/runs.csv"; }
 
+on() { [[ " $SECTIONS " == *" $1 "* ]]; }
+
 for ((r = 0; r < ROUNDS; r++)); do
   # 1. relay capacity
-  for rate in $RATES; do
+  on relay && for rate in $RATES; do
     name="relay-$rate-r$r"
     lab "$name" --rtt 2ms --rate "$rate" -- -P 2 -t 5 -i 5 -C cubic -J
     record relay "$r" "$rate" 2ms 1bdp 2 auto - cubic threads host "$name"
   done
   # 2. the study
-  for p in $STREAMS; do
+  on study && for p in $STREAMS; do
     for w in $WINDOWS; do
       flags=$(window_flags "$w" "$p")
       for cc in $CCS; do
@@ -100,7 +119,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
   # 3. the seed's hosts: small tcp_mem
   IFS=';' read -ra mems <<<"$TCP_MEMS"
-  for mem in "${mems[@]}"; do
+  on seedmem && for mem in "${mems[@]}"; do
     [ -n "$mem" ] || continue
     for p in 8 16; do
       for cc in $CCS; do
@@ -113,6 +132,16 @@ for ((r = 0; r < ROUNDS; r++)); do
         record seedmem "$r" "$RATE" "$RTT" "$QUEUE" "$p" seed "-w_256M_--force-window" "$cc" threads "${mem// /_}" "$name"
       done
     done
+  done
+  # 4. MTU
+  on mtu && for mtu in $MTUS; do
+    name="mtu-$mtu-r$r"
+    echo "$name" >&2
+    flags=$(window_flags share 4)
+    # shellcheck disable=SC2086
+    lab "$name" --rtt "$RTT" --rate "$RATE" --queue "$QUEUE" --mtu "$mtu" -- \
+      -P 4 -t "$SECS" -i 1 $flags -C cubic -J
+    record mtu "$r" "$RATE" "$RTT" "$QUEUE" 4 share "${flags// /_}" cubic threads "mtu$mtu" "$name"
   done
 done
 
