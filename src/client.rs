@@ -216,13 +216,10 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
         streams.start(t0);
         let row_timeout = cfg.interval * 2 + Duration::from_secs(60);
         let mut last_msg = Instant::now();
-        // Host TCP memory at its hard limit, if seen: it explains a stalled test.
-        let mut exhausted = None;
         failure = loop {
             let msg = match ctl.poll(Duration::from_secs(1)) {
                 Ok(None) => {
                     kernel.sample();
-                    exhausted = exhausted.or_else(crate::kstat::exhausted_note);
                     if last_msg.elapsed() < row_timeout {
                         continue;
                     }
@@ -248,8 +245,11 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
                 }
                 Ok(other) => break Some(unexpected(peer, "a row or the totals", &other)),
                 Err(e) => {
-                    let why = exhausted
-                        .or_else(crate::kstat::exhausted_note)
+                    // Host TCP memory in pressure or exhausted explains a crawling test.
+                    kernel.sample();
+                    let why = kernel
+                        .peak()
+                        .and_then(crate::kstat::memory_note)
                         .map(|n| format!("; {n}"))
                         .unwrap_or_default();
                     break Some(Error::Test(format!(

@@ -85,6 +85,11 @@ impl KernelMark {
         }
     }
 
+    /// The most TCP memory (pages) the host held since the mark.
+    pub fn peak(&self) -> Option<u64> {
+        self.pages_peak
+    }
+
     /// Notes the host's TCP memory now (call every interval or so).
     pub fn sample(&mut self) {
         if let Some(p) = tcp_pages() {
@@ -124,18 +129,26 @@ pub fn parse_sockstat_pages(text: &str) -> Option<u64> {
     None
 }
 
-/// When the host's TCP memory is at its hard limit, a sentence saying so (for the error
-/// of a test whose connections stopped moving).
-pub fn exhausted_note() -> Option<String> {
-    let (used, mem) = (tcp_pages()?, tcp_mem()?);
-    (used >= mem[2]).then(|| {
-        format!(
-            "this host's TCP memory reached its hard limit during the test ({used} pages in \
-             use, net.ipv4.tcp_mem limit {}): every TCP socket, the control connection's too, \
-             then waits for memory; ask for smaller windows (-w) or fewer streams",
-            mem[2]
-        )
-    })
+/// When the host's TCP memory reached net.ipv4.tcp_mem's pressure threshold or hard limit
+/// (`peak_pages`, pages), a sentence saying what that does (for the error of a test whose
+/// connections crawled or stopped).
+pub fn memory_note(peak_pages: u64) -> Option<String> {
+    let m = tcp_mem()?;
+    let what = if peak_pages >= m[2] {
+        "reached its hard limit: every TCP socket, the control connection's too, then waits \
+         for memory"
+    } else if peak_pages >= m[1] {
+        "went into memory pressure: Linux then shrinks every receive window to a few segments \
+         until TCP uses less than the first value again, and the streams' own send buffers \
+         keep it above"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "this host's TCP memory {what} (peak {peak_pages} pages; net.ipv4.tcp_mem = {} {} {}); \
+         ask for smaller windows (-w) or fewer streams",
+        m[0], m[1], m[2]
+    ))
 }
 
 /// Share of the hard limit that the windows may fill before a test is warned about.
@@ -274,6 +287,22 @@ mod tests {
         assert!(
             window_memory_check(2, gib / 2, 2 * gib).is_some(),
             "exactly half"
+        );
+    }
+
+    #[test]
+    fn memory_notes_name_pressure_and_the_hard_limit() {
+        let m = tcp_mem().unwrap();
+        assert_eq!(memory_note(m[1] - 1), None);
+        let p = memory_note(m[1]).unwrap();
+        assert!(
+            p.contains("memory pressure") && p.contains("receive window"),
+            "{p}"
+        );
+        let x = memory_note(m[2]).unwrap();
+        assert!(
+            x.contains("hard limit") && x.contains("control connection"),
+            "{x}"
         );
     }
 

@@ -193,9 +193,10 @@ pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Opti
     }
     if let (Some(p), Some(m)) = (peak, limits) {
         let mut text = format!(
-            "the host's TCP memory peaked at {p} pages (net.ipv4.tcp_mem = {} {} {}: \
-             pressure from {}, hard limit {})",
-            m[0], m[1], m[2], m[1], m[2]
+            "the host's TCP memory peaked at {p} pages (net.ipv4.tcp_mem = {} {} {}: from {} \
+             on, Linux shrinks every receive window to a few segments until TCP uses less than \
+             {}; at {} every socket waits for memory)",
+            m[0], m[1], m[2], m[1], m[0], m[2]
         );
         if let Some(s) = start.filter(|&s| s >= m[0]) {
             text.push_str(&format!(
