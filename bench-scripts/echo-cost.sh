@@ -40,19 +40,28 @@ medians "$raw" cc,block,streams,mode gbps >"$out/summary.csv"
 # Loopback under bbr is bimodal (runs land near one of two rates in either mode), so the
 # ratio of medians can flip with one run; the ratio of means is printed beside it.
 python3 - "$raw" <<'PY' | tee "$out/table.txt"
-import csv, statistics, sys
-runs = {}
+# Per congestion control and block: ratio of medians, ratio of means, the median of the
+# per-round ratios (echo and --no-echo run back to back in each round), and a bootstrap 95 %
+# interval of the ratio of means over rounds: how finely these runs can resolve a cost.
+import csv, random, statistics, sys
+rounds = {}
 for r in csv.DictReader(open(sys.argv[1])):
     try:
-        runs.setdefault((r["cc"], r["block"], r["streams"], r["mode"]), []).append(float(r["gbps"]))
+        rounds.setdefault((r["cc"], r["block"], r["streams"]), {}).setdefault(r["round"], {})[r["mode"]] = float(r["gbps"])
     except ValueError:
         pass
-print("| congestion control | block | streams | echo Gbit/s (median) | --no-echo Gbit/s (median) | ratio of medians | ratio of means | runs |")
-print("|---|---|---|---|---|---|---|---|")
-for (c, b, p) in sorted({k[:3] for k in runs}, key=lambda k: (k[0], int(k[1].rstrip("kKmM")), k[2])):
-    e, n = runs.get((c, b, p, "echo")), runs.get((c, b, p, "no-echo"))
-    if e and n:
-        me, mn = statistics.median(e), statistics.median(n)
-        print(f"| {c} | {b} | {p} | {me:.2f} | {mn:.2f} | {me / mn:.3f} | "
-              f"{statistics.mean(e) / statistics.mean(n):.3f} | {len(e)} |")
+random.seed(1)
+print("| congestion control | block | streams | echo Gbit/s (median) | --no-echo Gbit/s (median) | ratio of medians | ratio of means | median of per-round ratios | 95 % interval (ratio of means) | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for (c, b, p) in sorted(rounds, key=lambda k: (k[0], int(k[1].rstrip("kKmM")), k[2])):
+    pairs = [(v["echo"], v["no-echo"]) for v in rounds[(c, b, p)].values() if len(v) == 2]
+    if not pairs:
+        continue
+    e, n = [x[0] for x in pairs], [x[1] for x in pairs]
+    boot = sorted(
+        statistics.mean(x[0] for x in s) / statistics.mean(x[1] for x in s)
+        for s in ([random.choice(pairs) for _ in pairs] for _ in range(5000)))
+    print(f"| {c} | {b} | {p} | {statistics.median(e):.2f} | {statistics.median(n):.2f} | "
+          f"{statistics.median(e) / statistics.median(n):.3f} | {statistics.mean(e) / statistics.mean(n):.3f} | "
+          f"{statistics.median(a / b for a, b in pairs):.3f} | {boot[125]:.3f}–{boot[4874]:.3f} | {len(pairs)} |")
 PY

@@ -217,6 +217,28 @@ pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Opti
     ))
 }
 
+/// The receivers kept reading this long past `-t` (and at least this share of it) before
+/// a line says why.
+const DRAIN_MIN_S: f64 = 1.0;
+const DRAIN_SHARE: f64 = 0.1;
+
+/// A test that ended well after `-t`: the senders stopped writing on time, and the rest was
+/// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
+/// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
+pub fn long_drain(duration_s: f64, end_s: f64, queued_bytes: u64) -> Option<String> {
+    let late = end_s - duration_s;
+    if late < DRAIN_MIN_S.max(DRAIN_SHARE * duration_s) {
+        return None;
+    }
+    Some(format!(
+        "diagnosis: the test ran {late:.1} s past -t {duration_s:.0}: the senders stopped \
+         writing on time with {} still unsent in their socket buffers, which the receivers \
+         read afterwards; the last row covers that drain. A window near the bandwidth-delay product \
+         ends on time.",
+        human_bytes(queued_bytes as f64)
+    ))
+}
+
 /// Jain's index below this over the whole test is worth a line.
 const UNFAIR_JAIN: f64 = 0.9;
 
@@ -446,5 +468,20 @@ mod tests {
         assert!(line.contains("12.5% each"), "{line}");
         assert_eq!(unfair_shares(&f(0.95, 0.1, 0.15, 8)), None);
         assert_eq!(unfair_shares(&f(0.5, 0.0, 1.0, 1)), None);
+    }
+
+    #[test]
+    fn a_long_drain_is_named_a_short_one_is_not() {
+        let line = long_drain(15.0, 26.1, 3 << 30).unwrap();
+        assert!(
+            line.contains("11.1 s past -t 15") && line.contains("3.0 GiB"),
+            "{line}"
+        );
+        assert_eq!(long_drain(15.0, 15.3, 1 << 20), None);
+        assert_eq!(
+            long_drain(60.0, 65.0, 1 << 20),
+            None,
+            "under 10 % of a long test"
+        );
     }
 }

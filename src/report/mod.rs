@@ -467,6 +467,13 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         rate_bps: sum.bits_per_second,
     });
     diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
+    // What the senders still held unsent when they stopped writing (their last sample).
+    let queued: u64 = rows
+        .iter()
+        .filter_map(|r| r.notsent_bytes)
+        .map(u64::from)
+        .sum();
+    diagnosis.extend(diagnosis::long_drain(header.duration_s, end, queued));
     Summary {
         sum_sent: side(sent_bytes, sum.retransmits),
         sum_received: side(sum.bytes, None),
