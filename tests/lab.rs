@@ -32,8 +32,43 @@ fn root() -> bool {
         eprintln!(
             "SKIPPED: pinperf lab tests need root, /dev/net/tun and iproute2 (CI runs them as root)"
         );
+        return false;
     }
-    ok
+    if let Err(why) = can_make_a_lab() {
+        eprintln!("SKIPPED: root, but this sandbox cannot make a lab: {why}");
+        return false;
+    }
+    true
+}
+
+/// Root is not always enough (a container without CAP_SYS_ADMIN or TUN access): try a
+/// namespace with a TUN device in it, and remove it again. Once per test process.
+fn can_make_a_lab() -> Result<(), String> {
+    static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(probe_lab).clone()
+}
+
+fn probe_lab() -> Result<(), String> {
+    let ns = format!("pinperf-probe-{}", std::process::id());
+    let ip = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("ip")
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    ip(&["netns", "add", &ns])?;
+    let tun = ip(&["-n", &ns, "tuntap", "add", "dev", "probe0", "mode", "tun"]);
+    ip(&["netns", "delete", &ns])?;
+    tun
 }
 
 /// Namespaces of the lab run by `pid` still present.
@@ -43,6 +78,19 @@ fn leftovers(pid: u32) -> Vec<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| n.starts_with(&format!("pinperf-lab-{pid}-")))
+        .map(String::from)
+        .collect()
+}
+
+/// Every lab namespace present (any pid), or none when `ip` is missing.
+fn lab_namespaces() -> Vec<String> {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("pinperf-lab-"))
         .map(String::from)
         .collect()
 }
@@ -196,11 +244,7 @@ fn a_failing_client_still_tears_the_lab_down() {
 fn lab_usage_errors_name_the_flag_and_create_nothing() {
     // Usage is checked before the root check, so this runs everywhere.
     let _one = ONE_LAB_AT_A_TIME.lock();
-    let before = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .map(|o| o.stdout)
-        .ok();
+    let before = lab_namespaces();
     for (args, needle) in [
         (&["lab", "--queue", "1k"][..], "--queue"),
         (&["lab", "--rate", "10k"][..], "--rate"),
@@ -216,11 +260,7 @@ fn lab_usage_errors_name_the_flag_and_create_nothing() {
         assert_eq!(run.code(), Some(2), "{args:?}: {}", run.explain());
         assert!(run.stderr().contains(needle), "{args:?}: {}", run.explain());
     }
-    let after = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .map(|o| o.stdout)
-        .ok();
+    let after = lab_namespaces();
     assert_eq!(before, after, "usage errors must not create namespaces");
 }
 
