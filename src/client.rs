@@ -24,25 +24,25 @@ use crate::stream::{Engine, StreamSet, StreamSocks, sender, single, spawn_named}
 
 const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs one test as configured; prints the report on stdout.
+/// Runs one test as configured; prints the report on stdout (and, in the machine formats,
+/// a failure too: `-J` prints what it has with an `error` field, as iperf3 -J does).
 pub fn run(cfg: ClientConfig) -> Result<()> {
-    let format = cfg.format;
-    let out = report::formatter(format, std::io::stdout());
-    run_with(cfg, out).map(|_| ()).inspect_err(|e| {
-        // Machine readers get the failure on stdout too, in their format (as iperf3 -J does).
-        let line = match format {
-            report::Format::Json => serde_json::json!({ "error": e.to_string() }),
-            report::Format::JsonLines => {
-                serde_json::json!({ "event": "error", "data": e.to_string() })
-            }
-            _ => return,
-        };
-        println!("{line}");
-    })
+    let out = report::formatter(cfg.format, std::io::stdout());
+    run_with(cfg, out).map(|_| ())
 }
 
-/// Runs one test, printing through `out`; returns the summary.
+/// Runs one test, printing through `out`; returns the summary. A failure is also handed
+/// to `out` (by the reporter once it runs, by this function before that).
 pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Summary> {
+    let mut out = Some(out);
+    let result = run_test(cfg, &mut out);
+    if let (Err(e), Some(out)) = (&result, out.as_mut()) {
+        let _ = out.failed(&e.to_string());
+    }
+    result
+}
+
+fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> Result<Summary> {
     let n = cfg.streams as usize;
     if let Some(name) = &cfg.congestion {
         net::check_congestion(name)?;
@@ -198,6 +198,7 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
     };
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let cutter = IntervalCutter::new(n, cfg.duration, cfg.interval);
+    let out = out.take().expect("the formatter is handed to one reporter");
     let reporter = spawn_named("reporter".into(), move || {
         report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out)
     })?;
@@ -273,11 +274,15 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
             let _ = remote_tx.send(RemoteEvent::LocalKernel(k));
         }
     }
+    let failure = failure.or(stream_error);
+    if let Some(e) = &failure {
+        let _ = remote_tx.send(RemoteEvent::Failed(e.to_string()));
+    }
     drop(remote_tx);
     let totals = reporter
         .join()
         .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
-    if let Some(e) = failure.or(stream_error) {
+    if let Some(e) = failure {
         ctl.abort(&e.to_string());
         return Err(e);
     }

@@ -362,6 +362,43 @@ fn a_server_that_vanishes_mid_test_fails_the_client_quickly() {
 }
 
 #[test]
+fn a_failed_json_test_keeps_its_intervals_and_says_why() {
+    let mut server = Server::start(&[]);
+    let port = server.port_arg();
+    let client = util::spawn(&[
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "10",
+        "-i",
+        "0.2",
+        "-J",
+    ]);
+    std::thread::sleep(Duration::from_millis(900));
+    server.child.kill().unwrap();
+    let out = client.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(
+        doc["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("closed the control connection")),
+        "{doc}"
+    );
+    assert!(doc["end"].is_null(), "no totals for a failed test");
+    let intervals = doc["intervals"].as_array().expect("intervals");
+    assert!(
+        !intervals.is_empty() && intervals[0]["sum"]["bytes"].as_u64() > Some(0),
+        "the intervals measured before the failure are kept: {stdout}"
+    );
+    assert_eq!(doc["start"]["streams"], 1);
+}
+
+#[test]
 fn a_second_client_during_a_test_is_told_the_server_is_busy() {
     let server = Server::start(&[]);
     let port = server.port_arg();

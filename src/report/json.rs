@@ -15,6 +15,9 @@ pub struct Document {
     pub start: Header,
     pub intervals: Vec<IntervalReport>,
     pub end: Option<Summary>,
+    /// Why the test failed; `end` is then null and `intervals` hold what was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One line of `--json-lines`.
@@ -24,6 +27,8 @@ pub enum Event {
     Start(Box<Header>),
     Interval(Box<IntervalReport>),
     End(Box<Summary>),
+    /// The test failed with this message; no `end` follows.
+    Error(String),
 }
 
 /// `-J`: collects, prints once.
@@ -44,6 +49,7 @@ impl<W: Write + Send> Formatter for JsonFormatter<W> {
             start: header.clone(),
             intervals: Vec::new(),
             end: None,
+            error: None,
         });
         Ok(())
     }
@@ -61,6 +67,18 @@ impl<W: Write + Send> Formatter for JsonFormatter<W> {
         };
         doc.end = Some(summary.clone());
         serde_json::to_writer_pretty(&mut self.out, &doc)?;
+        writeln!(self.out)?;
+        self.out.flush()
+    }
+
+    fn failed(&mut self, error: &str) -> io::Result<()> {
+        match self.doc.take() {
+            Some(mut doc) => {
+                doc.error = Some(error.to_string());
+                serde_json::to_writer_pretty(&mut self.out, &doc)?;
+            }
+            None => serde_json::to_writer(&mut self.out, &serde_json::json!({ "error": error }))?,
+        }
         writeln!(self.out)?;
         self.out.flush()
     }
@@ -94,5 +112,9 @@ impl<W: Write + Send> Formatter for JsonLinesFormatter<W> {
 
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
         self.emit(&Event::End(Box::new(summary.clone())))
+    }
+
+    fn failed(&mut self, error: &str) -> io::Result<()> {
+        self.emit(&Event::Error(error.to_string()))
     }
 }

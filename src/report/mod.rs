@@ -34,6 +34,11 @@ pub trait Formatter: Send {
     fn header(&mut self, header: &Header) -> io::Result<()>;
     fn interval(&mut self, interval: &IntervalReport) -> io::Result<()>;
     fn summary(&mut self, summary: &Summary) -> io::Result<()>;
+    /// The test failed with `error` (no summary will come). Machine formats say so on
+    /// stdout; text leaves it to the one-line error on stderr.
+    fn failed(&mut self, _error: &str) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Output formats (`--format`).
@@ -113,6 +118,8 @@ pub enum RemoteEvent {
     LocalCpu(CpuReport),
     /// The client's kernel TCP drop counters over the test.
     LocalKernel(crate::kstat::KernelReport),
+    /// The test failed: the reporter hands this to the formatter instead of a summary.
+    Failed(String),
 }
 
 /// Whole-test accumulation of RTT statistics (weighted by samples).
@@ -194,6 +201,7 @@ pub fn run_sender_reporter(
     let mut done: Option<ReceiverDone> = None;
     let mut local_cpu: Option<CpuReport> = None;
     let mut local_kernel = None;
+    let mut failed: Option<String> = None;
     let mut prev_cores = header.cpu_intervals.then(cpu::cores);
     let (mut local_open, mut remote_open) = (true, true);
 
@@ -214,6 +222,7 @@ pub fn run_sender_reporter(
                 Ok(RemoteEvent::Done(d)) => done = Some(d),
                 Ok(RemoteEvent::LocalCpu(c)) => local_cpu = Some(c),
                 Ok(RemoteEvent::LocalKernel(k)) => local_kernel = Some(k),
+                Ok(RemoteEvent::Failed(e)) => failed = Some(e),
                 Err(_) => remote_open = false,
             },
         }
@@ -249,6 +258,11 @@ pub fn run_sender_reporter(
             write_ok(out.summary(&s));
         }
         summary = Some(s);
+    }
+    if let (None, Some(e)) = (&summary, &failed)
+        && output_ok
+    {
+        write_ok(out.failed(e));
     }
     Ok(ClientTotals {
         sent,
