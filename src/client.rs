@@ -44,9 +44,6 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
 
 fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> Result<Summary> {
     let n = cfg.streams as usize;
-    if let Some(name) = &cfg.congestion {
-        net::check_congestion(name)?;
-    }
     let allowed = pin::allowed_cpus();
     let local_plan =
         pin::plan(&cfg.affinity, n, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
@@ -204,7 +201,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     })?;
 
     // Start when the server says so, then relay its rows until its totals arrive.
-    let mut cpu_mark = None;
+    let mut marks = None; // CPU and kernel counters from the start, once it started
     let mut failure = match ctl.recv(PHASE_TIMEOUT) {
         Ok(ControlMsg::Start) => None,
         Ok(other) => Some(unexpected(peer, "start", &other)),
@@ -260,13 +257,13 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
                 }
             }
         };
-        cpu_mark = Some((cpu, kernel));
+        marks = Some((cpu, kernel));
     }
     if failure.is_some() {
         streams.abort();
     }
     let (outcomes, stream_error) = streams.join();
-    if let Some((mark, mut kernel)) = cpu_mark {
+    if let Some((mark, mut kernel)) = marks {
         let _ = remote_tx.send(RemoteEvent::LocalCpu(
             mark.report(outcomes.iter().map(|o| o.cpu).collect()),
         ));

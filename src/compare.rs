@@ -269,6 +269,9 @@ fn csv_row(r: &CompareRow) -> String {
 /// Runs the comparison; prints text and CSV rows as they complete, JSON at the end.
 pub fn run(a: &CompareArgs) -> Result<()> {
     config::validate_times(a.duration, a.duration)?;
+    if let Some(name) = &a.congestion {
+        crate::net::check_congestion(name)?;
+    }
     let matrix = points(a)?;
     let format = match (a.json, a.csv) {
         (true, _) => Format::Json,

@@ -133,6 +133,9 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     validate_block(args.block)?;
     validate_window(args.window)?;
     validate_times(args.duration, args.interval)?;
+    if let Some(name) = &args.congestion {
+        crate::net::check_congestion(name)?;
+    }
     if args.loopback && args.client.is_none() && args.bind.is_some() {
         return Err(usage("-B: --loopback always uses 127.0.0.1; drop -B"));
     }

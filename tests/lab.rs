@@ -71,17 +71,6 @@ fn probe_lab() -> Result<(), String> {
     tun
 }
 
-/// Namespaces of the lab run by `pid` still present.
-fn leftovers(pid: u32) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("pinperf-lab-{pid}-")))
-        .map(String::from)
-        .collect()
-}
-
 /// Every lab namespace present (any pid), or none when `ip` is missing.
 fn lab_namespaces() -> Vec<String> {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
@@ -93,6 +82,25 @@ fn lab_namespaces() -> Vec<String> {
         .filter(|n| n.starts_with("pinperf-lab-"))
         .map(String::from)
         .collect()
+}
+
+/// Namespaces of the lab run by `pid` still present.
+fn leftovers(pid: u32) -> Vec<String> {
+    let prefix = format!("pinperf-lab-{pid}-");
+    lab_namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+/// Nothing of the lab run by `pid` is left: no namespace, no device here.
+fn assert_torn_down(pid: u32) {
+    assert!(
+        leftovers(pid).is_empty(),
+        "left behind: {:?}",
+        leftovers(pid)
+    );
+    assert!(no_device_in_this_namespace());
 }
 
 fn no_device_in_this_namespace() -> bool {
@@ -163,12 +171,7 @@ fn a_20ms_200mbit_path_has_its_rtt_and_rate_and_leaves_nothing_behind() {
     assert!(err.contains("# lab relay forward"), "relay line: {err}");
     assert!(err.contains("queue drops"), "drop count: {err}");
     let pid = lab_pid(&err);
-    assert!(
-        leftovers(pid).is_empty(),
-        "left behind: {:?}",
-        leftovers(pid)
-    );
-    assert!(no_device_in_this_namespace());
+    assert_torn_down(pid);
 }
 
 #[test]
@@ -208,12 +211,7 @@ fn ctrl_c_mid_test_tears_the_lab_down() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(130), "128 + SIGINT; stderr: {err}");
     assert!(err.contains("removed netns"), "{err}");
-    assert!(
-        leftovers(pid).is_empty(),
-        "left behind: {:?}",
-        leftovers(pid)
-    );
-    assert!(no_device_in_this_namespace());
+    assert_torn_down(pid);
 }
 
 #[test]
@@ -229,15 +227,8 @@ fn a_failing_client_still_tears_the_lab_down() {
     );
     assert_eq!(run.code(), Some(1), "{}", run.explain());
     assert!(run.stderr().contains("refused"), "{}", run.explain());
-    if let Some(at) = run.stdout().find("pinperf-lab-") {
-        let pid = lab_pid(&run.stdout()[at..]);
-        assert!(
-            leftovers(pid).is_empty(),
-            "left behind: {:?}",
-            leftovers(pid)
-        );
-    }
-    assert!(no_device_in_this_namespace());
+    // The lab header (stdout, text format) names the namespaces it made.
+    assert_torn_down(lab_pid(&run.stdout()));
 }
 
 #[test]

@@ -167,9 +167,6 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
     args.client = Some(SERVER_ADDR.to_string());
     match config::from_args(&args)? {
         config::Mode::Client(mut cfg) => {
-            if let Some(name) = &cfg.congestion {
-                crate::net::check_congestion(name)?;
-            }
             cfg.same_process = true;
             Ok(cfg)
         }

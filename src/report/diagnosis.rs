@@ -343,7 +343,7 @@ mod tests {
             "{}",
             d[0]
         );
-        // 500 Mb/s per stream x 60 ms = 3.6 MiB BDP; twice that rounds up to 8M.
+        // 500 Mb/s per stream x 60 ms = 3.6 MiB BDP, rounded up to a power of two: 4M.
         assert!(
             d[1].contains("(8.0 MiB autotuned)") && d[1].contains("= 3.6 MiB per stream); -w 4M"),
             "{}",
