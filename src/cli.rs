@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::report::Format;
-use crate::stream::Engine;
+use crate::choices::Engine;
+use crate::choices::Format;
 use crate::units;
 
 /// Subcommands.

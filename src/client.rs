@@ -8,6 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::choices::Engine;
 use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
@@ -20,7 +21,7 @@ use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
-use crate::stream::{Engine, StreamSet, StreamSocks, sender, single, spawn_named};
+use crate::stream::{StreamSet, StreamSocks, sender, single, spawn_named};
 
 const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -297,7 +298,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         .ok_or_else(|| Error::Test("the report's summary is missing".into()))
 }
 
-fn warn_windows(local: &net::WindowGrant, accept: &Accept, streams: usize) {
+fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: usize) {
     for w in local
         .shortfalls("local")
         .into_iter()

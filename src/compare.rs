@@ -8,26 +8,28 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
+use crate::choices::Engine;
+use crate::choices::Format;
 use crate::cli::CompareArgs;
-use crate::config::{self, ClientConfig, Family};
+use crate::config::{self, ClientConfig};
 use crate::error::{Error, Result};
+use crate::net::Family;
 use crate::pin::Affinity;
+use crate::report::Formatter;
 use crate::report::model::{Header, IntervalReport, Summary};
-use crate::report::{Format, Formatter};
 use crate::server::Server;
-use crate::stream::Engine;
 use crate::units::{format_size, parse_size};
 
 /// Most configurations one comparison may run.
-pub const MAX_RUNS: usize = 1000;
+pub(crate) const MAX_RUNS: usize = 1000;
 
 /// Parses a list of sizes: `8k,64k,256k` or a doubling range `8k..1m`.
-pub fn parse_size_list(flag: &str, text: &str) -> Result<Vec<u64>> {
+pub(crate) fn parse_size_list(flag: &str, text: &str) -> Result<Vec<u64>> {
     parse_list(flag, text, parse_size)
 }
 
 /// Parses a list of counts: `1,2,4` or a doubling range `1..16`.
-pub fn parse_count_list(flag: &str, text: &str) -> Result<Vec<u64>> {
+pub(crate) fn parse_count_list(flag: &str, text: &str) -> Result<Vec<u64>> {
     parse_list(flag, text, |s| {
         s.trim()
             .parse::<u64>()
@@ -112,7 +114,7 @@ pub struct CompareDoc {
 }
 
 /// Builds the matrix from the axis flags, validating every value as a single test would.
-pub fn points(a: &CompareArgs) -> Result<Vec<Point>> {
+pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
     let blocks = parse_size_list("--blocks", &a.blocks)?;
     let streams = parse_count_list("--streams", &a.streams)?;
     let windows: Vec<Option<u64>> = a
@@ -267,7 +269,7 @@ fn csv_row(r: &CompareRow) -> String {
 }
 
 /// Runs the comparison; prints text and CSV rows as they complete, JSON at the end.
-pub fn run(a: &CompareArgs) -> Result<()> {
+pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     config::validate_times(a.duration, a.duration)?;
     if let Some(name) = &a.congestion {
         crate::net::check_congestion(name)?;

@@ -4,11 +4,12 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::choices::Engine;
+use crate::choices::Format;
 use crate::cli::Args;
 use crate::error::{Error, Result};
+use crate::net::Family;
 use crate::pin::Affinity;
-use crate::report::Format;
-use crate::stream::Engine;
 use crate::units::format_size;
 
 /// Most streams a client may run (`-P`).
@@ -18,14 +19,6 @@ pub const MIN_BLOCK: u64 = 64;
 pub const MAX_BLOCK: u64 = 64 << 20;
 /// Shortest reporting interval (`-i`).
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Which address family to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    Any,
-    V4,
-    V6,
-}
 
 /// What this invocation does.
 #[derive(Debug)]

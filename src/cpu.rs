@@ -29,7 +29,7 @@ impl CpuTime {
 }
 
 fn rusage(who: libc::c_int) -> CpuTime {
-    let usage = crate::net::sys::getrusage(who);
+    let usage = crate::sys::getrusage(who);
     let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
     CpuTime {
         user_us: us(usage.ru_utime),

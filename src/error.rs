@@ -39,11 +39,6 @@ impl Error {
             source,
         }
     }
-
-    /// True when the error is a closed stdout pipe, which is not a failure (`| head`).
-    pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
-    }
 }
 
 impl fmt::Display for Error {

@@ -3,24 +3,27 @@
 //!
 //! Threads: `stream-N` (one per stream, each side), `reporter` (one per side), `control`
 //! (the server's test session), `server` (the in-process server of `--loopback`).
-//! `unsafe` is denied here and allowed only in `net::sys`.
+//! `unsafe` is denied here and allowed only in `sys`.
 
-pub mod cli;
-pub mod client;
+pub(crate) mod choices;
+pub(crate) mod cli;
+pub(crate) mod client;
 pub mod compare;
-pub mod config;
-pub mod cpu;
+pub(crate) mod config;
+pub(crate) mod cpu;
 pub mod error;
-pub mod kstat;
+pub(crate) mod kstat;
 #[cfg(target_os = "linux")]
-pub mod lab;
-pub mod net;
-pub mod pin;
+pub(crate) mod lab;
+pub(crate) mod net;
+pub(crate) mod netinfo;
+pub(crate) mod pin;
 pub mod protocol;
 pub mod report;
-pub mod server;
+pub(crate) mod server;
 pub mod stream;
-pub mod units;
+pub(crate) mod sys;
+pub(crate) mod units;
 
 use clap::Parser;
 
@@ -34,7 +37,7 @@ pub fn run_from_env() -> Result<()> {
 }
 
 /// Runs parsed arguments.
-pub fn run(args: &cli::Args) -> Result<()> {
+pub(crate) fn run(args: &cli::Args) -> Result<()> {
     if let Some(cli::Command::Compare(c)) = &args.command {
         return compare::run(c);
     }

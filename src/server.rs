@@ -70,7 +70,7 @@ impl Server {
         let server = Server::bind(ServerConfig {
             bind: Some(std::net::Ipv4Addr::LOCALHOST.into()),
             port: 0,
-            family: crate::config::Family::V4,
+            family: crate::net::Family::V4,
             one_off,
             limits: Limits {
                 max_streams: config::MAX_STREAMS,

@@ -25,14 +25,15 @@ use std::time::Duration;
 use clap::Parser;
 use parking_lot::Mutex;
 
+use crate::choices::Format;
 use crate::cli::{Args, LabArgs};
-use crate::config::{self, ClientConfig, Family, Limits, ServerConfig};
+use crate::config::{self, ClientConfig, Limits, ServerConfig};
 use crate::error::{Error, Result};
-use crate::net::sys;
+use crate::net::Family;
 use crate::pin::{self, Affinity};
-use crate::report::Format;
 use crate::server::Server;
 use crate::stream::spawn_named;
+use crate::sys;
 use crate::units;
 use path::Path;
 use relay::RelayStats;

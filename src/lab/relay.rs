@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::path::{Path, PathStats, Verdict};
 use crate::cpu;
-use crate::net::sys;
+use crate::sys;
 
 /// A delivery later than this after its due time counts as late: the relay, not the
 /// emulated path, set its timing.

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::CpuReport;
 use crate::error::{Error, Result};
-use crate::net::{PathInfo, WindowGrant};
+use crate::netinfo::{PathInfo, WindowGrant};
 use crate::pin::{Affinity, PinPlan};
 
 /// Bumped on any incompatible change; a mismatch is refused with both versions named.
@@ -162,7 +162,7 @@ fn read_error(e: io::Error, peer: SocketAddr) -> Error {
 }
 
 /// Sends our preamble and checks the peer's.
-pub fn exchange_preamble(
+pub(crate) fn exchange_preamble(
     stream: &mut TcpStream,
     peer: SocketAddr,
     timeout: Duration,
@@ -191,7 +191,7 @@ pub fn exchange_preamble(
 
 /// The control connection: one reader (the owning thread) and a writer that several
 /// threads may share (the server's reporter sends rows while its control thread waits).
-pub struct Control {
+pub(crate) struct Control {
     reader: Mutex<TcpStream>,
     writer: Mutex<TcpStream>,
     pub peer: SocketAddr,
@@ -199,7 +199,7 @@ pub struct Control {
 
 impl Control {
     /// Wraps a connected control socket whose preamble has been exchanged.
-    pub fn new(stream: TcpStream, peer: SocketAddr) -> Result<Self> {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr) -> Result<Self> {
         let writer = stream
             .try_clone()
             .map_err(|e| Error::io("clone control socket", e))?;
@@ -214,7 +214,7 @@ impl Control {
     }
 
     /// Sends one message (whole frame under the writer lock).
-    pub fn send(&self, msg: &ControlMsg) -> Result<()> {
+    pub(crate) fn send(&self, msg: &ControlMsg) -> Result<()> {
         let frame = encode(msg);
         self.writer
             .lock()
@@ -224,7 +224,7 @@ impl Control {
 
     /// Waits up to `timeout` for the next message. An `Error` message from the peer becomes
     /// [`Error::Test`] carrying its reason.
-    pub fn recv(&self, timeout: Duration) -> Result<ControlMsg> {
+    pub(crate) fn recv(&self, timeout: Duration) -> Result<ControlMsg> {
         let mut reader = self.reader.lock();
         reader
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
@@ -239,7 +239,7 @@ impl Control {
 
     /// Like [`Control::recv`], but a timeout is `Ok(None)` (for polling loops).
     /// A timeout in the middle of a frame is still an error.
-    pub fn poll(&self, timeout: Duration) -> Result<Option<ControlMsg>> {
+    pub(crate) fn poll(&self, timeout: Duration) -> Result<Option<ControlMsg>> {
         let peeked = {
             let reader = self.reader.lock();
             reader
@@ -268,7 +268,7 @@ impl Control {
     }
 
     /// Sends an Error message, ignoring failure (the connection may already be gone).
-    pub fn abort(&self, reason: &str) {
+    pub(crate) fn abort(&self, reason: &str) {
         let _ = self.send(&ControlMsg::Error {
             reason: reason.to_string(),
         });
@@ -277,7 +277,7 @@ impl Control {
 
 /// First bytes of every data or echo connection: which test, which stream, which kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DataHello {
+pub(crate) struct DataHello {
     pub cookie: u64,
     pub stream: u16,
     /// False: the data connection; true: the stream's echo connection.
@@ -287,7 +287,7 @@ pub struct DataHello {
 impl DataHello {
     pub const LEN: usize = 11;
 
-    pub fn to_bytes(self) -> [u8; Self::LEN] {
+    pub(crate) fn to_bytes(self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[..8].copy_from_slice(&self.cookie.to_le_bytes());
         b[8..10].copy_from_slice(&self.stream.to_le_bytes());
@@ -296,7 +296,7 @@ impl DataHello {
     }
 
     /// `None` for a kind byte that is neither 0 nor 1.
-    pub fn from_bytes(b: [u8; Self::LEN]) -> Option<Self> {
+    pub(crate) fn from_bytes(b: [u8; Self::LEN]) -> Option<Self> {
         Some(DataHello {
             cookie: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
             stream: u16::from_le_bytes(b[8..10].try_into().expect("2 bytes")),
@@ -310,7 +310,7 @@ impl DataHello {
 }
 
 /// A fresh random test cookie (std's per-process random hash keys; no extra crate).
-pub fn new_cookie() -> u64 {
+pub(crate) fn new_cookie() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -273,7 +273,7 @@ mod tests {
             remote_software: String::new(),
             streams: 2,
             block_bytes: 131072,
-            local_window: crate::net::WindowGrant {
+            local_window: crate::netinfo::WindowGrant {
                 sndbuf,
                 ..Default::default()
             },
@@ -289,7 +289,7 @@ mod tests {
             same_host: false,
             same_process: false,
             cpu_intervals: false,
-            engine: crate::stream::Engine::Threads,
+            engine: crate::choices::Engine::Threads,
         }
     }
 

@@ -142,6 +142,7 @@ impl IntervalCutter {
     }
 
     /// Number of intervals the test will have.
+    #[cfg(test)]
     pub fn count(&self) -> u32 {
         self.count
     }
@@ -203,6 +204,7 @@ impl IntervalCutter {
     }
 
     /// True when every interval has been handed out.
+    #[cfg(test)]
     pub fn is_complete(&self) -> bool {
         self.first_open >= self.count
     }

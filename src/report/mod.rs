@@ -4,12 +4,12 @@
 //! stdout. Formatters (one per format) print the model and compute nothing.
 
 pub mod csv;
-pub mod diagnosis;
-pub mod fairness;
-pub mod interval;
+pub(crate) mod diagnosis;
+pub(crate) mod fairness;
+pub(crate) mod interval;
 pub mod json;
 pub mod model;
-pub mod text;
+pub(crate) mod text;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, select};
 
+use crate::choices::Format;
 use crate::cpu::{self, CpuReport};
 use crate::error::Result;
 use crate::kstat::KernelReport;
@@ -30,7 +31,7 @@ use model::{
 };
 
 /// One output format.
-pub trait Formatter: Send {
+pub(crate) trait Formatter: Send {
     fn header(&mut self, header: &Header) -> io::Result<()>;
     fn interval(&mut self, interval: &IntervalReport) -> io::Result<()>;
     fn summary(&mut self, summary: &Summary) -> io::Result<()>;
@@ -41,17 +42,11 @@ pub trait Formatter: Send {
     }
 }
 
-/// Output formats (`--format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-    JsonLines,
-    Csv,
-}
-
 /// The formatter for `format`, writing to `out`.
-pub fn formatter(format: Format, out: impl io::Write + Send + 'static) -> Box<dyn Formatter> {
+pub(crate) fn formatter(
+    format: Format,
+    out: impl io::Write + Send + 'static,
+) -> Box<dyn Formatter> {
     match format {
         Format::Text => Box::new(text::TextFormatter::new(out)),
         Format::Json => Box::new(json::JsonFormatter::new(out)),
@@ -62,13 +57,13 @@ pub fn formatter(format: Format, out: impl io::Write + Send + 'static) -> Box<dy
 
 /// What the server's reporter found once every stream ended.
 #[derive(Debug, Clone)]
-pub struct ReceiverTotals {
+pub(crate) struct ReceiverTotals {
     pub bytes: Vec<u64>,
     pub last_ns: u64,
 }
 
 /// The server side: cut receiver records into intervals and send each as a `Row`.
-pub fn run_receiver_reporter(
+pub(crate) fn run_receiver_reporter(
     rx: Receiver<Batch>,
     free: Sender<Batch>,
     mut cutter: IntervalCutter,
@@ -101,7 +96,7 @@ pub fn run_receiver_reporter(
 
 /// What the client's reporter hands back: both sides' byte counts per stream.
 #[derive(Debug, Clone)]
-pub struct ClientTotals {
+pub(crate) struct ClientTotals {
     pub sent: Vec<u64>,
     pub received: Option<Vec<u64>>,
     /// The summary that was printed (absent when the receiver's totals never came).
@@ -110,7 +105,7 @@ pub struct ClientTotals {
 
 /// Events from the control connection that the client's reporter consumes.
 #[derive(Debug)]
-pub enum RemoteEvent {
+pub(crate) enum RemoteEvent {
     Row(ReceiverRow),
     Done(ReceiverDone),
     /// The client's own CPU over the test (sent by the client's main thread once its
@@ -181,7 +176,7 @@ struct Totals {
 
 /// The client side: cut the sender's records, join with the receiver's rows by interval
 /// index, print each interval as soon as both halves are in, then the summary.
-pub fn run_sender_reporter(
+pub(crate) fn run_sender_reporter(
     header: Header,
     local: Receiver<Batch>,
     free: Sender<Batch>,

@@ -7,10 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::choices::Engine;
 use crate::cpu::{CoreLoad, CpuReport};
-use crate::net::{PathInfo, WindowGrant};
+use crate::netinfo::{PathInfo, WindowGrant};
 use crate::pin::PinPlan;
-use crate::stream::Engine;
 
 /// Everything known before the first byte moves.
 #[derive(Debug, Clone, Serialize, Deserialize)]

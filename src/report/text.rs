@@ -12,8 +12,8 @@ use super::Formatter;
 use super::model::{
     CpuSummary, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
 };
+use crate::choices::Engine;
 use crate::cpu::{CoreLoad, CpuReport};
-use crate::stream::Engine;
 use crate::units::format_size;
 
 /// Writes the text format to `out`.

@@ -10,7 +10,7 @@
 
 use std::os::fd::AsFd;
 
-use crate::net::sys;
+use crate::sys;
 
 /// Header bytes at the start of every block.
 pub const HEADER_LEN: usize = 16;

@@ -9,10 +9,10 @@
 //! earlier. Socket timeouts of [`WAKE`] bound how long a thread can sit in a blocking call,
 //! so an idle or starved stream still advances its watermark.
 
-pub mod echo;
-pub mod receiver;
-pub mod sender;
-pub mod single;
+pub(crate) mod echo;
+pub(crate) mod receiver;
+pub(crate) mod sender;
+pub(crate) mod single;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,34 +23,13 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::error::{Error, Result};
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
-pub const WAKE: Duration = Duration::from_millis(50);
+pub(crate) const WAKE: Duration = Duration::from_millis(50);
 /// A batch is sent when it holds this many records…
 pub const BATCH_RECORDS: usize = 1024;
 /// …or when its oldest record is this old.
 pub const FLUSH_EVERY_NS: u64 = 20_000_000;
 /// Batches in flight per stream before a stream thread waits for the reporter.
 pub const BATCHES_IN_FLIGHT: usize = 64;
-
-/// How the sender drives its streams.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Engine {
-    /// One pinned thread per stream, blocking writes (the default).
-    Threads,
-    /// One thread for all streams, non-blocking writes and poll() (thrulay's client).
-    Single,
-}
-
-impl std::fmt::Display for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Engine::Threads => "threads",
-            Engine::Single => "single",
-        })
-    }
-}
 
 /// One block written or read: when (ns since the test's start) and how many bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +67,7 @@ pub struct TcpSample {
 
 impl TcpSample {
     /// Samples `TCP_INFO` of `stream` now.
-    pub fn read(stream: &std::net::TcpStream, t_ns: u64) -> Option<TcpSample> {
+    pub(crate) fn read(stream: &std::net::TcpStream, t_ns: u64) -> Option<TcpSample> {
         crate::net::tcp_info(stream).map(|i| TcpSample {
             t_ns,
             rtt_us: i.rtt_us,
@@ -233,7 +212,7 @@ impl Batcher {
 }
 
 /// What a stream thread needs besides its socket.
-pub struct StreamCtx {
+pub(crate) struct StreamCtx {
     pub id: u16,
     pub cpu: Option<usize>,
     pub block_bytes: usize,
@@ -250,7 +229,7 @@ pub struct StreamCtx {
 
 impl StreamCtx {
     /// Pins the calling thread per the plan.
-    pub fn pin(&self) -> Result<()> {
+    pub(crate) fn pin(&self) -> Result<()> {
         match self.cpu {
             Some(cpu) => crate::pin::pin_current(cpu)
                 .map_err(|e| Error::Test(format!("stream-{}: {e}", self.id))),
@@ -258,12 +237,12 @@ impl StreamCtx {
         }
     }
 
-    pub fn aborted(&self) -> bool {
+    pub(crate) fn aborted(&self) -> bool {
         self.abort.load(Ordering::Relaxed)
     }
 
     /// Waits for the start signal; an error when the test was called off first.
-    pub fn wait_start(&self) -> Result<TestClock> {
+    pub(crate) fn wait_start(&self) -> Result<TestClock> {
         self.start.recv().map(|t0| TestClock { t0 }).map_err(|_| {
             Error::Test(format!(
                 "stream-{}: the test was called off before it started",
@@ -276,7 +255,7 @@ impl StreamCtx {
 /// One side's stream threads: spawned pinned and waiting, started together, stopped
 /// together, joined with the first failure named. Normally one `stream-N` thread per
 /// stream; the `single` engine runs every stream on one `stream-mux` thread.
-pub struct StreamSet<T> {
+pub(crate) struct StreamSet<T> {
     workers: Vec<std::thread::JoinHandle<Result<Vec<T>>>>,
     streams: usize,
     abort: Arc<AtomicBool>,
@@ -284,13 +263,13 @@ pub struct StreamSet<T> {
 }
 
 /// A stream's connections: data, and the echo connection when block RTT is on.
-pub struct StreamSocks {
+pub(crate) struct StreamSocks {
     pub data: std::net::TcpStream,
     pub echo: Option<std::net::TcpStream>,
 }
 
 /// The reporter's ends of a side's batch channels.
-pub type ReporterEnds = (Receiver<Batch>, Sender<Batch>);
+pub(crate) type ReporterEnds = (Receiver<Batch>, Sender<Batch>);
 
 /// What both engines start from: the (empty) set, one context per stream with its echo
 /// connection, the data connections in stream order, and the reporter's channel ends.
@@ -336,7 +315,7 @@ impl<T: Send + 'static> StreamSet<T> {
 
     /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
     /// [`StreamSet::start`]. Returns the set and the reporter's ends of the batch channels.
-    pub fn spawn<F>(
+    pub(crate) fn spawn<F>(
         socks: Vec<StreamSocks>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
@@ -362,7 +341,7 @@ impl<T: Send + 'static> StreamSet<T> {
     }
 
     /// Spawns one `stream-mux` thread that runs every stream (the `single` engine).
-    pub fn spawn_single<F>(
+    pub(crate) fn spawn_single<F>(
         socks: Vec<StreamSocks>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
@@ -378,20 +357,20 @@ impl<T: Send + 'static> StreamSet<T> {
     }
 
     /// Releases every stream with the common start instant.
-    pub fn start(&self, t0: Instant) {
+    pub(crate) fn start(&self, t0: Instant) {
         for _ in 0..self.streams {
             let _ = self.start_tx.send(t0);
         }
     }
 
     /// Tells every stream to stop at its next wake-up.
-    pub fn abort(&self) {
+    pub(crate) fn abort(&self) {
         self.abort.store(true, Ordering::Relaxed);
     }
 
     /// Joins all streams: their outcomes, and the first error (after which the rest are
     /// told to stop).
-    pub fn join(self) -> (Vec<T>, Option<Error>) {
+    pub(crate) fn join(self) -> (Vec<T>, Option<Error>) {
         let StreamSet {
             workers,
             abort,
@@ -419,7 +398,7 @@ impl<T: Send + 'static> StreamSet<T> {
 }
 
 /// Spawns a named thread running `body`.
-pub fn spawn_named<T: Send + 'static>(
+pub(crate) fn spawn_named<T: Send + 'static>(
     name: String,
     body: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<std::thread::JoinHandle<Result<T>>> {
@@ -431,7 +410,7 @@ pub fn spawn_named<T: Send + 'static>(
 
 /// True for the errors a socket timeout produces.
 #[inline]
-pub fn is_timeout(e: &std::io::Error) -> bool {
+pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut

@@ -14,7 +14,7 @@ use super::sender::SendOutcome;
 use super::{Batcher, FLUSH_EVERY_NS, StreamCtx, TcpSample, is_timeout};
 use crate::cpu;
 use crate::error::{Error, IoContext, Result};
-use crate::net::sys;
+use crate::sys;
 
 /// Per-stream state of the multiplexer.
 struct Lane {

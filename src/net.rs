@@ -2,66 +2,23 @@
 //! `connect()`/`listen()` (the window scale is fixed at the SYN), reading back what the
 //! kernel granted, and the path facts (MTU, MSS, `TCP_INFO`). Raw FFI lives in `sys`.
 
-pub mod sys;
-
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::Family;
 use crate::error::{Error, IoContext, Result};
-use crate::units::format_size;
+use crate::netinfo::{PathInfo, WindowGrant};
 
-pub use sys::TcpInfo;
+pub use crate::sys::TcpInfo;
 
-/// What one end asked for and what its kernel granted (as `getsockopt` reads it back:
-/// Linux stores twice the request, capped at `net.core.{w,r}mem_max` unless forced).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WindowGrant {
-    pub requested: Option<u64>,
-    pub sndbuf: u64,
-    pub rcvbuf: u64,
-    /// `SO_*BUFFORCE` was used and accepted.
-    pub forced: bool,
-    /// Why forcing was not possible, when it was asked for.
-    pub force_note: Option<String>,
-    /// `net.core.wmem_max` / `rmem_max` on this host, when readable.
-    pub wmem_max: Option<u64>,
-    pub rmem_max: Option<u64>,
-}
-
-impl WindowGrant {
-    /// Warnings for each buffer the kernel granted short of the request, naming the sysctl
-    /// that capped it and the command that lifts the cap. `who` is "local" or "remote".
-    pub fn shortfalls(&self, who: &str) -> Vec<String> {
-        let Some(req) = self.requested else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (opt, granted, sysctl, cap) in [
-            ("SO_SNDBUF", self.sndbuf, "net.core.wmem_max", self.wmem_max),
-            ("SO_RCVBUF", self.rcvbuf, "net.core.rmem_max", self.rmem_max),
-        ] {
-            if granted >= req.saturating_mul(2) {
-                continue;
-            }
-            let cap_text = match cap {
-                Some(v) => format!("{sysctl} = {v} caps it"),
-                None => format!("{sysctl} (unreadable here) caps it"),
-            };
-            out.push(format!(
-                "warning: -w {}: {who} {opt} granted {}, short of {} (Linux doubles the request); \
-                 {cap_text}. Allow it with: sysctl -w {sysctl}={req} (or --force-window as root)",
-                format_size(req),
-                granted,
-                req.saturating_mul(2),
-            ));
-        }
-        out
-    }
+/// Which address family to use (`-4`, `-6`, or whatever the name resolves to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Any,
+    V4,
+    V6,
 }
 
 /// What to set on a data socket before its handshake.
@@ -112,13 +69,6 @@ pub fn congestion(stream: &TcpStream) -> Option<String> {
         })
 }
 
-/// Path facts of a connected socket.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PathInfo {
-    pub mtu: Option<u32>,
-    pub mss: Option<u32>,
-}
-
 /// Reads a `net.*` sysctl holding one integer.
 pub fn read_sysctl(name: &str) -> Option<u64> {
     let path = format!("/proc/sys/{}", name.replace('.', "/"));
@@ -155,8 +105,8 @@ pub fn apply_window(sock: &Socket, requested: Option<u64>, force: bool) -> Resul
     if let Some(bytes) = requested {
         let mut forced = false;
         if force {
-            let snd = sys::set_buffer_force(sock.as_fd(), true, bytes);
-            let rcv = sys::set_buffer_force(sock.as_fd(), false, bytes);
+            let snd = crate::sys::set_buffer_force(sock.as_fd(), true, bytes);
+            let rcv = crate::sys::set_buffer_force(sock.as_fd(), false, bytes);
             match snd.and(rcv) {
                 Ok(()) => forced = true,
                 Err(e) => {
@@ -271,14 +221,16 @@ pub fn path_info(stream: &TcpStream) -> PathInfo {
     let ipv6 = stream.peer_addr().map(|a| a.is_ipv6()).unwrap_or(false);
     let mss = socket2::SockRef::from(stream).tcp_mss().ok();
     PathInfo {
-        mtu: sys::path_mtu(stream.as_fd(), ipv6).ok(),
+        mtu: crate::sys::path_mtu(stream.as_fd(), ipv6).ok(),
         mss,
     }
 }
 
 /// `TCP_INFO` of a connected socket; `None` where the kernel does not provide it.
 pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
-    sys::tcp_info(stream.as_fd()).ok().map(|(info, _)| info)
+    crate::sys::tcp_info(stream.as_fd())
+        .ok()
+        .map(|(info, _)| info)
 }
 
 /// Resets its connection when dropped, unless disarmed: a stream that ends abnormally

@@ -1,0 +1,201 @@
+//! The module graph has no cycles: lists every `crate::` edge between top-level modules of
+//! `src/` (test modules excluded: they may reach across layers) and fails, naming the
+//! cycle, if one module can reach itself. Run `cargo test --test layers -- --nocapture` to
+//! print the edges.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Top-level module a source file belongs to: `src/report/text.rs` -> `report`.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    let name = first.trim_end_matches(".rs");
+    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file without comments and without its `#[cfg(test)]` module.
+fn code(text: &str) -> String {
+    let body = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    body.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Top-level modules named after `crate::` in `code`, including `use crate::{a, b::c}`.
+fn targets(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // A brace group: the first word of each comma-separated item at depth 1.
+            let mut depth = 1;
+            let mut item = String::new();
+            let mut items = Vec::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 1 => items.push(std::mem::take(&mut item)),
+                    _ => {}
+                }
+                if depth == 0 {
+                    break;
+                }
+                item.push(c);
+            }
+            items.push(item);
+            for item in items {
+                let word: String = item
+                    .trim_start_matches([',', ' ', '\n'])
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !word.is_empty() && word != "self" {
+                    out.insert(word);
+                }
+            }
+        } else {
+            let word: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !word.is_empty() {
+                out.insert(word);
+            }
+        }
+    }
+    out
+}
+
+fn edges() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let Some(from) = module_of(&src, &file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let node = graph.entry(from.clone()).or_default();
+        for to in targets(&code(&text)) {
+            if to != from {
+                node.insert(to);
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle through `graph`, if any, as the list of modules along it.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(node) {
+            Some(2) => return None,
+            Some(1) => {
+                let at = path.iter().position(|n| n == node).unwrap_or(0);
+                let mut cycle = path[at..].to_vec();
+                cycle.push(node.to_string());
+                return Some(cycle);
+            }
+            _ => {}
+        }
+        state.insert(node.to_string(), 1);
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, state, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        state.insert(node.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if let Some(c) = visit(node, graph, &mut state, &mut Vec::new()) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_parser_sees_plain_paths_and_brace_groups() {
+    let t = targets("use crate::{a::X, b};\nlet x = crate::c::f();\nuse crate::d::{e, f};");
+    assert_eq!(
+        t.into_iter().collect::<Vec<_>>(),
+        ["a", "b", "c", "d"].map(String::from)
+    );
+    let mut g = BTreeMap::new();
+    g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
+    g.insert("b".to_string(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(
+        find_cycle(&g),
+        Some(["a", "b", "a"].map(String::from).to_vec())
+    );
+    g.insert("b".to_string(), BTreeSet::new());
+    assert_eq!(find_cycle(&g), None);
+}
+
+#[test]
+fn top_level_modules_form_no_cycle() {
+    let graph = edges();
+    for (from, to) in &graph {
+        let to: Vec<&str> = to.iter().map(String::as_str).collect();
+        println!("{from} -> {}", to.join(", "));
+    }
+    assert!(graph.len() > 10, "too few modules found: {graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("module cycle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_leaves_stay_leaves() {
+    // Leaf layers: plain data and FFI import nothing above them.
+    let graph = edges();
+    for leaf in ["units", "choices", "sys", "error"] {
+        let deps = graph.get(leaf).cloned().unwrap_or_default();
+        assert!(deps.is_empty(), "{leaf} imports {deps:?}");
+    }
+    for (module, allowed) in [
+        ("netinfo", &["units"][..]),
+        ("cli", &["units", "choices"][..]),
+    ] {
+        let deps = graph.get(module).cloned().unwrap_or_default();
+        let extra: Vec<_> = deps
+            .iter()
+            .filter(|d| !allowed.contains(&d.as_str()))
+            .collect();
+        assert!(
+            extra.is_empty(),
+            "{module} imports {extra:?} beyond {allowed:?}"
+        );
+    }
+}
