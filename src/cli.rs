@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::choices::Engine;
-use crate::choices::Format;
+use crate::choices::{Engine, Format};
 use crate::units;
 
 /// Subcommands.
@@ -49,18 +48,8 @@ pub struct LabArgs {
 /// `pinperf compare`: axes take lists (`8k,64k`) or doubling ranges (`8k..1m`, `1..16`).
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
-    /// Server to run against.
-    #[arg(short = 'c', long, value_name = "HOST")]
-    pub client: Option<String>,
-    /// Run against an in-process server on 127.0.0.1.
-    #[arg(long)]
-    pub loopback: bool,
-    /// Control port of the server.
-    #[arg(short = 'p', long, default_value_t = DEFAULT_PORT)]
-    pub port: u16,
-    /// Give up connecting after this long.
-    #[arg(long, value_name = "SECS", default_value = "5", value_parser = units::parse_duration)]
-    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Block sizes: 8k,64k,256k or 8k..1m.
     #[arg(long, value_name = "LIST", default_value = "128k")]
     pub blocks: String,
@@ -76,18 +65,17 @@ pub struct CompareArgs {
     /// Sender engines: threads,single.
     #[arg(long, value_name = "LIST", default_value = "threads")]
     pub engines: String,
-    /// Congestion control for every run.
-    #[arg(short = 'C', long, value_name = "ALGO")]
-    pub congestion: Option<String>,
+    /// Seconds each configuration runs but leaves out of its row (as -O).
+    #[arg(short = 'O', long, value_name = "SECS", default_value = "0", value_parser = units::parse_duration)]
+    pub omit: Duration,
     /// Seconds per configuration.
     #[arg(short = 't', long = "time", value_name = "SECS", default_value = "3", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// Pause between configurations.
     #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = units::parse_duration)]
     pub settle: Duration,
-    /// No block-header echoes.
-    #[arg(long)]
-    pub no_echo: bool,
+    #[command(flatten)]
+    pub transport: TransportArgs,
     /// Output format: text, json or csv.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -97,6 +85,101 @@ pub struct CompareArgs {
     /// Same as --format csv.
     #[arg(long, conflicts_with = "format")]
     pub csv: bool,
+}
+
+/// Where the server is and how to reach it (a client's and `compare`'s).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TargetArgs {
+    /// Run as a client of the server at HOST.
+    #[arg(short = 'c', long, value_name = "HOST", help_heading = "Mode")]
+    pub client: Option<String>,
+
+    /// Run against an in-process server on 127.0.0.1 (one command, a real test).
+    #[arg(long, help_heading = "Mode")]
+    pub loopback: bool,
+
+    /// Control port: the server listens on it, the client connects to it.
+    #[arg(short = 'p', long, default_value_t = DEFAULT_PORT, help_heading = "Connection")]
+    pub port: u16,
+
+    /// Local address to bind (server: listen address; client: source address).
+    #[arg(short = 'B', long, value_name = "ADDR", help_heading = "Connection")]
+    pub bind: Option<IpAddr>,
+
+    /// Use IPv4 only.
+    #[arg(
+        short = '4',
+        long = "ipv4",
+        conflicts_with = "ipv6",
+        help_heading = "Connection"
+    )]
+    pub ipv4: bool,
+
+    /// Use IPv6 only.
+    #[arg(short = '6', long = "ipv6", help_heading = "Connection")]
+    pub ipv6: bool,
+
+    /// Give up connecting after this long (client).
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = units::parse_duration,
+          help_heading = "Connection")]
+    pub connect_timeout: Duration,
+}
+
+/// The test a client asks for (`params::TestParams`; ranges are checked there).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TestArgs {
+    /// Number of parallel TCP streams, each on its own pinned thread (1-256).
+    #[arg(
+        short = 'P',
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Test"
+    )]
+    pub parallel: u32,
+
+    /// Block size of each write()/read(): 8192, 64k, 1M.
+    #[arg(short = 'l', long = "len", value_name = "SIZE", default_value = "128k",
+          value_parser = units::parse_size, help_heading = "Test")]
+    pub block: u64,
+
+    /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
+    #[arg(short = 'w', long, value_name = "SIZE", value_parser = units::parse_size,
+          help_heading = "Test")]
+    pub window: Option<u64>,
+
+    /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE to exceed net.core.{w,r}mem_max (needs CAP_NET_ADMIN).
+    #[arg(long, requires = "window", help_heading = "Test")]
+    pub force_window: bool,
+
+    /// Test duration in seconds (after the omitted seconds of -O).
+    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "10",
+          value_parser = units::parse_duration, help_heading = "Test")]
+    pub duration: Duration,
+
+    /// Reporting interval in seconds [default: 1, or -t when shorter].
+    #[arg(short = 'i', long, value_name = "SECS", value_parser = units::parse_duration,
+          help_heading = "Test")]
+    pub interval: Option<Duration>,
+
+    /// Run the first SECS before -t and leave them out of the totals (slow start, as
+    /// iperf3's -O); their rows are shown, marked omitted.
+    #[arg(short = 'O', long, value_name = "SECS", default_value = "0",
+          value_parser = units::parse_duration, help_heading = "Test")]
+    pub omit: Duration,
+}
+
+/// How the data connections behave (a client's and `compare`'s).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TransportArgs {
+    /// Congestion control for the data connections (cubic, bbr, reno; see
+    /// /proc/sys/net/ipv4/tcp_available_congestion_control). Default: the system's.
+    #[arg(short = 'C', long, value_name = "ALGO", help_heading = "Test")]
+    pub congestion: Option<String>,
+
+    /// Do not echo block headers: no block RTT, kernel RTT only.
+    #[arg(long, help_heading = "Test")]
+    pub no_echo: bool,
 }
 
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
@@ -123,75 +206,15 @@ pub struct Args {
     #[arg(short = 's', long, help_heading = "Mode")]
     pub server: bool,
 
-    /// Run as a client of the server at HOST.
-    #[arg(short = 'c', long, value_name = "HOST", help_heading = "Mode")]
-    pub client: Option<String>,
-
-    /// Run a client against an in-process server on 127.0.0.1 (one command, a real test).
-    #[arg(long, help_heading = "Mode")]
-    pub loopback: bool,
-
-    // ---- connection ----
-    /// Control port: the server listens on it, the client connects to it.
-    #[arg(short = 'p', long, default_value_t = DEFAULT_PORT, help_heading = "Connection")]
-    pub port: u16,
-
-    /// Local address to bind (server: listen address; client: source address).
-    #[arg(short = 'B', long, value_name = "ADDR", help_heading = "Connection")]
-    pub bind: Option<IpAddr>,
-
-    /// Use IPv4 only.
-    #[arg(
-        short = '4',
-        long = "ipv4",
-        conflicts_with = "ipv6",
-        help_heading = "Connection"
-    )]
-    pub ipv4: bool,
-
-    /// Use IPv6 only.
-    #[arg(short = '6', long = "ipv6", help_heading = "Connection")]
-    pub ipv6: bool,
-
-    /// Give up connecting after this long (client).
-    #[arg(long, value_name = "SECS", default_value = "5", value_parser = units::parse_duration,
-          help_heading = "Connection")]
-    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     // ---- test ----
-    /// Number of parallel TCP streams, each on its own pinned thread (1-256).
-    #[arg(
-        short = 'P',
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        help_heading = "Test"
-    )]
-    pub parallel: u32,
+    #[command(flatten)]
+    pub test: TestArgs,
 
-    /// Block size of each write()/read(): 8192, 64k, 1M.
-    #[arg(short = 'l', long = "len", value_name = "SIZE", default_value = "128k",
-          value_parser = units::parse_size, help_heading = "Test")]
-    pub block: u64,
-
-    /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
-    #[arg(short = 'w', long, value_name = "SIZE", value_parser = units::parse_size,
-          help_heading = "Test")]
-    pub window: Option<u64>,
-
-    /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE to exceed net.core.{w,r}mem_max (needs CAP_NET_ADMIN).
-    #[arg(long, requires = "window", help_heading = "Test")]
-    pub force_window: bool,
-
-    /// Test duration in seconds.
-    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "10",
-          value_parser = units::parse_duration, help_heading = "Test")]
-    pub duration: Duration,
-
-    /// Reporting interval in seconds.
-    #[arg(short = 'i', long, value_name = "SECS", default_value = "1",
-          value_parser = units::parse_duration, help_heading = "Test")]
-    pub interval: Duration,
+    #[command(flatten)]
+    pub transport: TransportArgs,
 
     /// CPU pinning: auto (spread streams over allowed cores), none, or a CPU list for the
     /// local streams, optionally "/" and one for the server's: 0,1 or 0-3/4-7.
@@ -220,11 +243,6 @@ pub struct Args {
     #[arg(long, conflicts_with = "format", help_heading = "Output")]
     pub csv: bool,
 
-    /// Congestion control for the data connections (cubic, bbr, reno; see
-    /// /proc/sys/net/ipv4/tcp_available_congestion_control). Default: the system's.
-    #[arg(short = 'C', long, value_name = "ALGO", help_heading = "Test")]
-    pub congestion: Option<String>,
-
     /// Print each core's busy/softirq share per interval (the end of the test always
     /// reports CPU).
     #[arg(long, help_heading = "Output")]
@@ -233,10 +251,6 @@ pub struct Args {
     /// Sender engine: threads (one pinned thread per stream) or single (one thread, poll()).
     #[arg(long, value_enum, default_value = "threads", help_heading = "Test")]
     pub engine: Engine,
-
-    /// Do not echo block headers: no block RTT, kernel RTT only.
-    #[arg(long, help_heading = "Test")]
-    pub no_echo: bool,
 
     // ---- server ----
     /// Serve one test, then exit.

@@ -14,16 +14,12 @@ use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net;
 use crate::pin::{self, Affinity};
-use crate::protocol::{
-    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE, TestParams,
-};
+use crate::protocol::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
 use crate::stream::{StreamSet, StreamSocks, sender, single, spawn_named};
-
-const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs one test as configured; prints the report on stdout (and, in the machine formats,
 /// a failure too: `-J` prints what it has with an `error` field, as iperf3 -J does).
@@ -44,36 +40,36 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
 }
 
 fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> Result<Summary> {
-    let n = cfg.streams as usize;
+    let n = cfg.test.streams as usize;
     let allowed = pin::allowed_cpus();
     let local_plan =
         pin::plan(&cfg.affinity, n, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
 
-    let addrs = if cfg.loopback {
+    let addrs = if cfg.target.loopback {
         vec![start_loopback_server(&cfg)?]
     } else {
-        let host = cfg.host.as_deref().unwrap_or("localhost");
-        net::resolve(host, cfg.port, cfg.family)?
+        let host = cfg.target.host.as_deref().unwrap_or("localhost");
+        net::resolve(host, cfg.target.port, cfg.target.family)?
     };
 
     let (mut stream, _) = net::connect(
         &addrs,
-        cfg.bind,
+        cfg.target.bind,
         &net::SocketOpts::default(),
-        cfg.connect_timeout,
+        cfg.target.connect_timeout,
     )?;
     stream
         .set_nodelay(true)
         .op(|| "set TCP_NODELAY on the control connection".into())?;
     let peer = stream.peer_addr().op(|| "read server address".into())?;
     let local = stream.local_addr().op(|| "read local address".into())?;
-    protocol::exchange_preamble(&mut stream, peer, PHASE_TIMEOUT)?;
+    protocol::exchange_preamble(&mut stream, peer, timeouts::HANDSHAKE)?;
     let ctl = Control::new(stream, peer)?;
     // Both ends on this host with auto plans: stream i's sender and receiver share core i,
     // which bench-scripts/placement.sh measured fastest here; say so in the header.
     let placement_note = (peer.ip().is_loopback()
         && cfg.affinity == Affinity::Auto
-        && cfg.remote_affinity.is_none()
+        && cfg.test.pin.is_none()
         && allowed.len() > 1)
         .then(|| {
             format!(
@@ -87,23 +83,13 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         version: PROTOCOL_VERSION,
         software: SOFTWARE.into(),
     })?;
-    let remote_software = match ctl.recv(PHASE_TIMEOUT)? {
+    let remote_software = match ctl.recv(timeouts::HANDSHAKE)? {
         ControlMsg::Welcome { software, .. } => software,
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "welcome", &other)),
     };
-    ctl.send(&ControlMsg::Params(TestParams {
-        streams: cfg.streams,
-        block_bytes: cfg.block_bytes,
-        window_bytes: cfg.window_bytes,
-        force_window: cfg.force_window,
-        duration_us: cfg.duration.as_micros() as u64,
-        interval_us: cfg.interval.as_micros() as u64,
-        congestion: cfg.congestion.clone(),
-        pin: cfg.remote_affinity.clone(),
-        echo: cfg.echo,
-    }))?;
-    let accept = match ctl.recv(PHASE_TIMEOUT)? {
+    ctl.send(&ControlMsg::Params(cfg.test.clone()))?;
+    let accept = match ctl.recv(timeouts::HANDSHAKE)? {
         ControlMsg::Accept(a) => a,
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "accept", &other)),
@@ -118,9 +104,9 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     // Data connections, window set before connect().
     let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
     let opts = net::SocketOpts {
-        window: cfg.window_bytes,
-        force_window: cfg.force_window,
-        congestion: cfg.congestion.clone(),
+        window: cfg.test.window_bytes,
+        force_window: cfg.test.force_window,
+        congestion: cfg.test.congestion.clone(),
     };
     let hello = |stream: usize, echo: bool| {
         DataHello {
@@ -133,17 +119,22 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     let mut socks = Vec::with_capacity(n);
     let mut local_window = None;
     for id in 0..n {
-        let (mut data, grant) = net::connect(&[data_addr], cfg.bind, &opts, cfg.connect_timeout)
-            .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
+        let (mut data, grant) = net::connect(
+            &[data_addr],
+            cfg.target.bind,
+            &opts,
+            cfg.target.connect_timeout,
+        )
+        .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
         data.write_all(&hello(id, false))
             .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
         local_window.get_or_insert(grant);
-        let echo = if cfg.echo {
+        let echo = if cfg.test.echo {
             let (mut echo, _) = net::connect(
                 &[data_addr],
-                cfg.bind,
+                cfg.target.bind,
                 &net::SocketOpts::default(),
-                cfg.connect_timeout,
+                cfg.target.connect_timeout,
             )
             .map_err(|e| Error::Test(format!("stream-{id} echo connection: {e}")))?;
             echo.write_all(&hello(id, true))
@@ -163,27 +154,27 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         local: local.to_string(),
         remote: peer.to_string(),
         remote_software,
-        streams: cfg.streams,
-        block_bytes: cfg.block_bytes,
+        streams: cfg.test.streams,
+        block_bytes: cfg.test.block_bytes,
         local_window,
         remote_window: accept.window.clone(),
         path: net::path_info(&socks[0].data),
         local_pin: local_plan.clone(),
         remote_pin: accept.pin_plan.clone(),
         placement_note,
-        duration_s: cfg.duration.as_secs_f64(),
-        interval_s: cfg.interval.as_secs_f64(),
-        echo: cfg.echo,
+        duration_s: cfg.test.duration().as_secs_f64(),
+        interval_s: cfg.test.interval().as_secs_f64(),
+        echo: cfg.test.echo,
         congestion,
         same_host: peer.ip().is_loopback(),
-        same_process: cfg.loopback || cfg.same_process,
+        same_process: cfg.target.loopback || cfg.same_process,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
     };
 
     // Threads: pinned senders and the reporter.
-    let duration = cfg.duration;
-    let block = cfg.block_bytes as usize;
+    let duration = cfg.test.duration();
+    let block = cfg.test.block_bytes as usize;
     let (streams, rx, free_tx) = match cfg.engine {
         Engine::Threads => StreamSet::spawn(socks, &local_plan, block, move |ctx, sock| {
             sender::run(ctx, sock, duration)
@@ -195,7 +186,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         }
     };
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
-    let cutter = IntervalCutter::new(n, cfg.duration, cfg.interval);
+    let cutter = IntervalCutter::for_test(n, &cfg.test);
     let out = out.take().expect("the formatter is handed to one reporter");
     let reporter = spawn_named("reporter".into(), move || {
         report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out)
@@ -203,7 +194,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 
     // Start when the server says so, then relay its rows until its totals arrive.
     let mut marks = None; // CPU and kernel counters from the start, once it started
-    let mut failure = match ctl.recv(PHASE_TIMEOUT) {
+    let mut failure = match ctl.recv(timeouts::HANDSHAKE) {
         Ok(ControlMsg::Start) => None,
         Ok(other) => Some(unexpected(peer, "start", &other)),
         Err(e) => Some(e),
@@ -213,7 +204,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         let cpu = CpuMark::now();
         let t0 = Instant::now();
         streams.start(t0);
-        let row_timeout = cfg.interval * 2 + Duration::from_secs(60);
+        let row_timeout = cfg.test.interval() * 2 + Duration::from_secs(60);
         let mut last_msg = Instant::now();
         failure = loop {
             let msg = match ctl.poll(Duration::from_secs(1)) {

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::choices::Engine;
 use crate::choices::Format;
-use crate::cli::CompareArgs;
-use crate::config::{self, ClientConfig};
+use crate::cli::{CompareArgs, TestArgs};
+use crate::config::{self, ClientConfig, Target};
 use crate::error::{Error, Result};
-use crate::net::Family;
+
 use crate::pin::Affinity;
 use crate::report::Formatter;
 use crate::report::model::{Header, IntervalReport, Summary};
@@ -145,16 +145,13 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
     )?;
     let mut out = Vec::new();
     for &block in &blocks {
-        config::validate_block(block)?;
         for &n in &streams {
-            let n = config::validate_streams(u32::try_from(n).unwrap_or(u32::MAX))?;
             for &window in &windows {
-                config::validate_window(window)?;
                 for pin in &pins {
                     for &engine in &engines {
                         out.push(Point {
                             block_bytes: block,
-                            streams: n,
+                            streams: u16::try_from(n).unwrap_or(u16::MAX),
                             window_bytes: window,
                             pin: pin.clone(),
                             engine,
@@ -171,6 +168,33 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
         )));
     }
     Ok(out)
+}
+
+/// The client configuration of one point: the axes, and the flags shared by every run.
+fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfig> {
+    let pin = if p.pin == "none" {
+        Affinity::None
+    } else {
+        Affinity::Auto
+    };
+    let test = TestArgs {
+        parallel: u32::from(p.streams),
+        block: p.block_bytes,
+        window: p.window_bytes,
+        force_window: false,
+        duration: a.duration,
+        interval: Some(a.duration),
+        omit: a.omit,
+    };
+    let params = config::test_params(&test, &a.transport, Some(pin.clone()));
+    let mut cfg = ClientConfig::new(target.clone(), params, pin).map_err(|e| {
+        Error::Usage(format!(
+            "compare --blocks {} --streams {} --windows {}: {e}",
+            a.blocks, a.streams, a.windows
+        ))
+    })?;
+    cfg.engine = p.engine;
+    Ok(cfg)
 }
 
 /// Discards a run's own report: compare prints its table instead.
@@ -270,11 +294,14 @@ fn csv_row(r: &CompareRow) -> String {
 
 /// Runs the comparison; prints text and CSV rows as they complete, JSON at the end.
 pub(crate) fn run(a: &CompareArgs) -> Result<()> {
-    config::validate_times(a.duration, a.duration)?;
-    if let Some(name) = &a.congestion {
-        crate::net::check_congestion(name)?;
-    }
     let matrix = points(a)?;
+    // Every configuration through the one constructor, so each is checked as a single
+    // test would be before the first one runs.
+    let target = Target::from_args(&a.target)?;
+    let configs = matrix
+        .iter()
+        .map(|p| config_for(a, &target, p))
+        .collect::<Result<Vec<_>>>()?;
     let format = match (a.json, a.csv) {
         (true, _) => Format::Json,
         (_, true) => Format::Csv,
@@ -285,13 +312,13 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
             "compare --format: use text, json or csv".into(),
         ));
     }
-    let (host, port, same_process) = match (&a.client, a.loopback) {
+    let (host, port, same_process) = match (&a.target.client, a.target.loopback) {
         (Some(_), true) | (None, false) => {
             return Err(Error::Usage(
                 "compare: give exactly one of -c HOST and --loopback".into(),
             ));
         }
-        (Some(h), false) => (h.clone(), a.port, false),
+        (Some(h), false) => (h.clone(), a.target.port, false),
         (None, true) => (
             "127.0.0.1".to_string(),
             Server::spawn_local(false, Affinity::Auto)?.port(),
@@ -329,37 +356,14 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     }
     out.flush().map_err(io_err)?;
     let mut rows = Vec::with_capacity(matrix.len());
-    for (i, point) in matrix.into_iter().enumerate() {
+    for (i, (point, mut cfg)) in matrix.into_iter().zip(configs).enumerate() {
         if i > 0 {
             std::thread::sleep(a.settle);
         }
-        let pin = if point.pin == "none" {
-            Affinity::None
-        } else {
-            Affinity::Auto
-        };
-        let cfg = ClientConfig {
-            host: Some(host.clone()),
-            port,
-            bind: None,
-            family: Family::Any,
-            connect_timeout: a.connect_timeout,
-            streams: point.streams,
-            block_bytes: point.block_bytes,
-            window_bytes: point.window_bytes,
-            force_window: false,
-            duration: a.duration,
-            interval: a.duration,
-            remote_affinity: Some(pin.clone()),
-            affinity: pin,
-            loopback: false,
-            echo: !a.no_echo,
-            format: Format::Text,
-            congestion: a.congestion.clone(),
-            cpu_intervals: false,
-            engine: point.engine,
-            same_process,
-        };
+        cfg.target.host = Some(host.clone());
+        cfg.target.port = port;
+        cfg.target.loopback = false;
+        cfg.same_process = same_process;
         let r = row(point, crate::client::run_with(cfg, Box::new(Quiet)));
         match format {
             Format::Text => writeln!(out, "{}", text_row(&r)).map_err(io_err)?,

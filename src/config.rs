@@ -1,24 +1,18 @@
-//! Turns parsed [`Args`] into a validated [`Mode`]: one `validate_*` per rule, each error
-//! naming the flag, the value and the allowed range. Nothing downstream re-checks these.
+//! Turns parsed [`Args`] into a validated [`Mode`]. The test's own parameters are checked
+//! by [`TestParams::validate`] (the rule the server applies too); this module checks only
+//! what is local: the mode, the address family, pinning, the server's limits. Every
+//! client configuration, the CLI's, `compare`'s and the lab's, is built by
+//! [`ClientConfig::new`].
 
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::choices::Engine;
-use crate::choices::Format;
-use crate::cli::Args;
+use crate::choices::{Engine, Format};
+use crate::cli::{Args, TargetArgs, TestArgs, TransportArgs};
 use crate::error::{Error, Result};
 use crate::net::Family;
+use crate::params::{Limits, MIN_INTERVAL, TestParams};
 use crate::pin::Affinity;
-use crate::units::format_size;
-
-/// Most streams a client may run (`-P`).
-pub const MAX_STREAMS: u32 = 256;
-/// Smallest and largest block (`-l`).
-pub const MIN_BLOCK: u64 = 64;
-pub const MAX_BLOCK: u64 = 64 << 20;
-/// Shortest reporting interval (`-i`).
-pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What this invocation does.
 #[derive(Debug)]
@@ -27,43 +21,98 @@ pub enum Mode {
     Client(ClientConfig),
 }
 
-/// The test a client asks for; sent to the server (as `TestParams`) and used locally.
+/// Where the server is: `host` and `port`, or an in-process server with `loopback`.
 #[derive(Debug, Clone)]
-pub struct ClientConfig {
+pub struct Target {
     /// Server host; `None` with `loopback`.
     pub host: Option<String>,
     pub port: u16,
     pub bind: Option<IpAddr>,
     pub family: Family,
     pub connect_timeout: Duration,
-    pub streams: u16,
-    pub block_bytes: u64,
-    pub window_bytes: Option<u64>,
-    pub force_window: bool,
-    pub duration: Duration,
-    pub interval: Duration,
-    pub affinity: Affinity,
-    pub remote_affinity: Option<Affinity>,
     pub loopback: bool,
-    /// Block-header echoes for block RTT (off with `--no-echo`).
-    pub echo: bool,
+}
+
+impl Target {
+    /// Checks `-c`/`--loopback`/`-B`/`-4`/`-6` together.
+    pub fn from_args(a: &TargetArgs) -> Result<Target> {
+        if a.loopback && a.client.is_some() {
+            return Err(usage("-c and --loopback exclude each other: choose one"));
+        }
+        if a.loopback && a.bind.is_some() {
+            return Err(usage("-B: --loopback always uses 127.0.0.1; drop -B"));
+        }
+        if a.loopback && a.ipv6 {
+            return Err(usage(
+                "-6: --loopback runs on 127.0.0.1; use -c ::1 against a server for IPv6",
+            ));
+        }
+        Ok(Target {
+            host: a.client.clone(),
+            port: a.port,
+            bind: a.bind,
+            family: family(a),
+            connect_timeout: a.connect_timeout,
+            loopback: a.loopback,
+        })
+    }
+}
+
+/// A client's test: the parameters sent to the server and what stays local.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub target: Target,
+    /// What the server is asked for (validated against [`Limits::PROTOCOL`]).
+    pub test: TestParams,
+    /// `-A`: the local streams' pinning.
+    pub affinity: Affinity,
     pub format: Format,
-    /// `-C`: congestion control algorithm for the data connections.
-    pub congestion: Option<String>,
     /// `--cpu`: a per-core CPU line per interval.
     pub cpu_intervals: bool,
     /// `--engine`.
     pub engine: Engine,
-    /// The server runs in this process (set by `compare --loopback`): CPU counted once.
+    /// The server runs in this process (`--loopback`, `compare --loopback`, the lab): CPU
+    /// is counted once.
     pub same_process: bool,
 }
 
-/// Server limits a client cannot exceed.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_streams: u32,
-    pub max_window_bytes: u64,
-    pub max_duration: Duration,
+impl ClientConfig {
+    /// The one constructor: validates `test` as the server will, and that `-C` exists
+    /// here, so a typo is a usage error before any connection. Output defaults to text.
+    pub fn new(target: Target, test: TestParams, affinity: Affinity) -> Result<ClientConfig> {
+        test.validate(&Limits::PROTOCOL).map_err(Error::Usage)?;
+        if let Some(name) = &test.congestion {
+            crate::net::check_congestion(name)?;
+        }
+        Ok(ClientConfig {
+            same_process: target.loopback,
+            target,
+            test,
+            affinity,
+            format: Format::Text,
+            cpu_intervals: false,
+            engine: Engine::Threads,
+        })
+    }
+}
+
+/// Builds the test parameters from the flags (ranges are checked by `validate`).
+pub fn test_params(t: &TestArgs, x: &TransportArgs, remote: Option<Affinity>) -> TestParams {
+    TestParams {
+        streams: u16::try_from(t.parallel).unwrap_or(u16::MAX),
+        block_bytes: t.block,
+        window_bytes: t.window,
+        force_window: t.force_window,
+        duration_us: t.duration.as_micros() as u64,
+        interval_us: t
+            .interval
+            .unwrap_or(t.duration.min(Duration::from_secs(1)))
+            .as_micros() as u64,
+        omit_us: t.omit.as_micros() as u64,
+        congestion: x.congestion.clone(),
+        pin: remote,
+        echo: !x.no_echo,
+    }
 }
 
 /// How the server listens and what it allows.
@@ -80,9 +129,39 @@ pub struct ServerConfig {
     pub quiet: bool,
 }
 
+impl ServerConfig {
+    /// A quiet server inside this process (`--loopback`, `compare --loopback`, the lab) on
+    /// `bind` and an ephemeral port, with the protocol's limits.
+    pub fn in_process(bind: IpAddr, one_off: bool, affinity: Affinity) -> ServerConfig {
+        ServerConfig {
+            bind: Some(bind),
+            port: 0,
+            family: if bind.is_ipv6() {
+                Family::V6
+            } else {
+                Family::V4
+            },
+            one_off,
+            limits: Limits::PROTOCOL,
+            data_port: None,
+            affinity,
+            quiet: true,
+        }
+    }
+}
+
+fn family(a: &TargetArgs) -> Family {
+    match (a.ipv4, a.ipv6) {
+        (true, _) => Family::V4,
+        (_, true) => Family::V6,
+        _ => Family::Any,
+    }
+}
+
 /// Validates the arguments and decides the mode.
 pub fn from_args(args: &Args) -> Result<Mode> {
-    let modes = [args.server, args.client.is_some(), args.loopback];
+    let t = &args.target;
+    let modes = [args.server, t.client.is_some(), t.loopback];
     match modes.iter().filter(|m| **m).count() {
         0 => {
             return Err(usage(
@@ -96,69 +175,48 @@ pub fn from_args(args: &Args) -> Result<Mode> {
             ));
         }
     }
-    let family = match (args.ipv4, args.ipv6) {
-        (true, _) => Family::V4,
-        (_, true) => Family::V6,
-        _ => Family::Any,
-    };
     let (local_plan, remote_plan) = crate::pin::parse_plan(&args.affinity).map_err(usage)?;
     if args.server {
         if remote_plan.is_some() {
             return Err(usage("-A: a server takes one CPU list, not LOCAL/REMOTE"));
         }
-        validate_server_limits(args)?;
-        return Ok(Mode::Server(ServerConfig {
-            bind: args.bind,
-            port: args.port,
-            family,
-            one_off: args.one_off,
-            limits: Limits {
-                max_streams: args.max_streams,
-                max_window_bytes: args.max_window,
-                max_duration: args.max_duration,
-            },
-            data_port: args.data_port,
-            affinity: local_plan,
-            quiet: false,
-        }));
+        return Ok(Mode::Server(server_config(args, local_plan)?));
     }
-    let streams = validate_streams(args.parallel)?;
-    validate_block(args.block)?;
-    validate_window(args.window)?;
-    validate_times(args.duration, args.interval)?;
-    if let Some(name) = &args.congestion {
-        crate::net::check_congestion(name)?;
+    let target = Target::from_args(t)?;
+    let test = test_params(&args.test, &args.transport, remote_plan);
+    let mut cfg = ClientConfig::new(target, test, local_plan)?;
+    cfg.format = output_format(args);
+    cfg.cpu_intervals = args.cpu;
+    cfg.engine = args.engine;
+    Ok(Mode::Client(cfg))
+}
+
+fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
+    let max = Limits::PROTOCOL;
+    if !(1..=max.max_streams).contains(&args.max_streams) {
+        return Err(usage(format!(
+            "--max-streams {}: must be 1 to {}",
+            args.max_streams, max.max_streams
+        )));
     }
-    if args.loopback && args.client.is_none() && args.bind.is_some() {
-        return Err(usage("-B: --loopback always uses 127.0.0.1; drop -B"));
+    if args.max_duration < MIN_INTERVAL {
+        return Err(usage("--max-duration: must be at least 0.1 seconds"));
     }
-    if args.loopback && args.ipv6 {
-        return Err(usage(
-            "-6: --loopback runs on 127.0.0.1; use -c ::1 against a server for IPv6",
-        ));
-    }
-    Ok(Mode::Client(ClientConfig {
-        host: args.client.clone(),
-        port: args.port,
-        bind: args.bind,
-        family,
-        connect_timeout: args.connect_timeout,
-        streams,
-        block_bytes: args.block,
-        window_bytes: args.window,
-        force_window: args.force_window,
-        duration: args.duration,
-        interval: args.interval,
-        affinity: local_plan,
-        remote_affinity: remote_plan,
-        loopback: args.loopback,
-        echo: !args.no_echo,
-        format: output_format(args),
-        congestion: args.congestion.clone(),
-        cpu_intervals: args.cpu,
-        engine: args.engine,
-        same_process: false,
-    }))
+    Ok(ServerConfig {
+        bind: args.target.bind,
+        port: args.target.port,
+        family: family(&args.target),
+        one_off: args.one_off,
+        limits: Limits {
+            max_streams: args.max_streams,
+            max_window_bytes: args.max_window,
+            max_duration: args.max_duration,
+            server: true,
+        },
+        data_port: args.data_port,
+        affinity,
+        quiet: false,
+    })
 }
 
 /// `--format`, or the shortcut flags (clap rejects more than one).
@@ -169,82 +227,6 @@ fn output_format(args: &Args) -> Format {
         (_, _, true) => Format::Csv,
         _ => args.format,
     }
-}
-
-pub(crate) fn validate_streams(parallel: u32) -> Result<u16> {
-    if !(1..=MAX_STREAMS).contains(&parallel) {
-        return Err(usage(format!(
-            "-P {parallel}: streams must be 1 to {MAX_STREAMS}"
-        )));
-    }
-    Ok(parallel as u16)
-}
-
-pub(crate) fn validate_block(block: u64) -> Result<()> {
-    if !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
-        return Err(usage(format!(
-            "-l {}: block size must be {} to {} bytes ({} to {})",
-            format_size(block),
-            MIN_BLOCK,
-            MAX_BLOCK,
-            format_size(MIN_BLOCK),
-            format_size(MAX_BLOCK)
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn validate_window(window: Option<u64>) -> Result<()> {
-    // The kernel takes an int and doubles it: anything above 1 GiB cannot be granted.
-    const MAX: u64 = 1 << 30;
-    match window {
-        Some(w) if !(1024..=MAX).contains(&w) => Err(usage(format!(
-            "-w {}: window must be 1k to 1G (the kernel stores twice the request in an int)",
-            format_size(w)
-        ))),
-        _ => Ok(()),
-    }
-}
-
-pub(crate) fn validate_times(duration: Duration, interval: Duration) -> Result<()> {
-    if duration < MIN_INTERVAL || duration > Duration::from_secs(86_400) {
-        return Err(usage(format!(
-            "-t {}: duration must be 0.1 to 86400 seconds",
-            duration.as_secs_f64()
-        )));
-    }
-    if interval < MIN_INTERVAL {
-        return Err(usage(format!(
-            "-i {}: interval must be at least {} seconds",
-            interval.as_secs_f64(),
-            MIN_INTERVAL.as_secs_f64()
-        )));
-    }
-    if interval > duration {
-        return Err(usage(format!(
-            "-i {}: interval must not exceed the duration (-t {})",
-            interval.as_secs_f64(),
-            duration.as_secs_f64()
-        )));
-    }
-    // Bound the number of rows a test can make (and what the server keeps per interval).
-    if duration.as_secs_f64() / interval.as_secs_f64() > 100_000.0 {
-        return Err(usage("-t/-i: more than 100000 intervals; use a longer -i"));
-    }
-    Ok(())
-}
-
-fn validate_server_limits(args: &Args) -> Result<()> {
-    if !(1..=MAX_STREAMS).contains(&args.max_streams) {
-        return Err(usage(format!(
-            "--max-streams {}: must be 1 to {MAX_STREAMS}",
-            args.max_streams
-        )));
-    }
-    if args.max_duration < MIN_INTERVAL {
-        return Err(usage("--max-duration: must be at least 0.1 seconds"));
-    }
-    Ok(())
 }
 
 fn usage(msg: impl Into<String>) -> Error {
@@ -335,10 +317,19 @@ mod tests {
             panic!("client expected");
         };
         assert_eq!(
-            (c.streams, c.block_bytes, c.window_bytes),
+            (c.test.streams, c.test.block_bytes, c.test.window_bytes),
             (4, 65536, Some(4 << 20))
         );
-        assert_eq!(c.duration, Duration::from_secs(3));
+        assert_eq!(c.test.duration(), Duration::from_secs(3));
+        assert_eq!(c.test.interval(), Duration::from_secs(1));
+        let Mode::Client(c) = parse(&["--loopback", "-t", "0.5"]).unwrap() else {
+            panic!("client expected");
+        };
+        assert_eq!(
+            c.test.interval(),
+            Duration::from_millis(500),
+            "-i defaults to min(1 s, -t)"
+        );
         assert_eq!(c.affinity, Affinity::Auto);
     }
 

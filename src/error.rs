@@ -18,6 +18,8 @@ pub enum Error {
     Protocol { peer: SocketAddr, what: String },
     /// The test ran but failed (a stream died, the peer vanished, a deadline passed).
     Test(String),
+    /// This part (a stream) stopped because the test was called off: never a cause.
+    Aborted(String),
 }
 
 /// Result alias used throughout the crate.
@@ -51,6 +53,7 @@ impl fmt::Display for Error {
             }
             Error::Protocol { peer, what } => write!(f, "protocol error with {peer}: {what}"),
             Error::Test(msg) => write!(f, "{msg}"),
+            Error::Aborted(who) => write!(f, "{who}: stopped because the test was aborted"),
         }
     }
 }

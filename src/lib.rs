@@ -17,12 +17,14 @@ pub(crate) mod kstat;
 pub(crate) mod lab;
 pub(crate) mod net;
 pub(crate) mod netinfo;
+pub(crate) mod params;
 pub(crate) mod pin;
 pub mod protocol;
 pub mod report;
 pub(crate) mod server;
 pub mod stream;
 pub(crate) mod sys;
+pub(crate) mod timeouts;
 pub(crate) mod units;
 
 use clap::Parser;

@@ -12,17 +12,19 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::config::{self, Limits, ServerConfig};
+use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net;
 use crate::pin;
 use crate::protocol::{
-    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, SOFTWARE,
-    TestParams,
+    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, ReceiverRow,
+    SOFTWARE,
 };
-use crate::report::{self, interval::IntervalCutter};
-use crate::stream::{StreamSet, StreamSocks, receiver, spawn_named};
+use crate::report::interval::IntervalCutter;
+use crate::stream::{Batch, StreamSet, StreamSocks, receiver, spawn_named};
+use crossbeam_channel::{Receiver, Sender};
+use crate::timeouts;
 use crate::units::format_size;
 
 /// Server log lines go to stderr, except for the in-process `--loopback` server.
@@ -34,8 +36,6 @@ macro_rules! log {
     };
 }
 
-/// Time allowed for each handshake step.
-const PHASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most concurrent "busy" answers (and, separately, clients waiting for a finishing test);
 /// connections beyond it are closed without one.
 const MAX_REFUSERS: usize = 16;
@@ -67,20 +67,11 @@ impl Server {
     /// process, for `--loopback` (one test) and `compare --loopback` (many). The thread is
     /// not joined: its failures reach the client over the control connection.
     pub fn spawn_local(one_off: bool, affinity: crate::pin::Affinity) -> Result<SocketAddr> {
-        let server = Server::bind(ServerConfig {
-            bind: Some(std::net::Ipv4Addr::LOCALHOST.into()),
-            port: 0,
-            family: crate::net::Family::V4,
+        let server = Server::bind(ServerConfig::in_process(
+            std::net::Ipv4Addr::LOCALHOST.into(),
             one_off,
-            limits: Limits {
-                max_streams: config::MAX_STREAMS,
-                max_window_bytes: 1 << 30,
-                max_duration: Duration::from_secs(86_400),
-            },
-            data_port: None,
             affinity,
-            quiet: true,
-        })?;
+        ))?;
         let addr = server.local_addr()?;
         spawn_named("server".into(), move || server.run())?;
         Ok(addr)
@@ -128,7 +119,7 @@ impl Server {
             let waiters2 = Arc::clone(&waiters);
             let control = spawn_named("control".into(), move || {
                 if !taken {
-                    let got = slot2.wait_take(Duration::from_secs(3));
+                    let got = slot2.wait_take(timeouts::FINISHING);
                     waiters2.fetch_sub(1, Ordering::AcqRel);
                     if !got {
                         refuse_busy(stream, peer, &refusers2, cfg2.quiet);
@@ -243,57 +234,10 @@ fn refuse_busy(mut stream: TcpStream, peer: SocketAddr, refusers: &Arc<AtomicUsi
     }
 }
 
-/// Checks a client's parameters against the server's limits and the protocol's ranges.
-/// The reason names the limit and its flag.
-pub fn check_params(p: &TestParams, limits: &Limits) -> std::result::Result<(), String> {
-    if p.streams == 0 || u32::from(p.streams) > limits.max_streams {
-        return Err(format!(
-            "{} streams requested; this server allows 1 to {} (--max-streams)",
-            p.streams, limits.max_streams
-        ));
-    }
-    if let Some(w) = p.window_bytes
-        && (w > limits.max_window_bytes || w == 0)
-    {
-        return Err(format!(
-            "window {} requested; this server allows up to {} (--max-window)",
-            format_size(w),
-            format_size(limits.max_window_bytes)
-        ));
-    }
-    let duration = Duration::from_micros(p.duration_us);
-    if duration > limits.max_duration || duration < config::MIN_INTERVAL {
-        return Err(format!(
-            "duration {} s requested; this server allows 0.1 to {} s (--max-duration)",
-            duration.as_secs_f64(),
-            limits.max_duration.as_secs_f64()
-        ));
-    }
-    if !(config::MIN_BLOCK..=config::MAX_BLOCK).contains(&p.block_bytes) {
-        return Err(format!(
-            "block size {} bytes is outside {} to {}",
-            p.block_bytes,
-            config::MIN_BLOCK,
-            config::MAX_BLOCK
-        ));
-    }
-    let interval = Duration::from_micros(p.interval_us);
-    if interval < config::MIN_INTERVAL
-        || interval > duration
-        || p.duration_us / p.interval_us.max(1) > 100_000
-    {
-        return Err(format!(
-            "reporting interval {} s is not allowed",
-            interval.as_secs_f64()
-        ));
-    }
-    Ok(())
-}
-
 /// One test, on the `control` thread.
 fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, slot: &Slot) -> Result<()> {
     let _ = stream.set_nodelay(true);
-    if let Err(e) = protocol::exchange_preamble(&mut stream, peer, PHASE_TIMEOUT) {
+    if let Err(e) = protocol::exchange_preamble(&mut stream, peer, timeouts::HANDSHAKE) {
         log!(
             cfg.quiet,
             "pinperf: control connection from {peer} dropped: {e}"
@@ -335,7 +279,7 @@ fn run_test(
     slot: &Slot,
 ) -> Result<()> {
     let peer = ctl.peer;
-    match ctl.recv(PHASE_TIMEOUT)? {
+    match ctl.recv(timeouts::HANDSHAKE)? {
         ControlMsg::Hello { version, .. } if version == PROTOCOL_VERSION => {
             ctl.send(&ControlMsg::Welcome {
                 version: PROTOCOL_VERSION,
@@ -353,11 +297,13 @@ fn run_test(
         }
         other => return Err(unexpected(peer, "hello", &other)),
     }
-    let params = match ctl.recv(PHASE_TIMEOUT)? {
+    let params = match ctl.recv(timeouts::HANDSHAKE)? {
         ControlMsg::Params(p) => p,
         other => return Err(unexpected(peer, "params", &other)),
     };
-    check_params(&params, &cfg.limits).map_err(|reason| refuse(ctl, slot, reason))?;
+    params
+        .validate(&cfg.limits)
+        .map_err(|reason| refuse(ctl, slot, reason))?;
     let n = params.streams as usize;
     let allowed = pin::allowed_cpus();
     let plan = match &params.pin {
@@ -395,19 +341,17 @@ fn run_test(
     drop(data_listener);
     let path = net::path_info(&socks[0].data);
 
-    let duration = Duration::from_micros(params.duration_us);
-    let interval = Duration::from_micros(params.interval_us);
-    let give_up = duration + duration.max(Duration::from_secs(60));
+    let run_time = params.run_time();
     let (streams, rx, free_tx) = StreamSet::spawn(
         socks,
         &plan,
         params.block_bytes as usize,
-        move |ctx, sock| receiver::run(ctx, sock, give_up),
+        move |ctx, sock| receiver::run(ctx, sock, run_time),
     )?;
-    let cutter = IntervalCutter::new(n, duration, interval);
+    let cutter = IntervalCutter::for_test(n, &params);
     let ctl2 = Arc::clone(ctl);
     let reporter = spawn_named("reporter".into(), move || {
-        report::run_receiver_reporter(rx, free_tx, cutter, ctl2)
+        run_receiver_reporter(rx, free_tx, cutter, ctl2)
     })?;
 
     let cpu_mark = CpuMark::now();
@@ -415,10 +359,19 @@ fn run_test(
     streams.start(Instant::now());
     ctl.send(&ControlMsg::Start)?;
 
-    // Watch the control connection until every stream has ended.
+    // Watch the control connection and the streams until every stream has ended.
+    let t0 = Instant::now();
     let mut failure: Option<Error> = None;
     while !reporter.is_finished() {
         kernel_mark.sample();
+        if let Some(f) = streams.failure() {
+            failure = Some(Error::Test(format!(
+                "{} ({:.2} s into the test, on the server)",
+                f.error,
+                f.at.saturating_duration_since(t0).as_secs_f64()
+            )));
+            break;
+        }
         match ctl.poll(Duration::from_millis(100)) {
             Ok(None) => {}
             Ok(Some(ControlMsg::Bye)) => {}
@@ -462,8 +415,48 @@ fn run_test(
         crate::units::mbps(received, secs)
     );
     // The client says Bye once it has everything; don't hold the server long for it.
-    let _ = ctl.poll(Duration::from_secs(2));
+    let _ = ctl.poll(timeouts::GOODBYE);
     Ok(())
+}
+
+/// What the server's reporter found once every stream ended.
+#[derive(Debug, Clone)]
+struct ReceiverTotals {
+    bytes: Vec<u64>,
+    last_ns: u64,
+}
+
+/// The server's `reporter` thread: cuts receiver records into intervals and sends each as
+/// a `Row` the moment every stream has passed its end.
+fn run_receiver_reporter(
+    rx: Receiver<Batch>,
+    free: Sender<Batch>,
+    mut cutter: IntervalCutter,
+    control: Arc<Control>,
+) -> Result<ReceiverTotals> {
+    let send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
+        while let Some(iv) = cutter.pop_ready() {
+            control.send(&ControlMsg::Row(ReceiverRow {
+                index: iv.index,
+                begin_us: iv.begin_ns / 1000,
+                end_us: iv.end_ns / 1000,
+                bytes: iv.streams.iter().map(|s| s.bytes).collect(),
+            }))?;
+        }
+        Ok(())
+    };
+    for batch in rx {
+        cutter.add(&batch);
+        let _ = free.try_send(batch);
+        send_ready(&mut cutter)?;
+    }
+    // Every stream thread is gone: whatever is left closes now.
+    cutter.finish();
+    send_ready(&mut cutter)?;
+    Ok(ReceiverTotals {
+        bytes: cutter.totals().to_vec(),
+        last_ns: cutter.last_record_ns(),
+    })
 }
 
 fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
@@ -474,7 +467,7 @@ fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
 }
 
 /// Accepts the test's `n` data connections (and `n` echo connections with `echo`), each
-/// opening with the test's cookie, a stream id and its kind; anything else is closed. All must arrive within [`PHASE_TIMEOUT`].
+/// opening with the test's cookie, a stream id and its kind; anything else is closed. All must arrive within [`timeouts::HANDSHAKE`].
 fn accept_streams(
     listener: &TcpListener,
     peer: SocketAddr,
@@ -486,7 +479,7 @@ fn accept_streams(
     socket2::SockRef::from(listener)
         .set_read_timeout(Some(Duration::from_millis(200)))
         .op(|| "set accept timeout".into())?;
-    let deadline = Instant::now() + PHASE_TIMEOUT;
+    let deadline = Instant::now() + timeouts::HANDSHAKE;
     let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =
         (0..n).map(|_| (None, None)).collect();
     let mut arrived = 0;
@@ -495,7 +488,7 @@ fn accept_streams(
         if Instant::now() >= deadline {
             return Err(Error::Test(format!(
                 "only {arrived} of {expected} data and echo connections from {peer} arrived within {} s",
-                PHASE_TIMEOUT.as_secs()
+                timeouts::HANDSHAKE.as_secs()
             )));
         }
         let (mut sock, from) = match listener.accept() {
@@ -514,7 +507,7 @@ fn accept_streams(
             );
             continue;
         }
-        let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = sock.set_read_timeout(Some(timeouts::HANDSHAKE));
         let mut hello = [0u8; DataHello::LEN];
         if sock.read_exact(&mut hello).is_err() {
             continue;
@@ -540,56 +533,4 @@ fn accept_streams(
         .into_iter()
         .filter_map(|(data, echo)| data.map(|data| StreamSocks { data, echo }))
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn params() -> TestParams {
-        TestParams {
-            streams: 4,
-            block_bytes: 131072,
-            window_bytes: Some(4 << 20),
-            force_window: false,
-            duration_us: 3_000_000,
-            interval_us: 1_000_000,
-            pin: None,
-            congestion: None,
-            echo: true,
-        }
-    }
-
-    const LIMITS: Limits = Limits {
-        max_streams: 2,
-        max_window_bytes: 1 << 20,
-        max_duration: Duration::from_secs(10),
-    };
-
-    #[test]
-    fn limits_are_enforced_with_the_flag_named() {
-        let mut p = params();
-        assert_eq!(
-            check_params(&p, &LIMITS),
-            Err("4 streams requested; this server allows 1 to 2 (--max-streams)".into())
-        );
-        p.streams = 2;
-        assert_eq!(
-            check_params(&p, &LIMITS),
-            Err("window 4M requested; this server allows up to 1M (--max-window)".into())
-        );
-        p.window_bytes = None;
-        p.duration_us = 20_000_000;
-        assert_eq!(
-            check_params(&p, &LIMITS),
-            Err("duration 20 s requested; this server allows 0.1 to 10 s (--max-duration)".into())
-        );
-        p.duration_us = 3_000_000;
-        assert_eq!(check_params(&p, &LIMITS), Ok(()));
-        p.interval_us = 0;
-        assert!(check_params(&p, &LIMITS).is_err());
-        p.interval_us = 1_000_000;
-        p.block_bytes = 1;
-        assert!(check_params(&p, &LIMITS).is_err());
-    }
 }

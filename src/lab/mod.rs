@@ -27,9 +27,8 @@ use parking_lot::Mutex;
 
 use crate::choices::Format;
 use crate::cli::{Args, LabArgs};
-use crate::config::{self, ClientConfig, Limits, ServerConfig};
+use crate::config::{self, ClientConfig, ServerConfig};
 use crate::error::{Error, Result};
-use crate::net::Family;
 use crate::pin::{self, Affinity};
 use crate::server::Server;
 use crate::stream::spawn_named;
@@ -153,19 +152,20 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
             .trim_start_matches("error: ");
         Error::Usage(format!("client options after `--`: {first}"))
     })?;
-    if args.server || args.client.is_some() || args.loopback || args.command.is_some() {
+    if args.server || args.target.client.is_some() || args.target.loopback || args.command.is_some()
+    {
         return Err(Error::Usage(
             "pinperf lab runs its own server and client: leave -s, -c, --loopback and \
              subcommands out of the options after `--`"
                 .into(),
         ));
     }
-    if args.bind.is_some() || args.ipv6 {
+    if args.target.bind.is_some() || args.target.ipv6 {
         return Err(Error::Usage(
             "the lab path is IPv4 198.18.0.2 -> 198.18.0.1: leave -B and -6 out".into(),
         ));
     }
-    args.client = Some(SERVER_ADDR.to_string());
+    args.target.client = Some(SERVER_ADDR.to_string());
     match config::from_args(&args)? {
         config::Mode::Client(mut cfg) => {
             cfg.same_process = true;
@@ -338,20 +338,11 @@ fn serve_and_test(server: &Netns, client: &Netns, cfg: &mut ClientConfig) -> Res
         let bound = (|| {
             sys::enter_netns(server_file.as_fd())
                 .map_err(|e| Error::io("enter server netns", e))?;
-            let s = Server::bind(ServerConfig {
-                bind: Some(IpAddr::V4(SERVER_ADDR)),
-                port: 0,
-                family: Family::V4,
-                one_off: true,
-                limits: Limits {
-                    max_streams: config::MAX_STREAMS,
-                    max_window_bytes: 1 << 30,
-                    max_duration: Duration::from_secs(86_400),
-                },
-                data_port: None,
-                affinity: Affinity::Auto,
-                quiet: true,
-            })?;
+            let s = Server::bind(ServerConfig::in_process(
+                IpAddr::V4(SERVER_ADDR),
+                true,
+                Affinity::Auto,
+            ))?;
             let port = s.local_addr()?.port();
             Ok((s, port))
         })();
@@ -366,7 +357,7 @@ fn serve_and_test(server: &Netns, client: &Netns, cfg: &mut ClientConfig) -> Res
             }
         }
     })?;
-    cfg.port = rx
+    cfg.target.port = rx
         .recv_timeout(Duration::from_secs(5))
         .map_err(|_| Error::Test("the lab server did not start within 5 s".into()))??;
     let client_file = client
@@ -613,9 +604,9 @@ mod tests {
     #[test]
     fn client_options_after_the_separator_are_checked_before_anything_is_created() {
         let cfg = client_config(&lab_args(&["--", "-P", "8", "-w", "16M", "-t", "20"])).unwrap();
-        assert_eq!(cfg.streams, 8);
-        assert_eq!(cfg.window_bytes, Some(16 << 20));
-        assert_eq!(cfg.host.as_deref(), Some("198.18.0.1"));
+        assert_eq!(cfg.test.streams, 8);
+        assert_eq!(cfg.test.window_bytes, Some(16 << 20));
+        assert_eq!(cfg.target.host.as_deref(), Some("198.18.0.1"));
         let e = client_config(&lab_args(&["--", "-c", "10.0.0.1"])).unwrap_err();
         assert!(e.to_string().contains("leave -s, -c"), "{e}");
         let e = client_config(&lab_args(&["--", "-P", "x"])).unwrap_err();

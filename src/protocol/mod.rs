@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 use crate::cpu::CpuReport;
 use crate::error::{Error, Result};
 use crate::netinfo::{PathInfo, WindowGrant};
-use crate::pin::{Affinity, PinPlan};
+pub use crate::params::TestParams;
+use crate::pin::PinPlan;
+use crate::timeouts;
 
 /// Bumped on any incompatible change; a mismatch is refused with both versions named.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -29,24 +31,6 @@ pub const PREAMBLE: &[u8; 8] = b"pinperf\n";
 pub const MAX_FRAME: usize = 1 << 20;
 /// The software string sent in Hello/Welcome.
 pub const SOFTWARE: &str = concat!("pinperf ", env!("CARGO_PKG_VERSION"));
-
-/// What the client asks for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TestParams {
-    pub streams: u16,
-    pub block_bytes: u64,
-    pub window_bytes: Option<u64>,
-    pub force_window: bool,
-    pub duration_us: u64,
-    pub interval_us: u64,
-    /// `-C`: congestion control for the data connections (the receiver's matters only for
-    /// its echoes).
-    pub congestion: Option<String>,
-    /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
-    pub pin: Option<Affinity>,
-    /// Echo block headers for block RTT.
-    pub echo: bool,
-}
 
 /// The server's yes: where to connect the streams and what it set up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,7 +188,7 @@ impl Control {
             .try_clone()
             .map_err(|e| Error::io("clone control socket", e))?;
         writer
-            .set_write_timeout(Some(Duration::from_secs(10)))
+            .set_write_timeout(Some(timeouts::CONTROL_WRITE))
             .map_err(|e| Error::io("set control write timeout", e))?;
         Ok(Control {
             reader: Mutex::new(stream),
@@ -253,7 +237,7 @@ impl Control {
                 "{} closed the control connection",
                 self.peer
             ))),
-            Ok(_) => self.recv(Duration::from_secs(10)).map(Some),
+            Ok(_) => self.recv(timeouts::CONTROL_WRITE).map(Some),
             Err(e)
                 if matches!(
                     e.kind(),

@@ -97,6 +97,8 @@ pub struct StreamSlice {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClosedInterval {
     pub index: u32,
+    /// Inside `-O`'s omitted seconds: shown, left out of the totals.
+    pub omitted: bool,
     pub begin_ns: u64,
     pub end_ns: u64,
     pub streams: Vec<StreamSlice>,
@@ -104,8 +106,10 @@ pub struct ClosedInterval {
 
 /// Interval cutter for one side of a test.
 pub struct IntervalCutter {
-    interval_ns: u64,
-    duration_ns: u64,
+    /// Each interval's end, ns since the start; the last is the planned end of the test.
+    ends_ns: Vec<u64>,
+    /// Intervals `0..omitted` are inside `-O`'s omitted seconds.
+    omitted: u32,
     count: u32,
     first_open: u32,
     open: VecDeque<Vec<StreamAcc>>,
@@ -117,20 +121,22 @@ pub struct IntervalCutter {
 }
 
 impl IntervalCutter {
-    /// A cutter for `streams` streams over `duration` in steps of `interval`.
-    pub fn new(streams: usize, duration: Duration, interval: Duration) -> Self {
+    /// A cutter for `streams` streams: `omit` (which may be zero) then `duration`, each
+    /// cut in steps of `interval` from its own start, so no interval straddles the end of
+    /// the omitted part.
+    pub fn new(streams: usize, duration: Duration, interval: Duration, omit: Duration) -> Self {
         let interval_ns = (interval.as_nanos() as u64).max(1);
+        let mut ends_ns = Vec::new();
+        let omit_ns = omit.as_nanos() as u64;
+        Self::cut(&mut ends_ns, 0, omit_ns, interval_ns);
+        let omitted = ends_ns.len() as u32;
         let duration_ns = (duration.as_nanos() as u64).max(1);
-        // Intervals of `interval` from 0; a remainder shorter than 1 % of an interval is
-        // folded into the last one rather than making a sliver row.
-        let count = duration_ns
-            .saturating_sub(interval_ns / 100)
-            .div_ceil(interval_ns)
-            .max(1);
+        Self::cut(&mut ends_ns, omit_ns, duration_ns, interval_ns);
+        let count = ends_ns.len() as u32;
         IntervalCutter {
-            interval_ns,
-            duration_ns,
-            count: u32::try_from(count).unwrap_or(u32::MAX),
+            ends_ns,
+            omitted,
+            count,
             first_open: 0,
             open: VecDeque::new(),
             watermarks: vec![0; streams],
@@ -139,6 +145,24 @@ impl IntervalCutter {
             prev_retrans: vec![None; streams],
             totals: vec![0; streams],
         }
+    }
+
+    /// The cutter for a test's parameters.
+    pub fn for_test(streams: usize, p: &crate::params::TestParams) -> Self {
+        Self::new(streams, p.duration(), p.interval(), p.omit())
+    }
+
+    /// Appends the ends of intervals of `step` covering `[from, from + span)`; a remainder
+    /// shorter than 1 % of a step is folded into the last one rather than made a sliver.
+    fn cut(ends: &mut Vec<u64>, from: u64, span: u64, step: u64) {
+        if span == 0 {
+            return;
+        }
+        let count = span.saturating_sub(step / 100).div_ceil(step).max(1);
+        for k in 1..count {
+            ends.push(from + k * step);
+        }
+        ends.push(from + span);
     }
 
     /// Number of intervals the test will have.
@@ -158,7 +182,7 @@ impl IntervalCutter {
     }
 
     fn index_of(&self, t_ns: u64) -> u32 {
-        let idx = (t_ns / self.interval_ns).min(u64::from(self.count - 1)) as u32;
+        let idx = (self.ends_ns.partition_point(|&end| end <= t_ns) as u32).min(self.count - 1);
         // Defensive: a record for an interval already closed (a broken watermark) is
         // counted in the oldest open interval rather than lost.
         idx.max(self.first_open)
@@ -216,11 +240,7 @@ impl IntervalCutter {
             return None;
         }
         let last = k + 1 == self.count;
-        let nominal_end = if last {
-            self.duration_ns
-        } else {
-            (u64::from(k) + 1) * self.interval_ns
-        };
+        let nominal_end = self.ends_ns[k as usize];
         let ready = self
             .watermarks
             .iter()
@@ -257,7 +277,8 @@ impl IntervalCutter {
             .collect();
         Some(ClosedInterval {
             index: k,
-            begin_ns: u64::from(k) * self.interval_ns,
+            omitted: k < self.omitted,
+            begin_ns: k.checked_sub(1).map_or(0, |p| self.ends_ns[p as usize]),
             end_ns,
             streams,
         })
@@ -287,7 +308,7 @@ mod tests {
 
     #[test]
     fn records_fall_in_the_interval_of_their_timestamp() {
-        let mut c = IntervalCutter::new(1, Duration::from_secs(3), Duration::from_secs(1));
+        let mut c = IntervalCutter::new(1, Duration::from_secs(3), Duration::from_secs(1), Duration::ZERO);
         assert_eq!(c.count(), 3);
         // One batch straddling the 1 s boundary: the bytes split by timestamp.
         c.add(&batch(
@@ -319,7 +340,7 @@ mod tests {
 
     #[test]
     fn an_interval_waits_for_the_slowest_watermark() {
-        let mut c = IntervalCutter::new(2, Duration::from_secs(2), Duration::from_secs(1));
+        let mut c = IntervalCutter::new(2, Duration::from_secs(2), Duration::from_secs(1), Duration::ZERO);
         c.add(&batch(0, &[(1500 * MS, 1)], 1500 * MS, false));
         assert!(c.pop_ready().is_none(), "stream 1 has not passed 1 s yet");
         // A starved stream advances its watermark with an empty batch: the interval closes
@@ -334,7 +355,7 @@ mod tests {
 
     #[test]
     fn contiguous_intervals_and_no_byte_lost() {
-        let mut c = IntervalCutter::new(3, Duration::from_millis(2500), Duration::from_millis(500));
+        let mut c = IntervalCutter::new(3, Duration::from_millis(2500), Duration::from_millis(500), Duration::ZERO);
         let mut sent = 0u64;
         for t in (0..2600).step_by(7) {
             let s = (t % 3) as u16;
@@ -355,7 +376,7 @@ mod tests {
 
     #[test]
     fn block_rtts_fall_in_their_interval_with_a_median() {
-        let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1));
+        let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1), Duration::ZERO);
         let mut b = batch(0, &[], 1500 * MS, false);
         b.block_rtts = [
             (100, 5_000),
@@ -391,7 +412,7 @@ mod tests {
 
     #[test]
     fn retransmits_are_per_interval_deltas() {
-        let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1));
+        let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1), Duration::ZERO);
         let sample = |t_ns, total_retrans, rtt_us| TcpSample {
             t_ns,
             rtt_us,
@@ -412,5 +433,36 @@ mod tests {
         assert_eq!(iv.streams[0].srtt.unwrap().max_us, 300);
         c.finish();
         assert_eq!(c.pop_ready().unwrap().streams[0].retransmits, Some(4));
+    }
+
+    #[test]
+    fn omitted_seconds_are_cut_on_their_own_and_marked() {
+        // -O 1.5 -t 2 -i 1: [0,1) [1,1.5) omitted, then [1.5,2.5) [2.5,3.5).
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            Duration::from_millis(1500),
+        );
+        assert_eq!(c.count(), 4);
+        let ms = 1_000_000;
+        c.add(&batch(
+            0,
+            &[(0, 1), (1200 * ms, 2), (1600 * ms, 4), (3000 * ms, 8)],
+            3600 * ms,
+            true,
+        ));
+        let got: Vec<(bool, u64, u64, u64)> = std::iter::from_fn(|| c.pop_ready())
+            .map(|iv| (iv.omitted, iv.begin_ns / ms, iv.end_ns / ms, iv.streams[0].bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (true, 0, 1000, 1),
+                (true, 1000, 1500, 2),
+                (false, 1500, 2500, 4),
+                (false, 2500, 3500, 8)
+            ]
+        );
     }
 }

@@ -1,7 +1,7 @@
-//! Reporters: the one thread per side that turns stream batches into interval rows.
-//! The server's reporter sends receiver rows over the control connection as each interval
-//! closes; the client's joins them with its own sender intervals and is the only writer of
-//! stdout. Formatters (one per format) print the model and compute nothing.
+//! The client's reporter: the one thread that joins its own sender intervals with the
+//! receiver's rows, computes every statistic once into the report model, and is the only
+//! writer of stdout. (The server's reporter, which sends receiver rows, lives with the
+//! server.) Formatters (one per format) print the model and compute nothing.
 
 pub mod csv;
 pub(crate) mod diagnosis;
@@ -13,7 +13,6 @@ pub(crate) mod text;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, select};
 
@@ -21,7 +20,7 @@ use crate::choices::Format;
 use crate::cpu::{self, CpuReport};
 use crate::error::Result;
 use crate::kstat::KernelReport;
-use crate::protocol::{Control, ControlMsg, ReceiverDone, ReceiverRow};
+use crate::protocol::{ReceiverDone, ReceiverRow};
 use crate::stream::Batch;
 use crate::stream::TcpSample;
 use interval::{ClosedInterval, IntervalCutter, RttStats};
@@ -53,45 +52,6 @@ pub(crate) fn formatter(
         Format::JsonLines => Box::new(json::JsonLinesFormatter::new(out)),
         Format::Csv => Box::new(csv::CsvFormatter::new(out)),
     }
-}
-
-/// What the server's reporter found once every stream ended.
-#[derive(Debug, Clone)]
-pub(crate) struct ReceiverTotals {
-    pub bytes: Vec<u64>,
-    pub last_ns: u64,
-}
-
-/// The server side: cut receiver records into intervals and send each as a `Row`.
-pub(crate) fn run_receiver_reporter(
-    rx: Receiver<Batch>,
-    free: Sender<Batch>,
-    mut cutter: IntervalCutter,
-    control: Arc<Control>,
-) -> Result<ReceiverTotals> {
-    let send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
-        while let Some(iv) = cutter.pop_ready() {
-            control.send(&ControlMsg::Row(ReceiverRow {
-                index: iv.index,
-                begin_us: iv.begin_ns / 1000,
-                end_us: iv.end_ns / 1000,
-                bytes: iv.streams.iter().map(|s| s.bytes).collect(),
-            }))?;
-        }
-        Ok(())
-    };
-    for batch in rx {
-        cutter.add(&batch);
-        let _ = free.try_send(batch);
-        send_ready(&mut cutter)?;
-    }
-    // Every stream thread is gone: whatever is left closes now.
-    cutter.finish();
-    send_ready(&mut cutter)?;
-    Ok(ReceiverTotals {
-        bytes: cutter.totals().to_vec(),
-        last_ns: cutter.last_record_ns(),
-    })
 }
 
 /// What the client's reporter hands back: both sides' byte counts per stream.

@@ -20,7 +20,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use std::io::Read;
+use std::net::TcpStream;
+
 use crate::error::{Error, Result};
+use crate::timeouts::{self, Progress};
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
 pub(crate) const WAKE: Duration = Duration::from_millis(50);
@@ -260,6 +264,15 @@ pub(crate) struct StreamSet<T> {
     streams: usize,
     abort: Arc<AtomicBool>,
     start_tx: Sender<Instant>,
+    failure: Arc<parking_lot::Mutex<Option<Failure>>>,
+}
+
+/// The first stream of a side to fail, as it happened: the owner polls for it so the test
+/// stops at once and names the cause, rather than waiting for `-t` to pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    pub at: Instant,
+    pub error: String,
 }
 
 /// A stream's connections: data, and the echo connection when block RTT is on.
@@ -295,6 +308,7 @@ impl<T: Send + 'static> StreamSet<T> {
             streams: n,
             abort: Arc::new(AtomicBool::new(false)),
             start_tx,
+            failure: Arc::default(),
         };
         let ctxs = echoes
             .into_iter()
@@ -328,7 +342,8 @@ impl<T: Send + 'static> StreamSet<T> {
         for (ctx, sock) in ctxs.into_iter().zip(datas) {
             let body = body.clone();
             let name = format!("stream-{}", ctx.id);
-            match spawn_named(name, move || body(ctx, sock).map(|v| vec![v])) {
+            let report = set.reporter();
+            match spawn_named(name, move || report(body(ctx, sock).map(|v| vec![v]))) {
                 Ok(h) => set.workers.push(h),
                 Err(e) => {
                     // Threads already waiting see the start channel close and end.
@@ -351,9 +366,33 @@ impl<T: Send + 'static> StreamSet<T> {
         F: FnOnce(Vec<StreamCtx>, Vec<std::net::TcpStream>) -> Result<Vec<T>> + Send + 'static,
     {
         let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes);
+        let report = set.reporter();
         set.workers
-            .push(spawn_named("stream-mux".into(), move || body(ctxs, datas))?);
+            .push(spawn_named("stream-mux".into(), move || report(body(ctxs, datas)))?);
         Ok((set, rx, free_tx))
+    }
+
+    /// What a worker calls with its result: a failure (other than being told to stop) is
+    /// recorded as the side's first, and every other stream is told to stop.
+    fn reporter<V>(&self) -> impl FnOnce(Result<V>) -> Result<V> + Send + 'static {
+        let (failure, abort) = (Arc::clone(&self.failure), Arc::clone(&self.abort));
+        move |result| {
+            if let Err(e) = &result
+                && !matches!(e, Error::Aborted(_))
+            {
+                failure.lock().get_or_insert(Failure {
+                    at: Instant::now(),
+                    error: e.to_string(),
+                });
+                abort.store(true, Ordering::Relaxed);
+            }
+            result
+        }
+    }
+
+    /// The first stream failure so far, if any.
+    pub(crate) fn failure(&self) -> Option<Failure> {
+        self.failure.lock().clone()
     }
 
     /// Releases every stream with the common start instant.
@@ -368,8 +407,9 @@ impl<T: Send + 'static> StreamSet<T> {
         self.abort.store(true, Ordering::Relaxed);
     }
 
-    /// Joins all streams: their outcomes, and the first error (after which the rest are
-    /// told to stop).
+    /// Joins all streams: their outcomes, and the first error that is a cause (a stream
+    /// stopped because another failed is never named; it is the error only when nothing
+    /// else failed, i.e. the owner aborted the test).
     pub(crate) fn join(self) -> (Vec<T>, Option<Error>) {
         let StreamSet {
             workers,
@@ -389,12 +429,54 @@ impl<T: Send + 'static> StreamSet<T> {
                 Ok(v) => outcomes.extend(v),
                 Err(e) => {
                     abort.store(true, Ordering::Relaxed);
-                    first.get_or_insert(e);
+                    let replace = match (&first, &e) {
+                        (None, _) => true,
+                        (Some(Error::Aborted(_)), err) => !matches!(err, Error::Aborted(_)),
+                        _ => false,
+                    };
+                    if replace {
+                        first = Some(e);
+                    }
                 }
             }
         }
         (outcomes, first)
     }
+}
+
+/// After `shutdown(SHUT_WR)`: reads until the receiver closes (it does once it has read
+/// our EOF), so closing our end never resets data still in flight. As long as the receiver
+/// keeps acknowledging data this waits (a large buffer on a slow path drains for minutes);
+/// it fails after [`timeouts::STALL`] without an acknowledged byte, or on abort.
+pub(crate) fn drain_to_eof(id: u16, sock: &mut TcpStream, abort: &AtomicBool) -> Result<()> {
+    let acked = |s: &TcpStream| crate::net::tcp_info(s).map_or(0, |i| i.bytes_acked);
+    let mut progress = Progress::new(timeouts::STALL, acked(sock), Instant::now());
+    let mut sink = [0u8; 4096];
+    loop {
+        if abort.load(Ordering::Relaxed) {
+            return Err(aborted(id));
+        }
+        match sock.read(&mut sink) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(format!("stream-{id}: read end of data"), e)),
+        }
+        if progress.stalled(acked(sock), Instant::now()) {
+            let waiting = crate::net::tcp_info(sock).map_or(0, |i| i.notsent_bytes);
+            return Err(Error::Test(format!(
+                "stream-{id}: the receiver acknowledged nothing for {} s after the test's end \
+                 ({waiting} bytes not yet sent): it stopped reading or the path is down",
+                timeouts::STALL.as_secs()
+            )));
+        }
+    }
+}
+
+/// The error of a stream told to stop because another part of the test failed (never
+/// reported as the test's cause: see [`StreamSet::join`]).
+pub(crate) fn aborted(id: u16) -> Error {
+    Error::Aborted(format!("stream-{id}"))
 }
 
 /// Spawns a named thread running `body`.

@@ -7,9 +7,10 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::echo::HeaderEcho;
-use super::{Batcher, StreamCtx, WAKE, is_timeout};
+use super::{aborted, Batcher, StreamCtx, WAKE, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
+use crate::timeouts;
 
 /// Smallest buffer a receiver reads into: with small blocks, one `read()` per block would
 /// make the receiver, not the path, the bottleneck (iperf 2's server reads 128 KiB too).
@@ -31,9 +32,11 @@ pub struct RecvOutcome {
     pub cpu: CpuTime,
 }
 
-/// Runs one receiving stream (call on its own `stream-N` thread). `give_up` bounds the
-/// whole stream: a sender that neither sends nor closes by then fails the test.
-pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<RecvOutcome> {
+/// Runs one receiving stream (call on its own `stream-N` thread) until the sender's EOF.
+/// Past `run_time` (the sender stops writing then and drains), a sender from which nothing
+/// arrives for [`timeouts::STALL`] fails the test; a slow drain that keeps arriving never
+/// does.
+pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<RecvOutcome> {
     let id = ctx.id;
     ctx.pin()?;
     sock.set_read_timeout(Some(WAKE))
@@ -54,14 +57,17 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
-    let give_up_ns = give_up.as_nanos() as u64;
+    let end_ns = run_time.as_nanos() as u64;
+    let stall_ns = timeouts::STALL.as_nanos() as u64;
     let mut bytes: u64 = 0;
+    let mut last_read_ns = 0;
     loop {
         match sock.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
                 bytes += n as u64;
+                last_read_ns = t_ns;
                 if let Some((echo_sock, echo)) = echo.as_mut() {
                     echo.feed(&buf[..n]);
                     echo.maybe_echo(*echo_sock, t_ns);
@@ -78,10 +84,11 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
                 if ctx.aborted() {
                     return Err(aborted(id));
                 }
-                if t_ns >= give_up_ns {
+                if t_ns >= end_ns.max(last_read_ns) + stall_ns {
                     return Err(Error::Test(format!(
-                        "stream-{id}: no end of data within {:.0} s of the start; giving up",
-                        give_up.as_secs_f64()
+                        "stream-{id}: nothing arrived for {} s past the test's end and the \
+                         sender did not close: it stopped answering or the path is down",
+                        timeouts::STALL.as_secs()
                     )));
                 }
                 batcher.flush(t_ns, None, false)?;
@@ -98,8 +105,4 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, give_up: Duration) -> Result<Rec
         eof_ns,
         cpu: cpu::thread_since(cpu_start),
     })
-}
-
-fn aborted(id: u16) -> Error {
-    Error::Test(format!("stream-{id}: stopped because the test was aborted"))
 }

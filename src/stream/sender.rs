@@ -2,12 +2,12 @@
 //! duration has passed, one clock reading and one record per `write()`, a `TCP_INFO`
 //! sample per batch; then `shutdown(SHUT_WR)` and a drain to EOF so nothing is reset.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::echo::{self, EchoCollector};
-use super::{Batcher, StreamCtx, TcpSample, WAKE, is_timeout};
+use super::{aborted, Batcher, StreamCtx, TcpSample, WAKE, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 
@@ -22,7 +22,7 @@ pub struct SendOutcome {
 }
 
 /// Runs one sending stream (call on its own `stream-N` thread).
-pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<SendOutcome> {
+pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<SendOutcome> {
     let id = ctx.id;
     let mut reset = crate::net::ResetOnDrop::new(&sock);
     ctx.pin()?;
@@ -40,7 +40,7 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
-    let end_ns = duration.as_nanos() as u64;
+    let end_ns = run_time.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut writes: u64 = 0;
     let mut offset = 0usize;
@@ -100,34 +100,12 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, duration: Duration) -> Result<Se
     let cpu = cpu::thread_since(cpu_start);
     sock.shutdown(Shutdown::Write)
         .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
-    if drain(&ctx, &mut sock) {
-        reset.disarm();
-    }
+    super::drain_to_eof(id, &mut sock, &ctx.abort)?;
+    reset.disarm();
     Ok(SendOutcome {
         id,
         bytes,
         writes,
         cpu,
     })
-}
-
-/// Reads until the receiver closes (it does after reading our EOF), so closing our end
-/// never resets data still in flight. Bounded by the abort flag and a deadline; true when
-/// the receiver closed.
-fn drain(ctx: &StreamCtx, sock: &mut TcpStream) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut sink = [0u8; 4096];
-    while !ctx.aborted() && Instant::now() < deadline {
-        match sock.read(&mut sink) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
-        }
-    }
-    false
-}
-
-fn aborted(id: u16) -> Error {
-    Error::Test(format!("stream-{id}: stopped because the test was aborted"))
 }

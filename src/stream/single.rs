@@ -4,7 +4,7 @@
 //! `pinperf compare --engines threads,single`). Records, batches, block headers and echoes
 //! are the same as the threaded sender's, so the two are compared on equal terms.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -91,9 +91,7 @@ pub fn run(
             break;
         }
         if first.aborted() {
-            return Err(Error::Test(
-                "stream-mux: stopped because the test was aborted".into(),
-            ));
+            return Err(Error::Aborted("stream-mux".into()));
         }
         match sys::poll(&mut fds, 50) {
             Ok(_) => {}
@@ -168,27 +166,17 @@ pub fn run(
             sys_us: thread_cpu.sys_us / n,
         };
     }
-    drain_all(first, &mut lanes);
+    drain_all(first, &mut lanes)?;
     Ok(outcomes)
 }
 
-/// Reads every socket until the receiver closes it (see the threaded sender's drain).
-fn drain_all(ctx: &StreamCtx, lanes: &mut [Lane]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut sink = [0u8; 4096];
-    for lane in lanes {
+/// Reads every socket until the receiver closes it (see [`super::drain_to_eof`]).
+fn drain_all(ctx: &StreamCtx, lanes: &mut [Lane]) -> Result<()> {
+    for (id, lane) in lanes.iter_mut().enumerate() {
         let _ = lane.sock.set_nonblocking(false);
         let _ = lane.sock.set_read_timeout(Some(super::WAKE));
-        while !ctx.aborted() && Instant::now() < deadline {
-            match lane.sock.read(&mut sink) {
-                Ok(0) => {
-                    lane.reset.disarm();
-                    break;
-                }
-                Ok(_) => {}
-                Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
+        super::drain_to_eof(id as u16, &mut lane.sock, &ctx.abort)?;
+        lane.reset.disarm();
     }
+    Ok(())
 }

@@ -1,0 +1,361 @@
+//! The test parameters: one table ([`TestParams`]) that the client builds from its flags,
+//! sends to the server, and both ends check with the same [`TestParams::validate`]: the
+//! client against the protocol's bounds ([`Limits::PROTOCOL`]), the server against its own
+//! limits. One rule, one message, naming the flag (and the server option when a server
+//! limit is what refused it). Adding a parameter: a field here, its rule in `validate`,
+//! its flag in `cli::TestArgs`, and its use.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pin::Affinity;
+use crate::units::format_size;
+
+/// Smallest and largest block (`-l`).
+pub const MIN_BLOCK: u64 = 64;
+pub const MAX_BLOCK: u64 = 64 << 20;
+/// Smallest and largest window (`-w`): the kernel stores twice the request in an int.
+pub const MIN_WINDOW: u64 = 1 << 10;
+pub const MAX_WINDOW: u64 = 1 << 30;
+/// Shortest reporting interval (`-i`) and test (`-t`).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Most interval rows one test may make (bounds what each end keeps per interval).
+pub const MAX_INTERVALS: u64 = 100_000;
+
+/// What the client asks for: sent to the server as is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestParams {
+    /// `-P`.
+    pub streams: u16,
+    /// `-l`.
+    pub block_bytes: u64,
+    /// `-w`: both ends' socket buffers; `None` leaves them to autotuning.
+    pub window_bytes: Option<u64>,
+    /// `--force-window`.
+    pub force_window: bool,
+    /// `-t`: the measured part of the test, after the omitted part.
+    pub duration_us: u64,
+    /// `-i`.
+    pub interval_us: u64,
+    /// `-O`: seconds at the start that run and are shown but left out of the totals.
+    #[serde(default)]
+    pub omit_us: u64,
+    /// `-C`: congestion control for the data connections (the receiver's matters only for
+    /// its echoes).
+    pub congestion: Option<String>,
+    /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
+    pub pin: Option<Affinity>,
+    /// Echo block headers for block RTT (off with `--no-echo`).
+    pub echo: bool,
+}
+
+/// Bounds a test must stay within: the protocol's own, or a server's (narrower) limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_streams: u32,
+    pub max_window_bytes: u64,
+    pub max_duration: Duration,
+    /// These are a server's limits: refusals name its options.
+    pub server: bool,
+}
+
+impl Limits {
+    /// What any pinperf accepts.
+    pub const PROTOCOL: Limits = Limits {
+        max_streams: 256,
+        max_window_bytes: MAX_WINDOW,
+        max_duration: Duration::from_secs(86_400),
+        server: false,
+    };
+
+    /// `" (this server's --max-streams)"` for a server's limit, nothing for the protocol's.
+    fn source(&self, option: &str) -> String {
+        if self.server {
+            format!(" (this server's {option})")
+        } else {
+            String::new()
+        }
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl TestParams {
+    pub fn duration(&self) -> Duration {
+        Duration::from_micros(self.duration_us)
+    }
+
+    pub fn interval(&self) -> Duration {
+        Duration::from_micros(self.interval_us)
+    }
+
+    pub fn omit(&self) -> Duration {
+        Duration::from_micros(self.omit_us)
+    }
+
+    /// How long the senders send: the omitted part, then the measured part.
+    pub fn run_time(&self) -> Duration {
+        self.omit() + self.duration()
+    }
+
+    /// Checks every parameter against `limits`; the error names the flag, the value and
+    /// what is allowed.
+    pub fn validate(&self, limits: &Limits) -> Result<(), String> {
+        let max_streams = limits.max_streams.min(Limits::PROTOCOL.max_streams);
+        if !(1..=max_streams).contains(&u32::from(self.streams)) {
+            return Err(format!(
+                "-P {}: streams must be 1 to {max_streams}{}",
+                self.streams,
+                limits.source("--max-streams")
+            ));
+        }
+        if !(MIN_BLOCK..=MAX_BLOCK).contains(&self.block_bytes) {
+            return Err(format!(
+                "-l {}: block size must be {MIN_BLOCK} to {MAX_BLOCK} bytes ({} to {})",
+                format_size(self.block_bytes),
+                format_size(MIN_BLOCK),
+                format_size(MAX_BLOCK)
+            ));
+        }
+        if let Some(w) = self.window_bytes {
+            let max = limits.max_window_bytes.min(MAX_WINDOW);
+            if !(MIN_WINDOW..=max).contains(&w) {
+                let why = if limits.server && max < MAX_WINDOW {
+                    limits.source("--max-window")
+                } else {
+                    " (the kernel stores twice the request in an int)".into()
+                };
+                return Err(format!(
+                    "-w {}: window must be {} to {}{why}",
+                    format_size(w),
+                    format_size(MIN_WINDOW),
+                    format_size(max)
+                ));
+            }
+        }
+        let (duration, interval, omit) = (self.duration(), self.interval(), self.omit());
+        let max_duration = limits.max_duration.min(Limits::PROTOCOL.max_duration);
+        if duration < MIN_INTERVAL || duration > max_duration {
+            return Err(format!(
+                "-t {}: duration must be {} to {} seconds{}",
+                secs(duration),
+                secs(MIN_INTERVAL),
+                secs(max_duration),
+                limits.source("--max-duration")
+            ));
+        }
+        if omit + duration > max_duration {
+            return Err(format!(
+                "-O {}: the omitted seconds plus -t {} exceed {} seconds{}",
+                secs(omit),
+                secs(duration),
+                secs(max_duration),
+                limits.source("--max-duration")
+            ));
+        }
+        if interval < MIN_INTERVAL {
+            return Err(format!(
+                "-i {}: interval must be at least {} seconds",
+                secs(interval),
+                secs(MIN_INTERVAL)
+            ));
+        }
+        if interval > duration {
+            return Err(format!(
+                "-i {}: interval must not exceed the duration (-t {})",
+                secs(interval),
+                secs(duration)
+            ));
+        }
+        let rows = (self.omit_us + self.duration_us) / self.interval_us;
+        if rows > MAX_INTERVALS {
+            return Err(format!(
+                "-t/-i: {rows} intervals, more than {MAX_INTERVALS}; use a longer -i"
+            ));
+        }
+        if let Some(name) = &self.congestion
+            && (name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(format!(
+                "-C '{name}': not a congestion control name (see \
+                 /proc/sys/net/ipv4/tcp_available_congestion_control)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> TestParams {
+        TestParams {
+            streams: 4,
+            block_bytes: 131072,
+            window_bytes: Some(4 << 20),
+            force_window: false,
+            duration_us: 3_000_000,
+            interval_us: 1_000_000,
+            omit_us: 0,
+            pin: None,
+            congestion: None,
+            echo: true,
+        }
+    }
+
+    const SERVER: Limits = Limits {
+        max_streams: 2,
+        max_window_bytes: 1 << 20,
+        max_duration: Duration::from_secs(10),
+        server: true,
+    };
+
+    /// One table: each change to the parameters, and what the protocol and a server with
+    /// small limits say about it.
+    #[test]
+    fn one_rule_one_message_for_client_and_server() {
+        type Change = fn(&mut TestParams);
+        let table: &[(Change, Option<&str>, Option<&str>)] = &[
+            (
+                |_| {},
+                None,
+                Some("-P 4: streams must be 1 to 2 (this server's --max-streams)"),
+            ),
+            (
+                |p| p.streams = 0,
+                Some("-P 0: streams must be 1 to 256"),
+                Some("-P 0: streams must be 1 to 2 (this server's --max-streams)"),
+            ),
+            (
+                |p| p.streams = 300,
+                Some("-P 300: streams must be 1 to 256"),
+                Some("-P 300: streams must be 1 to 2 (this server's --max-streams)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.block_bytes = 8
+                },
+                Some("-l 8: block size must be 64 to 67108864 bytes (64 to 64M)"),
+                Some("-l 8: block size must be 64 to 67108864 bytes (64 to 64M)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = Some(2 << 30)
+                },
+                Some(
+                    "-w 2G: window must be 1k to 1G (the kernel stores twice the request in an int)",
+                ),
+                Some("-w 2G: window must be 1k to 1M (this server's --max-window)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = Some(0)
+                },
+                Some(
+                    "-w 0: window must be 1k to 1G (the kernel stores twice the request in an int)",
+                ),
+                Some("-w 0: window must be 1k to 1M (this server's --max-window)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.duration_us = 20_000_000
+                },
+                None,
+                Some("-t 20: duration must be 0.1 to 10 seconds (this server's --max-duration)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.omit_us = 8_000_000
+                },
+                None,
+                Some(
+                    "-O 8: the omitted seconds plus -t 3 exceed 10 seconds (this server's --max-duration)",
+                ),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.interval_us = 0
+                },
+                Some("-i 0: interval must be at least 0.1 seconds"),
+                Some("-i 0: interval must be at least 0.1 seconds"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.interval_us = 4_000_000
+                },
+                Some("-i 4: interval must not exceed the duration (-t 3)"),
+                Some("-i 4: interval must not exceed the duration (-t 3)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.duration_us = 86_400_000_000;
+                    p.interval_us = 100_000
+                },
+                Some("-t/-i: 864000 intervals, more than 100000; use a longer -i"),
+                Some("-t 86400: duration must be 0.1 to 10 seconds (this server's --max-duration)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.congestion = Some(String::new())
+                },
+                Some(
+                    "-C '': not a congestion control name (see /proc/sys/net/ipv4/tcp_available_congestion_control)",
+                ),
+                Some(
+                    "-C '': not a congestion control name (see /proc/sys/net/ipv4/tcp_available_congestion_control)",
+                ),
+            ),
+            (
+                |p| {
+                    p.streams = 2;
+                    p.window_bytes = Some(1 << 20);
+                    p.omit_us = 2_000_000
+                },
+                None,
+                None,
+            ),
+        ];
+        for (i, (change, protocol, server)) in table.iter().enumerate() {
+            let mut p = params();
+            change(&mut p);
+            assert_eq!(
+                p.validate(&Limits::PROTOCOL).err().as_deref(),
+                *protocol,
+                "row {i} (protocol)"
+            );
+            assert_eq!(
+                p.validate(&SERVER).err().as_deref(),
+                *server,
+                "row {i} (server)"
+            );
+        }
+    }
+
+    #[test]
+    fn old_clients_without_omit_still_parse() {
+        let mut v = serde_json::to_value(params()).unwrap();
+        v.as_object_mut().unwrap().remove("omit_us");
+        let p: TestParams = serde_json::from_value(v).unwrap();
+        assert_eq!(p.omit(), Duration::ZERO);
+        assert_eq!(p.run_time(), Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,91 @@
+//! Every deadline of a test, in one place, each with its reason. Nothing here is a fixed
+//! bound on a test's length: once `-t` has passed, the ends wait as long as data keeps
+//! moving (a 1 GiB buffer draining at 100 Mbit/s takes 80 s and is never cut short) and
+//! give up only after [`STALL`] without any progress, saying which end stopped answering.
+
+use std::time::{Duration, Instant};
+
+/// Each step of the control handshake (preamble, hello, parameters, accept, start) and
+/// the arrival of all data connections: a peer on the far side of a slow path answers in
+/// well under a second; ten leave room for DNS, SYN retries and a loaded host.
+pub const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Writing one control message: the peer's kernel takes small frames at once unless the
+/// peer is frozen or gone.
+pub const CONTROL_WRITE: Duration = Duration::from_secs(10);
+
+/// No progress at all for this long means the other end stopped answering: no byte
+/// acknowledged by a draining sender, no byte read by a receiver past `-t`, no message on
+/// the control connection beyond the expected interval. Far above any RTT on Earth and
+/// any TCP retransmission back-off that still ends in delivery within a test.
+pub const STALL: Duration = Duration::from_secs(10);
+
+/// How long the server waits for the client's goodbye after sending the totals, before
+/// it takes the next client (a shell loop's next run may already be waiting).
+pub const GOODBYE: Duration = Duration::from_secs(2);
+
+/// How long a client that arrives while the previous test is saying goodbye waits for the
+/// slot instead of being told "busy".
+pub const FINISHING: Duration = Duration::from_secs(3);
+
+/// The longest silence on the control connection a client accepts while the test runs:
+/// rows come once per interval; one interval late plus [`STALL`] means the server stopped
+/// answering.
+pub fn row_wait(interval: Duration) -> Duration {
+    interval + STALL
+}
+
+/// Watches a counter that grows while the other end makes progress (bytes acknowledged,
+/// bytes read); stalled when it has not grown for `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    limit: Duration,
+    value: u64,
+    since: Instant,
+}
+
+impl Progress {
+    pub fn new(limit: Duration, value: u64, now: Instant) -> Progress {
+        Progress {
+            limit,
+            value,
+            since: now,
+        }
+    }
+
+    /// Records the counter's value at `now`; true when it has not moved for `limit`.
+    pub fn stalled(&mut self, value: u64, now: Instant) -> bool {
+        if value != self.value {
+            self.value = value;
+            self.since = now;
+        }
+        now.saturating_duration_since(self.since) >= self.limit
+    }
+
+    /// How long the counter has not moved.
+    pub fn idle(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.since)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_resets_the_stall_clock() {
+        let t0 = Instant::now();
+        let s = |ms| t0 + Duration::from_millis(ms);
+        let mut p = Progress::new(Duration::from_secs(1), 0, t0);
+        assert!(!p.stalled(0, s(999)));
+        assert!(!p.stalled(5, s(1500)), "moved: not stalled");
+        assert!(!p.stalled(5, s(2400)));
+        assert!(p.stalled(5, s(2500)), "a second without progress");
+        assert_eq!(p.idle(s(2600)), Duration::from_millis(1100));
+    }
+
+    #[test]
+    fn rows_may_be_one_interval_late_plus_the_stall_limit() {
+        assert_eq!(row_wait(Duration::from_secs(60)), Duration::from_secs(70));
+    }
+}
