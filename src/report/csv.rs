@@ -13,7 +13,9 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::Formatter;
-use super::model::{Fairness, Header, IntervalReport, RttSummary, StreamRow, SumRow, Summary};
+use super::model::{
+    Fairness, Header, IntervalReport, RttSummary, StreamRow, SumRow, Summary, ThreadCpu,
+};
 use crate::cpu::{CoreLoad, CpuReport};
 
 /// Declares a CSV table: a struct with one `String` field per column, in column order (an
@@ -211,7 +213,6 @@ fn core_rows<'a>(
 
 /// A side's `cpu_process`, `cpu_thread` and `cpu_core` rows over the test.
 fn side_rows(side: &str, r: &CpuReport) -> Vec<Record> {
-    let pct = |us: u64| us as f64 / 1e6 / r.seconds * 100.0;
     let mut out = vec![Record {
         kind: "cpu_process".into(),
         side: side.into(),
@@ -220,13 +221,14 @@ fn side_rows(side: &str, r: &CpuReport) -> Vec<Record> {
         cpu_percent: fixed(Some(r.host_total), 2),
         ..Record::default()
     }];
-    out.extend(r.streams.iter().enumerate().map(|(i, t)| Record {
+    let threads = r.streams.iter().zip(ThreadCpu::of(r));
+    out.extend(threads.enumerate().map(|(i, (t, pct))| Record {
         kind: "cpu_thread".into(),
         stream: i.to_string(),
         side: side.into(),
         cpu_user_us: t.user_us.to_string(),
         cpu_sys_us: t.sys_us.to_string(),
-        cpu_percent: fixed(Some(pct(t.total_us())), 2),
+        cpu_percent: fixed(Some(pct.total_percent), 2),
         ..Record::default()
     }));
     out.extend(core_rows(side, "", &r.cores));

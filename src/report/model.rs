@@ -112,6 +112,11 @@ pub struct SumRow {
     pub bits_per_second: f64,
     pub sent_bytes: u64,
     pub retransmits: Option<u64>,
+    /// The streams' congestion windows at the span's end added up, bytes (absent when no
+    /// stream has one).
+    pub snd_cwnd: Option<u64>,
+    /// The lowest of the streams' connection min RTTs: the path without queues.
+    pub min_rtt: Option<u32>,
     pub block_rtt: Option<RttSummary>,
     pub kernel_rtt: Option<RttSummary>,
     pub fairness: Fairness,
@@ -206,6 +211,31 @@ pub struct CpuSummary {
     pub cpu_seconds_per_gb: Option<f64>,
 }
 
+/// One stream thread's CPU over its side's span, in percent of one core (as
+/// `CpuReport::host_total` is for the whole process).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThreadCpu {
+    pub total_percent: f64,
+    pub user_percent: f64,
+    pub sys_percent: f64,
+}
+
+impl ThreadCpu {
+    /// Each stream thread of `report`, by stream id.
+    pub fn of(report: &CpuReport) -> Vec<ThreadCpu> {
+        let pct = |us: u64| us as f64 / 1e6 / report.seconds * 100.0;
+        report
+            .streams
+            .iter()
+            .map(|t| ThreadCpu {
+                total_percent: pct(t.total_us()),
+                user_percent: pct(t.user_us),
+                sys_percent: pct(t.sys_us),
+            })
+            .collect()
+    }
+}
+
 impl Summary {
     /// Sender and receiver agree to the byte.
     pub fn reconciled(&self) -> bool {
@@ -271,6 +301,8 @@ pub(crate) mod sample {
             bits_per_second: 57_279_790_158.4,
             sent_bytes: 7_173_570_563,
             retransmits: Some(6),
+            snd_cwnd: Some(2_096_480),
+            min_rtt: Some(30),
             block_rtt: Some(rtt(41.0, 1953.55, 3958.0, None)),
             kernel_rtt: Some(rtt(60.0, 80.6, 101.0, None)),
             fairness: Fairness {
@@ -374,5 +406,41 @@ pub(crate) mod sample {
             }),
             kernel: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::sum_row;
+
+    /// The sum row carries what text used to add up itself: the streams' congestion windows
+    /// (streams without `TCP_INFO` add nothing) and the lowest min RTT, and JSON has them.
+    #[test]
+    fn sum_rows_add_cwnd_and_keep_the_lowest_min_rtt() {
+        let rows = sample::interval().streams;
+        assert_eq!(rows[2].snd_cwnd, None);
+        let sum = sum_row(&rows, 1.0, 1.25);
+        assert_eq!(sum.snd_cwnd, Some(1_047_728 + 1_048_752));
+        assert_eq!(sum.min_rtt, Some(30));
+        let json = serde_json::to_value(&sum).unwrap();
+        assert_eq!(json["snd_cwnd"], 2_096_480);
+        assert_eq!(json["min_rtt"], 30);
+
+        let without_tcp_info = sum_row(&rows[2..], 1.0, 1.25);
+        assert_eq!(without_tcp_info.snd_cwnd, None);
+        assert_eq!(without_tcp_info.min_rtt, None);
+        assert_eq!(sum_row(&[], 1.0, 1.25).snd_cwnd, None);
+    }
+
+    #[test]
+    fn thread_cpu_is_percent_of_one_core_over_the_span() {
+        let cpu = sample::summary().cpu.unwrap();
+        let t = ThreadCpu::of(cpu.remote.as_ref().unwrap());
+        assert_eq!(t.len(), 2);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(t[0].total_percent, 75.0 / 0.9876), "{t:?}");
+        assert!(close(t[0].user_percent, 10.0 / 0.9876), "{t:?}");
+        assert!(close(t[0].sys_percent, 65.0 / 0.9876), "{t:?}");
     }
 }
