@@ -267,29 +267,48 @@ fn text_row(r: &CompareRow) -> String {
     }
 }
 
-const CSV_HEADER: &str = "block_bytes,streams,window_bytes,pin,engine,bits_per_second,local_cpu_percent,\
-remote_cpu_percent,gbps_per_busy_core,cpu_seconds_per_gb,retransmits,jain,block_rtt_avg_us,error";
+crate::report::csv::csv_record! {
+    /// One row of `compare --csv`: the columns, declared once.
+    struct CsvRow {
+        block_bytes,
+        streams,
+        window_bytes,
+        pin,
+        engine,
+        bits_per_second,
+        local_cpu_percent,
+        remote_cpu_percent,
+        gbps_per_busy_core,
+        cpu_seconds_per_gb,
+        retransmits,
+        jain,
+        block_rtt_avg_us,
+        error,
+    }
+}
+
+const CSV_HEADER: &str = CsvRow::HEADER;
 
 fn csv_row(r: &CompareRow) -> String {
     let o = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_default();
     let p = &r.point;
-    format!(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-        p.block_bytes,
-        p.streams,
-        p.window_bytes.map(|w| w.to_string()).unwrap_or_default(),
-        p.pin,
-        p.engine,
-        o(r.bits_per_second),
-        o(r.local_cpu_percent),
-        o(r.remote_cpu_percent),
-        o(r.gbps_per_busy_core),
-        o(r.cpu_seconds_per_gb),
-        r.retransmits.map(|v| v.to_string()).unwrap_or_default(),
-        o(r.jain),
-        o(r.block_rtt_avg_us),
-        r.error.as_deref().unwrap_or("").replace([',', '\n'], ";")
-    )
+    CsvRow {
+        block_bytes: p.block_bytes.to_string(),
+        streams: p.streams.to_string(),
+        window_bytes: p.window_bytes.map(|w| w.to_string()).unwrap_or_default(),
+        pin: p.pin.clone(),
+        engine: p.engine.to_string(),
+        bits_per_second: o(r.bits_per_second),
+        local_cpu_percent: o(r.local_cpu_percent),
+        remote_cpu_percent: o(r.remote_cpu_percent),
+        gbps_per_busy_core: o(r.gbps_per_busy_core),
+        cpu_seconds_per_gb: o(r.cpu_seconds_per_gb),
+        retransmits: r.retransmits.map(|v| v.to_string()).unwrap_or_default(),
+        jain: o(r.jain),
+        block_rtt_avg_us: o(r.block_rtt_avg_us),
+        error: r.error.clone().unwrap_or_default(),
+    }
+    .line()
 }
 
 /// Runs the comparison; prints text and CSV rows as they complete, JSON at the end.
@@ -426,5 +445,65 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    /// Both CSV row kinds (measured, failed) have one cell per column; an error with a
+    /// comma, quotes and a line break stays one cell, as written.
+    #[test]
+    fn csv_rows_have_one_cell_per_column() {
+        use crate::report::csv::parse;
+        let point = Point {
+            block_bytes: 65536,
+            streams: 4,
+            window_bytes: None,
+            pin: "auto".into(),
+            engine: Engine::Threads,
+        };
+        let error = "connect 10.0.0.1:5201: \"refused\", twice\nthen gave up";
+        let measured = CompareRow {
+            point: point.clone(),
+            bits_per_second: Some(9.41e9),
+            local_cpu_percent: Some(35.123456),
+            remote_cpu_percent: None,
+            gbps_per_busy_core: None,
+            cpu_seconds_per_gb: None,
+            retransmits: Some(12),
+            jain: Some(0.99),
+            block_rtt_avg_us: None,
+            error: None,
+        };
+        let failed = row(point, Err(Error::Test(error.into())));
+        let text = format!(
+            "{CSV_HEADER}\n{}\n{}\n",
+            csv_row(&measured),
+            csv_row(&failed)
+        );
+        let records = parse(&text);
+        assert_eq!(records.len(), 3, "{text}");
+        assert_eq!(records[0], CsvRow::NAMES);
+        let col = |name: &str| CsvRow::NAMES.iter().position(|c| *c == name).unwrap();
+        for (r, cells) in records[1..].iter().zip([
+            [
+                ("block_bytes", "65536"),
+                ("window_bytes", ""),
+                ("bits_per_second", "9410000000.0000"),
+                ("local_cpu_percent", "35.1235"),
+                ("retransmits", "12"),
+                ("error", ""),
+            ],
+            [
+                ("block_bytes", "65536"),
+                ("window_bytes", ""),
+                ("bits_per_second", ""),
+                ("local_cpu_percent", ""),
+                ("retransmits", ""),
+                ("error", error),
+            ],
+        ]) {
+            assert_eq!(r.len(), CsvRow::NAMES.len(), "{r:?}");
+            for (c, v) in cells {
+                assert_eq!(r[col(c)], v, "{c}: {r:?}");
+            }
+        }
     }
 }

@@ -3,22 +3,108 @@
 //! rows follow (`cpu_process`, `cpu_thread` and `cpu_core` per side, `cpu_efficiency`), and
 //! with `--cpu` a `cpu_core` row per core per interval. Base units only: bytes, bits per
 //! second, microseconds, percent. Empty cells are values not measured or not applicable.
+//!
+//! The columns are declared once, as the fields of [`Record`] (`csv_record!`): the header
+//! is derived from that list and every row kind is a `Record`, so no row can have a cell
+//! too many or too few. Cells are quoted per RFC 4180 by [`escape`] alone. `compare`
+//! declares its own table with the same macro.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::Formatter;
-use super::model::{Fairness, Header, IntervalReport, RttSummary, StreamRow, SumRow, Summary};
+use super::model::{
+    Fairness, Header, IntervalReport, RttSummary, StreamRow, SumRow, Summary, ThreadCpu,
+};
 use crate::cpu::{CoreLoad, CpuReport};
 
-/// The header row.
-pub const COLUMNS: &str = "kind,interval,stream,start_us,end_us,bytes,bits_per_second,sent_bytes,\
-retransmits,snd_cwnd_bytes,srtt_us,min_rtt_us,delivery_rate_bps,notsent_bytes,\
-block_rtt_min_us,block_rtt_avg_us,block_rtt_max_us,block_rtt_median_us,block_rtt_samples,\
-jain,min_share,max_share,starved,\
-side,core,cpu_user_us,cpu_sys_us,cpu_percent,busy_percent,softirq_percent,gbps_per_busy_core,cpu_seconds_per_gb";
+/// Declares a CSV table: a struct with one `String` field per column, in column order (an
+/// unset field is an empty cell), its column names `NAMES`, the header line `HEADER`
+/// derived from the same list, and `line()`, which writes every cell in order through
+/// [`escape`].
+macro_rules! csv_record {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $first:ident $(, $rest:ident)* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        $vis struct $name {
+            $vis $first: String,
+            $($vis $rest: String,)*
+        }
 
-/// Commas that leave the CPU columns empty on traffic rows.
-const NO_CPU: &str = ",,,,,,,,,";
+        impl $name {
+            /// The column names, in order.
+            #[allow(dead_code)]
+            $vis const NAMES: &'static [&'static str] =
+                &[stringify!($first) $(, stringify!($rest))*];
+
+            /// The header line: the column names joined by commas.
+            $vis const HEADER: &'static str =
+                concat!(stringify!($first) $(, ",", stringify!($rest))*);
+
+            /// The row as one CSV line (without the line end).
+            $vis fn line(&self) -> String {
+                let mut line = String::from($crate::report::csv::escape(&self.$first));
+                $(
+                    line.push(',');
+                    line.push_str(&$crate::report::csv::escape(&self.$rest));
+                )*
+                line
+            }
+        }
+    };
+}
+pub(crate) use csv_record;
+
+/// A cell as RFC 4180 wants it: quoted, with quotes doubled, when it holds a comma, a
+/// quote or a line break; as is otherwise.
+pub fn escape(cell: &str) -> Cow<'_, str> {
+    if cell.contains([',', '"', '\n', '\r']) {
+        Cow::Owned(format!("\"{}\"", cell.replace('"', "\"\"")))
+    } else {
+        Cow::Borrowed(cell)
+    }
+}
+
+csv_record! {
+    /// One row of the CSV output, whatever its kind.
+    pub struct Record {
+        kind,
+        interval,
+        stream,
+        start_us,
+        end_us,
+        bytes,
+        bits_per_second,
+        sent_bytes,
+        retransmits,
+        snd_cwnd_bytes,
+        srtt_us,
+        min_rtt_us,
+        delivery_rate_bps,
+        notsent_bytes,
+        block_rtt_min_us,
+        block_rtt_avg_us,
+        block_rtt_max_us,
+        block_rtt_median_us,
+        block_rtt_samples,
+        jain,
+        min_share,
+        max_share,
+        starved,
+        side,
+        core,
+        cpu_user_us,
+        cpu_sys_us,
+        cpu_percent,
+        busy_percent,
+        softirq_percent,
+        gbps_per_busy_core,
+        cpu_seconds_per_gb,
+    }
+}
+
+/// The header row (derived from [`Record`]'s fields).
+pub const COLUMNS: &str = Record::HEADER;
 
 pub struct CsvFormatter<W: Write> {
     out: W,
@@ -28,113 +114,125 @@ impl<W: Write> CsvFormatter<W> {
     pub fn new(out: W) -> Self {
         CsvFormatter { out }
     }
+
+    fn write(&mut self, rows: impl IntoIterator<Item = Record>) -> io::Result<()> {
+        for row in rows {
+            writeln!(self.out, "{}", row.line())?;
+        }
+        Ok(())
+    }
 }
 
+/// An absent value is an empty cell.
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
 }
 
-fn us(secs: f64) -> u64 {
-    (secs * 1e6).round() as u64
+/// A number with `digits` decimals; absent is empty.
+fn fixed(v: Option<f64>, digits: usize) -> String {
+    v.map(|v| format!("{v:.digits$}")).unwrap_or_default()
 }
 
-fn rtt_cells(r: Option<RttSummary>) -> String {
-    match r {
-        Some(r) => format!(
-            "{:.1},{:.1},{:.1},{},{}",
-            r.min_us,
-            r.avg_us,
-            r.max_us,
-            r.median_us.map(|m| format!("{m:.1}")).unwrap_or_default(),
-            r.samples
-        ),
-        None => ",,,,".into(),
+/// Seconds to whole microseconds.
+fn us(secs: f64) -> String {
+    ((secs * 1e6).round() as u64).to_string()
+}
+
+/// Fills the block RTT columns.
+fn block_rtt(row: Record, r: Option<RttSummary>) -> Record {
+    let Some(r) = r else { return row };
+    Record {
+        block_rtt_min_us: fixed(Some(r.min_us), 1),
+        block_rtt_avg_us: fixed(Some(r.avg_us), 1),
+        block_rtt_max_us: fixed(Some(r.max_us), 1),
+        block_rtt_median_us: fixed(r.median_us, 1),
+        block_rtt_samples: r.samples.to_string(),
+        ..row
     }
 }
 
-fn stream_line(kind: &str, interval: &str, r: &StreamRow) -> String {
-    format!(
-        "{kind},{interval},{},{},{},{},{:.0},{},{},{},{},{},{},{},{},,,,{NO_CPU}",
-        r.stream,
-        us(r.start),
-        us(r.end),
-        r.bytes,
-        r.bits_per_second,
-        r.sent_bytes,
-        opt(r.retransmits),
-        opt(r.snd_cwnd),
-        opt(r.rtt.map(|v| v.round() as u64)),
-        opt(r.min_rtt),
-        opt(r.delivery_rate),
-        opt(r.notsent_bytes),
-        rtt_cells(r.block_rtt),
-    )
+/// A `stream` or `total` row.
+fn stream_row(kind: &str, interval: &str, r: &StreamRow) -> Record {
+    let row = Record {
+        kind: kind.into(),
+        interval: interval.into(),
+        stream: r.stream.to_string(),
+        start_us: us(r.start),
+        end_us: us(r.end),
+        bytes: r.bytes.to_string(),
+        bits_per_second: fixed(Some(r.bits_per_second), 0),
+        sent_bytes: r.sent_bytes.to_string(),
+        retransmits: opt(r.retransmits),
+        snd_cwnd_bytes: opt(r.snd_cwnd),
+        srtt_us: opt(r.rtt.map(|v| v.round() as u64)),
+        min_rtt_us: opt(r.min_rtt),
+        delivery_rate_bps: opt(r.delivery_rate),
+        notsent_bytes: opt(r.notsent_bytes),
+        ..Record::default()
+    };
+    block_rtt(row, r.block_rtt)
 }
 
-fn sum_line(kind: &str, interval: &str, s: &SumRow, f: &Fairness, starved: u32) -> String {
-    format!(
-        "{kind},{interval},,{},{},{},{:.0},{},{},,{},,,,{},{},{},{},{}{NO_CPU}",
-        us(s.start),
-        us(s.end),
-        s.bytes,
-        s.bits_per_second,
-        s.sent_bytes,
-        opt(s.retransmits),
-        opt(s.kernel_rtt.map(|k| k.avg_us.round() as u64)),
-        rtt_cells(s.block_rtt),
-        opt(f.jain.map(|j| format!("{j:.6}"))),
-        opt(f.min_share.map(|v| format!("{v:.6}"))),
-        opt(f.max_share.map(|v| format!("{v:.6}"))),
-        starved
-    )
+/// A `sum` or `total_sum` row.
+fn sum_row(kind: &str, interval: &str, s: &SumRow, f: &Fairness, starved: u32) -> Record {
+    let row = Record {
+        kind: kind.into(),
+        interval: interval.into(),
+        start_us: us(s.start),
+        end_us: us(s.end),
+        bytes: s.bytes.to_string(),
+        bits_per_second: fixed(Some(s.bits_per_second), 0),
+        sent_bytes: s.sent_bytes.to_string(),
+        retransmits: opt(s.retransmits),
+        snd_cwnd_bytes: opt(s.snd_cwnd),
+        srtt_us: opt(s.kernel_rtt.map(|k| k.avg_us.round() as u64)),
+        min_rtt_us: opt(s.min_rtt),
+        jain: fixed(f.jain, 6),
+        min_share: fixed(f.min_share, 6),
+        max_share: fixed(f.max_share, 6),
+        starved: starved.to_string(),
+        ..Record::default()
+    };
+    block_rtt(row, s.block_rtt)
 }
 
-/// A CPU row: the traffic columns empty but kind, interval and stream.
-fn cpu_line(kind: &str, interval: &str, stream: &str, cells: &str) -> String {
-    format!("{kind},{interval},{stream},,,,,,,,,,,,,,,,,,,,,{cells}")
+/// `cpu_core` rows: one per core of `side`, over an interval or (interval empty) the test.
+fn core_rows<'a>(
+    side: &'a str,
+    interval: &'a str,
+    cores: &'a [CoreLoad],
+) -> impl Iterator<Item = Record> + 'a {
+    cores.iter().map(move |c| Record {
+        kind: "cpu_core".into(),
+        interval: interval.into(),
+        side: side.into(),
+        core: c.cpu.to_string(),
+        busy_percent: fixed(Some(c.busy_percent), 2),
+        softirq_percent: fixed(Some(c.softirq_percent), 2),
+        ..Record::default()
+    })
 }
 
-fn core_rows(side: &str, interval: &str, cores: &[CoreLoad]) -> Vec<String> {
-    cores
-        .iter()
-        .map(|c| {
-            cpu_line(
-                "cpu_core",
-                interval,
-                "",
-                &format!(
-                    "{side},{},,,,{:.2},{:.2},,",
-                    c.cpu, c.busy_percent, c.softirq_percent
-                ),
-            )
-        })
-        .collect()
-}
-
-fn side_rows(side: &str, r: &CpuReport) -> Vec<String> {
-    let pct = |us: u64| us as f64 / 1e6 / r.seconds * 100.0;
-    let mut out = vec![cpu_line(
-        "cpu_process",
-        "",
-        "",
-        &format!(
-            "{side},,{},{},{:.2},,,,",
-            r.process.user_us, r.process.sys_us, r.host_total
-        ),
-    )];
-    for (i, t) in r.streams.iter().enumerate() {
-        out.push(cpu_line(
-            "cpu_thread",
-            "",
-            &i.to_string(),
-            &format!(
-                "{side},,{},{},{:.2},,,,",
-                t.user_us,
-                t.sys_us,
-                pct(t.total_us())
-            ),
-        ));
-    }
+/// A side's `cpu_process`, `cpu_thread` and `cpu_core` rows over the test.
+fn side_rows(side: &str, r: &CpuReport) -> Vec<Record> {
+    let mut out = vec![Record {
+        kind: "cpu_process".into(),
+        side: side.into(),
+        cpu_user_us: r.process.user_us.to_string(),
+        cpu_sys_us: r.process.sys_us.to_string(),
+        cpu_percent: fixed(Some(r.host_total), 2),
+        ..Record::default()
+    }];
+    let threads = r.streams.iter().zip(ThreadCpu::of(r));
+    out.extend(threads.enumerate().map(|(i, (t, pct))| Record {
+        kind: "cpu_thread".into(),
+        stream: i.to_string(),
+        side: side.into(),
+        cpu_user_us: t.user_us.to_string(),
+        cpu_sys_us: t.sys_us.to_string(),
+        cpu_percent: fixed(Some(pct.total_percent), 2),
+        ..Record::default()
+    }));
     out.extend(core_rows(side, "", &r.cores));
     out
 }
@@ -147,65 +245,260 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
         let idx = iv.index.to_string();
-        for r in &iv.streams {
-            writeln!(self.out, "{}", stream_line("stream", &idx, r))?;
-        }
-        writeln!(
-            self.out,
-            "{}",
-            sum_line(
-                "sum",
-                &idx,
-                &iv.sum,
-                &iv.sum.fairness,
-                iv.sum.fairness.starved
-            )
-        )?;
-        for line in iv
-            .cores
-            .as_deref()
-            .map(|c| core_rows("local", &idx, c))
-            .unwrap_or_default()
-        {
-            writeln!(self.out, "{line}")?;
+        let streams = iv.streams.iter().map(|r| stream_row("stream", &idx, r));
+        self.write(streams)?;
+        let f = &iv.sum.fairness;
+        self.write([sum_row("sum", &idx, &iv.sum, f, f.starved)])?;
+        if let Some(cores) = &iv.cores {
+            self.write(core_rows("local", &idx, cores))?;
         }
         self.out.flush()
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
-        for r in &s.streams {
-            writeln!(self.out, "{}", stream_line("total", "", r))?;
-        }
-        writeln!(
-            self.out,
-            "{}",
-            sum_line(
-                "total_sum",
-                "",
-                &s.sum,
-                &s.fairness.totals,
-                s.fairness.starved_intervals
-            )
-        )?;
+        self.write(s.streams.iter().map(|r| stream_row("total", "", r)))?;
+        let f = &s.fairness;
+        self.write([sum_row(
+            "total_sum",
+            "",
+            &s.sum,
+            &f.totals,
+            f.starved_intervals,
+        )])?;
         if let Some(cpu) = &s.cpu {
-            let mut lines = side_rows("local", &cpu.local);
+            self.write(side_rows("local", &cpu.local))?;
             if let Some(r) = &cpu.remote {
-                lines.extend(side_rows("remote", r));
+                self.write(side_rows("remote", r))?;
             }
-            lines.push(cpu_line(
-                "cpu_efficiency",
-                "",
-                "",
-                &format!(
-                    ",,,,,,,{},{}",
-                    opt(cpu.gbps_per_busy_core.map(|v| format!("{v:.4}"))),
-                    opt(cpu.cpu_seconds_per_gb.map(|v| format!("{v:.4}")))
-                ),
-            ));
-            for line in lines {
-                writeln!(self.out, "{line}")?;
-            }
+            self.write([Record {
+                kind: "cpu_efficiency".into(),
+                gbps_per_busy_core: fixed(cpu.gbps_per_busy_core, 4),
+                cpu_seconds_per_gb: fixed(cpu.cpu_seconds_per_gb, 4),
+                ..Record::default()
+            }])?;
         }
         self.out.flush()
+    }
+}
+/// Splits CSV text into records per RFC 4180 (quoted cells may hold commas, quotes and
+/// line breaks): what a reader of our output does, for tests.
+#[cfg(test)]
+pub(crate) fn parse(text: &str) -> Vec<Vec<String>> {
+    use std::mem::take;
+    let (mut records, mut record, mut cell) = (Vec::new(), Vec::new(), String::new());
+    let (mut quoted, mut chars) = (false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                cell.push('"');
+            }
+            (true, '"') => quoted = false,
+            (false, '"') if cell.is_empty() => quoted = true,
+            (false, ',') => record.push(take(&mut cell)),
+            (false, '\n') => {
+                record.push(take(&mut cell));
+                records.push(take(&mut record));
+            }
+            (_, c) => cell.push(c),
+        }
+    }
+    if !cell.is_empty() || !record.is_empty() {
+        record.push(cell);
+        records.push(record);
+    }
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::sample;
+
+    #[test]
+    fn escape_quotes_only_cells_that_need_it() {
+        for (cell, want) in [
+            ("", ""),
+            ("12345", "12345"),
+            ("local", "local"),
+            ("a,b", "\"a,b\""),
+            ("say \"hi\"", "\"say \"\"hi\"\"\""),
+            ("two\nlines", "\"two\nlines\""),
+            ("cr\r", "\"cr\r\""),
+        ] {
+            assert_eq!(escape(cell), want, "{cell:?}");
+            assert_eq!(parse(&format!("{}\n", escape(cell))), [[cell]], "{cell:?}");
+        }
+    }
+
+    #[test]
+    fn the_header_is_the_column_list() {
+        assert_eq!(COLUMNS, Record::NAMES.join(","));
+        assert_eq!(Record::NAMES.len(), 32);
+        assert_eq!(parse(COLUMNS), [Record::NAMES]);
+    }
+
+    /// Prints the sample report (an interval with cores, a summary with both ends' CPU).
+    fn sample_output() -> String {
+        let mut out = Vec::new();
+        let mut f = CsvFormatter::new(&mut out);
+        writeln!(f.out, "{COLUMNS}").unwrap();
+        f.interval(&sample::interval()).unwrap();
+        f.summary(&sample::summary()).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// (column, cell) pairs.
+    type Cells = &'static [(&'static str, &'static str)];
+
+    /// Every row kind: one cell per column, and its values in the columns they belong to.
+    #[test]
+    fn every_row_kind_has_one_cell_per_column() {
+        let records = parse(&sample_output());
+        assert_eq!(records[0], Record::NAMES);
+        let rows: Vec<&Vec<String>> = records[1..].iter().collect();
+        for row in &rows {
+            assert_eq!(row.len(), Record::NAMES.len(), "{row:?}");
+        }
+        let col = |name: &str| Record::NAMES.iter().position(|c| *c == name).unwrap();
+        // (kind, interval, cells): the row of that kind whose first two listed cells match
+        // holds all the listed cells.
+        let table: &[(&str, &str, Cells)] = &[
+            (
+                "stream",
+                "4",
+                &[
+                    ("stream", "1"),
+                    ("snd_cwnd_bytes", "1048752"),
+                    ("min_rtt_us", "31"),
+                    ("block_rtt_median_us", "2449.1"),
+                    ("jain", ""),
+                    ("side", ""),
+                ],
+            ),
+            (
+                "sum",
+                "4",
+                &[
+                    ("stream", ""),
+                    ("bytes", "7173570560"),
+                    ("bits_per_second", "57279790158"),
+                    ("snd_cwnd_bytes", "2096480"),
+                    ("srtt_us", "81"),
+                    ("min_rtt_us", "30"),
+                    ("delivery_rate_bps", ""),
+                    ("block_rtt_avg_us", "1953.5"),
+                    ("block_rtt_median_us", ""),
+                    ("jain", "0.665432"),
+                    ("starved", "1"),
+                    ("side", ""),
+                ],
+            ),
+            (
+                "cpu_core",
+                "4",
+                &[
+                    ("side", "local"),
+                    ("core", "3"),
+                    ("busy_percent", "5.00"),
+                    ("cpu_percent", ""),
+                    ("bytes", ""),
+                ],
+            ),
+            (
+                "total",
+                "",
+                &[
+                    ("stream", "2"),
+                    ("bytes", "0"),
+                    ("sent_bytes", "2"),
+                    ("retransmits", ""),
+                    ("block_rtt_samples", ""),
+                ],
+            ),
+            (
+                "total_sum",
+                "",
+                &[
+                    ("start_us", "0"),
+                    ("end_us", "1001899"),
+                    ("starved", "4"),
+                    ("max_share", "0.517851"),
+                ],
+            ),
+            (
+                "cpu_process",
+                "",
+                &[
+                    ("side", "remote"),
+                    ("cpu_user_us", "123456"),
+                    ("cpu_sys_us", "789012"),
+                    ("cpu_percent", "91.25"),
+                    ("core", ""),
+                ],
+            ),
+            (
+                "cpu_thread",
+                "",
+                &[
+                    ("stream", "0"),
+                    ("side", "remote"),
+                    ("cpu_user_us", "100000"),
+                    ("cpu_percent", "75.94"),
+                ],
+            ),
+            (
+                "cpu_efficiency",
+                "",
+                &[
+                    ("side", ""),
+                    ("gbps_per_busy_core", "27.4188"),
+                    ("cpu_seconds_per_gb", "0.1235"),
+                ],
+            ),
+        ];
+        for (kind, interval, cells) in table {
+            let of_kind: Vec<_> = rows.iter().filter(|r| r[0] == *kind).collect();
+            assert!(!of_kind.is_empty(), "no {kind} row");
+            let row = of_kind
+                .iter()
+                .find(|r| cells.iter().take(2).all(|(c, v)| r[col(c)] == *v))
+                .unwrap_or_else(|| panic!("no {kind} row with {:?}: {of_kind:?}", &cells[..2]));
+            assert_eq!(row[col("interval")], *interval, "{kind}");
+            for (c, v) in *cells {
+                assert_eq!(row[col(c)], *v, "{kind} {c}: {row:?}");
+            }
+        }
+        let kinds: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+        assert_eq!(
+            kinds.len(),
+            table.len(),
+            "a row kind the table misses: {kinds:?}"
+        );
+    }
+
+    /// A text cell with a comma, a quote and a line break stays one cell.
+    #[test]
+    fn a_cell_with_comma_quote_and_newline_stays_one_cell() {
+        let nasty = "peer said \"no\", then\nclosed";
+        let row = Record {
+            kind: "cpu_core".into(),
+            side: nasty.into(),
+            core: "7".into(),
+            ..Record::default()
+        };
+        let records = parse(&format!("{}\n{}\n", row.line(), row.line()));
+        assert_eq!(records.len(), 2);
+        for r in records {
+            assert_eq!(r.len(), Record::NAMES.len());
+            assert_eq!(
+                r[Record::NAMES.iter().position(|c| *c == "side").unwrap()],
+                nasty
+            );
+            assert_eq!(
+                r[Record::NAMES.iter().position(|c| *c == "core").unwrap()],
+                "7"
+            );
+        }
     }
 }

@@ -318,8 +318,8 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
     }
 }
 
-/// The sum of stream rows over one span: bytes and retransmits add; RTTs combine weighted
-/// by samples; fairness over the streams' bytes.
+/// The sum of stream rows over one span: bytes, retransmits and congestion windows add;
+/// RTTs combine weighted by samples, min RTT is the lowest; fairness over the streams' bytes.
 fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
     let bytes: u64 = rows.iter().map(|r| r.bytes).sum();
     let byte_counts: Vec<u64> = rows.iter().map(|r| r.bytes).collect();
@@ -335,6 +335,8 @@ fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
             .iter()
             .filter_map(|r| r.retransmits)
             .reduce(|a, b| a + b),
+        snd_cwnd: rows.iter().filter_map(|r| r.snd_cwnd).reduce(|a, b| a + b),
+        min_rtt: rows.iter().filter_map(|r| r.min_rtt).min(),
         block_rtt: RttAgg::of(rows.iter().filter_map(|r| r.block_rtt.as_ref())),
         kernel_rtt: RttAgg::of(rows.iter().filter_map(|r| r.kernel_rtt.as_ref())),
         fairness: fairness::of(&byte_counts),

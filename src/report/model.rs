@@ -112,6 +112,11 @@ pub struct SumRow {
     pub bits_per_second: f64,
     pub sent_bytes: u64,
     pub retransmits: Option<u64>,
+    /// The streams' congestion windows at the span's end added up, bytes (absent when no
+    /// stream has one).
+    pub snd_cwnd: Option<u64>,
+    /// The lowest of the streams' connection min RTTs: the path without queues.
+    pub min_rtt: Option<u32>,
     pub block_rtt: Option<RttSummary>,
     pub kernel_rtt: Option<RttSummary>,
     pub fairness: Fairness,
@@ -206,9 +211,236 @@ pub struct CpuSummary {
     pub cpu_seconds_per_gb: Option<f64>,
 }
 
+/// One stream thread's CPU over its side's span, in percent of one core (as
+/// `CpuReport::host_total` is for the whole process).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThreadCpu {
+    pub total_percent: f64,
+    pub user_percent: f64,
+    pub sys_percent: f64,
+}
+
+impl ThreadCpu {
+    /// Each stream thread of `report`, by stream id.
+    pub fn of(report: &CpuReport) -> Vec<ThreadCpu> {
+        let pct = |us: u64| us as f64 / 1e6 / report.seconds * 100.0;
+        report
+            .streams
+            .iter()
+            .map(|t| ThreadCpu {
+                total_percent: pct(t.total_us()),
+                user_percent: pct(t.user_us),
+                sys_percent: pct(t.sys_us),
+            })
+            .collect()
+    }
+}
+
 impl Summary {
     /// Sender and receiver agree to the byte.
     pub fn reconciled(&self) -> bool {
         self.sum_sent.bytes == self.sum_received.bytes
+    }
+}
+
+/// A fixed report for formatter tests: three streams (one with no `TCP_INFO`, one
+/// starved), an interval with per-core load, and a summary with both ends' CPU.
+#[cfg(test)]
+pub(crate) mod sample {
+    use super::*;
+    use crate::cpu::CpuTime;
+
+    fn rtt(min_us: f64, avg_us: f64, max_us: f64, median_us: Option<f64>) -> RttSummary {
+        RttSummary {
+            min_us,
+            avg_us,
+            max_us,
+            median_us,
+            samples: 197,
+        }
+    }
+
+    fn stream(stream: u16, start: f64, end: f64, bytes: u64, tcp: bool) -> StreamRow {
+        StreamRow {
+            stream,
+            start,
+            end,
+            seconds: end - start,
+            bytes,
+            bits_per_second: bytes as f64 * 8.0 / (end - start),
+            sent_bytes: bytes + u64::from(stream),
+            retransmits: tcp.then_some(3),
+            snd_cwnd: tcp.then_some(1_047_728 + u64::from(stream) * 1024),
+            rtt: tcp.then_some(80.6),
+            rttvar: tcp.then_some(20),
+            min_rtt: tcp.then_some(30 + u32::from(stream)),
+            delivery_rate: tcp.then_some(27_571_789_472),
+            pacing_rate: tcp.then_some(55_000_000_000),
+            notsent_bytes: tcp.then_some(2544),
+            sndbuf: tcp.then_some(4_194_304),
+            kernel_rtt: tcp.then(|| rtt(60.0, 80.6, 101.0, None)),
+            block_rtt: (bytes > 0).then(|| rtt(41.0, 2173.04, 3958.0, Some(2449.05))),
+        }
+    }
+
+    fn streams(start: f64, end: f64) -> Vec<StreamRow> {
+        vec![
+            stream(0, start, end, 3_458_727_936, true),
+            stream(1, start, end, 3_714_842_624, true),
+            stream(2, start, end, 0, false),
+        ]
+    }
+
+    fn sum(start: f64, end: f64) -> SumRow {
+        SumRow {
+            sum: true,
+            start,
+            end,
+            seconds: end - start,
+            bytes: 7_173_570_560,
+            bits_per_second: 57_279_790_158.4,
+            sent_bytes: 7_173_570_563,
+            retransmits: Some(6),
+            snd_cwnd: Some(2_096_480),
+            min_rtt: Some(30),
+            block_rtt: Some(rtt(41.0, 1953.55, 3958.0, None)),
+            kernel_rtt: Some(rtt(60.0, 80.6, 101.0, None)),
+            fairness: Fairness {
+                jain: Some(0.6654321987),
+                min_share: Some(0.0),
+                max_share: Some(0.517851234),
+                starved: 1,
+                streams: 3,
+            },
+        }
+    }
+
+    fn cores() -> Vec<CoreLoad> {
+        vec![
+            CoreLoad {
+                cpu: 0,
+                busy_percent: 99.456,
+                softirq_percent: 12.344,
+                idle_percent: 0.544,
+            },
+            CoreLoad {
+                cpu: 3,
+                busy_percent: 5.0,
+                softirq_percent: 0.0,
+                idle_percent: 95.0,
+            },
+        ]
+    }
+
+    fn cpu_report(seconds: f64) -> CpuReport {
+        CpuReport {
+            seconds,
+            process: CpuTime {
+                user_us: 123_456,
+                sys_us: 789_012,
+            },
+            host_total: 91.2468,
+            host_user: 12.3456,
+            host_system: 78.9012,
+            streams: vec![
+                CpuTime {
+                    user_us: 100_000,
+                    sys_us: 650_000,
+                },
+                CpuTime {
+                    user_us: 3,
+                    sys_us: 0,
+                },
+            ],
+            cores: cores(),
+        }
+    }
+
+    pub(crate) fn interval() -> IntervalReport {
+        IntervalReport {
+            index: 4,
+            streams: streams(1.0018994, 1.2504),
+            sum: sum(1.0018994, 1.2504),
+            cores: Some(cores()),
+        }
+    }
+
+    pub(crate) fn summary() -> Summary {
+        let end = 1.0018994;
+        let side = |bytes: u64, retransmits: Option<u64>| SideTotal {
+            start: 0.0,
+            end,
+            seconds: end,
+            bytes,
+            bits_per_second: bytes as f64 * 8.0 / end,
+            retransmits,
+        };
+        let sum = sum(0.0, end);
+        Summary {
+            streams: streams(0.0, end),
+            sum_sent: side(sum.sent_bytes, sum.retransmits),
+            sum_received: side(sum.bytes, None),
+            fairness: TestFairness {
+                totals: sum.fairness,
+                starved_intervals: 4,
+                stream_intervals: 12,
+            },
+            sum,
+            diagnosis: vec!["one stream starved".into()],
+            cpu_utilization_percent: Some(CpuUtilization {
+                host_total: 91.2468,
+                host_user: 12.3456,
+                host_system: 78.9012,
+                remote_total: Some(40.0),
+                remote_user: Some(10.0),
+                remote_system: Some(30.0),
+            }),
+            cpu: Some(CpuSummary {
+                local: cpu_report(1.0),
+                remote: Some(cpu_report(0.9876)),
+                same_host: false,
+                same_process: false,
+                busy_cores: 2.0891,
+                gbps_per_busy_core: Some(27.41876543),
+                cpu_seconds_per_gb: Some(0.12345678),
+            }),
+            kernel: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::sum_row;
+
+    /// The sum row carries what text used to add up itself: the streams' congestion windows
+    /// (streams without `TCP_INFO` add nothing) and the lowest min RTT, and JSON has them.
+    #[test]
+    fn sum_rows_add_cwnd_and_keep_the_lowest_min_rtt() {
+        let rows = sample::interval().streams;
+        assert_eq!(rows[2].snd_cwnd, None);
+        let sum = sum_row(&rows, 1.0, 1.25);
+        assert_eq!(sum.snd_cwnd, Some(1_047_728 + 1_048_752));
+        assert_eq!(sum.min_rtt, Some(30));
+        let json = serde_json::to_value(&sum).unwrap();
+        assert_eq!(json["snd_cwnd"], 2_096_480);
+        assert_eq!(json["min_rtt"], 30);
+
+        let without_tcp_info = sum_row(&rows[2..], 1.0, 1.25);
+        assert_eq!(without_tcp_info.snd_cwnd, None);
+        assert_eq!(without_tcp_info.min_rtt, None);
+        assert_eq!(sum_row(&[], 1.0, 1.25).snd_cwnd, None);
+    }
+
+    #[test]
+    fn thread_cpu_is_percent_of_one_core_over_the_span() {
+        let cpu = sample::summary().cpu.unwrap();
+        let t = ThreadCpu::of(cpu.remote.as_ref().unwrap());
+        assert_eq!(t.len(), 2);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(t[0].total_percent, 75.0 / 0.9876), "{t:?}");
+        assert!(close(t[0].user_percent, 10.0 / 0.9876), "{t:?}");
+        assert!(close(t[0].sys_percent, 65.0 / 0.9876), "{t:?}");
     }
 }

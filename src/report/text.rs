@@ -10,7 +10,7 @@ use std::io::{self, Write};
 
 use super::Formatter;
 use super::model::{
-    CpuSummary, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
+    CpuSummary, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary, ThreadCpu,
 };
 use crate::choices::Engine;
 use crate::cpu::{CoreLoad, CpuReport};
@@ -99,16 +99,13 @@ fn process_line(r: &CpuReport) -> String {
 }
 
 fn thread_list(r: &CpuReport) -> String {
-    r.streams
+    ThreadCpu::of(r)
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let pct = |us: u64| us as f64 / 1e6 / r.seconds * 100.0;
             format!(
                 "stream-{i} {:.1}% (user {:.1}, sys {:.1})",
-                pct(t.total_us()),
-                pct(t.user_us),
-                pct(t.sys_us)
+                t.total_percent, t.user_percent, t.sys_percent
             )
         })
         .collect::<Vec<_>>()
@@ -311,11 +308,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 bits_per_second: s.bits_per_second,
                 rtt: self.rtt(s.block_rtt, s.kernel_rtt),
                 retransmits: s.retransmits,
-                snd_cwnd: iv
-                    .streams
-                    .iter()
-                    .filter_map(|r| r.snd_cwnd)
-                    .reduce(|a, b| a + b),
+                snd_cwnd: s.snd_cwnd,
             };
             writeln!(self.out, "{}", row("(sum)", &cols))?;
         }
@@ -334,11 +327,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             bits_per_second: s.sum.bits_per_second,
             rtt: self.rtt(s.sum.block_rtt, s.sum.kernel_rtt),
             retransmits: s.sum.retransmits,
-            snd_cwnd: s
-                .streams
-                .iter()
-                .filter_map(|r| r.snd_cwnd)
-                .reduce(|a, b| a + b),
+            snd_cwnd: s.sum.snd_cwnd,
         };
         writeln!(
             self.out,
@@ -358,12 +347,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             f.starved_intervals,
             f.stream_intervals
         )?;
-        let path = s.streams.iter().filter_map(|r| r.min_rtt).min();
         let ms = |v: f64| format!("{:.3} ms", v / 1e3);
         writeln!(
             self.out,
             "# rtt: path (kernel min_rtt) {}; kernel srtt avg {}; block RTT avg {}",
-            path.map_or("-".into(), |v| ms(f64::from(v))),
+            s.sum.min_rtt.map_or("-".into(), |v| ms(f64::from(v))),
             s.sum.kernel_rtt.map_or("-".into(), |r| ms(r.avg_us)),
             s.sum
                 .block_rtt
@@ -385,5 +373,35 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             s.sum_sent.bytes, s.sum_received.bytes
         )?;
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::sample;
+
+    /// The `(sum)` and `(**)` rows print the model's cwnd sum and the rtt line its min RTT;
+    /// text adds nothing up itself.
+    #[test]
+    fn sum_rows_print_the_models_cwnd_and_min_rtt() {
+        let mut iv = sample::interval();
+        iv.sum.snd_cwnd = Some(10 << 20);
+        let mut s = sample::summary();
+        s.sum.snd_cwnd = Some(3 << 20);
+        s.sum.min_rtt = Some(12_345);
+        let mut out = Vec::new();
+        let mut f = TextFormatter::new(&mut out);
+        f.streams = 3;
+        f.interval(&iv).unwrap();
+        f.summary(&s).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = |start: &str| text.lines().find(|l| l.starts_with(start)).unwrap();
+        assert!(line("(sum)").ends_with(" 10240"), "{text}");
+        assert!(line("#(**)").contains(" 3072 "), "{text}");
+        assert!(
+            line("# rtt:").starts_with("# rtt: path (kernel min_rtt) 12.345 ms;"),
+            "{text}"
+        );
     }
 }
