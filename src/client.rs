@@ -20,6 +20,7 @@ use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
 use crate::stream::{StreamSet, StreamSocks, sender, single, spawn_named};
+use crate::timeouts;
 
 /// Runs one test as configured; prints the report on stdout (and, in the machine formats,
 /// a failure too: `-J` prints what it has with an `error` field, as iperf3 -J does).
@@ -163,6 +164,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         remote_pin: accept.pin_plan.clone(),
         placement_note,
         duration_s: cfg.test.duration().as_secs_f64(),
+        omit_s: cfg.test.omit().as_secs_f64(),
         interval_s: cfg.test.interval().as_secs_f64(),
         echo: cfg.test.echo,
         congestion,
@@ -173,23 +175,25 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     };
 
     // Threads: pinned senders and the reporter.
-    let duration = cfg.test.duration();
+    let run_time = cfg.test.run_time();
     let block = cfg.test.block_bytes as usize;
     let (streams, rx, free_tx) = match cfg.engine {
         Engine::Threads => StreamSet::spawn(socks, &local_plan, block, move |ctx, sock| {
-            sender::run(ctx, sock, duration)
+            sender::run(ctx, sock, run_time)
         })?,
         Engine::Single => {
             StreamSet::spawn_single(socks, &local_plan, block, move |ctxs, socks| {
-                single::run(ctxs, socks, duration)
+                single::run(ctxs, socks, run_time)
             })?
         }
     };
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let cutter = IntervalCutter::for_test(n, &cfg.test);
     let out = out.take().expect("the formatter is handed to one reporter");
+    let output = report::Output::default();
+    let output2 = output.clone();
     let reporter = spawn_named("reporter".into(), move || {
-        report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out)
+        report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out, output2)
     })?;
 
     // Start when the server says so, then relay its rows until its totals arrive.
@@ -204,51 +208,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         let cpu = CpuMark::now();
         let t0 = Instant::now();
         streams.start(t0);
-        let row_timeout = cfg.test.interval() * 2 + Duration::from_secs(60);
-        let mut last_msg = Instant::now();
-        failure = loop {
-            let msg = match ctl.poll(Duration::from_secs(1)) {
-                Ok(None) => {
-                    kernel.sample();
-                    if last_msg.elapsed() < row_timeout {
-                        continue;
-                    }
-                    Err(Error::Test(format!(
-                        "{peer} sent nothing on the control connection for {:.0} s",
-                        row_timeout.as_secs_f64()
-                    )))
-                }
-                Ok(Some(m)) => {
-                    last_msg = Instant::now();
-                    Ok(m)
-                }
-                Err(e) => Err(e),
-            };
-            match msg {
-                Ok(ControlMsg::Row(row)) => {
-                    kernel.sample();
-                    let _ = remote_tx.send(RemoteEvent::Row(row));
-                }
-                Ok(ControlMsg::Done(done)) => {
-                    let _ = remote_tx.send(RemoteEvent::Done(done));
-                    break None;
-                }
-                Ok(other) => break Some(unexpected(peer, "a row or the totals", &other)),
-                Err(e) => {
-                    // Host TCP memory in pressure or exhausted explains a crawling test.
-                    kernel.sample();
-                    let why = kernel
-                        .peak()
-                        .and_then(crate::kstat::memory_note)
-                        .map(|n| format!("; {n}"))
-                        .unwrap_or_default();
-                    break Some(Error::Test(format!(
-                        "test aborted {:.1} s after its start: {e}{why}",
-                        t0.elapsed().as_secs_f64()
-                    )));
-                }
-            }
-        };
+        failure = watch(&ctl, &streams, &remote_tx, &output, &cfg, t0, &mut kernel);
         marks = Some((cpu, kernel));
     }
     if failure.is_some() {
@@ -273,7 +233,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
     if let Some(e) = failure {
         ctl.abort(&e.to_string());
-        return Err(e);
+        return Err(output.error().unwrap_or(e));
     }
     let _ = ctl.send(&ControlMsg::Bye);
     let totals = totals?;
@@ -287,6 +247,98 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     totals
         .summary
         .ok_or_else(|| Error::Test("the report's summary is missing".into()))
+}
+
+/// Watches the running test from the main thread until the receiver's totals arrive:
+/// relays the server's rows to the reporter, and stops at the first failure with its root
+/// cause: a local stream that failed (said live), the server's error, a server that
+/// stopped answering (see [`timeouts`]), or output that nobody reads any more.
+fn watch(
+    ctl: &Control,
+    streams: &StreamSet<sender::SendOutcome>,
+    remote_tx: &crossbeam_channel::Sender<RemoteEvent>,
+    output: &report::Output,
+    cfg: &ClientConfig,
+    t0: Instant,
+    kernel: &mut crate::kstat::KernelMark,
+) -> Option<Error> {
+    let peer = ctl.peer;
+    let silent = |since: Instant| {
+        Error::Test(format!(
+            "the server {peer} stopped answering: no message on the control connection for {:.0} s",
+            since.elapsed().as_secs_f64()
+        ))
+    };
+    let run_time = cfg.test.run_time();
+    let row_wait = timeouts::row_wait(cfg.test.interval());
+    let mut last_msg = Instant::now();
+    let mut local_done: Option<Instant> = None;
+    loop {
+        if let Some(f) = streams.failure() {
+            let at = f.at.saturating_duration_since(t0).as_secs_f64();
+            let _ = remote_tx.send(RemoteEvent::StreamFailed {
+                at,
+                error: f.error.clone(),
+            });
+            // A reset seen here is often the server's own failure: its word names the cause.
+            let cause = match ctl.poll(Duration::from_millis(200)) {
+                Err(e @ Error::Test(_)) if e.to_string().contains("reported") => e.to_string(),
+                _ => f.error,
+            };
+            return Some(Error::Test(format!("{cause} ({at:.2} s into the test)")));
+        }
+        if output.closed() {
+            return Some(Error::OutputClosed);
+        }
+        if local_done.is_none() && streams.finished() {
+            local_done = Some(Instant::now());
+        }
+        let msg = match ctl.poll(Duration::from_millis(100)) {
+            Ok(None) => {
+                kernel.sample();
+                // Rows come every interval while the senders send; once they are done
+                // (drained), the totals follow at once.
+                let quiet_since = local_done.map_or(last_msg, |d| d.max(last_msg));
+                let late = match local_done {
+                    Some(_) => quiet_since.elapsed() > timeouts::STALL,
+                    None => t0.elapsed() < run_time && last_msg.elapsed() > row_wait,
+                };
+                if !late {
+                    continue;
+                }
+                Err(silent(quiet_since))
+            }
+            Ok(Some(m)) => {
+                last_msg = Instant::now();
+                Ok(m)
+            }
+            Err(e) => Err(e),
+        };
+        match msg {
+            Ok(ControlMsg::Row(row)) => {
+                kernel.sample();
+                let _ = remote_tx.send(RemoteEvent::Row(row));
+            }
+            Ok(ControlMsg::Done(done)) => {
+                let _ = remote_tx.send(RemoteEvent::Done(done));
+                return None;
+            }
+            Ok(other) => return Some(unexpected(peer, "a row or the totals", &other)),
+            Err(e) => {
+                // Host TCP memory in pressure or exhausted explains a crawling test.
+                kernel.sample();
+                let why = kernel
+                    .peak()
+                    .and_then(crate::kstat::memory_note)
+                    .map(|n| format!("; {n}"))
+                    .unwrap_or_default();
+                return Some(Error::Test(format!(
+                    "test aborted {:.1} s after its start: {e}{why}",
+                    t0.elapsed().as_secs_f64()
+                )));
+            }
+        }
+    }
 }
 
 fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: usize) {

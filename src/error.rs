@@ -20,6 +20,8 @@ pub enum Error {
     Test(String),
     /// This part (a stream) stopped because the test was called off: never a cause.
     Aborted(String),
+    /// Nobody reads the output any more (a closed pipe, `| head`): stop quietly.
+    OutputClosed,
 }
 
 /// Result alias used throughout the crate.
@@ -30,6 +32,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => 2,
+            Error::OutputClosed => 0,
             _ => 1,
         }
     }
@@ -53,6 +56,7 @@ impl fmt::Display for Error {
             }
             Error::Protocol { peer, what } => write!(f, "protocol error with {peer}: {what}"),
             Error::Test(msg) => write!(f, "{msg}"),
+            Error::OutputClosed => write!(f, "the output was closed"),
             Error::Aborted(who) => write!(f, "{who}: stopped because the test was aborted"),
         }
     }

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     match pinperf::run_from_env() {
         Ok(()) => ExitCode::SUCCESS,
+        // Nobody reads any more (`| head`): stop quietly, as ripgrep does.
+        Err(pinperf::Error::OutputClosed) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("pinperf: {err}");
             ExitCode::from(err.exit_code())

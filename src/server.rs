@@ -23,9 +23,9 @@ use crate::protocol::{
 };
 use crate::report::interval::IntervalCutter;
 use crate::stream::{Batch, StreamSet, StreamSocks, receiver, spawn_named};
-use crossbeam_channel::{Receiver, Sender};
 use crate::timeouts;
 use crate::units::format_size;
+use crossbeam_channel::{Receiver, Sender};
 
 /// Server log lines go to stderr, except for the in-process `--loopback` server.
 macro_rules! log {

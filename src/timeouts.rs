@@ -61,11 +61,6 @@ impl Progress {
         }
         now.saturating_duration_since(self.since) >= self.limit
     }
-
-    /// How long the counter has not moved.
-    pub fn idle(&self, now: Instant) -> Duration {
-        now.saturating_duration_since(self.since)
-    }
 }
 
 #[cfg(test)]
@@ -81,7 +76,6 @@ mod tests {
         assert!(!p.stalled(5, s(1500)), "moved: not stalled");
         assert!(!p.stalled(5, s(2400)));
         assert!(p.stalled(5, s(2500)), "a second without progress");
-        assert_eq!(p.idle(s(2600)), Duration::from_millis(1100));
     }
 
     #[test]

@@ -250,7 +250,7 @@ fn a_request_over_a_server_limit_is_refused_with_the_limit_named() {
     assert_eq!(run.code(), Some(1), "{}", run.explain());
     assert!(
         run.stderr().contains(
-            "refused the test: 3 streams requested; this server allows 1 to 2 (--max-streams)"
+            "refused the test: -P 3: streams must be 1 to 2 (this server's --max-streams)"
         ),
         "{}",
         run.explain()

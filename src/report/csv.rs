@@ -245,10 +245,15 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
         let idx = iv.index.to_string();
-        let streams = iv.streams.iter().map(|r| stream_row("stream", &idx, r));
+        // -O's omitted intervals: their own kinds, so sums over `stream` rows stay the test.
+        let (stream, sum) = match iv.omitted {
+            true => ("omitted_stream", "omitted_sum"),
+            false => ("stream", "sum"),
+        };
+        let streams = iv.streams.iter().map(|r| stream_row(stream, &idx, r));
         self.write(streams)?;
         let f = &iv.sum.fairness;
-        self.write([sum_row("sum", &idx, &iv.sum, f, f.starved)])?;
+        self.write([sum_row(sum, &idx, &iv.sum, f, f.starved)])?;
         if let Some(cores) = &iv.cores {
             self.write(core_rows("local", &idx, cores))?;
         }

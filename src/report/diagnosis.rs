@@ -283,6 +283,7 @@ mod tests {
             remote_pin: crate::pin::PinPlan(vec![]),
             placement_note: None,
             duration_s: 10.0,
+            omit_s: 0.0,
             interval_s: 1.0,
             echo: true,
             congestion: "cubic".into(),

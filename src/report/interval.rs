@@ -308,7 +308,12 @@ mod tests {
 
     #[test]
     fn records_fall_in_the_interval_of_their_timestamp() {
-        let mut c = IntervalCutter::new(1, Duration::from_secs(3), Duration::from_secs(1), Duration::ZERO);
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(3),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
         assert_eq!(c.count(), 3);
         // One batch straddling the 1 s boundary: the bytes split by timestamp.
         c.add(&batch(
@@ -340,7 +345,12 @@ mod tests {
 
     #[test]
     fn an_interval_waits_for_the_slowest_watermark() {
-        let mut c = IntervalCutter::new(2, Duration::from_secs(2), Duration::from_secs(1), Duration::ZERO);
+        let mut c = IntervalCutter::new(
+            2,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
         c.add(&batch(0, &[(1500 * MS, 1)], 1500 * MS, false));
         assert!(c.pop_ready().is_none(), "stream 1 has not passed 1 s yet");
         // A starved stream advances its watermark with an empty batch: the interval closes
@@ -355,7 +365,12 @@ mod tests {
 
     #[test]
     fn contiguous_intervals_and_no_byte_lost() {
-        let mut c = IntervalCutter::new(3, Duration::from_millis(2500), Duration::from_millis(500), Duration::ZERO);
+        let mut c = IntervalCutter::new(
+            3,
+            Duration::from_millis(2500),
+            Duration::from_millis(500),
+            Duration::ZERO,
+        );
         let mut sent = 0u64;
         for t in (0..2600).step_by(7) {
             let s = (t % 3) as u16;
@@ -376,7 +391,12 @@ mod tests {
 
     #[test]
     fn block_rtts_fall_in_their_interval_with_a_median() {
-        let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1), Duration::ZERO);
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
         let mut b = batch(0, &[], 1500 * MS, false);
         b.block_rtts = [
             (100, 5_000),
@@ -412,7 +432,12 @@ mod tests {
 
     #[test]
     fn retransmits_are_per_interval_deltas() {
-        let mut c = IntervalCutter::new(1, Duration::from_secs(2), Duration::from_secs(1), Duration::ZERO);
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
         let sample = |t_ns, total_retrans, rtt_us| TcpSample {
             t_ns,
             rtt_us,
@@ -453,7 +478,14 @@ mod tests {
             true,
         ));
         let got: Vec<(bool, u64, u64, u64)> = std::iter::from_fn(|| c.pop_ready())
-            .map(|iv| (iv.omitted, iv.begin_ns / ms, iv.end_ns / ms, iv.streams[0].bytes))
+            .map(|iv| {
+                (
+                    iv.omitted,
+                    iv.begin_ns / ms,
+                    iv.end_ns / ms,
+                    iv.streams[0].bytes,
+                )
+            })
             .collect();
         assert_eq!(
             got,

@@ -29,6 +29,11 @@ pub enum Event {
     End(Box<Summary>),
     /// The test failed with this message; no `end` follows.
     Error(String),
+    /// A stream failed `at` seconds into the test (the `error` event follows).
+    StreamFailed {
+        at: f64,
+        error: String,
+    },
 }
 
 /// `-J`: collects, prints once.
@@ -116,5 +121,12 @@ impl<W: Write + Send> Formatter for JsonLinesFormatter<W> {
 
     fn failed(&mut self, error: &str) -> io::Result<()> {
         self.emit(&Event::Error(error.to_string()))
+    }
+
+    fn stream_failed(&mut self, at: f64, error: &str) -> io::Result<()> {
+        self.emit(&Event::StreamFailed {
+            at,
+            error: error.to_string(),
+        })
     }
 }

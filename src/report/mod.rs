@@ -13,12 +13,13 @@ pub(crate) mod text;
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, select};
 
 use crate::choices::Format;
 use crate::cpu::{self, CpuReport};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kstat::KernelReport;
 use crate::protocol::{ReceiverDone, ReceiverRow};
 use crate::stream::Batch;
@@ -38,6 +39,42 @@ pub(crate) trait Formatter: Send {
     /// stdout; text leaves it to the one-line error on stderr.
     fn failed(&mut self, _error: &str) -> io::Result<()> {
         Ok(())
+    }
+    /// A stream failed `at` seconds into the test: said the moment it is known, before
+    /// the partial results.
+    fn stream_failed(&mut self, _at: f64, _error: &str) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether the report could be written: shared by the reporter, which writes it, and the
+/// client's main thread, which stops the test when nobody reads it any more.
+#[derive(Clone, Default)]
+pub(crate) struct Output(Arc<parking_lot::Mutex<Option<io::Error>>>);
+
+impl Output {
+    /// Writing the report failed (a closed pipe, a full disk).
+    pub(crate) fn closed(&self) -> bool {
+        self.0.lock().is_some()
+    }
+
+    /// Why it failed: a closed pipe is [`Error::OutputClosed`] (not a failure of the test).
+    pub(crate) fn error(&self) -> Option<Error> {
+        self.0.lock().as_ref().map(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe => Error::OutputClosed,
+            kind => Error::io("write the report", io::Error::new(kind, e.to_string())),
+        })
+    }
+
+    /// Records the result of one write; true while the output works.
+    fn check(&self, r: io::Result<()>) -> bool {
+        match r {
+            Ok(()) => !self.closed(),
+            Err(e) => {
+                self.0.lock().get_or_insert(e);
+                false
+            }
+        }
     }
 }
 
@@ -75,6 +112,11 @@ pub(crate) enum RemoteEvent {
     LocalKernel(crate::kstat::KernelReport),
     /// The test failed: the reporter hands this to the formatter instead of a summary.
     Failed(String),
+    /// A local stream failed `at` seconds into the test (said live, before `Failed`).
+    StreamFailed {
+        at: f64,
+        error: String,
+    },
 }
 
 /// Whole-test accumulation of RTT statistics (weighted by samples).
@@ -126,6 +168,9 @@ struct StreamTotal {
     retransmits: Option<u64>,
     last: Option<TcpSample>,
     starved_intervals: u32,
+    /// Bytes received and sent in `-O`'s omitted intervals.
+    omitted_received: u64,
+    omitted_sent: u64,
 }
 
 /// Everything the client's reporter accumulates across intervals.
@@ -143,9 +188,10 @@ pub(crate) fn run_sender_reporter(
     remote: Receiver<RemoteEvent>,
     mut cutter: IntervalCutter,
     mut out: Box<dyn Formatter>,
+    output: Output,
 ) -> Result<ClientTotals> {
     let streams = header.streams as usize;
-    let mut output_ok = write_ok(out.header(&header));
+    let mut output_ok = output.check(out.header(&header));
     let mut locals: BTreeMap<u32, ClosedInterval> = BTreeMap::new();
     let mut remotes: BTreeMap<u32, ReceiverRow> = BTreeMap::new();
     let mut next = 0u32;
@@ -178,6 +224,9 @@ pub(crate) fn run_sender_reporter(
                 Ok(RemoteEvent::LocalCpu(c)) => local_cpu = Some(c),
                 Ok(RemoteEvent::LocalKernel(k)) => local_kernel = Some(k),
                 Ok(RemoteEvent::Failed(e)) => failed = Some(e),
+                Ok(RemoteEvent::StreamFailed { at, error }) => if output_ok {
+                    output_ok = output.check(out.stream_failed(at, &error));
+                },
                 Err(_) => remote_open = false,
             },
         }
@@ -192,7 +241,7 @@ pub(crate) fn run_sender_reporter(
                 *prev = now;
             }
             if output_ok {
-                output_ok = write_ok(out.interval(&report));
+                output_ok = output.check(out.interval(&report));
             }
             locals.remove(&next);
             remotes.remove(&next);
@@ -210,31 +259,20 @@ pub(crate) fn run_sender_reporter(
             add_kernel(&mut s, local, d.kernel);
         }
         if output_ok {
-            write_ok(out.summary(&s));
+            output.check(out.summary(&s));
         }
         summary = Some(s);
     }
     if let (None, Some(e)) = (&summary, &failed)
         && output_ok
     {
-        write_ok(out.failed(e));
+        output.check(out.failed(e));
     }
     Ok(ClientTotals {
         sent,
         received: done.map(|d| d.bytes),
         summary,
     })
-}
-
-fn write_ok(r: io::Result<()>) -> bool {
-    match r {
-        Ok(()) => true,
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => false,
-        Err(e) => {
-            eprintln!("pinperf: writing the report failed: {e}");
-            false
-        }
-    }
 }
 
 fn summary_of(r: &RttStats) -> RttSummary {
@@ -294,6 +332,12 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
         row.rtt = row.kernel_rtt.map(|k| k.avg_us);
         row.block_rtt = slice.block_rtt.as_ref().map(summary_of);
         if let Some(t) = totals.streams.get_mut(s) {
+            if local.omitted {
+                t.omitted_received += bytes;
+                t.omitted_sent += slice.bytes;
+                rows.push(row);
+                continue;
+            }
             if let Some(k) = &row.kernel_rtt {
                 t.kernel.add(k);
             }
@@ -308,10 +352,11 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
         }
         rows.push(row);
     }
-    totals.intervals += 1;
+    totals.intervals += u32::from(!local.omitted);
     let sum = sum_row(&rows, start, end);
     IntervalReport {
         index: local.index,
+        omitted: local.omitted,
         streams: rows,
         sum,
         cores: None,
@@ -396,20 +441,23 @@ fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>
     s.kernel = Some(k);
 }
 
+/// The whole test's summary, from `-O`'s end (0 without it) to the last byte.
 fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals) -> Summary {
-    let end = done.elapsed_us as f64 / 1e6;
+    let start = header.omit_s;
+    let end = (done.elapsed_us as f64 / 1e6).max(start);
     let rows: Vec<StreamRow> = totals
         .streams
         .iter()
         .enumerate()
         .map(|(s, t)| {
             let bytes = done.bytes.get(s).copied().unwrap_or(0);
+            let sent = sent.get(s).copied().unwrap_or(0);
             let mut row = stream_row(
                 s as u16,
-                0.0,
+                start,
                 end,
-                bytes,
-                sent.get(s).copied().unwrap_or(0),
+                bytes.saturating_sub(t.omitted_received),
+                sent.saturating_sub(t.omitted_sent),
                 t.last,
             );
             row.retransmits = t.retransmits;
@@ -419,14 +467,14 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
             row
         })
         .collect();
-    let sum = sum_row(&rows, 0.0, end);
-    let sent_bytes: u64 = sent.iter().sum();
+    let sum = sum_row(&rows, start, end);
+    let sent_bytes: u64 = rows.iter().map(|r| r.sent_bytes).sum();
     let side = |bytes: u64, retransmits: Option<u64>| SideTotal {
-        start: 0.0,
+        start,
         end,
-        seconds: end,
+        seconds: end - start,
         bytes,
-        bits_per_second: bps(bytes, end),
+        bits_per_second: bps(bytes, end - start),
         retransmits,
     };
     let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
@@ -444,7 +492,11 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         .filter_map(|r| r.notsent_bytes)
         .map(u64::from)
         .sum();
-    diagnosis.extend(diagnosis::long_drain(header.duration_s, end, queued));
+    diagnosis.extend(diagnosis::long_drain(
+        start + header.duration_s,
+        end,
+        queued,
+    ));
     Summary {
         sum_sent: side(sent_bytes, sum.retransmits),
         sum_received: side(sum.bytes, None),
@@ -459,5 +511,10 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         cpu_utilization_percent: None,
         cpu: None,
         kernel: None,
+        omitted: model::Omitted {
+            seconds: start,
+            sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
+            received_bytes: totals.streams.iter().map(|t| t.omitted_received).sum(),
+        },
     }
 }

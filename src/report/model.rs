@@ -29,6 +29,9 @@ pub struct Header {
     /// Why this placement (e.g. the same-host rule), when there is something to say.
     pub placement_note: Option<String>,
     pub duration_s: f64,
+    /// `-O`: seconds run before `duration_s` and left out of the totals.
+    #[serde(default)]
+    pub omit_s: f64,
     pub interval_s: f64,
     /// Block-header echoes (block RTT) are on.
     pub echo: bool,
@@ -126,6 +129,9 @@ pub struct SumRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IntervalReport {
     pub index: u32,
+    /// Inside `-O`'s omitted seconds: shown, left out of the totals.
+    #[serde(default)]
+    pub omitted: bool,
     pub streams: Vec<StreamRow>,
     pub sum: SumRow,
     /// With `--cpu`: this host's cores over the interval (as the client printed it).
@@ -171,6 +177,17 @@ pub struct Summary {
     pub cpu: Option<CpuSummary>,
     /// Both ends' kernel TCP drop and memory-pressure counters over the test.
     pub kernel: Option<KernelSummary>,
+    /// Bytes sent and received in `-O`'s omitted seconds (not in the totals above).
+    #[serde(default)]
+    pub omitted: Omitted,
+}
+
+/// What `-O` left out of the totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Omitted {
+    pub seconds: f64,
+    pub sent_bytes: u64,
+    pub received_bytes: u64,
 }
 
 /// Kernel TCP counters of the sending (client) and receiving (server) end. When both ends
@@ -237,9 +254,11 @@ impl ThreadCpu {
 }
 
 impl Summary {
-    /// Sender and receiver agree to the byte.
+    /// Sender and receiver agree to the byte over the whole test (with `-O`, the split
+    /// at the end of the omitted seconds differs by what was in flight then).
     pub fn reconciled(&self) -> bool {
-        self.sum_sent.bytes == self.sum_received.bytes
+        self.sum_sent.bytes + self.omitted.sent_bytes
+            == self.sum_received.bytes + self.omitted.received_bytes
     }
 }
 
@@ -359,6 +378,7 @@ pub(crate) mod sample {
     pub(crate) fn interval() -> IntervalReport {
         IntervalReport {
             index: 4,
+            omitted: false,
             streams: streams(1.0018994, 1.2504),
             sum: sum(1.0018994, 1.2504),
             cores: Some(cores()),
@@ -405,6 +425,7 @@ pub(crate) mod sample {
                 cpu_seconds_per_gb: Some(0.12345678),
             }),
             kernel: None,
+            omitted: Omitted::default(),
         }
     }
 }

@@ -268,8 +268,14 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         }
         writeln!(
             o,
-            "# test duration = {}s; reporting interval = {}s",
-            h.duration_s, h.interval_s
+            "# test duration = {}s; reporting interval = {}s{}",
+            h.duration_s,
+            h.interval_s,
+            if h.omit_s > 0.0 {
+                format!("; first {}s omitted from the totals (-O)", h.omit_s)
+            } else {
+                String::new()
+            }
         )?;
         if h.echo {
             writeln!(
@@ -286,10 +292,16 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         o.flush()
     }
 
+    fn stream_failed(&mut self, at: f64, error: &str) -> io::Result<()> {
+        writeln!(self.out, "# failed at {at:.2} s: {error}")?;
+        self.out.flush()
+    }
+
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
+        let mark = if iv.omitted { "  (omitted)" } else { "" };
         for s in &iv.streams {
             let line = row(&id(s.stream), &self.stream_cols(s));
-            writeln!(self.out, "{line}")?;
+            writeln!(self.out, "{line}{mark}")?;
         }
         if let Some(cores) = &iv.cores {
             writeln!(
@@ -310,7 +322,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 retransmits: s.retransmits,
                 snd_cwnd: s.snd_cwnd,
             };
-            writeln!(self.out, "{}", row("(sum)", &cols))?;
+            writeln!(self.out, "{}{mark}", row("(sum)", &cols))?;
         }
         self.out.flush()
     }
@@ -367,11 +379,20 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             writeln!(self.out, "# {line}")?;
         }
         let verdict = if s.reconciled() { "equal" } else { "MISMATCH" };
+        let o = &s.omitted;
         writeln!(
             self.out,
             "# bytes: sender wrote {}, receiver read {}: {verdict}",
-            s.sum_sent.bytes, s.sum_received.bytes
+            s.sum_sent.bytes + o.sent_bytes,
+            s.sum_received.bytes + o.received_bytes
         )?;
+        if o.seconds > 0.0 {
+            writeln!(
+                self.out,
+                "# omitted (-O {}): the first {} s, sender {} and receiver {} bytes, are not in the totals",
+                o.seconds, o.seconds, o.sent_bytes, o.received_bytes
+            )?;
+        }
         self.out.flush()
     }
 }

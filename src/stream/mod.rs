@@ -367,8 +367,9 @@ impl<T: Send + 'static> StreamSet<T> {
     {
         let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes);
         let report = set.reporter();
-        set.workers
-            .push(spawn_named("stream-mux".into(), move || report(body(ctxs, datas)))?);
+        set.workers.push(spawn_named("stream-mux".into(), move || {
+            report(body(ctxs, datas))
+        })?);
         Ok((set, rx, free_tx))
     }
 
@@ -388,6 +389,11 @@ impl<T: Send + 'static> StreamSet<T> {
             }
             result
         }
+    }
+
+    /// True when every stream thread has ended.
+    pub(crate) fn finished(&self) -> bool {
+        self.workers.iter().all(|w| w.is_finished())
     }
 
     /// The first stream failure so far, if any.

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::echo::HeaderEcho;
-use super::{aborted, Batcher, StreamCtx, WAKE, is_timeout};
+use super::{Batcher, StreamCtx, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::timeouts;

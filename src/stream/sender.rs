@@ -7,7 +7,7 @@ use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::echo::{self, EchoCollector};
-use super::{aborted, Batcher, StreamCtx, TcpSample, WAKE, is_timeout};
+use super::{Batcher, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 
