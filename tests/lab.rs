@@ -1,11 +1,14 @@
-//! `pinperf lab` end to end: real namespaces, TUN devices and relay threads. Root only;
-//! elsewhere each test says it skipped. The tests share the two cores, so they run one at
-//! a time (a lab's throughput is what one of them checks).
+//! `pinperf lab` end to end: real namespaces, TUN devices and relay threads. They run
+//! only where this process can build a lab (root, and a namespace with a TUN device really
+//! made); elsewhere each prints `SKIPPED: <test>: <reason>` to stderr. The tests share the
+//! two cores, so they run one at a time (a lab's throughput is what one of them checks).
 
 mod util;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -13,42 +16,54 @@ use util::{bin, pinperf};
 
 static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn root() -> bool {
-    let uid = std::fs::read_to_string("/proc/self/status")
+/// True when this process can build a lab; otherwise prints `SKIPPED: <test>: <reason>`
+/// to stderr and returns false, so the caller returns at once.
+fn can_build_a_lab(test: &str) -> bool {
+    match lab_capability() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("SKIPPED: {test}: {why}");
+            false
+        }
+    }
+}
+
+/// Whether a lab can be built here: root, /dev/net/tun and iproute2, and then, since root
+/// is not always enough (a container without CAP_SYS_ADMIN or TUN access), a namespace with
+/// a TUN device really created and removed again. Probed once per test process.
+fn lab_capability() -> Result<(), String> {
+    static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(probe_lab).clone()
+}
+
+/// The effective user is root (from /proc, without unsafe code).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
         .lines()
         .find_map(|l| {
             l.strip_prefix("Uid:")
                 .map(|r| r.split_whitespace().nth(1).map(String::from))
         })
-        .flatten();
-    let ok = uid.as_deref() == Some("0")
-        && std::path::Path::new("/dev/net/tun").exists()
-        && Command::new("ip")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!(
-            "SKIPPED: pinperf lab tests need root, /dev/net/tun and iproute2 (CI runs them as root)"
-        );
-        return false;
-    }
-    if let Err(why) = can_make_a_lab() {
-        eprintln!("SKIPPED: root, but this sandbox cannot make a lab: {why}");
-        return false;
-    }
-    true
-}
-
-/// Root is not always enough (a container without CAP_SYS_ADMIN or TUN access): try a
-/// namespace with a TUN device in it, and remove it again. Once per test process.
-fn can_make_a_lab() -> Result<(), String> {
-    static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    PROBE.get_or_init(probe_lab).clone()
+        .flatten()
+        .as_deref()
+        == Some("0")
 }
 
 fn probe_lab() -> Result<(), String> {
+    if !is_root() {
+        return Err("needs root (network namespaces; CI runs these tests as root)".into());
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Err("no /dev/net/tun (modprobe tun)".into());
+    }
+    if !Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Err("no iproute2 `ip`".into());
+    }
     let ns = format!("pinperf-probe-{}", std::process::id());
     let ip = |args: &[&str]| -> Result<(), String> {
         let out = Command::new("ip")
@@ -65,10 +80,11 @@ fn probe_lab() -> Result<(), String> {
             ))
         }
     };
-    ip(&["netns", "add", &ns])?;
+    let cannot = |e: String| format!("root, but this sandbox cannot make a lab: {e}");
+    ip(&["netns", "add", &ns]).map_err(cannot)?;
     let tun = ip(&["-n", &ns, "tuntap", "add", "dev", "probe0", "mode", "tun"]);
-    ip(&["netns", "delete", &ns])?;
-    tun
+    ip(&["netns", "delete", &ns]).map_err(cannot)?;
+    tun.map_err(cannot)
 }
 
 /// Every lab namespace present (any pid), or none when `ip` is missing.
@@ -126,9 +142,142 @@ fn lab_pid(stderr: &str) -> u32 {
         .unwrap()
 }
 
+/// Waits for `child` at most `limit`; kills it and fails the test after that.
+fn wait_for(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for pinperf") {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: pinperf lab still running after {limit:?}; killed it");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Reads a child's stderr to the end on a thread, so a full pipe never blocks the child.
+fn collect_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
+    let mut pipe = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
+
+/// The inode of each namespace of the lab run by `pid`, identifying it for
+/// [`processes_in`] after its name is gone.
+fn namespace_inodes(pid: u32) -> Vec<u64> {
+    leftovers(pid)
+        .iter()
+        .filter_map(|n| std::fs::metadata(format!("/run/netns/{n}")).ok())
+        .map(|m| m.ino())
+        .collect()
+}
+
+/// Processes (other than this one) living in one of the network namespaces `inodes`, or
+/// naming the lab's namespaces of `pid` on their command line (an `ip -n …` left running).
+fn processes_of_lab(pid: u32, inodes: &[u64]) -> Vec<String> {
+    let prefix = format!("pinperf-lab-{pid}-");
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && *p != me)
+        .filter_map(|p| {
+            let net = std::fs::read_link(format!("/proc/{p}/ns/net")).ok()?;
+            let net = net.to_string_lossy().into_owned();
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let inside = inodes.iter().any(|i| net == format!("net:[{i}]"));
+            (inside || cmdline.contains(&prefix)).then(|| format!("{p} ({net}): {cmdline}"))
+        })
+        .collect()
+}
+
+/// Sends SIGINT to `pid` at once (a `kill` command would add milliseconds of fork and exec).
+#[allow(unsafe_code)]
+fn send_sigint(pid: u32) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: kill() takes plain integers and touches no memory of ours; `pid` is our own
+    // child, not yet waited for, so the number cannot name another process.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(
+        rc,
+        0,
+        "kill -INT {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// A pseudo-random number from the clock, xorshift-stirred: good enough to spread delays.
+fn pseudo_random(state: &mut u64) -> u64 {
+    if *state == 0 {
+        *state = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
+            | 1;
+    }
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Watches /run/netns from another thread and records every namespace of a lab it sees,
+/// so a test knows which namespaces a lab created even when they are gone by the end.
+struct NetnsWatcher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::collections::BTreeSet<String>>,
+}
+
+impl NetnsWatcher {
+    fn start() -> NetnsWatcher {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            loop {
+                // One more look after the stop request: the lab has exited by then.
+                let last = flag.load(Ordering::Relaxed);
+                if let Ok(dir) = std::fs::read_dir("/run/netns") {
+                    seen.extend(
+                        dir.flatten()
+                            .filter_map(|e| e.file_name().into_string().ok())
+                            .filter(|n| n.starts_with("pinperf-lab-")),
+                    );
+                }
+                if last {
+                    return seen;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        NetnsWatcher { stop, thread }
+    }
+
+    /// Every lab namespace of `pid` seen since `start`.
+    fn stop(self, pid: u32) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let prefix = format!("pinperf-lab-{pid}-");
+        self.thread
+            .join()
+            .expect("watcher thread")
+            .into_iter()
+            .filter(|n| n.starts_with(&prefix))
+            .collect()
+    }
+}
+
 #[test]
 fn a_20ms_200mbit_path_has_its_rtt_and_rate_and_leaves_nothing_behind() {
-    if !root() {
+    if !can_build_a_lab("a_20ms_200mbit_path_has_its_rtt_and_rate_and_leaves_nothing_behind") {
         return;
     }
     let _one = ONE_LAB_AT_A_TIME.lock();
@@ -176,7 +325,7 @@ fn a_20ms_200mbit_path_has_its_rtt_and_rate_and_leaves_nothing_behind() {
 
 #[test]
 fn ctrl_c_mid_test_tears_the_lab_down() {
-    if !root() {
+    if !can_build_a_lab("ctrl_c_mid_test_tears_the_lab_down") {
         return;
     }
     let _one = ONE_LAB_AT_A_TIME.lock();
@@ -216,7 +365,7 @@ fn ctrl_c_mid_test_tears_the_lab_down() {
 
 #[test]
 fn a_failing_client_still_tears_the_lab_down() {
-    if !root() {
+    if !can_build_a_lab("a_failing_client_still_tears_the_lab_down") {
         return;
     }
     let _one = ONE_LAB_AT_A_TIME.lock();
@@ -258,13 +407,13 @@ fn lab_usage_errors_name_the_flag_and_create_nothing() {
 #[test]
 fn without_root_the_lab_says_so() {
     // Run as nobody via setpriv (util-linux) when we are root; as ourselves otherwise.
-    let is_root = root();
+    let as_root = is_root();
     let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if is_root && !have_setpriv {
-        eprintln!("SKIPPED: no setpriv to drop root");
+    if as_root && !have_setpriv {
+        eprintln!("SKIPPED: without_root_the_lab_says_so: root, and no setpriv to drop it");
         return;
     }
-    let mut cmd = if is_root {
+    let mut cmd = if as_root {
         let mut c = Command::new("setpriv");
         c.args([
             "--reuid",
@@ -282,4 +431,129 @@ fn without_root_the_lab_says_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("run it as root"), "{err}");
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_the_lab_quietly_and_leaves_nothing_behind() {
+    let test = "a_closed_stdout_pipe_ends_the_lab_quietly_and_leaves_nothing_behind";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    // `pinperf lab --rtt 2ms --rate 100M -- -t 1 | head -1`: read one line, close the pipe.
+    let mut child = Command::new(bin())
+        .args(["lab", "--rtt", "2ms", "--rate", "100M", "--", "-t", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stderr = collect_stderr(&mut child);
+    let mut first = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut first).unwrap();
+    // The header is written once both namespaces exist; the test runs for a second after.
+    let inodes = namespace_inodes(pid);
+    drop(stdout);
+    let status = wait_for(&mut child, Duration::from_secs(15), test);
+    let err = stderr.join().unwrap();
+    assert!(
+        first.starts_with("# lab:") && first.contains(&format!("pinperf-lab-{pid}-")),
+        "first line: {first:?}; stderr: {err}"
+    );
+    assert_eq!(inodes.len(), 2, "two namespaces while the lab ran");
+    assert!(!err.contains("panicked"), "{status:?}; stderr: {err}");
+    assert!(
+        !err.to_ascii_lowercase().contains("broken pipe"),
+        "a closed pipe is not an error to report; stderr: {err}"
+    );
+    assert_eq!(status.code(), Some(0), "{status:?}; stderr: {err}");
+    assert_torn_down(pid);
+    let left = processes_of_lab(pid, &inodes);
+    assert!(left.is_empty(), "processes of the lab left: {left:?}");
+    eprintln!("{test}: first line read, pipe closed; exit {status}, nothing left");
+}
+
+#[test]
+fn sigint_in_the_first_milliseconds_leaves_nothing_and_says_truly_what_it_removed() {
+    let test = "sigint_in_the_first_milliseconds_leaves_nothing_and_says_truly_what_it_removed";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    const ROUNDS: usize = 20;
+    let mut rng = 0;
+    let (mut before_signals, mut removed_nothing, mut removed_some) = (0, 0, 0);
+    let mut namespaces_removed = 0;
+    for round in 0..ROUNDS {
+        let delay = Duration::from_micros(pseudo_random(&mut rng) % 10_001);
+        let watcher = NetnsWatcher::start();
+        let mut child = Command::new(bin())
+            .args(["lab", "--rtt", "2ms", "--rate", "100M", "--", "-t", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let stderr = collect_stderr(&mut child);
+        std::thread::sleep(delay);
+        send_sigint(pid);
+        let what = format!("round {round}, SIGINT after {delay:?}");
+        let status = wait_for(&mut child, Duration::from_secs(10), &what);
+        let seen = watcher.stop(pid);
+        let err = stderr.join().unwrap();
+        let why = format!("{what}: {status:?}, namespaces seen {seen:?}, stderr: {err}");
+        assert!(
+            leftovers(pid).is_empty(),
+            "left {:?}; {why}",
+            leftovers(pid)
+        );
+        let left = processes_of_lab(pid, &[]);
+        assert!(left.is_empty(), "processes left {left:?}; {why}");
+        assert!(!err.contains("panicked"), "{why}");
+        if status.signal() == Some(libc::SIGINT) {
+            // Killed before the lab took the signals over, which it does before it creates
+            // anything.
+            assert!(seen.is_empty(), "{why}");
+            eprintln!("{what}: killed by it before the lab took signals");
+            before_signals += 1;
+            continue;
+        }
+        assert_eq!(status.code(), Some(130), "128 + SIGINT; {why}");
+        let removed = err
+            .lines()
+            .find_map(|l| l.strip_prefix("pinperf lab: signal 2, stopped; removed "))
+            .unwrap_or_else(|| panic!("no removed message; {why}"));
+        if removed.starts_with("nothing") {
+            assert!(seen.is_empty(), "said nothing was removed; {why}");
+            eprintln!("{what}: exit 130, removed {removed}");
+            removed_nothing += 1;
+        } else {
+            let named: Vec<&str> = removed
+                .split(", ")
+                .map(|n| n.strip_prefix("netns ").unwrap_or(n))
+                .collect();
+            let prefix = format!("pinperf-lab-{pid}-");
+            assert!(
+                named
+                    .iter()
+                    .all(|n| n.starts_with(&prefix) && !n.contains(' ')),
+                "removed only its own, all without failure; {why}"
+            );
+            assert!(
+                seen.iter().all(|n| named.contains(&n.as_str())),
+                "every namespace seen is named as removed; {why}"
+            );
+            eprintln!("{what}: exit 130, removed {removed}; seen {seen:?}");
+            removed_some += 1;
+            namespaces_removed += named.len();
+        }
+    }
+    eprintln!(
+        "{test}: {ROUNDS} rounds: {before_signals} killed before the lab took signals, \
+         {removed_nothing} removed nothing (none created), {removed_some} removed \
+         {namespaces_removed} namespaces; nothing left in any"
+    );
 }

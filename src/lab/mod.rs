@@ -8,13 +8,22 @@
 //! client namespace; both are this process, so CPU is counted once.
 //!
 //! Teardown deletes both namespaces (their devices go with them) on every way out: normal
-//! end, error, panic (a guard), and SIGINT/SIGTERM/SIGHUP (taken by a `lab-signals`
-//! thread). Namespaces left by a lab that was SIGKILLed are removed on the next run.
+//! end, error, panic and a closed stdout (a [`TeardownGuard`] dropped by `run`), and
+//! SIGINT/SIGTERM/SIGHUP (taken by a `lab-signals` thread, which exits 128 + signal).
+//! Invariants: a name joins the teardown list before `ip netns add` runs, and the list's
+//! lock is held across that call, so a signal's teardown waits for a creation in progress
+//! and then deletes it; after the first teardown nothing more is created; teardown
+//! reports only namespaces that existed and were deleted; no `ip` child outlives the lab.
+//! Namespaces left by a lab that was SIGKILLed are removed on the next run.
+//!
+//! Output: the lab's own lines never panic. A closed stdout (`pinperf lab | head -1`)
+//! means nobody reads: the lab stops writing, says nothing about it, and still tears down.
 
 pub mod path;
 pub mod relay;
 
 use std::fs::File;
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsFd;
 use std::process::Command;
@@ -196,43 +205,118 @@ pub fn run(a: &LabArgs) -> Result<()> {
     let _ = crate::kstat::tcp_mem();
     // Signals are taken by one thread from here on, so teardown runs whatever is running.
     sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM", e))?;
-    let guard = Arc::new(Mutex::new(Teardown::default()));
-    let on_signal = guard.clone();
+    let teardown = TeardownGuard::default();
+    let on_signal = teardown.shared();
     spawn_named("lab-signals".into(), move || -> Result<()> {
         let sig = sys::wait_stop_signal();
-        let removed = on_signal.lock().run();
-        eprintln!("pinperf lab: signal {sig}, stopped; removed {removed}");
+        // Waits for an `ip netns add` in progress, and keeps the lock until the process
+        // is gone, so the main thread creates nothing after this teardown.
+        let mut list = on_signal.lock();
+        let removed = list.run();
+        // Waits for an `ip` child of another thread to finish, and starts no more.
+        let _no_more_ip = IP_RUNNING.lock();
+        note(&format!(
+            "pinperf lab: signal {sig}, stopped; removed {}",
+            removed_text(&removed)
+        ));
         std::process::exit(128 + sig);
     })?;
-    let result = run_lab(&spec, &mut cfg, &guard);
-    let removed = guard.lock().run();
-    let line = format!("# lab: removed {removed}");
-    lab_line(cfg.format, &line);
+    let mut out = LabOut::new(cfg.format);
+    let result = run_lab(&spec, &mut cfg, &teardown, &mut out);
+    let removed = teardown.finish();
+    out.line(&format!("# lab: removed {}", removed_text(&removed)));
     result
 }
 
-/// Lab lines go to stdout with text output and to stderr with machine formats, so a
-/// `-J` document stays one JSON document.
-fn lab_line(format: Format, line: &str) {
-    match format {
-        Format::Text => println!("{line}"),
-        _ => eprintln!("{line}"),
+/// Where the lab's own lines go: stdout with text output, stderr with machine formats (so
+/// a `-J` document stays one JSON document). Written by `run`'s thread only.
+struct LabOut {
+    format: Format,
+    /// Nobody reads any more (a closed pipe) or writing failed: write nothing more.
+    closed: bool,
+}
+
+impl LabOut {
+    fn new(format: Format) -> LabOut {
+        LabOut {
+            format,
+            closed: false,
+        }
+    }
+
+    /// Writes one line and flushes it; false once nobody reads. A closed pipe is not an
+    /// error and is not reported (ripgrep); another write error is reported once.
+    fn line(&mut self, line: &str) -> bool {
+        if self.closed {
+            return false;
+        }
+        let written = match self.format {
+            Format::Text => {
+                let mut stdout = io::stdout().lock();
+                writeln!(stdout, "{line}").and_then(|()| stdout.flush())
+            }
+            _ => writeln!(io::stderr().lock(), "{line}"),
+        };
+        match written {
+            Ok(()) => true,
+            Err(e) => {
+                self.closed = true;
+                if e.kind() != io::ErrorKind::BrokenPipe {
+                    note(&format!("pinperf lab: writing the lab's lines failed: {e}"));
+                }
+                false
+            }
+        }
     }
 }
 
-fn run_lab(spec: &PathSpec, cfg: &mut ClientConfig, guard: &Arc<Mutex<Teardown>>) -> Result<()> {
+/// A warning or notice on stderr. Never panics: when stderr itself is closed there is
+/// nowhere left to say anything, and the lab goes on (and tears down).
+fn note(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+fn run_lab(
+    spec: &PathSpec,
+    cfg: &mut ClientConfig,
+    teardown: &TeardownGuard,
+    out: &mut LabOut,
+) -> Result<()> {
     remove_stale_namespaces();
     let pid = std::process::id();
     let server_ns = format!("{NETNS_PREFIX}{pid}-server");
     let client_ns = format!("{NETNS_PREFIX}{pid}-client");
-    let server = Netns::create(&server_ns, guard)?;
-    let client = Netns::create(&client_ns, guard)?;
+    let server = Netns::create(&server_ns, teardown)?;
+    let client = Netns::create(&client_ns, teardown)?;
     let server_tun = server.tun(SERVER_ADDR, CLIENT_ADDR, spec.mtu)?;
     let client_tun = client.tun(CLIENT_ADDR, SERVER_ADDR, spec.mtu)?;
 
     let allowed = pin::allowed_cpus();
     let forward_cpu = allowed.last().copied();
     let return_cpu = allowed.first().copied();
+    let header = format!(
+        "# lab: {CLIENT_ADDR} (netns {client_ns}) -> {SERVER_ADDR} (netns {server_ns}): RTT {:.3} ms, \
+         bottleneck {}, drop-tail queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay \
+         threads (SCHED_FIFO): forward {}, return {}",
+        spec.rtt.as_secs_f64() * 1e3,
+        rate_text(spec.rate_bps),
+        size_text(spec.queue_bytes),
+        spec.queue_bytes as f64 / spec.bdp().max(1) as f64,
+        size_text(spec.bdp()),
+        if spec.loss > 0.0 {
+            format!("{:.4} %", spec.loss * 100.0)
+        } else {
+            "none".into()
+        },
+        spec.mtu,
+        cpu_text(forward_cpu),
+        cpu_text(return_cpu),
+    );
+    if !out.line(&header) {
+        // Nobody reads the results (stdout closed before the test began): stop quietly;
+        // `run` tears down.
+        return Ok(());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let mtu = spec.mtu as usize;
     let relay = |name: &str, from: &Arc<File>, to: &Arc<File>, path: Path, cpu: Option<usize>| {
@@ -246,7 +330,9 @@ fn run_lab(spec: &PathSpec, cfg: &mut ClientConfig, guard: &Arc<Mutex<Teardown>>
             // time slice on the same core. The relay sleeps between packets, and the
             // kernel's RT throttling still leaves others 5 % of the core in the worst case.
             if let Err(e) = sys::set_realtime(RELAY_PRIORITY) {
-                eprintln!("pinperf lab: relay {name} keeps normal priority (SCHED_FIFO: {e})");
+                note(&format!(
+                    "pinperf lab: relay {name} keeps normal priority (SCHED_FIFO: {e})"
+                ));
             }
             Ok(relay::run(&from, &to, path, mtu, &stop))
         })
@@ -266,34 +352,12 @@ fn run_lab(spec: &PathSpec, cfg: &mut ClientConfig, guard: &Arc<Mutex<Teardown>>
         return_cpu,
     )?;
 
-    lab_line(
-        cfg.format,
-        &format!(
-            "# lab: {CLIENT_ADDR} (netns {client_ns}) -> {SERVER_ADDR} (netns {server_ns}): RTT {:.3} ms, \
-             bottleneck {}, drop-tail queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay \
-             threads (SCHED_FIFO): forward {}, return {}",
-            spec.rtt.as_secs_f64() * 1e3,
-            rate_text(spec.rate_bps),
-            size_text(spec.queue_bytes),
-            spec.queue_bytes as f64 / spec.bdp().max(1) as f64,
-            size_text(spec.bdp()),
-            if spec.loss > 0.0 {
-                format!("{:.4} %", spec.loss * 100.0)
-            } else {
-                "none".into()
-            },
-            spec.mtu,
-            cpu_text(forward_cpu),
-            cpu_text(return_cpu),
-        ),
-    );
-
     let outcome = serve_and_test(&server, &client, cfg);
     stop.store(true, Ordering::Relaxed);
     let fwd = join_relay(forward)?;
     let ret = join_relay(back)?;
-    lab_line(cfg.format, &relay_line("forward (client -> server)", &fwd));
-    lab_line(cfg.format, &relay_line("return (server -> client)", &ret));
+    out.line(&relay_line("forward (client -> server)", &fwd));
+    out.line(&relay_line("return (server -> client)", &ret));
     let kernel_drops = [&client, &server]
         .iter()
         .map(|ns| {
@@ -305,23 +369,17 @@ fn run_lab(spec: &PathSpec, cfg: &mut ClientConfig, guard: &Arc<Mutex<Teardown>>
         })
         .collect::<Vec<_>>()
         .join(", ");
-    lab_line(
-        cfg.format,
-        &format!(
-            "# lab: TUN device drops (kernel queue, outside the emulated path): {kernel_drops}"
-        ),
-    );
+    out.line(&format!(
+        "# lab: TUN device drops (kernel queue, outside the emulated path): {kernel_drops}"
+    ));
     // A few late packets are scheduling noise; one in a thousand means the relay set the pace.
     let late = fwd.late + ret.late;
     if late * 1000 > fwd.path.packets + ret.path.packets {
-        lab_line(
-            cfg.format,
-            &format!(
-                "# lab: warning: the relay delivered {late} packets more than {} ms late: it, not \
-                 the emulated path, limited this run; lower --rate or use a larger --mtu",
-                relay::LATE_NS / 1_000_000
-            ),
-        );
+        out.line(&format!(
+            "# lab: warning: the relay delivered {late} packets more than {} ms late: it, not \
+             the emulated path, limited this run; lower --rate or use a larger --mtu",
+            relay::LATE_NS / 1_000_000
+        ));
     }
     outcome
 }
@@ -417,8 +475,14 @@ fn cpu_text(cpu: Option<usize>) -> String {
     cpu.map_or("unpinned".into(), |c| format!("cpu{c}"))
 }
 
+/// Held while an `ip` child runs. The `lab-signals` thread takes it after its teardown and
+/// keeps it until the process exits, so no `ip` child outlives the lab (an orphan still
+/// working on a namespace being deleted). Never held while taking the teardown list's lock.
+static IP_RUNNING: Mutex<()> = Mutex::new(());
+
 /// Runs `ip ARGS`; the error carries its stderr.
 fn ip(args: &[&str]) -> Result<()> {
+    let _running = IP_RUNNING.lock();
     let out = Command::new("ip")
         .args(args)
         .output()
@@ -434,27 +498,71 @@ fn ip(args: &[&str]) -> Result<()> {
     }
 }
 
-/// The namespaces this run created, deleted once by whoever gets there first.
+/// The namespaces this run names, deleted by whoever gets there first: the end of `run`
+/// (or its unwinding, through [`TeardownGuard`]) or the `lab-signals` thread. Always used
+/// behind one lock, which [`Netns::create`] holds across `ip netns add`.
 #[derive(Default)]
 struct Teardown {
+    /// Each name is added before its namespace is created, so teardown never misses one.
     namespaces: Vec<String>,
+    /// Set by the first teardown: no namespace may be created after it.
+    done: bool,
 }
 
 impl Teardown {
-    /// Deletes every namespace created so far; returns what it did, for the last line.
-    fn run(&mut self) -> String {
-        if self.namespaces.is_empty() {
-            return "nothing (no namespaces left)".into();
-        }
-        let done: Vec<String> = self
-            .namespaces
+    /// Deletes each listed namespace that exists; returns one entry per namespace it found,
+    /// `netns NAME` or `netns NAME FAILED (why)`. Empty when none existed.
+    fn run(&mut self) -> Vec<String> {
+        self.done = true;
+        self.namespaces
             .drain(..)
+            .filter(|ns| netns_exists(ns))
             .map(|ns| match ip(&["netns", "delete", &ns]) {
                 Ok(()) => format!("netns {ns}"),
                 Err(e) => format!("netns {ns} FAILED ({e})"),
             })
-            .collect();
-        done.join(", ")
+            .collect()
+    }
+}
+
+/// What a teardown removed, for the lab's last line and the signal message.
+fn removed_text(removed: &[String]) -> String {
+    if removed.is_empty() {
+        "nothing (no namespace had been created)".into()
+    } else {
+        removed.join(", ")
+    }
+}
+
+/// True when `/run/netns/NAME` exists, i.e. `ip netns add NAME` created it.
+fn netns_exists(name: &str) -> bool {
+    std::path::Path::new(&format!("/run/netns/{name}")).exists()
+}
+
+/// Owns the teardown list for `run`: tears the lab down when dropped, so an error, a panic
+/// or an early return cannot leave a namespace. `finish` tears down on the normal way out
+/// and says what it removed; the drop after it finds nothing left.
+#[derive(Default)]
+struct TeardownGuard(Arc<Mutex<Teardown>>);
+
+impl TeardownGuard {
+    /// The list, for the `lab-signals` thread.
+    fn shared(&self) -> Arc<Mutex<Teardown>> {
+        self.0.clone()
+    }
+
+    /// Tears down now; what was removed.
+    fn finish(&self) -> Vec<String> {
+        self.0.lock().run()
+    }
+}
+
+impl Drop for TeardownGuard {
+    fn drop(&mut self) {
+        let removed = self.finish();
+        if !removed.is_empty() {
+            note(&format!("pinperf lab: removed {}", removed_text(&removed)));
+        }
     }
 }
 
@@ -465,9 +573,20 @@ struct Netns {
 }
 
 impl Netns {
-    fn create(name: &str, guard: &Arc<Mutex<Teardown>>) -> Result<Netns> {
-        ip(&["netns", "add", name])?;
-        guard.lock().namespaces.push(name.to_string());
+    /// Creates namespace `name` with its loopback up. The name is listed for teardown
+    /// first, and the list stays locked while `ip netns add` runs: a signal's teardown
+    /// waits for the namespace to exist, then deletes it.
+    fn create(name: &str, teardown: &TeardownGuard) -> Result<Netns> {
+        {
+            let mut list = teardown.0.lock();
+            if list.done {
+                return Err(Error::Test(format!(
+                    "the lab is being torn down: netns {name} not created"
+                )));
+            }
+            list.namespaces.push(name.to_string());
+            ip(&["netns", "add", name])?;
+        }
         ip(&["-n", name, "link", "set", "lo", "up"])?;
         let file = File::open(format!("/run/netns/{name}"))
             .map_err(|e| Error::io(format!("open /run/netns/{name}"), e))?;
@@ -525,6 +644,7 @@ impl Netns {
 
     /// Packets the TUN device dropped before the relay read them (tx_dropped).
     fn tun_drops(&self) -> Option<u64> {
+        let _running = IP_RUNNING.lock();
         let out = Command::new("ip")
             .args(["-n", &self.name, "-s", "-j", "link", "show", "dev", DEVICE])
             .output()
@@ -554,7 +674,9 @@ fn remove_stale_namespaces() {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists()
             && ip(&["netns", "delete", &name]).is_ok()
         {
-            eprintln!("pinperf lab: removed netns {name} left by an earlier lab (pid {pid}, gone)");
+            note(&format!(
+                "pinperf lab: removed netns {name} left by an earlier lab (pid {pid}, gone)"
+            ));
         }
     }
 }
@@ -562,6 +684,48 @@ fn remove_stale_namespaces() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn teardown_reports_only_namespaces_that_existed() {
+        let mut list = Teardown {
+            namespaces: vec![format!("{NETNS_PREFIX}0-never-created")],
+            done: false,
+        };
+        let removed = list.run();
+        assert!(removed.is_empty(), "{removed:?}");
+        assert_eq!(
+            removed_text(&removed),
+            "nothing (no namespace had been created)"
+        );
+        assert!(list.done && list.namespaces.is_empty());
+        let names = ["netns a".to_string(), "netns b".to_string()];
+        assert_eq!(removed_text(&names), "netns a, netns b");
+    }
+
+    #[test]
+    fn a_panic_after_a_namespace_is_created_still_removes_it() {
+        if !sys::is_root() || ip(&["-V"]).is_err() {
+            eprintln!(
+                "SKIPPED: a_panic_after_a_namespace_is_created_still_removes_it: needs root \
+                 and iproute2"
+            );
+            return;
+        }
+        let name = format!("{NETNS_PREFIX}{}-unit-guard", std::process::id());
+        let unwound = std::panic::catch_unwind(|| {
+            let teardown = TeardownGuard::default();
+            let created = Netns::create(&name, &teardown);
+            assert!(netns_exists(&name), "created: {:?}", created.err());
+            panic!("a bug mid-lab");
+        });
+        assert!(unwound.is_err());
+        assert!(!netns_exists(&name), "{name} left after a panic");
+        let teardown = TeardownGuard::default();
+        teardown.finish();
+        let e = Netns::create(&name, &teardown).err().expect("refused");
+        assert!(e.to_string().contains("being torn down"), "{e}");
+        assert!(!netns_exists(&name), "nothing is created after a teardown");
+    }
 
     #[test]
     fn queue_sizes_in_bdp_or_bytes() {
