@@ -249,8 +249,18 @@ impl IntervalCutter {
         if !ready {
             return None;
         }
+        let begin_ns = k.checked_sub(1).map_or(0, |p| self.ends_ns[p as usize]);
+        let all_done = self.done.iter().all(|d| *d);
         let end_ns = if last {
             nominal_end.max(self.last_record_ns())
+        } else if all_done && self.last_record_ns() < nominal_end {
+            // Every stream ended early (the test was stopped): the interval holding the
+            // last record ends there, and none follows it.
+            if k > 0 && self.last_record_ns() < begin_ns {
+                self.first_open = self.count;
+                return None;
+            }
+            self.last_record_ns().max(begin_ns)
         } else {
             nominal_end
         };
@@ -278,7 +288,7 @@ impl IntervalCutter {
         Some(ClosedInterval {
             index: k,
             omitted: k < self.omitted,
-            begin_ns: k.checked_sub(1).map_or(0, |p| self.ends_ns[p as usize]),
+            begin_ns,
             end_ns,
             streams,
         })
@@ -494,6 +504,35 @@ mod tests {
                 (true, 1000, 1500, 2),
                 (false, 1500, 2500, 4),
                 (false, 2500, 3500, 8)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_test_stopped_early_ends_its_rows_at_the_last_record() {
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(8),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        let ms = 1_000_000;
+        c.add(&batch(
+            0,
+            &[(500 * ms, 1), (2500 * ms, 2), (3060 * ms, 4)],
+            3060 * ms,
+            true,
+        ));
+        let got: Vec<(u64, u64, u64)> = std::iter::from_fn(|| c.pop_ready())
+            .map(|iv| (iv.begin_ns / ms, iv.end_ns / ms, iv.streams[0].bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 1000, 1),
+                (1000, 2000, 0),
+                (2000, 3000, 2),
+                (3000, 3060, 4)
             ]
         );
     }

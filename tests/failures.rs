@@ -1,0 +1,170 @@
+//! A stream that dies mid-test fails the test at once, with its cause: one of three data
+//! connections is reset with `ss -K` (root and a kernel with socket destroy; the test says
+//! plainly when it skips), and the client must exit 1 within a second, say which stream
+//! failed and why, live, and keep what it measured.
+
+mod util;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use util::{Server, bin, free_port};
+
+fn can_kill_sockets() -> Result<(), String> {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    if !root {
+        return Err("ss -K needs root".into());
+    }
+    match Command::new("ss").arg("-V").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err("no ss (iproute2)".into()),
+    }
+}
+
+/// Resets the established data connection from the client's `nth` source port to
+/// `data_port`; true when one was found.
+fn reset_one(data_port: u16, nth: usize) -> bool {
+    let out = Command::new("ss")
+        .args(["-tnH", "state", "established"])
+        .arg(format!("( sport = :{data_port} )"))
+        .output()
+        .expect("run ss");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut peers: Vec<u16> = text
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(3)?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    peers.sort_unstable();
+    let Some(port) = peers.get(nth) else {
+        return false;
+    };
+    let _ = Command::new("ss")
+        .args(["-K", "state", "established"])
+        .arg(format!("( sport = :{data_port} and dport = :{port} )"))
+        .output();
+    true
+}
+
+#[test]
+fn a_reset_data_connection_fails_the_test_within_a_second_with_its_cause() {
+    if let Err(why) = can_kill_sockets() {
+        eprintln!("SKIPPED: a_reset_data_connection_fails_the_test_within_a_second: {why}");
+        return;
+    }
+    let data_port = free_port();
+    let server = Server::start(&["--data-port", &data_port.to_string()]);
+    let mut child = Command::new(bin())
+        .args(["-c", "127.0.0.1", "-p", &server.port_arg()])
+        .args([
+            "-P",
+            "3",
+            "-t",
+            "8",
+            "-i",
+            "0.5",
+            "--no-echo",
+            "--json-lines",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn client");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    // Wait for the first interval: the streams run.
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("read");
+        let first_interval = line.contains("\"event\":\"interval\"");
+        seen.push(line);
+        if first_interval {
+            break;
+        }
+    }
+    assert!(
+        reset_one(data_port, 1),
+        "no data connection to reset; output {seen:?}"
+    );
+    let reset_at = Instant::now();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("wait");
+    let took = reset_at.elapsed();
+    let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap();
+    let explain = format!("status {status:?} after {took:?}\nstdout {rest:#?}\nstderr {stderr}");
+    assert_eq!(status.code(), Some(1), "{explain}");
+    assert!(
+        took < Duration::from_secs(1),
+        "took {took:?} to fail: {explain}"
+    );
+    let failed = rest
+        .iter()
+        .find(|l| l.contains("\"event\":\"stream_failed\""))
+        .unwrap_or_else(|| panic!("no live stream_failed event: {explain}"));
+    assert!(failed.contains("stream-"), "{explain}");
+    assert!(
+        rest.last()
+            .is_some_and(|l| l.contains("\"event\":\"error\"")),
+        "the last event is the error: {explain}"
+    );
+    // The cause, not a consequence: a reset or abort, never "stopped because aborted".
+    assert!(
+        stderr.contains("reset") || stderr.contains("abort"),
+        "root cause named: {explain}"
+    );
+    assert!(
+        !stderr.contains("stopped because the test was aborted"),
+        "{explain}"
+    );
+}
+
+#[test]
+fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
+    let started = Instant::now();
+    let mut child = Command::new(bin())
+        .args(["--loopback", "-t", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("first line");
+    // The reader is gone (`| head -1`): the test stops at its next row, not at -t.
+    let status = child.wait().expect("wait");
+    let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap();
+    assert!(first.starts_with("# pinperf"), "{first}");
+    assert_eq!(status.code(), Some(0), "quiet stop; stderr {stderr}");
+    assert!(stderr.is_empty(), "nothing said on a closed pipe: {stderr}");
+    assert!(
+        started.elapsed() < Duration::from_millis(2900),
+        "ran to the end of -t 3 although nobody read: {:?}",
+        started.elapsed()
+    );
+
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    let Ok(full) = full else {
+        eprintln!("SKIPPED: the /dev/full half: no /dev/full here");
+        return;
+    };
+    let out = Command::new(bin())
+        .args(["--loopback", "-t", "0.3"])
+        .stdout(full)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("write the report: No space left"), "{stderr}");
+}
