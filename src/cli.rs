@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::choices::{Engine, Format};
+use crate::params::{TestParams, Transport};
 use crate::units;
 
 /// Subcommands.
@@ -75,7 +76,7 @@ pub struct CompareArgs {
     #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = units::parse_duration)]
     pub settle: Duration,
     #[command(flatten)]
-    pub transport: TransportArgs,
+    pub transport: Transport,
     /// Output format: text, json or csv.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -125,63 +126,6 @@ pub struct TargetArgs {
     pub connect_timeout: Duration,
 }
 
-/// The test a client asks for (`params::TestParams`; ranges are checked there).
-#[derive(Debug, Clone, clap::Args)]
-pub struct TestArgs {
-    /// Number of parallel TCP streams, each on its own pinned thread (1-256).
-    #[arg(
-        short = 'P',
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        help_heading = "Test"
-    )]
-    pub parallel: u32,
-
-    /// Block size of each write()/read(): 8192, 64k, 1M.
-    #[arg(short = 'l', long = "len", value_name = "SIZE", default_value = "128k",
-          value_parser = units::parse_size, help_heading = "Test")]
-    pub block: u64,
-
-    /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
-    #[arg(short = 'w', long, value_name = "SIZE", value_parser = units::parse_size,
-          help_heading = "Test")]
-    pub window: Option<u64>,
-
-    /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE to exceed net.core.{w,r}mem_max (needs CAP_NET_ADMIN).
-    #[arg(long, requires = "window", help_heading = "Test")]
-    pub force_window: bool,
-
-    /// Test duration in seconds (after the omitted seconds of -O).
-    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "10",
-          value_parser = units::parse_duration, help_heading = "Test")]
-    pub duration: Duration,
-
-    /// Reporting interval in seconds [default: 1, or -t when shorter].
-    #[arg(short = 'i', long, value_name = "SECS", value_parser = units::parse_duration,
-          help_heading = "Test")]
-    pub interval: Option<Duration>,
-
-    /// Run the first SECS before -t and leave them out of the totals (slow start, as
-    /// iperf3's -O); their rows are shown, marked omitted.
-    #[arg(short = 'O', long, value_name = "SECS", default_value = "0",
-          value_parser = units::parse_duration, help_heading = "Test")]
-    pub omit: Duration,
-}
-
-/// How the data connections behave (a client's and `compare`'s).
-#[derive(Debug, Clone, clap::Args)]
-pub struct TransportArgs {
-    /// Congestion control for the data connections (cubic, bbr, reno; see
-    /// /proc/sys/net/ipv4/tcp_available_congestion_control). Default: the system's.
-    #[arg(short = 'C', long, value_name = "ALGO", help_heading = "Test")]
-    pub congestion: Option<String>,
-
-    /// Do not echo block headers: no block RTT, kernel RTT only.
-    #[arg(long, help_heading = "Test")]
-    pub no_echo: bool,
-}
-
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -211,10 +155,7 @@ pub struct Args {
 
     // ---- test ----
     #[command(flatten)]
-    pub test: TestArgs,
-
-    #[command(flatten)]
-    pub transport: TransportArgs,
+    pub test: TestParams,
 
     /// CPU pinning: auto (spread streams over allowed cores), none, or a CPU list for the
     /// local streams, optionally "/" and one for the server's: 0,1 or 0-3/4-7.

@@ -107,7 +107,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     let opts = net::SocketOpts {
         window: cfg.test.window_bytes,
         force_window: cfg.test.force_window,
-        congestion: cfg.test.congestion.clone(),
+        congestion: cfg.test.transport.congestion.clone(),
     };
     let hello = |stream: usize, echo: bool| {
         DataHello {
@@ -130,7 +130,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         data.write_all(&hello(id, false))
             .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
         local_window.get_or_insert(grant);
-        let echo = if cfg.test.echo {
+        let echo = if cfg.test.echo() {
             let (mut echo, _) = net::connect(
                 &[data_addr],
                 cfg.target.bind,
@@ -166,7 +166,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         duration_s: cfg.test.duration().as_secs_f64(),
         omit_s: cfg.test.omit().as_secs_f64(),
         interval_s: cfg.test.interval().as_secs_f64(),
-        echo: cfg.test.echo,
+        echo: cfg.test.echo(),
         congestion,
         same_host: peer.ip().is_loopback(),
         same_process: cfg.target.loopback || cfg.same_process,

@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::choices::Engine;
 use crate::choices::Format;
-use crate::cli::{CompareArgs, TestArgs};
-use crate::config::{self, ClientConfig, Target};
+use crate::cli::CompareArgs;
+use crate::config::{ClientConfig, Target};
 use crate::error::{Error, Result};
+use crate::params::TestParams;
 
 use crate::pin::Affinity;
 use crate::report::Formatter;
@@ -177,16 +178,17 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
     } else {
         Affinity::Auto
     };
-    let test = TestArgs {
-        parallel: u32::from(p.streams),
-        block: p.block_bytes,
-        window: p.window_bytes,
-        force_window: false,
+    let params = TestParams {
+        streams: p.streams,
+        block_bytes: p.block_bytes,
+        window_bytes: p.window_bytes,
         duration: a.duration,
         interval: Some(a.duration),
         omit: a.omit,
+        transport: a.transport.clone(),
+        pin: Some(pin.clone()),
+        ..TestParams::defaults()
     };
-    let params = config::test_params(&test, &a.transport, Some(pin.clone()));
     let mut cfg = ClientConfig::new(target.clone(), params, pin).map_err(|e| {
         Error::Usage(format!(
             "compare --blocks {} --streams {} --windows {}: {e}",

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::choices::{Engine, Format};
-use crate::cli::{Args, TargetArgs, TestArgs, TransportArgs};
+use crate::cli::{Args, TargetArgs};
 use crate::error::{Error, Result};
 use crate::net::Family;
 use crate::params::{Limits, MIN_INTERVAL, TestParams};
@@ -81,7 +81,7 @@ impl ClientConfig {
     /// here, so a typo is a usage error before any connection. Output defaults to text.
     pub fn new(target: Target, test: TestParams, affinity: Affinity) -> Result<ClientConfig> {
         test.validate(&Limits::PROTOCOL).map_err(Error::Usage)?;
-        if let Some(name) = &test.congestion {
+        if let Some(name) = &test.transport.congestion {
             crate::net::check_congestion(name)?;
         }
         Ok(ClientConfig {
@@ -93,25 +93,6 @@ impl ClientConfig {
             cpu_intervals: false,
             engine: Engine::Threads,
         })
-    }
-}
-
-/// Builds the test parameters from the flags (ranges are checked by `validate`).
-pub fn test_params(t: &TestArgs, x: &TransportArgs, remote: Option<Affinity>) -> TestParams {
-    TestParams {
-        streams: u16::try_from(t.parallel).unwrap_or(u16::MAX),
-        block_bytes: t.block,
-        window_bytes: t.window,
-        force_window: t.force_window,
-        duration_us: t.duration.as_micros() as u64,
-        interval_us: t
-            .interval
-            .unwrap_or(t.duration.min(Duration::from_secs(1)))
-            .as_micros() as u64,
-        omit_us: t.omit.as_micros() as u64,
-        congestion: x.congestion.clone(),
-        pin: remote,
-        echo: !x.no_echo,
     }
 }
 
@@ -183,7 +164,10 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         return Ok(Mode::Server(server_config(args, local_plan)?));
     }
     let target = Target::from_args(t)?;
-    let test = test_params(&args.test, &args.transport, remote_plan);
+    let test = TestParams {
+        pin: remote_plan,
+        ..args.test.clone()
+    };
     let mut cfg = ClientConfig::new(target, test, local_plan)?;
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;

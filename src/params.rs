@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::pin::Affinity;
-use crate::units::format_size;
+use crate::units::{self, format_size};
 
 /// Smallest and largest block (`-l`).
 pub const MIN_BLOCK: u64 = 64;
@@ -23,31 +23,99 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Most interval rows one test may make (bounds what each end keeps per interval).
 pub const MAX_INTERVALS: u64 = 100_000;
 
-/// What the client asks for: sent to the server as is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What the client asks for: its flags (clap reads them straight into this table) and the
+/// message sent to the server, which checks it with the same [`TestParams::validate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[command(next_help_heading = "Test")]
 pub struct TestParams {
-    /// `-P`.
+    /// Number of parallel TCP streams, each on its own pinned thread (1-256).
+    #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = 1)]
     pub streams: u16,
-    /// `-l`.
+
+    /// Block size of each write()/read(): 8192, 64k, 1M.
+    #[arg(short = 'l', long = "len", value_name = "SIZE", default_value = "128k",
+          value_parser = units::parse_size)]
     pub block_bytes: u64,
-    /// `-w`: both ends' socket buffers; `None` leaves them to autotuning.
+
+    /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
+    /// Default: kernel autotuning.
+    #[arg(short = 'w', long = "window", value_name = "SIZE", value_parser = units::parse_size)]
     pub window_bytes: Option<u64>,
-    /// `--force-window`.
+
+    /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE to exceed net.core.{w,r}mem_max (needs CAP_NET_ADMIN).
+    #[arg(long, requires = "window_bytes")]
     pub force_window: bool,
-    /// `-t`: the measured part of the test, after the omitted part.
-    pub duration_us: u64,
-    /// `-i`.
-    pub interval_us: u64,
-    /// `-O`: seconds at the start that run and are shown but left out of the totals.
-    #[serde(default)]
-    pub omit_us: u64,
-    /// `-C`: congestion control for the data connections (the receiver's matters only for
-    /// its echoes).
-    pub congestion: Option<String>,
+
+    /// Test duration in seconds (after the omitted seconds of -O).
+    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "10",
+          value_parser = units::parse_duration)]
+    #[serde(rename = "duration_us", with = "micros")]
+    pub duration: Duration,
+
+    /// Reporting interval in seconds [default: 1, or -t when shorter].
+    #[arg(short = 'i', long = "interval", value_name = "SECS",
+          value_parser = units::parse_duration)]
+    #[serde(rename = "interval_us", with = "micros_opt")]
+    pub interval: Option<Duration>,
+
+    /// Run SECS before -t and leave them out of the totals (slow start, as iperf3's -O);
+    /// their rows are shown, marked omitted.
+    #[arg(short = 'O', long = "omit", value_name = "SECS", default_value = "0",
+          value_parser = units::parse_duration)]
+    #[serde(rename = "omit_us", with = "micros", default)]
+    pub omit: Duration,
+
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub transport: Transport,
+
     /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
+    #[arg(skip)]
     pub pin: Option<Affinity>,
-    /// Echo block headers for block RTT (off with `--no-echo`).
-    pub echo: bool,
+}
+
+/// How the data connections behave: part of every test, and shared by `compare`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct Transport {
+    /// Congestion control for the data connections (cubic, bbr, reno; see
+    /// /proc/sys/net/ipv4/tcp_available_congestion_control). Default: the system's.
+    #[arg(short = 'C', long, value_name = "ALGO", help_heading = "Test")]
+    pub congestion: Option<String>,
+
+    /// Do not echo block headers: no block RTT, kernel RTT only.
+    #[arg(long, help_heading = "Test")]
+    pub no_echo: bool,
+}
+
+/// Durations travel as whole microseconds.
+mod micros {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_micros)
+    }
+}
+
+/// An optional duration as microseconds, or null.
+mod micros_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::micros::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<u64>::deserialize(d).map(|v| v.map(Duration::from_micros))
+    }
 }
 
 /// Bounds a test must stay within: the protocol's own, or a server's (narrower) limits.
@@ -84,16 +152,32 @@ fn secs(d: Duration) -> f64 {
 }
 
 impl TestParams {
-    pub fn duration(&self) -> Duration {
-        Duration::from_micros(self.duration_us)
+    /// Every flag at its default: the start of a test built in code (`compare`, tests).
+    pub fn defaults() -> TestParams {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            test: TestParams,
+        }
+        <Only as clap::Parser>::parse_from(["pinperf"]).test
     }
 
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+
+    /// `-i`, or 1 s (the duration when shorter) by default.
     pub fn interval(&self) -> Duration {
-        Duration::from_micros(self.interval_us)
+        self.interval
+            .unwrap_or(self.duration.min(Duration::from_secs(1)))
     }
 
     pub fn omit(&self) -> Duration {
-        Duration::from_micros(self.omit_us)
+        self.omit
+    }
+
+    pub fn echo(&self) -> bool {
+        !self.transport.no_echo
     }
 
     /// How long the senders send: the omitted part, then the measured part.
@@ -170,13 +254,13 @@ impl TestParams {
                 secs(duration)
             ));
         }
-        let rows = (self.omit_us + self.duration_us) / self.interval_us;
+        let rows = ((omit + duration).as_micros() / interval.as_micros().max(1)) as u64;
         if rows > MAX_INTERVALS {
             return Err(format!(
                 "-t/-i: {rows} intervals, more than {MAX_INTERVALS}; use a longer -i"
             ));
         }
-        if let Some(name) = &self.congestion
+        if let Some(name) = &self.transport.congestion
             && (name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err(format!(
@@ -193,18 +277,11 @@ mod tests {
     use super::*;
 
     fn params() -> TestParams {
-        TestParams {
-            streams: 4,
-            block_bytes: 131072,
-            window_bytes: Some(4 << 20),
-            force_window: false,
-            duration_us: 3_000_000,
-            interval_us: 1_000_000,
-            omit_us: 0,
-            pin: None,
-            congestion: None,
-            echo: true,
-        }
+        let mut p = TestParams::defaults();
+        p.streams = 4;
+        p.window_bytes = Some(4 << 20);
+        p.duration = Duration::from_secs(3);
+        p
     }
 
     const SERVER: Limits = Limits {
@@ -267,7 +344,7 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.duration_us = 20_000_000
+                    p.duration = Duration::from_secs(20)
                 },
                 None,
                 Some("-t 20: duration must be 0.1 to 10 seconds (this server's --max-duration)"),
@@ -276,7 +353,7 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.omit_us = 8_000_000
+                    p.omit = Duration::from_secs(8)
                 },
                 None,
                 Some(
@@ -287,7 +364,7 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.interval_us = 0
+                    p.interval = Some(Duration::ZERO)
                 },
                 Some("-i 0: interval must be at least 0.1 seconds"),
                 Some("-i 0: interval must be at least 0.1 seconds"),
@@ -296,7 +373,7 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.interval_us = 4_000_000
+                    p.interval = Some(Duration::from_secs(4))
                 },
                 Some("-i 4: interval must not exceed the duration (-t 3)"),
                 Some("-i 4: interval must not exceed the duration (-t 3)"),
@@ -305,8 +382,8 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.duration_us = 86_400_000_000;
-                    p.interval_us = 100_000
+                    p.duration = Duration::from_secs(86_400);
+                    p.interval = Some(Duration::from_millis(100))
                 },
                 Some("-t/-i: 864000 intervals, more than 100000; use a longer -i"),
                 Some("-t 86400: duration must be 0.1 to 10 seconds (this server's --max-duration)"),
@@ -315,7 +392,7 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.congestion = Some(String::new())
+                    p.transport.congestion = Some(String::new())
                 },
                 Some(
                     "-C '': not a congestion control name (see /proc/sys/net/ipv4/tcp_available_congestion_control)",
@@ -328,7 +405,7 @@ mod tests {
                 |p| {
                     p.streams = 2;
                     p.window_bytes = Some(1 << 20);
-                    p.omit_us = 2_000_000
+                    p.omit = Duration::from_secs(2)
                 },
                 None,
                 None,
@@ -348,6 +425,26 @@ mod tests {
                 "row {i} (server)"
             );
         }
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let p = TestParams::defaults();
+        assert_eq!(
+            (p.streams, p.block_bytes, p.window_bytes),
+            (1, 128 << 10, None)
+        );
+        let times = (p.duration(), p.interval(), p.omit());
+        assert_eq!(
+            times,
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(1),
+                Duration::ZERO
+            )
+        );
+        assert!(p.echo());
+        assert_eq!(p.validate(&Limits::PROTOCOL), Ok(()));
     }
 
     #[test]

@@ -314,7 +314,7 @@ fn run_test(
 
     let data_addr = SocketAddr::new(local_ip, cfg.data_port.unwrap_or(0));
     let (data_listener, window) = net::listen(data_addr, params.window_bytes, params.force_window)?;
-    if let Some(name) = &params.congestion {
+    if let Some(name) = &params.transport.congestion {
         // Checked before Accept so an unknown name is a clean refusal, not a broken test.
         net::set_congestion(socket2::SockRef::from(&data_listener), name)
             .map_err(|e| refuse(ctl, slot, format!("congestion control: {e}")))?;
@@ -329,7 +329,7 @@ fn run_test(
         "pinperf: test from {peer}: {n} stream(s), block {}, window {}, {} s",
         format_size(params.block_bytes),
         params.window_bytes.map_or("auto".into(), format_size),
-        Duration::from_micros(params.duration_us).as_secs_f64()
+        params.duration().as_secs_f64()
     );
     ctl.send(&ControlMsg::Accept(Accept {
         data_port,
@@ -337,7 +337,7 @@ fn run_test(
         window,
         pin_plan: plan.clone(),
     }))?;
-    let socks = accept_streams(&data_listener, peer, cookie, n, params.echo, cfg.quiet)?;
+    let socks = accept_streams(&data_listener, peer, cookie, n, params.echo(), cfg.quiet)?;
     drop(data_listener);
     let path = net::path_info(&socks[0].data);
 

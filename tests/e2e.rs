@@ -449,8 +449,9 @@ fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
             assert_eq!(
                 reason,
                 format!(
-                    "pinperf 9 speaks protocol 99; this server ({}) speaks 1",
-                    protocol::SOFTWARE
+                    "pinperf 9 speaks protocol 99; this server ({}) speaks {}",
+                    protocol::SOFTWARE,
+                    protocol::PROTOCOL_VERSION
                 )
             )
         }

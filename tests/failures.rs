@@ -166,5 +166,8 @@ fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
         .expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("write the report: No space left"), "{stderr}");
+    assert!(
+        stderr.contains("write the report: No space left"),
+        "{stderr}"
+    );
 }
