@@ -13,6 +13,7 @@ use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net;
+use crate::params::TestParams;
 use crate::pin::{self, Affinity};
 use crate::protocol::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 use crate::report::interval::IntervalCutter;
@@ -80,73 +81,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             )
         });
 
-    ctl.send(&ControlMsg::Hello {
-        version: PROTOCOL_VERSION,
-        software: SOFTWARE.into(),
-    })?;
-    let remote_software = match ctl.recv(timeouts::HANDSHAKE)? {
-        ControlMsg::Welcome { software, .. } => software,
-        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
-        other => return Err(unexpected(peer, "welcome", &other)),
-    };
-    ctl.send(&ControlMsg::Params(cfg.test.clone()))?;
-    let accept = match ctl.recv(timeouts::HANDSHAKE)? {
-        ControlMsg::Accept(a) => a,
-        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
-        other => return Err(unexpected(peer, "accept", &other)),
-    };
-    if accept.pin_plan.0.len() != n || accept.data_port == 0 {
-        return Err(Error::Protocol {
-            peer,
-            what: "the server's answer does not match the test asked for".into(),
-        });
-    }
-
-    // Data connections, window set before connect().
-    let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
-    let opts = net::SocketOpts {
-        window: cfg.test.window_bytes,
-        force_window: cfg.test.force_window,
-        congestion: cfg.test.transport.congestion.clone(),
-    };
-    let hello = |stream: usize, echo: bool| {
-        DataHello {
-            cookie: accept.cookie,
-            stream: stream as u16,
-            echo,
-        }
-        .to_bytes()
-    };
-    let mut socks = Vec::with_capacity(n);
-    let mut local_window = None;
-    for id in 0..n {
-        let (mut data, grant) = net::connect(
-            &[data_addr],
-            cfg.target.bind,
-            &opts,
-            cfg.target.connect_timeout,
-        )
-        .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
-        data.write_all(&hello(id, false))
-            .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
-        local_window.get_or_insert(grant);
-        let echo = if cfg.test.echo() {
-            let (mut echo, _) = net::connect(
-                &[data_addr],
-                cfg.target.bind,
-                &net::SocketOpts::default(),
-                cfg.target.connect_timeout,
-            )
-            .map_err(|e| Error::Test(format!("stream-{id} echo connection: {e}")))?;
-            echo.write_all(&hello(id, true))
-                .op(|| format!("stream-{id}: send echo hello to {data_addr}"))?;
-            Some(echo)
-        } else {
-            None
-        };
-        socks.push(StreamSocks { data, echo });
-    }
-    let local_window = local_window.unwrap_or_default();
+    let (remote_software, accept) = negotiate(&ctl, &cfg.test)?;
+    let (socks, local_window) = connect_streams(&cfg, peer, &accept)?;
     warn_windows(&local_window, &accept, n);
 
     let congestion = net::congestion(&socks[0].data).unwrap_or_else(|| "?".into());
@@ -249,6 +185,89 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         .ok_or_else(|| Error::Test("the report's summary is missing".into()))
 }
 
+/// Hello and parameters: the server's software and its answer, checked against the test.
+fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
+    let peer = ctl.peer;
+    ctl.send(&ControlMsg::Hello {
+        version: PROTOCOL_VERSION,
+        software: SOFTWARE.into(),
+    })?;
+    let remote_software = match ctl.recv(timeouts::HANDSHAKE)? {
+        ControlMsg::Welcome { software, .. } => software,
+        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        other => return Err(unexpected(peer, "welcome", &other)),
+    };
+    ctl.send(&ControlMsg::Params(test.clone()))?;
+    let accept = match ctl.recv(timeouts::HANDSHAKE)? {
+        ControlMsg::Accept(a) => a,
+        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        other => return Err(unexpected(peer, "accept", &other)),
+    };
+    if accept.pin_plan.0.len() != usize::from(test.streams) || accept.data_port == 0 {
+        return Err(Error::Protocol {
+            peer,
+            what: "the server's answer does not match the test asked for".into(),
+        });
+    }
+    Ok((remote_software, accept))
+}
+
+/// Each stream's data connection (window and congestion control set before `connect()`)
+/// and, with block RTT, its echo connection; each opens with the test's cookie. Returns
+/// them with the first data connection's window grant.
+fn connect_streams(
+    cfg: &ClientConfig,
+    peer: SocketAddr,
+    accept: &Accept,
+) -> Result<(Vec<StreamSocks>, crate::netinfo::WindowGrant)> {
+    let n = usize::from(cfg.test.streams);
+    // Data connections, window set before connect().
+    let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
+    let opts = net::SocketOpts {
+        window: cfg.test.window_bytes,
+        force_window: cfg.test.force_window,
+        congestion: cfg.test.transport.congestion.clone(),
+    };
+    let hello = |stream: usize, echo: bool| {
+        DataHello {
+            cookie: accept.cookie,
+            stream: stream as u16,
+            echo,
+        }
+        .to_bytes()
+    };
+    let mut socks = Vec::with_capacity(n);
+    let mut local_window = None;
+    for id in 0..n {
+        let (mut data, grant) = net::connect(
+            &[data_addr],
+            cfg.target.bind,
+            &opts,
+            cfg.target.connect_timeout,
+        )
+        .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
+        data.write_all(&hello(id, false))
+            .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
+        local_window.get_or_insert(grant);
+        let echo = if cfg.test.echo() {
+            let (mut echo, _) = net::connect(
+                &[data_addr],
+                cfg.target.bind,
+                &net::SocketOpts::default(),
+                cfg.target.connect_timeout,
+            )
+            .map_err(|e| Error::Test(format!("stream-{id} echo connection: {e}")))?;
+            echo.write_all(&hello(id, true))
+                .op(|| format!("stream-{id}: send echo hello to {data_addr}"))?;
+            Some(echo)
+        } else {
+            None
+        };
+        socks.push(StreamSocks { data, echo });
+    }
+    Ok((socks, local_window.unwrap_or_default()))
+}
+
 /// Watches the running test from the main thread until the receiver's totals arrive:
 /// relays the server's rows to the reporter, and stops at the first failure with its root
 /// cause: a local stream that failed (said live), the server's error, a server that
@@ -281,7 +300,7 @@ fn watch(
                 error: f.error.clone(),
             });
             // A reset seen here is often the server's own failure: its word names the cause.
-            let cause = match ctl.poll(Duration::from_millis(200)) {
+            let cause = match ctl.poll(timeouts::CAUSE) {
                 Err(e @ Error::Test(_)) if e.to_string().contains("reported") => e.to_string(),
                 _ => f.error,
             };

@@ -214,8 +214,8 @@ fn refuse_busy(mut stream: TcpStream, peer: SocketAddr, refusers: &Arc<AtomicUsi
     let spawned = std::thread::Builder::new()
         .name("refuse".into())
         .spawn(move || {
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let _ = stream.set_write_timeout(Some(timeouts::BUSY_ANSWER));
+            let _ = stream.set_read_timeout(Some(timeouts::BUSY_ANSWER / 2));
             let mut msg = protocol::PREAMBLE.to_vec();
             msg.extend(protocol::encode(&ControlMsg::Refuse {
                 reason: "server busy: another test is running; try again when it ends".into(),

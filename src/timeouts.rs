@@ -28,6 +28,14 @@ pub const GOODBYE: Duration = Duration::from_secs(2);
 /// slot instead of being told "busy".
 pub const FINISHING: Duration = Duration::from_secs(3);
 
+/// How long a "busy" answer may take to write and its connection to drain: a refused
+/// client must not hold a thread of the server.
+pub const BUSY_ANSWER: Duration = Duration::from_secs(1);
+
+/// After a local stream fails, how long the client listens for the server's word on it:
+/// a reset seen here is often the server's own failure, and its message names the cause.
+pub const CAUSE: Duration = Duration::from_millis(200);
+
 /// The longest silence on the control connection a client accepts while the test runs:
 /// rows come once per interval; one interval late plus [`STALL`] means the server stopped
 /// answering.

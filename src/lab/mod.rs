@@ -416,8 +416,8 @@ fn serve_and_test(server: &Netns, client: &Netns, cfg: &mut ClientConfig) -> Res
         }
     })?;
     cfg.target.port = rx
-        .recv_timeout(Duration::from_secs(5))
-        .map_err(|_| Error::Test("the lab server did not start within 5 s".into()))??;
+        .recv_timeout(crate::timeouts::HANDSHAKE)
+        .map_err(|_| Error::Test("the lab server did not start in time".into()))??;
     let client_file = client
         .file
         .try_clone()
