@@ -299,12 +299,16 @@ fn watch(
                 at,
                 error: f.error.clone(),
             });
-            // A reset seen here is often the server's own failure: its word names the cause.
-            let cause = match ctl.poll(timeouts::CAUSE) {
-                Err(e @ Error::Test(_)) if e.to_string().contains("reported") => e.to_string(),
-                _ => f.error,
+            // A reset seen here may be the server's own failure (or our failure seen from
+            // there): which came first cannot be told from one end, so its word is added.
+            let theirs = match ctl.poll(timeouts::CAUSE) {
+                Err(e @ Error::Test(_)) => format!("; {e}"),
+                _ => String::new(),
             };
-            return Some(Error::Test(format!("{cause} ({at:.2} s into the test)")));
+            return Some(Error::Test(format!(
+                "{} ({at:.2} s into the test){theirs}",
+                f.error
+            )));
         }
         if output.closed() {
             return Some(Error::OutputClosed);

@@ -25,34 +25,45 @@ fn can_kill_sockets() -> Result<(), String> {
     }
 }
 
-/// Resets the established data connection from the client's `nth` source port to
-/// `data_port`; true when one was found.
-fn reset_one(data_port: u16, nth: usize) -> bool {
+/// The server's connections on `data_port`: (client port, bytes received), from `ss -i`.
+fn connections(data_port: u16) -> Vec<(u16, u64)> {
     let out = Command::new("ss")
-        .args(["-tnH", "state", "established"])
+        .args(["-tniH", "state", "established"])
         .arg(format!("( sport = :{data_port} )"))
         .output()
         .expect("run ss");
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut peers: Vec<u16> = text
-        .lines()
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(3)?
-                .rsplit(':')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    peers.sort_unstable();
-    let Some(port) = peers.get(nth) else {
-        return false;
-    };
+    let mut found = Vec::new();
+    let mut port = None;
+    for word in text.split_whitespace() {
+        if let Some(p) = word.strip_prefix("127.0.0.1:")
+            && p != data_port.to_string()
+        {
+            port = p.parse().ok();
+        }
+        if let (Some(p), Some(b)) = (port, word.strip_prefix("bytes_received:")) {
+            found.push((p, b.parse().unwrap_or(0)));
+            port = None;
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
+/// Resets the server's connection from client port `port` on `data_port`.
+fn reset(data_port: u16, port: u16) {
     let _ = Command::new("ss")
         .args(["-K", "state", "established"])
         .arg(format!("( sport = :{data_port} and dport = :{port} )"))
         .output();
+}
+
+/// Resets the `nth` (by client port) connection on `data_port`; true when there was one.
+fn reset_one(data_port: u16, nth: usize) -> bool {
+    let Some(&(port, _)) = connections(data_port).get(nth) else {
+        return false;
+    };
+    reset(data_port, port);
     true
 }
 
@@ -169,5 +180,50 @@ fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
     assert!(
         stderr.contains("write the report: No space left"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_reset_echo_connection_fails_the_test_and_says_so() {
+    if let Err(why) = can_kill_sockets() {
+        eprintln!("SKIPPED: a_reset_echo_connection_fails_the_test_and_says_so: {why}");
+        return;
+    }
+    let data_port = free_port();
+    let server = Server::start(&["--data-port", &data_port.to_string()]);
+    let mut child = Command::new(bin())
+        .args(["-c", "127.0.0.1", "-p", &server.port_arg()])
+        .args(["-t", "6", "-i", "0.5", "-J"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn client");
+    // The echo connection has carried only its hello; wait until data flows.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let echo = loop {
+        let conns = connections(data_port);
+        if conns.len() == 2 && conns.iter().any(|c| c.1 > 1 << 20) {
+            break conns.iter().min_by_key(|c| c.1).map(|c| c.0);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no data and echo connection: {conns:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    reset(data_port, echo.expect("echo connection"));
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the echo connection failed"), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a -J document");
+    assert!(doc["end"].is_null(), "no end for a failed test");
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("echo connection"),
+        "{doc}"
     );
 }

@@ -7,6 +7,12 @@
 //!
 //! Costs, by design: the receiver does at most one non-blocking `send()` per 5 ms, the
 //! sender at most one non-blocking `recv()` per [`DRAIN_EVERY_NS`]; no extra clock readings.
+//!
+//! A lost echo connection (closed or reset before the data ended) fails its stream, and so
+//! the test, like a lost data connection: a test asked for block RTT, and rows that quietly
+//! go `-` would hide that the measurement changed. `--no-echo` runs without it.
+
+use std::io;
 
 use std::os::fd::AsFd;
 
@@ -44,8 +50,6 @@ pub struct HeaderEcho {
     pending: [u8; HEADER_LEN],
     pending_len: usize,
     next_echo_ns: u64,
-    /// Echoes not sent because the return path was full.
-    pub skipped: u64,
 }
 
 impl HeaderEcho {
@@ -58,7 +62,6 @@ impl HeaderEcho {
             pending: [0; HEADER_LEN],
             pending_len: 0,
             next_echo_ns: 0,
-            skipped: 0,
         }
     }
 
@@ -84,22 +87,25 @@ impl HeaderEcho {
     }
 
     /// Echoes the newest header if it is time; never blocks. A partly sent echo is finished
-    /// before any other, so the return stream stays aligned.
-    pub fn maybe_echo(&mut self, sock: &impl AsFd, t_ns: u64) {
+    /// before any other, so the return stream stays aligned. A full return path skips the
+    /// echo; an error means the echo connection is gone.
+    pub fn maybe_echo(&mut self, sock: &impl AsFd, t_ns: u64) -> io::Result<()> {
         if self.pending_len > 0 {
             let off = HEADER_LEN - self.pending_len;
             match sys::send_nowait(sock.as_fd(), &self.pending[off..]) {
                 Ok(n) => self.pending_len -= n.min(self.pending_len),
-                Err(_) => return,
+                Err(e) => return full_or(e),
             }
             if self.pending_len > 0 {
-                return;
+                return Ok(());
             }
         }
         if t_ns < self.next_echo_ns {
-            return;
+            return Ok(());
         }
-        let Some(h) = self.newest.take() else { return };
+        let Some(h) = self.newest.take() else {
+            return Ok(());
+        };
         self.next_echo_ns = t_ns + ECHO_EVERY_NS;
         match sys::send_nowait(sock.as_fd(), &h) {
             Ok(n) if n == HEADER_LEN => {}
@@ -107,8 +113,25 @@ impl HeaderEcho {
                 self.pending = h;
                 self.pending_len = HEADER_LEN - n;
             }
-            Err(_) => self.skipped += 1,
+            Err(e) => return full_or(e),
         }
+        Ok(())
+    }
+}
+
+/// The error of a stream whose echo connection is gone.
+pub fn lost(id: u16, e: io::Error) -> crate::error::Error {
+    crate::error::Error::Test(format!(
+        "stream-{id}: the echo connection failed ({e}); block RTT needs it (--no-echo runs \
+         without)"
+    ))
+}
+
+/// A would-block is a full path (skip); anything else is the error.
+fn full_or(e: io::Error) -> io::Result<()> {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+        _ => Err(e),
     }
 }
 
@@ -141,14 +164,33 @@ impl EchoCollector {
     }
 
     /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each,
-    /// measured against `now_ns`; schedules the next look.
-    pub fn drain(&mut self, sock: &impl AsFd, now_ns: u64, mut on_rtt: impl FnMut(u64)) {
+    /// measured against `now_ns`; schedules the next look. An error when the echo
+    /// connection was closed or failed.
+    pub fn drain(
+        &mut self,
+        sock: &impl AsFd,
+        now_ns: u64,
+        mut on_rtt: impl FnMut(u64),
+    ) -> io::Result<()> {
         let mut got = false;
         let mut on_rtt = |rtt: u64| {
             got = true;
             on_rtt(rtt)
         };
-        while let Ok(n @ 1..) = sys::recv_nowait(sock.as_fd(), &mut self.buf) {
+        loop {
+            let n = match sys::recv_nowait(sock.as_fd(), &mut self.buf) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the receiver closed it",
+                    ));
+                }
+                Ok(n) => n,
+                Err(e) => {
+                    full_or(e)?;
+                    break;
+                }
+            };
             let mut chunk = &self.buf[..n];
             while !chunk.is_empty() {
                 let take = (HEADER_LEN - self.have).min(chunk.len());
@@ -170,6 +212,7 @@ impl EchoCollector {
         } else {
             now_ns + DRAIN_EVERY_NS
         };
+        Ok(())
     }
 }
 
@@ -223,18 +266,42 @@ mod tests {
         receiver.read_exact(&mut buf).unwrap();
         let mut echo = HeaderEcho::new(64);
         echo.feed(&buf);
-        echo.maybe_echo(&receiver, 5_000_000);
+        echo.maybe_echo(&receiver, 5_000_000).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         let mut collector = EchoCollector::new();
         let mut rtts = Vec::new();
-        collector.drain(&sender, 10_000, |r| rtts.push(r));
+        collector.drain(&sender, 10_000, |r| rtts.push(r)).unwrap();
         // Only the newest header (block 2, stamped 1002) is echoed.
         assert_eq!(rtts, vec![10_000 - 1002]);
         // Within ECHO_EVERY_NS nothing more is sent even with a new header.
         echo.feed(&blocks(1, 64));
-        echo.maybe_echo(&receiver, 5_000_000 + ECHO_EVERY_NS - 1);
+        echo.maybe_echo(&receiver, 5_000_000 + ECHO_EVERY_NS - 1)
+            .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
-        collector.drain(&sender, 20_000, |r| rtts.push(r));
+        collector.drain(&sender, 20_000, |r| rtts.push(r)).unwrap();
         assert_eq!(rtts.len(), 1);
+    }
+
+    #[test]
+    fn a_closed_or_reset_echo_connection_is_an_error_not_silence() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (receiver, _) = l.accept().unwrap();
+        drop(receiver);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut collector = EchoCollector::new();
+        let err = collector.drain(&sender, 1, |_| {}).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        // The other way: echoing into a connection the sender has reset.
+        let sender2 = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (receiver2, _) = l.accept().unwrap();
+        socket2::SockRef::from(&sender2)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+        drop(sender2);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut echo = HeaderEcho::new(64);
+        echo.feed(&blocks(1, 64));
+        assert!(echo.maybe_echo(&receiver2, 5_000_000).is_err());
     }
 }

@@ -70,7 +70,8 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Re
                 last_read_ns = t_ns;
                 if let Some((echo_sock, echo)) = echo.as_mut() {
                     echo.feed(&buf[..n]);
-                    echo.maybe_echo(*echo_sock, t_ns);
+                    echo.maybe_echo(*echo_sock, t_ns)
+                        .map_err(|e| super::echo::lost(id, e))?;
                 }
                 if batcher.push(t_ns, n as u32) {
                     if ctx.aborted() {

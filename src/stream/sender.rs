@@ -61,7 +61,9 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
                 if let Some(echo_sock) = &ctx.echo
                     && echoes.due(t_ns)
                 {
-                    echoes.drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+                    echoes
+                        .drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
+                        .map_err(|e| echo::lost(id, e))?;
                 }
                 bytes += n as u64;
                 writes += 1;
@@ -81,7 +83,9 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
                 let t_ns = clock.ns(Instant::now());
                 stamp_ns = t_ns;
                 if let Some(echo_sock) = &ctx.echo {
-                    echoes.drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+                    echoes
+                        .drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
+                        .map_err(|e| echo::lost(id, e))?;
                 }
                 if ctx.aborted() {
                     return Err(aborted(id));
