@@ -191,7 +191,7 @@ fn a_reset_echo_connection_fails_the_test_and_says_so() {
     }
     let data_port = free_port();
     let server = Server::start(&["--data-port", &data_port.to_string()]);
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args(["-c", "127.0.0.1", "-p", &server.port_arg()])
         .args(["-t", "6", "-i", "0.5", "-J"])
         .stdin(Stdio::null())
