@@ -126,6 +126,102 @@ pub struct TargetArgs {
     pub connect_timeout: Duration,
 }
 
+/// Flags users bring from iperf3 that pinperf does not have (yet), with what to do instead.
+/// Checked before clap, so the answer is this hint rather than "a similar argument".
+const NOT_YET: &[(&str, &str, &str)] = &[
+    (
+        "-R",
+        "--reverse",
+        "run `pinperf -s` on this host and `pinperf -c` on the other",
+    ),
+    (
+        "",
+        "--bidir",
+        "run one test each way, a server on each host",
+    ),
+    ("-u", "--udp", "pinperf tests TCP only for now"),
+    (
+        "-b",
+        "--bitrate",
+        "pinperf sends as fast as TCP allows; -w bounds a stream's rate",
+    ),
+    (
+        "-Z",
+        "--zerocopy",
+        "pinperf copies; compare block sizes (-l) for CPU cost instead",
+    ),
+    (
+        "-f",
+        "",
+        "text rows are Mb/s; --format json or csv give bits per second",
+    ),
+    (
+        "-T",
+        "--title",
+        "prefix lines yourself, e.g. `| sed 's/^/title: /'`",
+    ),
+    ("", "--logfile", "redirect the output: `pinperf ... > FILE`"),
+    ("", "--forceflush", "pinperf already flushes every row"),
+    (
+        "-V",
+        "--verbose",
+        "the report is always complete; -v prints the version",
+    ),
+    (
+        "-d",
+        "--debug",
+        "the report and the server's log say what happened",
+    ),
+    (
+        "",
+        "--get-server-output",
+        "the report already holds the server's rows, CPU and counters",
+    ),
+    ("-n", "--bytes", "use -t SECS"),
+    ("-k", "--blockcount", "use -t SECS"),
+    ("-F", "--file", "pinperf sends generated blocks"),
+    (
+        "-N",
+        "--no-delay",
+        "data connections keep Nagle, as every peer's default",
+    ),
+    ("-S", "--tos", "not settable yet"),
+    ("-M", "--set-mss", "not settable yet"),
+    ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
+    ("-I", "--pidfile", "run `pinperf -s` under systemd"),
+    (
+        "",
+        "--timestamps",
+        "the JSON formats carry each interval's times",
+    ),
+    ("", "--json-stream", "use --json-lines"),
+    ("", "--cport", "use -B ADDR for the source address"),
+];
+
+/// A usage error for a flag iperf3 has and pinperf not (yet), naming what to do instead.
+/// Only the arguments before `--` are looked at.
+pub fn not_yet<S: AsRef<str>>(argv: &[S]) -> Option<String> {
+    argv.iter()
+        .map(AsRef::as_ref)
+        .take_while(|a| *a != "--")
+        .find_map(|arg| {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            NOT_YET
+                .iter()
+                .find(|(short, long, _)| {
+                    (!short.is_empty() && flag == *short) || (!long.is_empty() && flag == *long)
+                })
+                .map(|(short, long, hint)| {
+                    let name = [*short, *long]
+                        .into_iter()
+                        .filter(|n| !n.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("/");
+                    format!("{name} (an iperf3 flag) is not supported (yet): {hint}")
+                })
+        })
+}
+
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -139,11 +235,16 @@ pub const DEFAULT_PORT: u16 = 5301;
     version,
     about,
     max_term_width = 100,
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    disable_version_flag = true
 )]
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// Print the version (as iperf3's -v; -V is iperf3's --verbose).
+    #[arg(short = 'v', long = "version", action = clap::ArgAction::Version)]
+    pub version: (),
 
     // ---- mode ----
     /// Run as a server.
@@ -215,4 +316,42 @@ pub struct Args {
     /// Fixed port for data connections (default: an ephemeral port per test).
     #[arg(long, value_name = "PORT", help_heading = "Server")]
     pub data_port: Option<u16>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iperf3_flags_we_lack_get_a_hint_and_ours_pass() {
+        let hint = |argv: &[&str]| not_yet(argv);
+        assert_eq!(
+            hint(&["-c", "h", "-R"]).as_deref(),
+            Some(
+                "-R/--reverse (an iperf3 flag) is not supported (yet): run `pinperf -s` on \
+                 this host and `pinperf -c` on the other"
+            )
+        );
+        assert!(
+            hint(&["--bidir"])
+                .unwrap()
+                .starts_with("--bidir (an iperf3 flag)")
+        );
+        assert!(
+            hint(&["--bitrate=10M"])
+                .unwrap()
+                .starts_with("-b/--bitrate")
+        );
+        assert!(hint(&["-V"]).unwrap().contains("-v prints the version"));
+        // Ours, and anything after `--` (the lab's client options), are left to clap.
+        assert_eq!(
+            hint(&["-c", "h", "-P", "4", "-O", "2", "-C", "bbr", "-J"]),
+            None
+        );
+        assert_eq!(hint(&["lab", "--", "-R"]), None);
+        assert!(
+            Args::try_parse_from(["pinperf", "-v"]).is_err(),
+            "-v prints the version"
+        );
+    }
 }

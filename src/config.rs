@@ -164,6 +164,11 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         return Ok(Mode::Server(server_config(args, local_plan)?));
     }
     let target = Target::from_args(t)?;
+    // `-A none` means both ends, as `auto` does (a remote plan is named after a `/`).
+    let remote_plan = match (&local_plan, remote_plan) {
+        (Affinity::None, None) => Some(Affinity::None),
+        (_, remote) => remote,
+    };
     let test = TestParams {
         pin: remote_plan,
         ..args.test.clone()
@@ -306,6 +311,14 @@ mod tests {
         );
         assert_eq!(c.test.duration(), Duration::from_secs(3));
         assert_eq!(c.test.interval(), Duration::from_secs(1));
+        assert_eq!(c.test.pin, None, "auto: the server's own plan");
+        let Mode::Client(c) = parse(&["-c", "h", "-A", "none"]).unwrap() else {
+            panic!("client expected");
+        };
+        assert_eq!(
+            (c.affinity, c.test.pin),
+            (Affinity::None, Some(Affinity::None))
+        );
         let Mode::Client(c) = parse(&["--loopback", "-t", "0.5"]).unwrap() else {
             panic!("client expected");
         };

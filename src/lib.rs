@@ -34,8 +34,11 @@ pub use error::{Error, Result};
 /// Parses the process's arguments and runs the chosen mode. Usage errors from clap exit 2
 /// (clap prints them); validation errors come back as [`Error::Usage`].
 pub fn run_from_env() -> Result<()> {
-    let args = cli::Args::parse();
-    run(&args)
+    let argv: Vec<String> = std::env::args().collect();
+    if let Some(msg) = cli::not_yet(&argv[1..]) {
+        return Err(Error::Usage(msg));
+    }
+    run(&cli::Args::parse_from(argv))
 }
 
 /// Runs parsed arguments.
