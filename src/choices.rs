@@ -10,6 +10,24 @@ pub enum Format {
     Csv,
 }
 
+/// `compare`'s output formats: one table, so no live event stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TableFormat {
+    Text,
+    Json,
+    Csv,
+}
+
+impl From<TableFormat> for Format {
+    fn from(f: TableFormat) -> Format {
+        match f {
+            TableFormat::Text => Format::Text,
+            TableFormat::Json => Format::Json,
+            TableFormat::Csv => Format::Csv,
+        }
+    }
+}
+
 /// How the sender drives its streams.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::choices::{Engine, Format};
+use crate::choices::{Engine, Format, TableFormat};
 use crate::params::{TestParams, Transport};
 use crate::units;
 
@@ -77,9 +77,9 @@ pub struct CompareArgs {
     pub settle: Duration,
     #[command(flatten)]
     pub transport: Transport,
-    /// Output format: text, json or csv.
+    /// Output format.
     #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
+    pub format: TableFormat,
     /// Same as --format json.
     #[arg(short = 'J', long, conflicts_with_all = ["format", "csv"])]
     pub json: bool,

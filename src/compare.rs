@@ -189,11 +189,17 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         pin: Some(pin.clone()),
         ..TestParams::defaults()
     };
+    // The rule is the single test's; the flag named is compare's axis.
     let mut cfg = ClientConfig::new(target.clone(), params, pin).map_err(|e| {
-        Error::Usage(format!(
-            "compare --blocks {} --streams {} --windows {}: {e}",
-            a.blocks, a.streams, a.windows
-        ))
+        let msg = e.to_string();
+        let axis = [
+            ("-l ", "--blocks "),
+            ("-P ", "--streams "),
+            ("-w ", "--windows "),
+        ]
+        .into_iter()
+        .find_map(|(flag, axis)| msg.strip_prefix(flag).map(|rest| format!("{axis}{rest}")));
+        Error::Usage(axis.unwrap_or(msg))
     })?;
     cfg.engine = p.engine;
     Ok(cfg)
@@ -326,13 +332,8 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     let format = match (a.json, a.csv) {
         (true, _) => Format::Json,
         (_, true) => Format::Csv,
-        _ => a.format,
+        _ => a.format.into(),
     };
-    if format == Format::JsonLines {
-        return Err(Error::Usage(
-            "compare --format: use text, json or csv".into(),
-        ));
-    }
     let (host, port, same_process) = match (&a.target.client, a.target.loopback) {
         (Some(_), true) | (None, false) => {
             return Err(Error::Usage(

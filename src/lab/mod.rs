@@ -88,8 +88,11 @@ impl PathSpec {
 /// Checks the path options; errors name the flag.
 pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
     let usage = |m: String| Error::Usage(m);
-    if a.rtt > Duration::from_secs(10) {
-        return Err(usage(format!("--rtt {:?}: at most 10 s", a.rtt)));
+    if a.rtt < Duration::from_micros(100) || a.rtt > Duration::from_secs(10) {
+        return Err(usage(format!(
+            "--rtt {}s: use 0.1ms to 10s (an emulated path needs a delay to emulate)",
+            a.rtt.as_secs_f64()
+        )));
     }
     if a.rate < 1_000_000 {
         return Err(usage("--rate: at least 1M (1 Mbit/s)".into()));
