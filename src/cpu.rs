@@ -210,20 +210,79 @@ mod tests {
         assert_eq!(loads[1].busy_percent, 0.0);
     }
 
+    /// The calling thread's time on a CPU as the scheduler counts it, from a second source:
+    /// `/proc/thread-self/schedstat` (ns), else `/proc/thread-self/stat` (utime + stime in
+    /// USER_HZ ticks, 100 per second on Linux).
+    fn scheduler_cpu() -> Duration {
+        if let Some(ns) = std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            return Duration::from_nanos(ns);
+        }
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self");
+        // The fields after the `)` closing the name: state first, utime 12th, stime 13th.
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .expect("stat")
+            .1
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| f[i].parse::<u64>().expect("utime/stime");
+        Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    }
+
     #[test]
     fn a_busy_thread_is_charged_its_cpu() {
         let mark = CpuMark::now();
+        let wall = Instant::now();
         let start = thread();
-        let t = Instant::now();
+        let sched_start = scheduler_cpu();
+        // Spin until the scheduler has given this thread 200 ms of CPU, however long that
+        // takes on a busy machine (a bound on wall time only turns a hang into a message).
+        let want = Duration::from_millis(200);
         let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(200) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-        }
+        let got = loop {
+            for _ in 0..10_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            let got = scheduler_cpu() - sched_start;
+            if got >= want {
+                break got;
+            }
+            assert!(
+                wall.elapsed() < Duration::from_secs(60),
+                "in 60 s the scheduler ran this thread only {got:?}"
+            );
+        };
         std::hint::black_box(x);
         let own = thread_since(start);
-        assert!(own.total_us() > 100_000, "spun 200 ms, charged {own:?}");
+        let sched_end = scheduler_cpu() - sched_start;
+        // getrusage(RUSAGE_THREAD) against the scheduler's own count over the same span:
+        // equal but for the order of the readings (the scheduler's, taken either side of
+        // ours, bracket it) and tick rounding in the /proc/thread-self/stat fallback.
+        let charged = Duration::from_micros(own.total_us());
+        let slack = Duration::from_millis(20);
+        assert!(
+            charged + slack >= got && charged <= sched_end + slack,
+            "the scheduler ran this thread {got:?}..{sched_end:?}; getrusage charged {own:?}"
+        );
+        let spun = wall.elapsed();
         let r = mark.report(vec![own]);
-        assert!(r.host_total > 40.0, "{r:?}");
+        // The process's time includes this thread's over a longer span (and whatever other
+        // tests in this process ran meanwhile).
+        assert!(
+            r.process.total_us() + 1_000 >= own.total_us(),
+            "process {:?} < thread {own:?}",
+            r.process
+        );
+        assert!(r.seconds >= spun.as_secs_f64(), "span {r:?} < {spun:?}");
+        let pct = |us: u64| us as f64 / 1e4 / r.seconds;
+        assert!(
+            (r.host_total - pct(r.process.total_us())).abs() < 1e-6
+                && (r.host_user - pct(r.process.user_us)).abs() < 1e-6,
+            "{r:?}"
+        );
         assert!(!r.cores.is_empty());
     }
 }

@@ -1,13 +1,25 @@
 //! Helpers for the end-to-end tests: run the real binary, start a server on an ephemeral
 //! port (killed on drop), parse the text report, and explain failures with the command,
 //! status, stdout and stderr.
+//!
+//! Tests sequence on what the processes say, never on sleeps: [`Spawned::wait_for_line`]
+//! waits for a line of a running client's stdout (its first interval row, say),
+//! [`Server::wait_for_log`] for a line of the server's stderr log (`test from …` when a test
+//! is accepted, `… failed: …` or `… done, received …` when it ends), [`ControlTap::wait_for`]
+//! for a control message on its way from server to client (for `-J`, which prints nothing
+//! until the end), [`wait_until`] for anything else observable (a `/proc` state). Each wait
+//! returns as soon as the event is there, and panics after its timeout (or when the
+//! process's output ends first) with the command, what it waited for and what it saw.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use pinperf::protocol::ControlMsg;
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_pinperf")
@@ -47,26 +59,12 @@ impl Run {
     }
 }
 
-/// Runs pinperf with `args`, killing it after `limit`.
+/// Runs pinperf with `args` to its end, killing it after `limit`.
 pub fn pinperf(args: &[&str], limit: Duration) -> Run {
-    let start = Instant::now();
-    let mut child = spawn(args);
-    loop {
-        if child.try_wait().expect("wait").is_some() || start.elapsed() > limit {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    let output = child.wait_with_output().expect("collect output");
-    Run {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        output,
-        elapsed: start.elapsed(),
-    }
+    Spawned::start(args).finish(limit)
 }
 
-/// Spawns pinperf with piped stdout/stderr.
+/// Spawns pinperf with piped stdout/stderr (for tests that read neither while it runs).
 pub fn spawn(args: &[&str]) -> Child {
     Command::new(bin())
         .args(args)
@@ -77,11 +75,267 @@ pub fn spawn(args: &[&str]) -> Child {
         .expect("spawn pinperf")
 }
 
-/// A `pinperf -s` on 127.0.0.1 and an ephemeral port; killed on drop.
+/// Says that `test` skipped and why, as `SKIPPED: test: reason` on the test process's
+/// stderr itself: `eprintln!` inside a test is captured and shown only if the test fails,
+/// and a skip must show in every run.
+pub fn skipped(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
+}
+
+/// Polls `probe` (every 5 ms) until it returns `Some`, for at most `timeout`. On timeout,
+/// panics saying what was awaited and, from `seen`, what was seen instead.
+pub fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+    seen: impl FnOnce() -> String,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "waited {timeout:?} for {what}; it did not happen\n{}",
+                seen()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One of a child's output pipes, read to its end by a thread of its own: the bytes so
+/// far, whether the pipe has closed, and a condition variable signalled when either changes.
+struct Pipe {
+    state: Mutex<(Vec<u8>, bool)>,
+    changed: Condvar,
+}
+
+/// Why [`Pipe::wait_lines`] gave up.
+enum Gave {
+    Timeout,
+    Closed,
+}
+
+impl Pipe {
+    fn collect(mut src: impl Read + Send + 'static) -> (Arc<Pipe>, JoinHandle<()>) {
+        let pipe = Arc::new(Pipe {
+            state: Mutex::new((Vec::new(), false)),
+            changed: Condvar::new(),
+        });
+        let p = Arc::clone(&pipe);
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = src.read(&mut buf).unwrap_or(0);
+                let mut st = p.state.lock().unwrap();
+                if n == 0 {
+                    st.1 = true;
+                } else {
+                    st.0.extend_from_slice(&buf[..n]);
+                }
+                p.changed.notify_all();
+                if n == 0 {
+                    return;
+                }
+            }
+        });
+        (pipe, reader)
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        self.state.lock().unwrap().0.clone()
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.state.lock().unwrap().0).into_owned()
+    }
+
+    /// Waits until `count` complete lines satisfy `pred`; returns them. Gives up at
+    /// `timeout`, or as soon as the pipe closes without them.
+    fn wait_lines(
+        &self,
+        pred: &dyn Fn(&str) -> bool,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<String>, Gave> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.state.lock().unwrap();
+        loop {
+            let text = String::from_utf8_lossy(&st.0);
+            // Only newline-terminated lines: a line still being written is not seen yet.
+            let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+            let found: Vec<String> = complete
+                .lines()
+                .filter(|l| pred(l))
+                .take(count)
+                .map(String::from)
+                .collect();
+            if found.len() == count {
+                return Ok(found);
+            }
+            if st.1 {
+                return Err(Gave::Closed);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Gave::Timeout);
+            }
+            st = self.changed.wait_timeout(st, deadline - now).unwrap().0;
+        }
+    }
+}
+
+fn describe(gave: Gave, timeout: Duration) -> String {
+    match gave {
+        Gave::Timeout => format!("waited {timeout:?}"),
+        Gave::Closed => "the output ended (the process exited) first".to_string(),
+    }
+}
+
+/// A running pinperf whose stdout and stderr are collected as they come, so a test can
+/// wait for a line (say, the first interval row) before acting. Killed on drop.
+pub struct Spawned {
+    pub child: Child,
+    pub args: Vec<String>,
+    started: Instant,
+    stdout: Arc<Pipe>,
+    stderr: Arc<Pipe>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Spawned {
+    pub fn start(args: &[&str]) -> Spawned {
+        let started = Instant::now();
+        let mut child = spawn(args);
+        let (stdout, out_reader) = Pipe::collect(child.stdout.take().expect("stdout"));
+        let (stderr, err_reader) = Pipe::collect(child.stderr.take().expect("stderr"));
+        Spawned {
+            child,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            started,
+            stdout,
+            stderr,
+            readers: vec![out_reader, err_reader],
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Time since it was spawned.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn stdout(&self) -> String {
+        self.stdout.text()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.text()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+
+    /// The command, its state and its output so far, for assertion messages.
+    pub fn explain(&mut self) -> String {
+        let state = match self.child.try_wait() {
+            Ok(None) => "running".to_string(),
+            Ok(Some(status)) => format!("{status}"),
+            Err(e) => format!("unknown ({e})"),
+        };
+        format!(
+            "\ncommand: pinperf {}\nstate: {state} after {:?}\n--- stdout so far ---\n{}\n--- stderr so far ---\n{}",
+            self.args.join(" "),
+            self.elapsed(),
+            self.stdout(),
+            self.stderr()
+        )
+    }
+
+    /// Waits until a complete stdout line satisfies `pred` and returns it. Panics, with
+    /// `what` (the awaited line, in words) and everything seen, after `timeout` or as soon
+    /// as the process's output ends without it.
+    pub fn wait_for_line(
+        &mut self,
+        what: &str,
+        pred: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> String {
+        match self.stdout.wait_lines(&pred, 1, timeout) {
+            Ok(mut lines) => lines.remove(0),
+            Err(gave) => panic!(
+                "waiting for {what} on stdout: {}{}",
+                describe(gave, timeout),
+                self.explain()
+            ),
+        }
+    }
+
+    /// Kills it (if still running) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for it to exit (killing it after `limit`) and collects everything it wrote.
+    pub fn finish(&mut self, limit: Duration) -> Run {
+        let deadline = self.started + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                break self.child.wait().expect("wait");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let elapsed = self.elapsed();
+        // The pipes close when the process (and any child holding them) has gone.
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        Run {
+            args: self.args.clone(),
+            output: Output {
+                status,
+                stdout: self.stdout.bytes(),
+                stderr: self.stderr.bytes(),
+            },
+            elapsed,
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// True for a per-stream interval row of the text report (`( 0)      0.000      1.000 …`),
+/// not a `(sum)` row or a `#(…)` total.
+pub fn is_interval_row(line: &str) -> bool {
+    rows(line)
+        .first()
+        .is_some_and(|r| !r.summary && r.label != "sum")
+}
+
+/// A `pinperf -s` on 127.0.0.1 and an ephemeral port; killed on drop. Its stderr (the
+/// server's log) is collected as it comes.
 pub struct Server {
     pub child: Child,
     pub port: u16,
-    pub log: Arc<Mutex<Vec<String>>>,
+    pub args: Vec<String>,
+    log: Arc<Pipe>,
+    _reader: JoinHandle<()>,
 }
 
 impl Server {
@@ -89,46 +343,71 @@ impl Server {
         let mut args = vec!["-s", "-B", "127.0.0.1", "-p", "0"];
         args.extend_from_slice(extra);
         let mut child = spawn(&args);
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let log2 = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let port = rest
-                        .split(' ')
-                        .next()
-                        .and_then(|a| a.rsplit(':').next())
-                        .and_then(|p| p.parse::<u16>().ok());
-                    let _ = tx.send(port);
-                }
-                log2.lock().unwrap().push(line);
-            }
-        });
-        let port = rx
-            .recv_timeout(Duration::from_secs(5))
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| {
-                panic!(
-                    "server did not report its port; log: {:?}",
-                    log.lock().unwrap()
-                )
-            });
-        Server { child, port, log }
+        let (log, reader) = Pipe::collect(child.stderr.take().expect("stderr"));
+        let mut server = Server {
+            child,
+            port: 0,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            log,
+            _reader: reader,
+        };
+        let line = server.wait_for_log("listening on ", Duration::from_secs(10));
+        server.port = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}{}", server.explain()));
+        server
     }
 
     pub fn port_arg(&self) -> String {
         self.port.to_string()
     }
 
+    /// The server's log so far.
     pub fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        self.log.text()
     }
 
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("wait").is_none()
+    }
+
+    /// The command, its state and its log so far, for assertion messages.
+    pub fn explain(&mut self) -> String {
+        let state = match self.child.try_wait() {
+            Ok(None) => "running".to_string(),
+            Ok(Some(status)) => format!("{status}"),
+            Err(e) => format!("unknown ({e})"),
+        };
+        format!(
+            "\nserver: pinperf {}\nstate: {state}\n--- server log so far ---\n{}",
+            self.args.join(" "),
+            self.log()
+        )
+    }
+
+    /// Waits until a log line contains `needle` and returns it; panics with the whole log
+    /// after `timeout` or when the server exits first.
+    pub fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> String {
+        self.wait_for_logs(needle, 1, timeout).remove(0)
+    }
+
+    /// Waits until `count` log lines contain `needle` and returns them.
+    pub fn wait_for_logs(&mut self, needle: &str, count: usize, timeout: Duration) -> Vec<String> {
+        match self
+            .log
+            .wait_lines(&|l: &str| l.contains(needle), count, timeout)
+        {
+            Ok(lines) => lines,
+            Err(gave) => panic!(
+                "waiting for {count} server log line(s) containing {needle:?}: {}{}",
+                describe(gave, timeout),
+                self.explain()
+            ),
+        }
     }
 }
 
@@ -136,6 +415,109 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A pass-through for one control connection: the client connects to `port`, the tap
+/// to the server, and every byte is forwarded unchanged both ways. It decodes the server's
+/// messages as they pass, so a test can wait for one (say, the first interval `row`) when
+/// neither process prints anything at that moment. Either side closing closes the other.
+pub struct ControlTap {
+    pub port: u16,
+    /// The server's messages forwarded to the client so far.
+    seen: Arc<(Mutex<Vec<ControlMsg>>, Condvar)>,
+}
+
+impl ControlTap {
+    pub fn start(server_port: u16) -> ControlTap {
+        use std::io::Write;
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind tap");
+        let port = listener.local_addr().expect("tap address").port();
+        let seen = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let seen2 = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let Ok((mut client, _)) = listener.accept() else {
+                return;
+            };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", server_port)) else {
+                return;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut s2);
+                let _ = s2.shutdown(Shutdown::Write);
+            });
+            let peer = server.peer_addr().unwrap();
+            let mut preamble = [0u8; 8];
+            if server.read_exact(&mut preamble).is_ok() && client.write_all(&preamble).is_ok() {
+                loop {
+                    let mut tee = Tee {
+                        inner: &mut server,
+                        copy: Vec::new(),
+                    };
+                    let msg = pinperf::protocol::read_frame(&mut tee, peer);
+                    if client.write_all(&tee.copy).is_err() {
+                        break;
+                    }
+                    let Ok(msg) = msg else { break };
+                    let (msgs, changed) = &*seen2;
+                    msgs.lock().unwrap().push(msg);
+                    changed.notify_all();
+                }
+            }
+            let _ = client.shutdown(Shutdown::Write);
+        });
+        ControlTap { port, seen }
+    }
+
+    pub fn port_arg(&self) -> String {
+        self.port.to_string()
+    }
+
+    /// The server's messages forwarded to the client so far.
+    pub fn messages(&self) -> Vec<ControlMsg> {
+        self.seen.0.lock().unwrap().clone()
+    }
+
+    /// Waits until the tap has forwarded a server message that satisfies `pred` and
+    /// returns it; panics after `timeout` with `what` and the messages forwarded.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        pred: impl Fn(&ControlMsg) -> bool,
+        timeout: Duration,
+    ) -> ControlMsg {
+        let deadline = Instant::now() + timeout;
+        let (msgs, changed) = &*self.seen;
+        let mut m = msgs.lock().unwrap();
+        loop {
+            if let Some(found) = m.iter().find(|msg| pred(msg)) {
+                return found.clone();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                panic!(
+                    "waited {timeout:?} for the server to send {what}; it sent:\n{:#?}",
+                    *m
+                );
+            }
+            m = changed.wait_timeout(m, deadline - now).unwrap().0;
+        }
+    }
+}
+
+/// Reads through to `inner`, keeping a copy of what it read.
+struct Tee<'a, R> {
+    inner: &'a mut R,
+    copy: Vec<u8>,
+}
+
+impl<R: Read> Read for Tee<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.copy.extend_from_slice(&buf[..n]);
+        Ok(n)
     }
 }
 
