@@ -70,7 +70,10 @@ fn reset_one(data_port: u16, nth: usize) -> bool {
 #[test]
 fn a_reset_data_connection_fails_the_test_within_a_second_with_its_cause() {
     if let Err(why) = can_kill_sockets() {
-        eprintln!("SKIPPED: a_reset_data_connection_fails_the_test_within_a_second: {why}");
+        util::skipped(
+            "a_reset_data_connection_fails_the_test_within_a_second",
+            &why,
+        );
         return;
     }
     let data_port = free_port();
@@ -167,7 +170,10 @@ fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
 
     let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
     let Ok(full) = full else {
-        eprintln!("SKIPPED: the /dev/full half: no /dev/full here");
+        util::skipped(
+            "a_closed_pipe_stops_the_test_quietly (/dev/full half)",
+            "no /dev/full here",
+        );
         return;
     };
     let out = Command::new(bin())
@@ -186,7 +192,7 @@ fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
 #[test]
 fn a_reset_echo_connection_fails_the_test_and_says_so() {
     if let Err(why) = can_kill_sockets() {
-        eprintln!("SKIPPED: a_reset_echo_connection_fails_the_test_and_says_so: {why}");
+        util::skipped("a_reset_echo_connection_fails_the_test_and_says_so", &why);
         return;
     }
     let data_port = free_port();
