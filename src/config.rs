@@ -11,8 +11,9 @@ use crate::choices::{Engine, Format};
 use crate::cli::{Args, TargetArgs};
 use crate::error::{Error, Result};
 use crate::net::Family;
-use crate::params::{Limits, MIN_INTERVAL, TestParams};
+use crate::params::{Limits, MAX_WINDOW, MIN_INTERVAL, MIN_WINDOW, TestParams};
 use crate::pin::Affinity;
+use crate::units::format_size;
 
 /// What this invocation does.
 #[derive(Debug)]
@@ -191,10 +192,44 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
     if args.max_duration < MIN_INTERVAL {
         return Err(usage("--max-duration: must be at least 0.1 seconds"));
     }
+    if !(MIN_WINDOW..=MAX_WINDOW).contains(&args.max_window) {
+        return Err(usage(format!(
+            "--max-window {}: must be {} to {} (the window a client may ask for with -w)",
+            format_size(args.max_window),
+            format_size(MIN_WINDOW),
+            format_size(MAX_WINDOW)
+        )));
+    }
+    let port = args.target.port;
+    if args.data_port == Some(port) && port != 0 {
+        return Err(usage(format!(
+            "--data-port {port}: must differ from the control port (-p {port})"
+        )));
+    }
+    let family = family(&args.target);
+    match (family, args.target.bind) {
+        (Family::V4, Some(ip @ IpAddr::V6(_))) => {
+            return Err(usage(format!(
+                "-B {ip}: not an IPv4 address, and -4 listens on IPv4 only"
+            )));
+        }
+        (Family::V6, Some(ip @ IpAddr::V4(_))) => {
+            return Err(usage(format!(
+                "-B {ip}: not an IPv6 address, and -6 listens on IPv6 only"
+            )));
+        }
+        _ => {}
+    }
+    // Checked now, not at each test: a CPU this host lacks would refuse every client.
+    let allowed = crate::pin::allowed_cpus();
+    if let Affinity::List(list) = &affinity {
+        crate::pin::plan(&affinity, 1, &allowed)
+            .map_err(|why| usage(format!("-A {}: {why}", crate::pin::format_cpu_list(list))))?;
+    }
     Ok(ServerConfig {
         bind: args.target.bind,
-        port: args.target.port,
-        family: family(&args.target),
+        port,
+        family,
         one_off: args.one_off,
         limits: Limits {
             max_streams: args.max_streams,
@@ -289,6 +324,34 @@ mod tests {
                 "--max-streams 0: must be 1 to 256",
             ),
             (
+                &["-s", "--max-window", "0"],
+                "--max-window 0: must be 1k to 1G (the window a client may ask for with -w)",
+            ),
+            (
+                &["-s", "--max-window", "1023"],
+                "--max-window 1023: must be 1k to 1G (the window a client may ask for with -w)",
+            ),
+            (
+                &["-s", "--max-window", "2G"],
+                "--max-window 2G: must be 1k to 1G (the window a client may ask for with -w)",
+            ),
+            (
+                &["-s", "--data-port", "5301"],
+                "--data-port 5301: must differ from the control port (-p 5301)",
+            ),
+            (
+                &["-s", "-p", "7000", "--data-port", "7000"],
+                "--data-port 7000: must differ from the control port (-p 7000)",
+            ),
+            (
+                &["-s", "-4", "-B", "::1"],
+                "-B ::1: not an IPv4 address, and -4 listens on IPv4 only",
+            ),
+            (
+                &["-s", "-6", "-B", "127.0.0.1"],
+                "-B 127.0.0.1: not an IPv6 address, and -6 listens on IPv6 only",
+            ),
+            (
                 &["--loopback", "-A", "fast"],
                 "-A fast: expected auto, none, or a CPU list like 0,2-3 (optionally LOCAL/REMOTE)",
             ),
@@ -328,6 +391,35 @@ mod tests {
             "-i defaults to min(1 s, -t)"
         );
         assert_eq!(c.affinity, Affinity::Auto);
+    }
+
+    #[test]
+    fn a_server_cpu_list_is_checked_against_the_allowed_cpus_at_startup() {
+        let allowed = crate::pin::format_cpu_list(&crate::pin::allowed_cpus());
+        assert_eq!(
+            usage_text(&["-s", "-A", "0,4095"]),
+            format!("-A 0,4095: CPU 4095 is not available to this process (allowed: {allowed})")
+        );
+        let first = crate::pin::allowed_cpus()[0].to_string();
+        let Mode::Server(s) = parse(&["-s", "-A", &first]).unwrap() else {
+            panic!("server expected")
+        };
+        assert_eq!(s.affinity, Affinity::List(vec![first.parse().unwrap()]));
+    }
+
+    #[test]
+    fn server_ports_and_families() {
+        let Mode::Server(s) = parse(&["-s", "-p", "0", "--data-port", "0"]).unwrap() else {
+            panic!("server expected")
+        };
+        assert_eq!((s.port, s.data_port), (0, Some(0)), "both ephemeral");
+        let family = |argv: &[&str]| match parse(argv).unwrap() {
+            Mode::Server(s) => s.family,
+            other => panic!("server expected, got {other:?}"),
+        };
+        assert_eq!(family(&["-s"]), Family::Any, "dual-stack by default");
+        assert_eq!(family(&["-s", "-4"]), Family::V4);
+        assert_eq!(family(&["-s", "-6", "-B", "::1"]), Family::V6);
     }
 
     #[test]

@@ -187,18 +187,21 @@ pub fn connect(
     Err(Error::io(format!("connect to {addr}{hint}"), e))
 }
 
-/// The wildcard address of a family, for a server without `-B`.
+/// The wildcard address of a family, for a server without `-B`: IPv4's for `-4`, IPv6's
+/// otherwise (without `-6` the server listens on it dual-stack; see [`listen`]).
 pub fn unspecified(family: Family) -> IpAddr {
     match family {
-        Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        _ => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     }
 }
 
 /// Listens on `addr` with the window set on the listening socket (accepted sockets inherit
-/// it, and with it the window scale they offer in the SYN-ACK).
+/// it, and with it the window scale they offer in the SYN-ACK). An IPv6 socket takes IPv4
+/// connections too (as `::ffff:a.b.c.d`) unless `v6_only` (`IPV6_V6ONLY`).
 pub fn listen(
     addr: SocketAddr,
+    v6_only: bool,
     window: Option<u64>,
     force: bool,
 ) -> Result<(TcpListener, WindowGrant)> {
@@ -206,8 +209,8 @@ pub fn listen(
     sock.set_reuse_address(true)
         .op(|| "set SO_REUSEADDR".into())?;
     if addr.is_ipv6() {
-        // Dual-stack on the wildcard address, like most servers.
-        let _ = sock.set_only_v6(false);
+        sock.set_only_v6(v6_only)
+            .op(|| format!("set IPV6_V6ONLY to {v6_only}"))?;
     }
     let grant = apply_window(&sock, window, force)?;
     sock.bind(&SockAddr::from(addr))
@@ -266,8 +269,13 @@ mod tests {
 
     #[test]
     fn window_is_set_before_listen_and_read_back() {
-        let (listener, grant) =
-            listen("127.0.0.1:0".parse().unwrap(), Some(256 << 10), false).unwrap();
+        let (listener, grant) = listen(
+            "127.0.0.1:0".parse().unwrap(),
+            false,
+            Some(256 << 10),
+            false,
+        )
+        .unwrap();
         // Linux doubles the request; 256k is below any sane wmem_max/rmem_max.
         assert_eq!(grant.sndbuf, 512 << 10);
         assert_eq!(grant.rcvbuf, 512 << 10);

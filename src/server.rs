@@ -4,18 +4,25 @@
 //! `listen()`, pinned `stream-N` receivers, a `reporter` streaming receiver rows live, and
 //! the end: every stream read to EOF, then the totals. Every phase has a timeout; a client
 //! that vanishes ends its test and the server goes on.
+//!
+//! Without `-B` the server listens on `[::]` dual-stack (IPv4 clients arrive as
+//! `::ffff:a.b.c.d` and are named by their IPv4 address), or on one family with `-4`/`-6`;
+//! each test's data listener sits on the address its control connection reached. Out of
+//! file descriptors, the acceptor refuses clients with that reason (a spare descriptor is
+//! kept for it), logs once per burst, and pauses between attempts instead of spinning.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
-use crate::net;
+use crate::net::{self, Family};
 use crate::pin;
 use crate::protocol::{
     self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, ReceiverRow,
@@ -40,27 +47,61 @@ macro_rules! log {
 /// connections beyond it are closed without one.
 const MAX_REFUSERS: usize = 16;
 
+/// How long the acceptor pauses when `accept()` fails (out of file descriptors, above all)
+/// and it has no spare descriptor left to refuse the client with: a tenth of
+/// [`timeouts::BUSY_ANSWER`], the longest a refusal holds a descriptor, so a freed one is
+/// noticed soon while the failing `accept()` costs no measurable CPU.
+const ACCEPT_RETRY: Duration = Duration::from_millis(timeouts::BUSY_ANSWER.as_millis() as u64 / 10);
+
+/// Most connections to a test's data port waiting at once for their stream hello: beyond
+/// it the oldest is closed, so a flood of idle connections cannot exhaust descriptors.
+const MAX_PENDING_HELLOS: usize = 64;
+
 /// A bound, listening server.
 pub struct Server {
     listener: TcpListener,
     cfg: ServerConfig,
+    /// A descriptor kept free to accept, and refuse with the reason, a client that comes
+    /// while the process is out of descriptors (else it would wait in the backlog).
+    spare: Option<std::fs::File>,
 }
 
 impl Server {
-    /// Binds the control port.
+    /// Binds the control port: on `-B`, or on the wildcard address of `-4`/`-6`, or
+    /// without either on `[::]` dual-stack, falling back to `0.0.0.0` where this host has
+    /// no IPv6.
     pub fn bind(cfg: ServerConfig) -> Result<Server> {
-        let ip = cfg.bind.unwrap_or_else(|| net::unspecified(cfg.family));
-        let addr = SocketAddr::new(ip, cfg.port);
-        let (listener, _) = net::listen(addr, None, false).map_err(|e| match e {
-            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse => {
-                Error::io(
-                    format!("listen on {addr} (another server on that port? choose one with -p)"),
-                    source,
-                )
-            }
-            other => other,
-        })?;
-        Ok(Server { listener, cfg })
+        // Read the limit while a descriptor is free for it: out of them, it is remembered.
+        fd_limit();
+        let v6_only = cfg.family == Family::V6;
+        let listen = |ip: IpAddr| {
+            let addr = SocketAddr::new(ip, cfg.port);
+            net::listen(addr, v6_only, None, false).map_err(|e| match e {
+                Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse => {
+                    Error::io(
+                        format!(
+                            "listen on {addr} (another server on that port? choose one with -p)"
+                        ),
+                        source,
+                    )
+                }
+                other => other,
+            })
+        };
+        let (listener, _) = match cfg.bind {
+            Some(ip) => listen(ip)?,
+            None => match listen(net::unspecified(cfg.family)) {
+                Err(e) if cfg.family == Family::Any && no_ipv6(&e) => {
+                    listen(Ipv4Addr::UNSPECIFIED.into())?
+                }
+                other => other?,
+            },
+        };
+        Ok(Server {
+            listener,
+            cfg,
+            spare: open_spare(),
+        })
     }
 
     /// Starts a quiet server on 127.0.0.1 (ephemeral port) on a `server` thread of this
@@ -90,15 +131,67 @@ impl Server {
         let refusers = Arc::new(AtomicUsize::new(0));
         let waiters = Arc::new(AtomicUsize::new(0));
         let cfg = Arc::new(self.cfg);
+        let mut spare = self.spare;
+        // While out of descriptors: how many clients were refused for it.
+        let mut fd_burst: Option<u64> = None;
         loop {
-            let (stream, peer) = match self.listener.accept() {
-                Ok(pair) => pair,
+            if spare.is_none() {
+                spare = open_spare();
+            }
+            let accepted = match self.listener.accept() {
+                Ok(pair) => Some(pair),
+                Err(e) if out_of_fds(&e) => {
+                    // The spare's descriptor lets the limit be read, then the next client in
+                    // to hear why it is refused.
+                    let freed = spare.take().map(drop).is_some();
+                    if fd_burst.is_none() {
+                        fd_burst = Some(0);
+                        log!(
+                            cfg.quiet,
+                            "pinperf: out of file descriptors (accept on the control port: {e}); \
+                             refusing clients until some are free; raise the limit with \
+                             `ulimit -n` (now {})",
+                            fd_limit()
+                        );
+                    }
+                    if freed {
+                        self.listener.accept().ok()
+                    } else {
+                        // A refusal holds the spare: wait for any descriptor to close.
+                        std::thread::sleep(ACCEPT_RETRY);
+                        None
+                    }
+                }
                 Err(e) => {
                     log!(cfg.quiet, "pinperf: accept on the control port: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue;
+                    std::thread::sleep(ACCEPT_RETRY);
+                    None
                 }
             };
+            let Some((stream, peer)) = accepted else {
+                continue;
+            };
+            let peer = canonical(peer);
+            if let Some(refused) = fd_burst {
+                if spare.is_none() {
+                    spare = open_spare();
+                }
+                if spare.is_none() {
+                    fd_burst = Some(refused + 1);
+                    let reason = format!(
+                        "server out of file descriptors (its `ulimit -n` is {}); try again later",
+                        fd_limit()
+                    );
+                    // Counted, not logged one by one: the burst's two lines sum them up.
+                    refuse_with(stream, peer, reason, &refusers, true);
+                    continue;
+                }
+                fd_burst = None;
+                log!(
+                    cfg.quiet,
+                    "pinperf: file descriptors are free again ({refused} client(s) refused meanwhile)"
+                );
+            }
             let taken = match slot.try_take() {
                 Ok(()) => true,
                 // The last test is only saying goodbye: a shell loop's next run waits for it
@@ -203,9 +296,21 @@ fn join_session(handle: JoinHandle<Result<()>>, peer: SocketAddr) -> Result<()> 
     })
 }
 
-/// Answers a connection that arrives during a test: preamble + Refuse, then close after
-/// draining what the client sent (so the refusal is not lost to a reset).
-fn refuse_busy(mut stream: TcpStream, peer: SocketAddr, refusers: &Arc<AtomicUsize>, quiet: bool) {
+/// Answers a connection that arrives during a test with "busy".
+fn refuse_busy(stream: TcpStream, peer: SocketAddr, refusers: &Arc<AtomicUsize>, quiet: bool) {
+    let reason = "server busy: another test is running; try again when it ends".to_string();
+    refuse_with(stream, peer, reason, refusers, quiet);
+}
+
+/// Answers a connection the server cannot serve: preamble + Refuse with `reason`, then
+/// close after draining what the client sent (so the refusal is not lost to a reset).
+fn refuse_with(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    reason: String,
+    refusers: &Arc<AtomicUsize>,
+    quiet: bool,
+) {
     if refusers.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSERS {
         refusers.fetch_sub(1, Ordering::AcqRel);
         return;
@@ -214,18 +319,26 @@ fn refuse_busy(mut stream: TcpStream, peer: SocketAddr, refusers: &Arc<AtomicUsi
     let spawned = std::thread::Builder::new()
         .name("refuse".into())
         .spawn(move || {
+            // Answer and drain within BUSY_ANSWER in all, even from a client that trickles.
+            let deadline = Instant::now() + timeouts::BUSY_ANSWER;
             let _ = stream.set_write_timeout(Some(timeouts::BUSY_ANSWER));
-            let _ = stream.set_read_timeout(Some(timeouts::BUSY_ANSWER / 2));
             let mut msg = protocol::PREAMBLE.to_vec();
-            msg.extend(protocol::encode(&ControlMsg::Refuse {
-                reason: "server busy: another test is running; try again when it ends".into(),
-            }));
+            let short = reason.split(':').next().unwrap_or_default().to_string();
+            msg.extend(protocol::encode(&ControlMsg::Refuse { reason }));
             if stream.write_all(&msg).is_ok() {
                 let _ = stream.shutdown(std::net::Shutdown::Write);
                 let mut sink = [0u8; 512];
-                while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+                        break;
+                    }
+                    if !matches!(stream.read(&mut sink), Ok(n) if n > 0) {
+                        break;
+                    }
+                }
             }
-            log!(quiet, "pinperf: refused {peer}: busy");
+            log!(quiet, "pinperf: refused client {peer}: {short}");
             counter.fetch_sub(1, Ordering::AcqRel);
         });
     if spawned.is_err() {
@@ -246,12 +359,13 @@ fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, slot: &S
         slot.finishing();
         return Err(e);
     }
-    let local_ip = stream
-        .local_addr()
-        .op(|| "read control address".into())?
-        .ip();
+    // The data listener sits on the address the client reached (an IPv4 client of the
+    // dual-stack listener: on that IPv4 address), so the data connections take its path.
+    let local = canonical(stream.local_addr().op(|| "read control address".into())?);
+    // Watched while the data connections arrive; valid while `ctl` owns the socket.
+    let ctl_fd = stream.as_raw_fd();
     let ctl = Arc::new(Control::new(stream, peer)?);
-    let result = run_test(&ctl, local_ip, cfg, slot);
+    let result = run_test(&ctl, ctl_fd, local, cfg, slot);
     slot.finishing();
     if let Err(e) = &result {
         ctl.abort(&e.to_string());
@@ -261,20 +375,19 @@ fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, slot: &S
     result
 }
 
+/// Refuses the client's test; the error, logged by the server, says so in its words.
 fn refuse(ctl: &Control, slot: &Slot, reason: String) -> Error {
     slot.finishing();
     let _ = ctl.send(&ControlMsg::Refuse {
         reason: reason.clone(),
     });
-    Error::Refused {
-        peer: ctl.peer,
-        reason,
-    }
+    Error::Test(format!("refused the client's test: {reason}"))
 }
 
 fn run_test(
     ctl: &Arc<Control>,
-    local_ip: std::net::IpAddr,
+    ctl_fd: RawFd,
+    local: SocketAddr,
     cfg: &ServerConfig,
     slot: &Slot,
 ) -> Result<()> {
@@ -312,8 +425,14 @@ fn run_test(
     }
     .map_err(|reason| refuse(ctl, slot, format!("remote -A: {reason}")))?;
 
-    let data_addr = SocketAddr::new(local_ip, cfg.data_port.unwrap_or(0));
-    let (data_listener, window) = net::listen(data_addr, params.window_bytes, params.force_window)?;
+    let mut data_addr = local;
+    data_addr.set_port(cfg.data_port.unwrap_or(0));
+    let (data_listener, window) = net::listen(
+        data_addr,
+        data_addr.is_ipv6(),
+        params.window_bytes,
+        params.force_window,
+    )?;
     if let Some(name) = &params.transport.congestion {
         // Checked before Accept so an unknown name is a clean refusal, not a broken test.
         net::set_congestion(socket2::SockRef::from(&data_listener), name)
@@ -337,7 +456,15 @@ fn run_test(
         window,
         pin_plan: plan.clone(),
     }))?;
-    let socks = accept_streams(&data_listener, peer, cookie, n, params.echo(), cfg.quiet)?;
+    let socks = accept_streams(
+        &data_listener,
+        ctl,
+        ctl_fd,
+        cookie,
+        n,
+        params.echo(),
+        cfg.quiet,
+    )?;
     drop(data_listener);
     let path = net::path_info(&socks[0].data);
 
@@ -466,40 +593,186 @@ fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
     }
 }
 
+/// A data connection waiting for its stream hello.
+struct Pending {
+    sock: TcpStream,
+    from: SocketAddr,
+    hello: [u8; DataHello::LEN],
+    got: usize,
+}
+
 /// Accepts the test's `n` data connections (and `n` echo connections with `echo`), each
-/// opening with the test's cookie, a stream id and its kind; anything else is closed. All must arrive within [`timeouts::HANDSHAKE`].
+/// opening with the test's cookie, a stream id and its kind; anything else is closed.
+/// Hellos are read as they arrive, from all connections at once, so idle or slow ones
+/// cannot hold up the real ones; all must arrive within [`timeouts::HANDSHAKE`]. The
+/// control connection (`ctl_fd`, owned by `ctl`) is watched meanwhile: a client that
+/// closes it or reports an error ends the test at once.
 fn accept_streams(
     listener: &TcpListener,
-    peer: SocketAddr,
+    ctl: &Control,
+    ctl_fd: RawFd,
     cookie: u64,
     n: usize,
     echo: bool,
     quiet: bool,
 ) -> Result<Vec<StreamSocks>> {
-    socket2::SockRef::from(listener)
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .op(|| "set accept timeout".into())?;
+    let peer = ctl.peer;
+    listener
+        .set_nonblocking(true)
+        .op(|| "set O_NONBLOCK on the data listener".into())?;
     let deadline = Instant::now() + timeouts::HANDSHAKE;
     let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =
         (0..n).map(|_| (None, None)).collect();
+    let mut pending: Vec<Pending> = Vec::new();
+    // Connections closed without a complete hello (gone, evicted, or still silent at the end).
+    let mut silent = 0usize;
     let mut arrived = 0;
     let expected = if echo { 2 * n } else { n };
     while arrived < expected {
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(Error::Test(format!(
                 "only {arrived} of {expected} data and echo connections from {peer} arrived within {} s",
                 timeouts::HANDSHAKE.as_secs()
             )));
         }
-        let (mut sock, from) = match listener.accept() {
+        let wait_ms = deadline
+            .saturating_duration_since(now)
+            .as_millis()
+            .clamp(1, i32::MAX as u128) as i32;
+        let watch = |fd: RawFd, events: libc::c_short| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        let mut fds = vec![
+            watch(listener.as_raw_fd(), libc::POLLIN),
+            watch(ctl_fd, libc::POLLIN),
+        ];
+        fds.extend(
+            pending
+                .iter()
+                .map(|p| watch(p.sock.as_raw_fd(), libc::POLLIN)),
+        );
+        match crate::sys::poll(&mut fds, wait_ms) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("poll the data connections", e)),
+        }
+        if fds[1].revents != 0 {
+            let gave_up = |e: Error| {
+                Error::Test(format!(
+                    "the client gave up while connecting its streams ({arrived} of {expected} \
+                     connections arrived): {e}"
+                ))
+            };
+            match ctl.poll(Duration::ZERO) {
+                Ok(None) => {}
+                Ok(Some(other)) => {
+                    return Err(gave_up(unexpected(peer, "nothing before start", &other)));
+                }
+                Err(e) => return Err(gave_up(e)),
+            }
+        }
+        // Hellos. Backwards: a removal (swap_remove) moves only an entry already seen.
+        for i in (0..pending.len()).rev() {
+            if fds[2 + i].revents == 0 {
+                continue;
+            }
+            let p = &mut pending[i];
+            let complete = match p.sock.read(&mut p.hello[p.got..]) {
+                Ok(0) => None,
+                Ok(k) => {
+                    p.got += k;
+                    Some(p.got == DataHello::LEN)
+                }
+                Err(e) if crate::stream::is_timeout(&e) => Some(false),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Some(false),
+                Err(_) => None,
+            };
+            match complete {
+                Some(false) => {}
+                // Closed or failed before its hello was whole.
+                None => {
+                    silent += 1;
+                    pending.swap_remove(i);
+                }
+                Some(true) => {
+                    let Pending {
+                        sock, from, hello, ..
+                    } = pending.swap_remove(i);
+                    let slot = DataHello::from_bytes(hello)
+                        .filter(|h| h.cookie == cookie && (echo || !h.echo))
+                        .and_then(|h| {
+                            let pair = socks.get_mut(h.stream as usize)?;
+                            Some(if h.echo { &mut pair.1 } else { &mut pair.0 })
+                        });
+                    match slot {
+                        Some(slot @ None) => {
+                            sock.set_nonblocking(false).op(|| {
+                                format!("clear O_NONBLOCK on the data connection from {from}")
+                            })?;
+                            *slot = Some(sock);
+                            arrived += 1;
+                        }
+                        _ => log!(
+                            quiet,
+                            "pinperf: data connection from {from} ignored: wrong test cookie or stream id"
+                        ),
+                    }
+                }
+            }
+        }
+        if fds[0].revents != 0 {
+            accept_pending(listener, peer, &mut pending, &mut silent, quiet)?;
+        }
+    }
+    silent += pending.len();
+    if silent > 0 {
+        log!(
+            quiet,
+            "pinperf: test from {peer}: closed {silent} data connection(s) that sent no stream hello"
+        );
+    }
+    Ok(socks
+        .into_iter()
+        .filter_map(|(data, echo)| data.map(|data| StreamSocks { data, echo }))
+        .collect())
+}
+
+/// Accepts what the data listener has queued (a bounded batch) into `pending`, each socket
+/// non-blocking until its hello is read. Connections from elsewhere than the client are
+/// closed; beyond [`MAX_PENDING_HELLOS`] the oldest waiting one is.
+fn accept_pending(
+    listener: &TcpListener,
+    peer: SocketAddr,
+    pending: &mut Vec<Pending>,
+    silent: &mut usize,
+    quiet: bool,
+) -> Result<()> {
+    for _ in 0..MAX_PENDING_HELLOS {
+        let (sock, from) = match listener.accept() {
             Ok(pair) => pair,
+            Err(e) if crate::stream::is_timeout(&e) => return Ok(()),
             Err(e)
-                if crate::stream::is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted =>
+                if e.kind() == std::io::ErrorKind::Interrupted
+                    || e.kind() == std::io::ErrorKind::ConnectionAborted =>
             {
                 continue;
             }
+            Err(e) if out_of_fds(&e) => {
+                return Err(Error::io(
+                    format!(
+                        "accept data connection: the server is out of file descriptors \
+                         (raise `ulimit -n`, now {})",
+                        fd_limit()
+                    ),
+                    e,
+                ));
+            }
             Err(e) => return Err(Error::io("accept data connection", e)),
         };
+        let from = canonical(from);
         if from.ip() != peer.ip() {
             log!(
                 quiet,
@@ -507,30 +780,68 @@ fn accept_streams(
             );
             continue;
         }
-        let _ = sock.set_read_timeout(Some(timeouts::HANDSHAKE));
-        let mut hello = [0u8; DataHello::LEN];
-        if sock.read_exact(&mut hello).is_err() {
+        if sock.set_nonblocking(true).is_err() {
             continue;
         }
-        let slot = DataHello::from_bytes(hello)
-            .filter(|h| h.cookie == cookie && (echo || !h.echo))
-            .and_then(|h| {
-                let pair = socks.get_mut(h.stream as usize)?;
-                Some(if h.echo { &mut pair.1 } else { &mut pair.0 })
-            });
-        match slot {
-            Some(slot @ None) => {
-                *slot = Some(sock);
-                arrived += 1;
-            }
-            _ => log!(
-                quiet,
-                "pinperf: data connection from {from} ignored: wrong test cookie or stream id"
-            ),
+        if pending.len() >= MAX_PENDING_HELLOS {
+            pending.remove(0);
+            *silent += 1;
         }
+        pending.push(Pending {
+            sock,
+            from,
+            hello: [0; DataHello::LEN],
+            got: 0,
+        });
     }
-    Ok(socks
-        .into_iter()
-        .filter_map(|(data, echo)| data.map(|data| StreamSocks { data, echo }))
-        .collect())
+    Ok(())
+}
+
+/// An address as the client knows it: an IPv4 client of a dual-stack listener arrives as
+/// `::ffff:a.b.c.d` and is `a.b.c.d` here (logs, and the data connections' check).
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    }
+}
+
+/// True when binding the IPv6 wildcard failed because this host has no IPv6.
+fn no_ipv6(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if matches!(
+        source.raw_os_error(),
+        Some(libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT | libc::EADDRNOTAVAIL)
+    ))
+}
+
+/// True when an `accept()` failed for want of file descriptors (per process or system).
+fn out_of_fds(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The spare descriptor kept for refusing clients while out of descriptors.
+fn open_spare() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+/// This process's soft limit on open files (`ulimit -n`) from `/proc/self/limits`, or,
+/// when that cannot be opened (out of descriptors), the value last read.
+fn fd_limit() -> String {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let read = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+            line.split_whitespace().nth(3)?.parse::<u64>().ok()
+        });
+    match read.or_else(|| Some(LAST.load(Ordering::Relaxed)).filter(|&n| n > 0)) {
+        Some(n) => {
+            LAST.store(n, Ordering::Relaxed);
+            n.to_string()
+        }
+        None => "unknown".into(),
+    }
 }

@@ -1,0 +1,534 @@
+//! The server under hostile or unlucky conditions: clients that vanish during stream setup,
+//! idle and garbage connections on the data port, IPv4 and IPv6 clients of one server,
+//! options that would fail every test, and a process out of file descriptors. Each test
+//! runs the real binary and sequences itself on the server's log lines or on connection
+//! state, never on fixed sleeps.
+
+mod util;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pinperf::protocol::{self, Accept, ControlMsg, PROTOCOL_VERSION, TestParams};
+use util::{Run, pinperf, spawn};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A `pinperf -s` started with exactly the given arguments (no forced `-B`), killed on drop.
+struct Srv {
+    child: Child,
+    /// What the server printed after `listening on`.
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Srv {
+    fn start(args: &[&str]) -> Srv {
+        let mut argv = vec!["-s"];
+        argv.extend_from_slice(args);
+        let mut child = spawn(&argv);
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log2 = Arc::clone(&log);
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split(' ').next().and_then(|a| a.parse().ok()));
+                }
+                log2.lock().unwrap().push(line);
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(5))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| {
+                panic!(
+                    "pinperf {argv:?} did not report its address; log: {:?}",
+                    log.lock().unwrap()
+                )
+            });
+        Srv { child, addr, log }
+    }
+
+    fn port(&self) -> String {
+        self.addr.port().to_string()
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Waits until `n` log lines contain `needle`; false if `within` passes first.
+    fn wait_for_n(&self, needle: &str, n: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while self.count(needle) < n {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    fn wait_for(&self, needle: &str, within: Duration) -> bool {
+        self.wait_for_n(needle, 1, within)
+    }
+
+    /// User plus system CPU of the server process, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real client run against `host` and `port`: `-t 0.3` unless `extra` says otherwise.
+fn client(host: &str, port: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["-c", host, "-p", port];
+    if !extra.contains(&"-t") {
+        args.extend(["-t", "0.3", "-i", "0.3"]);
+    }
+    args.extend_from_slice(extra);
+    pinperf(&args, LIMIT)
+}
+
+/// Speaks the protocol up to the server's Accept, as a client would, and returns the
+/// control connection and the Accept.
+fn handshake(addr: SocketAddr, params: TestParams) -> (TcpStream, Accept) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(protocol::PREAMBLE).unwrap();
+    s.write_all(&protocol::encode(&ControlMsg::Hello {
+        version: PROTOCOL_VERSION,
+        software: "a raw test client".into(),
+    }))
+    .unwrap();
+    s.write_all(&protocol::encode(&ControlMsg::Params(params)))
+        .unwrap();
+    let mut pre = [0u8; 8];
+    s.read_exact(&mut pre).unwrap();
+    assert_eq!(&pre, protocol::PREAMBLE);
+    let peer = s.peer_addr().unwrap();
+    match protocol::read_frame(&mut s, peer).unwrap() {
+        ControlMsg::Welcome { .. } => {}
+        other => panic!("expected welcome, got {other:?}"),
+    }
+    match protocol::read_frame(&mut s, peer).unwrap() {
+        ControlMsg::Accept(accept) => (s, accept),
+        other => panic!("expected accept, got {other:?}"),
+    }
+}
+
+/// Reads a refused connection's answer: preamble, then the Refuse reason.
+fn refusal(mut s: TcpStream) -> Option<String> {
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut pre = [0u8; 8];
+    s.read_exact(&mut pre).ok()?;
+    let peer = s.peer_addr().ok()?;
+    match protocol::read_frame(&mut s, peer).ok()? {
+        ControlMsg::Refuse { reason } => Some(reason),
+        _ => None,
+    }
+}
+
+fn has_ipv6_loopback() -> bool {
+    TcpListener::bind("[::1]:0").is_ok()
+}
+
+#[test]
+fn a_client_gone_after_accept_frees_the_server_at_once() {
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
+    let mut params = TestParams::defaults();
+    params.streams = 2;
+    params.duration = Duration::from_millis(500);
+    let (mut ctl, accept) = handshake(server.addr, params);
+    assert_ne!(accept.data_port, 0);
+    // The client closes its control connection without opening a data connection. The
+    // server must notice now, not after the 10 s the data connections may take: it says
+    // why and closes within the 2 s this read waits.
+    let (peer, me) = (ctl.peer_addr().unwrap(), ctl.local_addr().unwrap());
+    ctl.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    ctl.shutdown(Shutdown::Write).unwrap();
+    let closed = Instant::now();
+    match protocol::read_frame(&mut ctl, peer) {
+        Ok(ControlMsg::Error { reason }) => assert!(
+            reason.starts_with("the client gave up while connecting its streams (0 of 4"),
+            "{reason}"
+        ),
+        other => panic!(
+            "expected the server's error within 2 s, got {other:?} after {:?}\n{}",
+            closed.elapsed(),
+            server.log()
+        ),
+    }
+    let mut rest = Vec::new();
+    assert_eq!(ctl.read_to_end(&mut rest).unwrap(), 0, "then it closes");
+    // The slot is free at once: the next client runs, it is not told "busy".
+    let run = client("127.0.0.1", &server.port(), &[]);
+    run.assert_ok();
+    assert!(
+        server.wait_for(": done, received", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server.log().contains(&format!(
+            "test from {me} failed: the client gave up while connecting its streams"
+        )),
+        "{}",
+        server.log()
+    );
+}
+
+/// A control-connection relay for one real client: copies client→server as is and
+/// server→client frame by frame; when the server's Accept passes, it first opens `idle`
+/// silent connections and, with any, one garbage connection to the data port, so the
+/// server has them queued before the client's real data connections. Returns the relay's
+/// address and a handle giving back those extra connections when the test ends.
+fn relay(server: SocketAddr, idle: usize) -> (SocketAddr, JoinHandle<Vec<TcpStream>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = std::thread::spawn(move || {
+        let (client, _) = listener.accept().unwrap();
+        let mut up = TcpStream::connect(server).unwrap();
+        let (mut from_client, mut to_server) =
+            (client.try_clone().unwrap(), up.try_clone().unwrap());
+        let forward = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from_client, &mut to_server);
+            let _ = to_server.shutdown(Shutdown::Write);
+        });
+        let mut to_client = client;
+        let mut extra = Vec::new();
+        let mut pre = [0u8; 8];
+        if up.read_exact(&mut pre).is_ok() && to_client.write_all(&pre).is_ok() {
+            let peer = up.peer_addr().unwrap();
+            while let Ok(msg) = protocol::read_frame(&mut up, peer) {
+                if let ControlMsg::Accept(a) = &msg {
+                    let data = SocketAddr::new(server.ip(), a.data_port);
+                    for _ in 0..idle {
+                        extra.push(TcpStream::connect(data).unwrap());
+                    }
+                    if idle > 0 {
+                        let mut garbage = TcpStream::connect(data).unwrap();
+                        garbage.write_all(&[0xff; 11]).unwrap();
+                        extra.push(garbage);
+                    }
+                }
+                if to_client.write_all(&protocol::encode(&msg)).is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = to_client.shutdown(Shutdown::Write);
+        let _ = forward.join();
+        extra
+    });
+    (addr, handle)
+}
+
+#[test]
+fn idle_and_garbage_data_connections_do_not_delay_the_real_ones() {
+    let data_port = util::free_port().to_string();
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1", "--data-port", &data_port]);
+    let args = ["-P", "2", "-t", "0.5", "-i", "0.5"];
+    // Without them, for comparison, through the same relay.
+    let (addr, without_relay) = relay(server.addr, 0);
+    let without = client("127.0.0.1", &addr.port().to_string(), &args);
+    without.assert_ok();
+    without_relay.join().unwrap();
+    let (addr, with_relay) = relay(server.addr, 3);
+    let with = client("127.0.0.1", &addr.port().to_string(), &args);
+    let extra = with_relay.join().unwrap();
+    with.assert_ok();
+    assert_eq!(extra.len(), 4, "3 idle + 1 garbage connection were made");
+    // The server saw them first, and dropped them without waiting on them.
+    assert!(
+        server.wait_for(
+            "closed 3 data connection(s) that sent no stream hello",
+            Duration::from_secs(2)
+        ),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server
+            .log()
+            .contains("ignored: wrong test cookie or stream id"),
+        "{}",
+        server.log()
+    );
+    // About as long as without them (reading hellos one at a time took 10 s per idle one).
+    assert!(
+        with.elapsed < without.elapsed + Duration::from_secs(3),
+        "with idle connections {:?}, without {:?}{}",
+        with.elapsed,
+        without.elapsed,
+        with.explain()
+    );
+}
+
+#[test]
+fn without_b_the_server_listens_dual_stack() {
+    let server = Srv::start(&["-p", "0"]);
+    assert!(
+        server.addr.ip().is_unspecified(),
+        "listens on {}",
+        server.addr
+    );
+    let port = server.port();
+    client("127.0.0.1", &port, &[]).assert_ok();
+    assert!(
+        server.wait_for("test from 127.0.0.1:", Duration::from_secs(2)),
+        "an IPv4 client is named by its IPv4 address\n{}",
+        server.log()
+    );
+    if !has_ipv6_loopback() {
+        println!("SKIPPED: -c ::1: this host has no IPv6 loopback (cannot bind [::1])");
+        return;
+    }
+    assert_eq!(
+        server.addr.ip().to_string(),
+        "::",
+        "IPv6 wildcard, dual-stack"
+    );
+    let run = client("::1", &port, &["-P", "2"]);
+    run.assert_ok();
+    assert!(
+        server.wait_for("test from [::1]:", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    assert!(!server.log().contains("::ffff:"), "{}", server.log());
+}
+
+#[test]
+fn server_dash_4_and_dash_6_listen_on_one_family_only() {
+    let v4 = Srv::start(&["-4", "-p", "0"]);
+    assert_eq!(v4.addr.to_string(), format!("0.0.0.0:{}", v4.port()));
+    client("127.0.0.1", &v4.port(), &[]).assert_ok();
+    if !has_ipv6_loopback() {
+        println!("SKIPPED: -6 and -c ::1: this host has no IPv6 loopback (cannot bind [::1])");
+        return;
+    }
+    let run = client("::1", &v4.port(), &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains(&format!("connect to [::1]:{}", v4.port())),
+        "{}",
+        run.explain()
+    );
+    let v6 = Srv::start(&["-6", "-p", "0"]);
+    assert_eq!(v6.addr.to_string(), format!("[::]:{}", v6.port()));
+    client("::1", &v6.port(), &[]).assert_ok();
+    let run = client("127.0.0.1", &v6.port(), &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains(&format!("connect to 127.0.0.1:{}", v6.port())),
+        "{}",
+        run.explain()
+    );
+}
+
+#[test]
+fn options_that_would_fail_every_test_are_refused_at_startup() {
+    let limit = Duration::from_secs(5);
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["-s", "-p", "0", "-A", "0,4095"],
+            "pinperf: -A 0,4095: CPU 4095 is not available to this process (allowed: ",
+        ),
+        (
+            &["-s", "-p", "7001", "--data-port", "7001"],
+            "pinperf: --data-port 7001: must differ from the control port (-p 7001)\n",
+        ),
+        (
+            &["-s", "-p", "0", "--max-window", "0"],
+            "pinperf: --max-window 0: must be 1k to 1G (the window a client may ask for with -w)\n",
+        ),
+        (
+            &["-s", "-p", "0", "--max-window", "512"],
+            "pinperf: --max-window 512: must be 1k to 1G (the window a client may ask for with -w)\n",
+        ),
+    ];
+    for (args, expected) in cases {
+        let run = pinperf(args, limit);
+        assert_eq!(run.code(), Some(2), "exits 2 at once{}", run.explain());
+        assert!(run.stderr().starts_with(expected), "{}", run.explain());
+    }
+}
+
+#[test]
+fn the_server_log_calls_its_peer_the_client() {
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1", "--max-streams", "1"]);
+    let port = server.port();
+    let run = client("127.0.0.1", &port, &["-P", "2"]);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        server.wait_for(
+            "failed: refused the client's test: -P 2: streams must be 1 to 1 (this server's --max-streams)",
+            Duration::from_secs(2)
+        ),
+        "{}",
+        server.log()
+    );
+    // A busy answer, while a silent connection holds the slot.
+    let holder = TcpStream::connect(server.addr).unwrap();
+    let run = client("127.0.0.1", &port, &[]);
+    assert!(run.stderr().contains("busy"), "{}", run.explain());
+    assert!(
+        server.wait_for("refused client 127.0.0.1:", Duration::from_secs(3)),
+        "{}",
+        server.log()
+    );
+    drop(holder);
+    let log = server.log();
+    for line in log.lines() {
+        assert!(
+            !line.contains("server 127.0.0.1") && !line.contains("server [::1]"),
+            "the server's log names its peer \"server\": {line}\n{log}"
+        );
+    }
+}
+
+/// The lowest file-descriptor limit that leaves `free` descriptors to process `pid`.
+fn limit_leaving(pid: u32, free: usize) -> usize {
+    let used: Vec<usize> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut n = 0;
+    let mut left = free;
+    while left > 0 {
+        if !used.contains(&n) {
+            left -= 1;
+        }
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_server_out_of_file_descriptors_says_so_once_and_recovers() {
+    let has_prlimit = std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_prlimit {
+        println!("SKIPPED: no prlimit (util-linux) to lower the server's descriptor limit");
+        return;
+    }
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
+    // Room for one whole test later (control, its clone, data listener, data, echo, a
+    // /proc file), and few enough for a holder of the slot and busy answers to use up.
+    const FREE: usize = 8;
+    let limit = limit_leaving(server.child.id(), FREE);
+    let set = std::process::Command::new("prlimit")
+        .args([
+            "--pid",
+            &server.child.id().to_string(),
+            &format!("--nofile={limit}:{limit}"),
+        ])
+        .status()
+        .unwrap();
+    assert!(set.success(), "prlimit failed");
+    // One connection takes the slot (it sends nothing); the next FREE - 1 are answered
+    // "busy", each answer holding a descriptor for up to a second; the last finds none.
+    let holder = TcpStream::connect(server.addr).unwrap();
+    let others: Vec<TcpStream> = (0..FREE)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    assert!(
+        server.wait_for("pinperf: out of file descriptors", Duration::from_secs(3)),
+        "{}",
+        server.log()
+    );
+    let (cpu0, t0) = (server.cpu_ticks(), Instant::now());
+    // Out of descriptors until the busy answers give theirs back (after a second).
+    assert!(
+        server.wait_for_n("server busy", FREE - 1, Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    let (cpu, wall) = (server.cpu_ticks() - cpu0, t0.elapsed());
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    assert!(
+        (cpu as f64 / ticks_per_s) < 0.5 * wall.as_secs_f64(),
+        "the acceptor spun: {cpu} ticks of CPU in {wall:?}"
+    );
+    let answers: Vec<Option<String>> = others.into_iter().map(refusal).collect();
+    let out_of_fds =
+        format!("server out of file descriptors (its `ulimit -n` is {limit}); try again later");
+    let busy = "server busy: another test is running; try again when it ends";
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.as_deref() == Some(busy) || a.as_deref() == Some(&out_of_fds)),
+        "every client heard why: {answers:?}"
+    );
+    let refused = answers
+        .iter()
+        .filter(|a| a.as_deref() == Some(&out_of_fds))
+        .count();
+    assert!(refused >= 1, "{answers:?}\n{}", server.log());
+    // Every descriptor is back once the holder leaves: the server serves again.
+    drop(holder);
+    assert!(
+        server.wait_for("control connection from", Duration::from_secs(3)),
+        "{}",
+        server.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let run = loop {
+        let run = client("127.0.0.1", &server.port(), &[]);
+        let retry = run.stderr().contains("busy") || run.stderr().contains("file descriptors");
+        if run.code() == Some(0) || !retry || Instant::now() > deadline {
+            break run;
+        }
+    };
+    run.assert_ok();
+    let log = server.log();
+    assert_eq!(
+        server.count("out of file descriptors"),
+        1,
+        "one line per burst\n{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "pinperf: file descriptors are free again ({refused} client(s) refused meanwhile)"
+        )),
+        "{log}"
+    );
+}
