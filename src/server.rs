@@ -604,7 +604,7 @@ struct Pending {
 /// Accepts the test's `n` data connections (and `n` echo connections with `echo`), each
 /// opening with the test's cookie, a stream id and its kind; anything else is closed.
 /// Hellos are read as they arrive, from all connections at once, so idle or slow ones
-/// cannot hold up the real ones; all must arrive within [`timeouts::HANDSHAKE`]. The
+/// cannot hold up the real ones; all must arrive within [`timeouts::streams_arrive`]. The
 /// control connection (`ctl_fd`, owned by `ctl`) is watched meanwhile: a client that
 /// closes it or reports an error ends the test at once.
 fn accept_streams(
@@ -620,20 +620,22 @@ fn accept_streams(
     listener
         .set_nonblocking(true)
         .op(|| "set O_NONBLOCK on the data listener".into())?;
-    let deadline = Instant::now() + timeouts::HANDSHAKE;
+    let expected = if echo { 2 * n } else { n };
+    // A long path makes each connection slower to arrive: the control connection's RTT.
+    let allowed = timeouts::streams_arrive(expected, ctl.rtt());
+    let deadline = Instant::now() + allowed;
     let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =
         (0..n).map(|_| (None, None)).collect();
     let mut pending: Vec<Pending> = Vec::new();
     // Connections closed without a complete hello (gone, evicted, or still silent at the end).
     let mut silent = 0usize;
     let mut arrived = 0;
-    let expected = if echo { 2 * n } else { n };
     while arrived < expected {
         let now = Instant::now();
         if now >= deadline {
             return Err(Error::Test(format!(
-                "only {arrived} of {expected} data and echo connections from {peer} arrived within {} s",
-                timeouts::HANDSHAKE.as_secs()
+                "only {arrived} of {expected} data and echo connections from {peer} arrived within {:.1} s",
+                allowed.as_secs_f64()
             )));
         }
         let wait_ms = deadline

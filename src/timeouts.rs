@@ -28,6 +28,14 @@ pub const GOODBYE: Duration = Duration::from_secs(2);
 /// slot instead of being told "busy".
 pub const FINISHING: Duration = Duration::from_secs(3);
 
+/// How long the server waits for all of a test's data and echo connections: the client
+/// opens them one after another, each a round trip (SYN, SYN-ACK) and its hello, so a
+/// long path (the lab's 4 s RTT, a satellite hop) adds two round trips per connection to
+/// [`HANDSHAKE`]. `rtt` is the control connection's, as the kernel measured it.
+pub fn streams_arrive(connections: usize, rtt: Duration) -> Duration {
+    HANDSHAKE + rtt.saturating_mul(2 * u32::try_from(connections).unwrap_or(u32::MAX))
+}
+
 /// How long a "busy" answer may take to write and its connection to drain: a refused
 /// client must not hold a thread of the server.
 pub const BUSY_ANSWER: Duration = Duration::from_secs(1);
@@ -84,6 +92,15 @@ mod tests {
         assert!(!p.stalled(5, s(1500)), "moved: not stalled");
         assert!(!p.stalled(5, s(2400)));
         assert!(p.stalled(5, s(2500)), "a second without progress");
+    }
+
+    #[test]
+    fn streams_on_a_long_path_get_two_round_trips_each() {
+        assert_eq!(streams_arrive(4, Duration::ZERO), HANDSHAKE);
+        assert_eq!(
+            streams_arrive(2, Duration::from_secs(4)),
+            HANDSHAKE + Duration::from_secs(16)
+        );
     }
 
     #[test]

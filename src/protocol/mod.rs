@@ -251,6 +251,13 @@ impl Control {
         }
     }
 
+    /// The connection's smoothed RTT as the kernel measures it (zero where it cannot).
+    pub(crate) fn rtt(&self) -> Duration {
+        crate::net::tcp_info(&self.writer.lock()).map_or(Duration::ZERO, |i| {
+            Duration::from_micros(u64::from(i.rtt_us))
+        })
+    }
+
     /// Sends an Error message, ignoring failure (the connection may already be gone).
     pub(crate) fn abort(&self, reason: &str) {
         let _ = self.send(&ControlMsg::Error {
