@@ -168,6 +168,8 @@ struct StreamTotal {
     retransmits: Option<u64>,
     last: Option<TcpSample>,
     starved_intervals: u32,
+    /// Runs of intervals in which this stream read nothing while others did.
+    stalls: diagnosis::StallLog,
     /// Bytes received and sent in `-O`'s omitted intervals.
     omitted_received: u64,
     omitted_sent: u64,
@@ -177,6 +179,8 @@ struct StreamTotal {
 struct Totals {
     streams: Vec<StreamTotal>,
     intervals: u32,
+    /// Runs of intervals in which no stream read anything.
+    stalls: diagnosis::StallLog,
 }
 
 /// The client side: cut the sender's records, join with the receiver's rows by interval
@@ -198,6 +202,7 @@ pub(crate) fn run_sender_reporter(
     let mut totals = Totals {
         streams: vec![StreamTotal::default(); streams],
         intervals: 0,
+        stalls: diagnosis::StallLog::whole_test(),
     };
     let mut done: Option<ReceiverDone> = None;
     let mut local_cpu: Option<CpuReport> = None;
@@ -251,7 +256,7 @@ pub(crate) fn run_sender_reporter(
     let sent = cutter.totals().to_vec();
     let mut summary = None;
     if let Some(d) = &done {
-        let mut s = summarize(&header, &sent, d, &totals);
+        let mut s = summarize(&header, &sent, d, &mut totals);
         if let Some(local) = local_cpu {
             add_cpu(&mut s, &header, local, d.cpu.clone());
         }
@@ -354,6 +359,13 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
     }
     totals.intervals += u32::from(!local.omitted);
     let sum = sum_row(&rows, start, end);
+    if !local.omitted {
+        totals.stalls.step(start, end, sum.bytes == 0, false);
+        for (t, row) in totals.streams.iter_mut().zip(&rows) {
+            t.stalls
+                .step(start, end, row.bytes == 0, sum.bytes > row.bytes);
+        }
+    }
     IntervalReport {
         index: local.index,
         omitted: local.omitted,
@@ -441,10 +453,15 @@ fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>
     s.kernel = Some(k);
 }
 
-/// The whole test's summary, from `-O`'s end (0 without it) to the last byte.
-fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals) -> Summary {
+/// The whole test's summary, over the test's span: from `-O`'s end (0 without it) to the
+/// later of the planned end (`-O` + `-t`) and the last byte. A test whose data stopped
+/// early (a paused sender, a stalled path) is not averaged over only the seconds that
+/// moved data, and one that drained past `-t` is averaged over the drain too.
+fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &mut Totals) -> Summary {
     let start = header.omit_s;
-    let end = (done.elapsed_us as f64 / 1e6).max(start);
+    let end = (done.elapsed_us as f64 / 1e6).max(start + header.duration_s);
+    totals.stalls.finish();
+    totals.streams.iter_mut().for_each(|t| t.stalls.finish());
     let rows: Vec<StreamRow> = totals
         .streams
         .iter()
@@ -478,12 +495,16 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         retransmits,
     };
     let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
+    let stream_stalls: Vec<diagnosis::StallLog> =
+        totals.streams.iter().map(|t| t.stalls.clone()).collect();
     let mut diagnosis = diagnosis::diagnose(&diagnosis::Evidence {
         header,
         streams: &rows,
         starved_intervals: &starved,
         intervals: totals.intervals,
         rate_bps: sum.bits_per_second,
+        test_stalls: &totals.stalls,
+        stream_stalls: &stream_stalls,
     });
     diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
     // What the senders still held unsent when they stopped writing (their last sample).
@@ -493,7 +514,8 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         .map(u64::from)
         .sum();
     diagnosis.extend(diagnosis::long_drain(
-        start + header.duration_s,
+        header.omit_s,
+        header.duration_s,
         end,
         queued,
     ));
