@@ -401,8 +401,11 @@ fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
 }
 
 /// Adds both ends' CPU and the efficiency figures to the summary. On one host the cores
-/// are counted once; in one process (`--loopback`) so is the process time.
+/// are counted once; in one process (`--loopback`, and `pinperf lab`, whose ends sit in
+/// different network namespaces of one process, so the peer is not a loopback address)
+/// so is the process time, and one process is one host: its cores are counted once too.
 fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Option<CpuReport>) {
+    let one_host = header.same_host || header.same_process;
     summary.cpu_utilization_percent = Some(CpuUtilization {
         host_total: local.host_total,
         host_user: local.host_user,
@@ -412,7 +415,7 @@ fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Opt
         remote_system: remote.as_ref().map(|r| r.host_system),
     });
     let busy_cores = local.busy_cores()
-        + if header.same_host {
+        + if one_host {
             0.0
         } else {
             remote.as_ref().map_or(0.0, CpuReport::busy_cores)
@@ -430,7 +433,7 @@ fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Opt
     summary.cpu = Some(CpuSummary {
         local,
         remote,
-        same_host: header.same_host,
+        same_host: one_host,
         same_process: header.same_process,
         busy_cores,
         gbps_per_busy_core: (busy_cores > 0.0).then(|| gbps / busy_cores),
@@ -538,5 +541,80 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &mut To
             sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
             received_bytes: totals.streams.iter().map(|t| t.omitted_received).sum(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::{CoreLoad, CpuTime};
+
+    /// Two cores at `busy` percent each over 2 s, one second of process CPU.
+    fn two_cores(busy: f64) -> CpuReport {
+        CpuReport {
+            seconds: 2.0,
+            process: CpuTime {
+                user_us: 100_000,
+                sys_us: 900_000,
+            },
+            host_total: 50.0,
+            host_user: 5.0,
+            host_system: 45.0,
+            streams: Vec::new(),
+            cores: (0..2)
+                .map(|cpu| CoreLoad {
+                    cpu,
+                    busy_percent: busy,
+                    softirq_percent: 0.0,
+                    idle_percent: 100.0 - busy,
+                })
+                .collect(),
+        }
+    }
+
+    fn cpu_of(same_host: bool, same_process: bool) -> CpuSummary {
+        let mut header = model::sample::header();
+        header.same_host = same_host;
+        header.same_process = same_process;
+        let mut s = model::sample::summary();
+        s.sum_received.bytes = 2_000_000_000;
+        s.sum_received.bits_per_second = 8e9;
+        add_cpu(&mut s, &header, two_cores(100.0), Some(two_cores(100.0)));
+        s.cpu.unwrap()
+    }
+
+    /// Issue 15: `pinperf lab` runs both ends in one process but different namespaces, so
+    /// the peer is not loopback (`same_host` false) while `same_process` is true: its two
+    /// cores were counted twice (busy cores 2.2 on a 2-core machine). One process is one
+    /// host: the cores and the process time count once.
+    #[test]
+    fn one_process_counts_its_host_once() {
+        let lab = cpu_of(false, true);
+        assert_eq!(lab.busy_cores, 2.0);
+        assert!(lab.same_host, "one process, one host");
+        assert_eq!(lab.gbps_per_busy_core, Some(4.0));
+        // 1 s of process CPU (counted once) for 2 GB.
+        assert_eq!(lab.cpu_seconds_per_gb, Some(0.5));
+
+        let loopback = cpu_of(true, true);
+        assert_eq!(
+            (loopback.busy_cores, loopback.cpu_seconds_per_gb),
+            (2.0, Some(0.5))
+        );
+
+        // Two processes on one host: cores once, process times both.
+        let same_host = cpu_of(true, false);
+        assert_eq!(
+            (same_host.busy_cores, same_host.cpu_seconds_per_gb),
+            (2.0, Some(1.0))
+        );
+
+        // Two hosts: both ends' cores and process times.
+        let two_hosts = cpu_of(false, false);
+        assert!(!two_hosts.same_host);
+        assert_eq!(
+            (two_hosts.busy_cores, two_hosts.gbps_per_busy_core),
+            (4.0, Some(2.0))
+        );
     }
 }

@@ -375,6 +375,33 @@ pub(crate) mod sample {
         }
     }
 
+    /// One stream over loopback, two seconds, no `-w`.
+    pub(crate) fn header() -> Header {
+        Header {
+            software: "pinperf test".into(),
+            local: "127.0.0.1:40000".into(),
+            remote: "127.0.0.1:5201".into(),
+            remote_software: "pinperf test".into(),
+            streams: 1,
+            block_bytes: 131_072,
+            local_window: WindowGrant::default(),
+            remote_window: WindowGrant::default(),
+            path: PathInfo::default(),
+            local_pin: PinPlan(vec![]),
+            remote_pin: PinPlan(vec![]),
+            placement_note: None,
+            duration_s: 2.0,
+            omit_s: 0.0,
+            interval_s: 1.0,
+            echo: true,
+            congestion: "cubic".into(),
+            same_host: true,
+            same_process: true,
+            cpu_intervals: false,
+            engine: Engine::Threads,
+        }
+    }
+
     pub(crate) fn interval() -> IntervalReport {
         IntervalReport {
             index: 4,
