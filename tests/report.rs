@@ -209,3 +209,34 @@ fn omitted_seconds_start_the_span() {
     let s = doc.end.expect("end");
     assert_spans(&s, 0.5, 1.0, &run.explain());
 }
+
+/// Issue 15: `--engine single` divided its one thread's CPU evenly among the streams. The
+/// report lists what was measured: one `stream-mux` thread on the sending side (the
+/// receiving side still has a thread per stream), in JSON and in text.
+#[test]
+fn the_single_engine_reports_its_one_thread() {
+    let args = ["--loopback", "--engine", "single", "-P", "2", "-t", "1"];
+    let run = pinperf(&[&args[..], &["-J"]].concat(), LIMIT);
+    run.assert_ok();
+    let doc: Document =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    let cpu = doc.end.expect("end").cpu.expect("cpu");
+    let local: Vec<&str> = cpu.local.streams.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(local, ["stream-mux"], "{}", run.explain());
+    assert!(cpu.local.streams[0].total_us() > 0, "{}", run.explain());
+    let remote = cpu.remote.expect("remote cpu");
+    let remote: Vec<&str> = remote.streams.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(remote, ["stream-0", "stream-1"], "{}", run.explain());
+
+    let run = pinperf(&args, LIMIT);
+    run.assert_ok();
+    let text = run.stdout();
+    let local = text
+        .lines()
+        .find(|l| l.starts_with("# CPU local threads: "))
+        .unwrap_or_else(|| panic!("no local threads line{}", run.explain()));
+    assert!(
+        local.starts_with("# CPU local threads: stream-mux ") && !local.contains("stream-1"),
+        "{local}"
+    );
+}

@@ -257,7 +257,10 @@ pub(crate) fn run_sender_reporter(
     let mut summary = None;
     if let Some(d) = &done {
         let mut s = summarize(&header, &sent, d, &mut totals);
-        if let Some(local) = local_cpu {
+        if let Some(mut local) = local_cpu {
+            if header.engine == crate::choices::Engine::Single {
+                local = local.on_one_thread(cpu::MUX_THREAD);
+            }
             add_cpu(&mut s, &header, local, d.cpu.clone());
         }
         if let Some(local) = local_kernel {
@@ -547,7 +550,7 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &mut To
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{CoreLoad, CpuTime};
+    use crate::cpu::{CoreLoad, CpuTime, ThreadTime};
 
     /// Two cores at `busy` percent each over 2 s, one second of process CPU.
     fn two_cores(busy: f64) -> CpuReport {
@@ -616,5 +619,47 @@ mod tests {
             (two_hosts.busy_cores, two_hosts.gbps_per_busy_core),
             (4.0, Some(2.0))
         );
+    }
+
+    /// Issue 15: `--engine single` divided its one thread's CPU evenly among the streams.
+    /// Its report has one `stream-mux` thread with the time measured (put on the first
+    /// stream by the engine), and every format prints that thread.
+    #[test]
+    fn the_single_engine_lists_its_one_thread() {
+        let thread = |name: &str, user_us, sys_us| ThreadTime {
+            name: name.into(),
+            user_us,
+            sys_us,
+        };
+        let mut measured = two_cores(100.0);
+        measured.seconds = 1.0;
+        measured.streams = vec![
+            thread("stream-0", 10_000, 490_000),
+            thread("stream-1", 0, 0),
+        ];
+        let mux = measured.on_one_thread(cpu::MUX_THREAD);
+        assert_eq!(mux.streams, vec![thread("stream-mux", 10_000, 490_000)]);
+
+        let mut s = model::sample::summary();
+        s.cpu.as_mut().unwrap().local = mux;
+        let mut text = Vec::new();
+        text::TextFormatter::new(&mut text).summary(&s).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("# CPU local threads: stream-mux 50.0% (user 1.0, sys 49.0)\n"),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        csv::CsvFormatter::new(&mut out).summary(&s).unwrap();
+        let rows = csv::parse(&String::from_utf8(out).unwrap());
+        let col = |name: &str| csv::Record::NAMES.iter().position(|c| *c == name).unwrap();
+        let threads: Vec<_> = rows
+            .iter()
+            .filter(|r| r[0] == "cpu_thread" && r[col("side")] == "local")
+            .map(|r| (r[col("thread")].as_str(), r[col("stream")].as_str()))
+            .collect();
+        assert_eq!(threads, [("stream-mux", "")]);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["cpu"]["local"]["streams"][0]["name"], "stream-mux");
     }
 }

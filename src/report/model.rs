@@ -230,21 +230,29 @@ pub struct CpuSummary {
 
 /// One stream thread's CPU over its side's span, in percent of one core (as
 /// `CpuReport::host_total` is for the whole process).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ThreadCpu {
+    /// The thread's name (`stream-N`, `stream-mux`).
+    pub name: String,
     pub total_percent: f64,
     pub user_percent: f64,
     pub sys_percent: f64,
 }
 
 impl ThreadCpu {
-    /// Each stream thread of `report`, by stream id.
+    /// Each thread of `report` that ran streams, in its order (a report from a peer that
+    /// sent no names has its threads named by stream id).
     pub fn of(report: &CpuReport) -> Vec<ThreadCpu> {
         let pct = |us: u64| us as f64 / 1e6 / report.seconds * 100.0;
         report
             .streams
             .iter()
-            .map(|t| ThreadCpu {
+            .enumerate()
+            .map(|(i, t)| ThreadCpu {
+                name: match t.name.as_str() {
+                    "" => format!("stream-{i}"),
+                    name => name.to_string(),
+                },
                 total_percent: pct(t.total_us()),
                 user_percent: pct(t.user_us),
                 sys_percent: pct(t.sys_us),
@@ -267,7 +275,7 @@ impl Summary {
 #[cfg(test)]
 pub(crate) mod sample {
     use super::*;
-    use crate::cpu::CpuTime;
+    use crate::cpu::{CpuTime, ThreadTime};
 
     fn rtt(min_us: f64, avg_us: f64, max_us: f64, median_us: Option<f64>) -> RttSummary {
         RttSummary {
@@ -362,11 +370,13 @@ pub(crate) mod sample {
             host_user: 12.3456,
             host_system: 78.9012,
             streams: vec![
-                CpuTime {
+                ThreadTime {
+                    name: "stream-0".into(),
                     user_us: 100_000,
                     sys_us: 650_000,
                 },
-                CpuTime {
+                ThreadTime {
+                    name: "stream-1".into(),
                     user_us: 3,
                     sys_us: 0,
                 },

@@ -101,11 +101,10 @@ fn process_line(r: &CpuReport) -> String {
 fn thread_list(r: &CpuReport) -> String {
     ThreadCpu::of(r)
         .iter()
-        .enumerate()
-        .map(|(i, t)| {
+        .map(|t| {
             format!(
-                "stream-{i} {:.1}% (user {:.1}, sys {:.1})",
-                t.total_percent, t.user_percent, t.sys_percent
+                "{} {:.1}% (user {:.1}, sys {:.1})",
+                t.name, t.total_percent, t.user_percent, t.sys_percent
             )
         })
         .collect::<Vec<_>>()
