@@ -662,4 +662,130 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["cpu"]["local"]["streams"][0]["name"], "stream-mux");
     }
+
+    fn done(bytes: Vec<u64>, elapsed_us: u64) -> ReceiverDone {
+        ReceiverDone {
+            bytes,
+            elapsed_us,
+            path: Default::default(),
+            cpu: None,
+            kernel: None,
+        }
+    }
+
+    fn no_totals(streams: usize) -> Totals {
+        Totals {
+            streams: vec![StreamTotal::default(); streams],
+            intervals: 0,
+            stalls: diagnosis::StallLog::whole_test(),
+        }
+    }
+
+    /// Issue 15: a client paused from 1.3 s to 3.8 s of `-t 3` printed `#(**) 0.000 1.307
+    /// 40119.231`: its data ended at 1.307 s. The totals span to the planned end, or to the
+    /// last byte when that is later; -O moves both ends.
+    #[test]
+    fn totals_span_the_test_not_the_seconds_that_moved_data() {
+        let mut h = model::sample::header();
+        h.duration_s = 3.0;
+        h.streams = 2;
+        let bytes = vec![3_000_000_000, 1_000_000_000];
+        let s = summarize(
+            &h,
+            &bytes,
+            &done(bytes.clone(), 1_307_000),
+            &mut no_totals(2),
+        );
+        for (start, end, seconds) in [
+            (s.sum.start, s.sum.end, s.sum.seconds),
+            (s.streams[1].start, s.streams[1].end, s.streams[1].seconds),
+            (s.sum_sent.start, s.sum_sent.end, s.sum_sent.seconds),
+            (
+                s.sum_received.start,
+                s.sum_received.end,
+                s.sum_received.seconds,
+            ),
+        ] {
+            assert_eq!((start, end, seconds), (0.0, 3.0, 3.0));
+        }
+        assert_eq!(s.sum.bits_per_second, 4e9 * 8.0 / 3.0);
+        assert_eq!(s.streams[1].bits_per_second, 1e9 * 8.0 / 3.0);
+        assert_eq!(s.sum_received.bits_per_second, 4e9 * 8.0 / 3.0);
+
+        // A drain past the planned end counts to the last byte.
+        let s = summarize(
+            &h,
+            &bytes,
+            &done(bytes.clone(), 4_000_000),
+            &mut no_totals(2),
+        );
+        assert_eq!((s.sum.end, s.sum.bits_per_second), (4.0, 4e9 * 8.0 / 4.0));
+
+        // -O 1 -t 3: from 1 s to 4 s.
+        h.omit_s = 1.0;
+        let s = summarize(
+            &h,
+            &bytes,
+            &done(bytes.clone(), 2_000_000),
+            &mut no_totals(2),
+        );
+        assert_eq!((s.sum.start, s.sum.end, s.sum.seconds), (1.0, 4.0, 3.0));
+    }
+
+    /// The reporter feeds every interval to the stall logs: a run of empty intervals for
+    /// the whole test, and a stream's own run while the other stream read.
+    #[test]
+    fn joined_intervals_feed_the_stall_logs() {
+        use interval::StreamSlice;
+        let mut totals = no_totals(2);
+        let iv = |index: u32, b: [u64; 2]| {
+            let local = ClosedInterval {
+                index,
+                begin_ns: u64::from(index) * 500_000_000,
+                end_ns: u64::from(index + 1) * 500_000_000,
+                omitted: false,
+                streams: vec![
+                    StreamSlice {
+                        bytes: 0,
+                        srtt: None,
+                        block_rtt: None,
+                        retransmits: None,
+                        last: None,
+                    };
+                    2
+                ],
+            };
+            let remote = ReceiverRow {
+                index,
+                begin_us: u64::from(index) * 500_000,
+                end_us: u64::from(index + 1) * 500_000,
+                bytes: b.to_vec(),
+            };
+            (local, remote)
+        };
+        for (i, b) in [[5, 5], [0, 5], [0, 0], [0, 0], [5, 5]]
+            .into_iter()
+            .enumerate()
+        {
+            let (l, r) = iv(i as u32, b);
+            join(&l, &r, &mut totals);
+        }
+        let mut h = model::sample::header();
+        h.streams = 2;
+        h.duration_s = 2.5;
+        let s = summarize(&h, &[15, 15], &done(vec![15, 15], 2_500_000), &mut totals);
+        assert!(
+            s.diagnosis.iter().any(
+                |l| l.starts_with("diagnosis: no data moved from 1.0 s to 2.0 s (2 intervals)")
+            ),
+            "{:?}",
+            s.diagnosis
+        );
+        assert!(
+            s.diagnosis.iter().any(|l| l
+                .starts_with("diagnosis: stream 0 read nothing from 0.5 s to 2.0 s (3 intervals)")),
+            "{:?}",
+            s.diagnosis
+        );
+    }
 }
