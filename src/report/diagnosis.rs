@@ -333,7 +333,7 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
 /// Retransmitted segments at least this share of the segments sent…
 const RETRANSMIT_SHARE: f64 = 0.01;
 /// …and at least this many, get a line.
-const RETRANSMIT_MIN: u64 = 100;
+const RETRANSMIT_MIN: u64 = 10;
 
 /// Many retransmits: segments lost on the path or in a queue that overflowed.
 fn retransmit_share(e: &Evidence, out: &mut Vec<String>) {
@@ -1054,8 +1054,28 @@ mod tests {
         assert!(!line.contains("bbr"), "{line}");
         h.congestion = "bbr".into();
         assert!(e(&h).iter().any(|l| l.contains("bbr also retransmits")));
-        // Few retransmits, or no MSS to count segments: nothing.
+        // No MSS to count segments: nothing.
         h.path.mss = None;
         assert!(!e(&h).iter().any(|l| l.contains("retransmitted")));
+        // Under 1 % of the segments, or fewer than 10 in all: nothing.
+        h.path.mss = Some(1448);
+        let few = |bytes: u64, retr: u64| {
+            let streams = [row(0, bytes, 50, 60.0, retr)];
+            diagnose(&Evidence {
+                header: &h,
+                streams: &streams,
+                starved_intervals: &[0],
+                intervals: 10,
+                rate_bps: 1e9,
+                test_stalls: &StallLog::whole_test(),
+                stream_stalls: &[],
+            })
+            .iter()
+            .any(|l| l.contains("retransmitted"))
+        };
+        assert!(!few(1_000_000_000, 6_000), "0.9 %");
+        assert!(few(1_000_000_000, 7_000), "1.0 %");
+        assert!(!few(14_480, 9), "9 of 10 segments");
+        assert!(few(14_480, 10));
     }
 }
