@@ -402,11 +402,18 @@ fn concentrated_retransmits(e: &Evidence, out: &mut Vec<String>) {
     ));
 }
 
+/// Streams that read nothing in intervals in which others did. Intervals in which no
+/// stream read anything are the whole test's stalls (said by [`stalls`]), not starvation.
 fn starvation(e: &Evidence, out: &mut Vec<String>) {
+    let alone: Vec<u32> = e
+        .starved_intervals
+        .iter()
+        .map(|n| n.saturating_sub(e.test_stalls.intervals))
+        .collect();
     let starved: Vec<u16> = e
         .streams
         .iter()
-        .zip(e.starved_intervals)
+        .zip(&alone)
         .filter(|(_, n)| **n > 0)
         .map(|(s, _)| s.stream)
         .collect();
@@ -414,7 +421,7 @@ fn starvation(e: &Evidence, out: &mut Vec<String>) {
     if starved.is_empty() || total_bytes == 0 || e.streams.len() < 2 {
         return;
     }
-    let count: u32 = e.starved_intervals.iter().sum();
+    let count: u32 = alone.iter().sum();
     out.push(format!(
         "diagnosis: stream{} {} read nothing in {count} of {} stream-intervals (starved) while \
          others ran.",
@@ -968,7 +975,7 @@ mod tests {
         let d = diagnose(&Evidence {
             header: &h,
             streams: &streams,
-            starved_intervals: &[0, 1],
+            starved_intervals: &[3, 4],
             intervals: 4,
             rate_bps: 1e9,
             test_stalls: &test,
@@ -987,6 +994,19 @@ mod tests {
             "{d:?}"
         );
         assert!(d[2].contains("stream 1 read nothing in 1 of 8"), "{d:?}");
+        // Both streams read nothing in the 3 stalled intervals: not starved "while others
+        // ran" (issue 15's paused client printed that too).
+        let d = diagnose(&Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[3, 3],
+            intervals: 4,
+            rate_bps: 1e9,
+            test_stalls: &test,
+            stream_stalls: &[StallLog::default(), StallLog::default()],
+        });
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].starts_with("diagnosis: no data moved"), "{d:?}");
     }
 
     #[test]
