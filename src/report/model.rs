@@ -160,7 +160,10 @@ pub struct TestFairness {
     pub stream_intervals: u32,
 }
 
-/// The end of the test.
+/// The end of the test. Every total in it (each stream, `sum`, `sum_sent`,
+/// `sum_received`) spans the test: from `-O`'s end (0 without it) to the later of the
+/// planned end (`omit_s + duration_s`) and the last byte, and its rate is its bytes over
+/// that span.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Per-stream totals (receiver bytes, sender bytes, whole-test RTTs).
