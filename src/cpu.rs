@@ -119,6 +119,30 @@ pub fn core_loads(start: &[CoreTicks], end: &[CoreTicks]) -> Vec<CoreLoad> {
         .collect()
 }
 
+/// One thread's own CPU over a span, under the name users see in `ps -L` and `top -H`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadTime {
+    /// `stream-N`, or `stream-mux` for the one thread of `--engine single`.
+    #[serde(default)]
+    pub name: String,
+    pub user_us: u64,
+    pub sys_us: u64,
+}
+
+impl ThreadTime {
+    pub fn total_us(&self) -> u64 {
+        self.user_us + self.sys_us
+    }
+
+    /// The stream this thread ran alone (`stream-N`), if it ran one.
+    pub fn stream(&self) -> Option<u16> {
+        self.name.strip_prefix("stream-")?.parse().ok()
+    }
+}
+
+/// The name of the one thread that runs every stream with `--engine single`.
+pub const MUX_THREAD: &str = "stream-mux";
+
 /// A side's CPU over the test.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuReport {
@@ -129,8 +153,9 @@ pub struct CpuReport {
     pub host_total: f64,
     pub host_user: f64,
     pub host_system: f64,
-    /// Each stream thread's own CPU, by stream id.
-    pub streams: Vec<CpuTime>,
+    /// The threads that ran the streams, each once with its own CPU: `stream-N` by stream
+    /// id, or the one `stream-mux` thread of `--engine single` (see [`CpuReport::on_one_thread`]).
+    pub streams: Vec<ThreadTime>,
     pub cores: Vec<CoreLoad>,
 }
 
@@ -138,6 +163,22 @@ impl CpuReport {
     /// Busy cores over the span (sum of per-core busy fractions).
     pub fn busy_cores(&self) -> f64 {
         self.cores.iter().map(|c| c.busy_percent / 100.0).sum()
+    }
+
+    /// The streams all ran on one thread, `name`: it is listed once, with what it was
+    /// measured to use (the single engine reports its time on its first stream and nothing
+    /// on the others, so nothing is divided or invented).
+    pub fn on_one_thread(mut self, name: &str) -> CpuReport {
+        let (user_us, sys_us) = self
+            .streams
+            .iter()
+            .fold((0, 0), |(u, s), t| (u + t.user_us, s + t.sys_us));
+        self.streams = vec![ThreadTime {
+            name: name.to_string(),
+            user_us,
+            sys_us,
+        }];
+        self
     }
 }
 
@@ -158,7 +199,8 @@ impl CpuMark {
         }
     }
 
-    /// The report from this mark to now, with the stream threads' own times.
+    /// The report from this mark to now, with the stream threads' own times, in stream
+    /// order (each named `stream-N`).
     pub fn report(&self, streams: Vec<CpuTime>) -> CpuReport {
         let seconds = self
             .at
@@ -173,7 +215,15 @@ impl CpuMark {
             host_user: pct(process.user_us),
             host_system: pct(process.sys_us),
             process,
-            streams,
+            streams: streams
+                .into_iter()
+                .enumerate()
+                .map(|(id, t)| ThreadTime {
+                    name: format!("stream-{id}"),
+                    user_us: t.user_us,
+                    sys_us: t.sys_us,
+                })
+                .collect(),
             cores: core_loads(&self.cores, &cores()),
         }
     }

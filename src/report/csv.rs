@@ -1,6 +1,7 @@
 //! CSV output: one header row, then one row per stream per interval and an explicit `sum`
 //! row per interval, then `total` rows per stream and one `total_sum` row at the end; CPU
-//! rows follow (`cpu_process`, `cpu_thread` and `cpu_core` per side, `cpu_efficiency`), and
+//! rows follow (`cpu_process`, `cpu_thread` per thread that ran streams, named in `thread`
+//! and with its `stream` when it ran one, and `cpu_core` per side, `cpu_efficiency`), and
 //! with `--cpu` a `cpu_core` row per core per interval. Base units only: bytes, bits per
 //! second, microseconds, percent. Empty cells are values not measured or not applicable.
 //!
@@ -92,6 +93,7 @@ csv_record! {
         max_share,
         starved,
         side,
+        thread,
         core,
         cpu_user_us,
         cpu_sys_us,
@@ -224,10 +226,11 @@ fn side_rows(side: &str, r: &CpuReport) -> Vec<Record> {
         ..Record::default()
     }];
     let threads = r.streams.iter().zip(ThreadCpu::of(r));
-    out.extend(threads.enumerate().map(|(i, (t, pct))| Record {
+    out.extend(threads.map(|(t, pct)| Record {
         kind: "cpu_thread".into(),
-        stream: i.to_string(),
+        stream: opt(t.stream()),
         side: side.into(),
+        thread: pct.name,
         cpu_user_us: t.user_us.to_string(),
         cpu_sys_us: t.sys_us.to_string(),
         cpu_percent: fixed(Some(pct.total_percent), 2),
@@ -339,7 +342,7 @@ mod tests {
     #[test]
     fn the_header_is_the_column_list() {
         assert_eq!(COLUMNS, Record::NAMES.join(","));
-        assert_eq!(Record::NAMES.len(), 32);
+        assert_eq!(Record::NAMES.len(), 33);
         assert_eq!(parse(COLUMNS), [Record::NAMES]);
     }
 
@@ -448,6 +451,7 @@ mod tests {
                 &[
                     ("stream", "0"),
                     ("side", "remote"),
+                    ("thread", "stream-0"),
                     ("cpu_user_us", "100000"),
                     ("cpu_percent", "75.94"),
                 ],

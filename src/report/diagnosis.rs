@@ -1,7 +1,9 @@
-//! Plain-words findings at the end of a test, each only when the numbers show it:
-//! a standing queue in the sender's socket buffer (block RTT far above the path's RTT,
-//! with the window that would avoid it), retransmits concentrated in a few streams, and
-//! streams starved while others ran.
+//! Plain-words findings at the end of a test, each only when the numbers show it: stalls
+//! (the whole test or a stream reading nothing for whole intervals), a standing queue in
+//! the socket buffers (block RTT far above the path's RTT once a block's own write time is
+//! taken out, with the window that would avoid it), many retransmits, retransmits
+//! concentrated in a few streams, and streams starved while others ran. Pure functions of
+//! the report model; the client's reporter calls them once, at the end.
 
 use super::model::{Fairness, Header, KernelSummary, StreamRow};
 
@@ -15,6 +17,10 @@ pub struct Evidence<'a> {
     pub intervals: u32,
     /// Total received rate, bits per second.
     pub rate_bps: f64,
+    /// Runs of intervals in which no stream read anything.
+    pub test_stalls: &'a StallLog,
+    /// Per stream: runs of intervals in which it read nothing while others did.
+    pub stream_stalls: &'a [StallLog],
 }
 
 /// A queue counts as "standing" when blocks wait this many times the path RTT…
@@ -25,7 +31,9 @@ const QUEUE_MIN_US: f64 = 1000.0;
 /// The findings, one `String` per line (without the leading `# `).
 pub fn diagnose(e: &Evidence) -> Vec<String> {
     let mut out = Vec::new();
+    stalls(e, &mut out);
     standing_queue(e, &mut out);
+    retransmit_share(e, &mut out);
     concentrated_retransmits(e, &mut out);
     starvation(e, &mut out);
     out
@@ -47,6 +55,167 @@ pub fn human_bytes(bytes: f64) -> String {
     }
 }
 
+/// A rate in words that never rounds a real rate to nothing: `27896 Mb/s`, `2.50 Mb/s`,
+/// `250 kb/s`, `12 b/s`.
+pub fn human_rate(bps: f64) -> String {
+    if bps >= 10e6 {
+        format!("{:.0} Mb/s", bps / 1e6)
+    } else if bps >= 1e6 {
+        format!("{:.2} Mb/s", bps / 1e6)
+    } else if bps >= 1e3 {
+        format!("{:.0} kb/s", bps / 1e3)
+    } else {
+        format!("{bps:.0} b/s")
+    }
+}
+
+/// Seconds into the test as a person writes them: `1.5`, `1.25`, `3.0`.
+fn secs(v: f64) -> String {
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0');
+    if text.ends_with('.') {
+        format!("{text}0")
+    } else {
+        text.to_string()
+    }
+}
+
+/// A run of consecutive intervals in which nothing was read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stall {
+    /// Seconds into the test: the first empty interval's begin, the last one's end.
+    pub start: f64,
+    pub end: f64,
+    pub intervals: u32,
+    /// Some other stream read data during it.
+    pub others_read: bool,
+}
+
+/// The stalls of the whole test or of one stream, fed interval by interval (O(1) state, so
+/// any test length is fine). A stream's stall counts only when other streams read data
+/// during it: when nothing moved, the whole test's stall says so once.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StallLog {
+    /// The whole test's log (every stall counts), not a stream's.
+    whole_test: bool,
+    open: Option<Stall>,
+    /// Stalls that count: how many, their intervals in all, and the longest.
+    pub count: u32,
+    pub intervals: u32,
+    pub longest: Option<Stall>,
+}
+
+impl StallLog {
+    /// The log of the whole test (all streams together).
+    pub fn whole_test() -> StallLog {
+        StallLog {
+            whole_test: true,
+            ..StallLog::default()
+        }
+    }
+
+    /// One more interval, `start..end` seconds: whether this log read nothing in it, and
+    /// whether any other stream read something.
+    pub fn step(&mut self, start: f64, end: f64, read_nothing: bool, others_read: bool) {
+        if !read_nothing {
+            self.finish();
+            return;
+        }
+        let run = self.open.get_or_insert(Stall {
+            start,
+            end,
+            intervals: 0,
+            others_read: false,
+        });
+        run.end = end;
+        run.intervals += 1;
+        run.others_read |= others_read;
+    }
+
+    /// Closes the open stall, if any (at the end of the test).
+    pub fn finish(&mut self) {
+        let Some(run) = self.open.take() else { return };
+        if !(self.whole_test || run.others_read) {
+            return;
+        }
+        self.count += 1;
+        self.intervals += run.intervals;
+        if self.longest.is_none_or(|l| run.intervals > l.intervals) {
+            self.longest = Some(run);
+        }
+    }
+
+    /// "from 1.5 s to 3.0 s (3 intervals)", or with several stalls "in 3 stretches of 5
+    /// intervals in all, the longest from … (3 intervals)".
+    fn describe(&self) -> Option<String> {
+        let l = self.longest?;
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        let longest = format!(
+            "from {} s to {} s ({} interval{})",
+            secs(l.start),
+            secs(l.end),
+            l.intervals,
+            plural(l.intervals)
+        );
+        Some(if self.count == 1 {
+            longest
+        } else {
+            format!(
+                "in {} stretches of {} intervals in all, the longest {longest}",
+                self.count, self.intervals
+            )
+        })
+    }
+}
+
+/// Stream stall lines beyond this many are summed up in one.
+const STALLED_STREAM_LINES: usize = 4;
+
+/// The whole test, or single streams while others ran, reading nothing for whole
+/// intervals: a paused process, a stalled path, a stream stuck in loss recovery.
+fn stalls(e: &Evidence, out: &mut Vec<String>) {
+    if let Some(when) = e.test_stalls.describe() {
+        out.push(format!(
+            "diagnosis: no data moved {when}: a sender or receiver was stopped (paused, or \
+             not scheduled) or the path stalled."
+        ));
+    }
+    let mut stalled: Vec<(u16, &StallLog)> = e
+        .streams
+        .iter()
+        .zip(e.stream_stalls)
+        .filter(|(_, log)| log.count > 0)
+        .map(|(s, log)| (s.stream, log))
+        .collect();
+    stalled.sort_by_key(|(id, log)| (std::cmp::Reverse(log.intervals), *id));
+    for (id, log) in stalled.iter().take(STALLED_STREAM_LINES) {
+        if let Some(when) = log.describe() {
+            out.push(format!(
+                "diagnosis: stream {id} read nothing {when} while others moved data: its \
+                 connection waited out a retransmission timeout, or the other streams held \
+                 the shared queue."
+            ));
+        }
+    }
+    if stalled.len() > STALLED_STREAM_LINES {
+        let mut rest: Vec<u16> = stalled[STALLED_STREAM_LINES..]
+            .iter()
+            .map(|(id, _)| *id)
+            .collect();
+        rest.sort_unstable();
+        out.push(format!(
+            "diagnosis: streams {} also read nothing for whole intervals while others moved \
+             data.",
+            list(&rest)
+        ));
+    }
+}
+
+/// Block RTT far above the path's: blocks queued somewhere. A block's own write time at
+/// the measured rate is in every sample (the sender reads echoes between writes), so it is
+/// taken out before anything is called a queue; a queue larger than the buffers that were
+/// set (`-w`) is not in those buffers; and the advice never repeats the window in use, nor
+/// asks for a larger one to cure a queue.
 fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     let path_us = e
         .streams
@@ -61,7 +230,10 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
         .fold((0.0, 0u64), |(sum, n), r| {
             (sum + r.avg_us * r.samples as f64, n + r.samples)
         });
-    let (Some(path_us), true) = (path_us, n > 0) else {
+    let streams = e.streams.len().max(1) as f64;
+    let per_stream_bps = e.rate_bps / streams;
+    // No rate, no queue to size and no bandwidth-delay product: a stall says the rest.
+    let (Some(path_us), true, true) = (path_us, n > 0, per_stream_bps >= 1.0) else {
         return;
     };
     let path_us = f64::from(path_us);
@@ -69,40 +241,128 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     if block_us < QUEUE_FACTOR * path_us || block_us - path_us < QUEUE_MIN_US {
         return;
     }
-    let streams = e.streams.len().max(1) as f64;
-    let per_stream_bps = e.rate_bps / streams;
-    let bdp = per_stream_bps * path_us / 1e6 / 8.0;
-    let queue = per_stream_bps * (block_us - path_us) / 1e6 / 8.0;
-    // The per-stream BDP rounded up to a power of two: Linux doubles the request, which is
-    // the headroom. On the lab's 60 ms path these windows kept 95-98 % of the bottleneck at
-    // 1 to 16 streams with Jain >= 0.999 and no retransmits (bench-scripts/wan-lab.sh).
-    let suggest = (bdp.max(65536.0) as u64).next_power_of_two();
-    out.push(format!(
+    let block_bytes = e.header.block_bytes as f64;
+    let write_us = block_bytes * 8.0 / per_stream_bps * 1e6;
+    let queue_us = block_us - path_us - write_us;
+    let waited = format!(
         "diagnosis: blocks waited {:.2} ms on average against a path RTT of {:.3} ms (kernel \
-         min_rtt): a standing queue of about {} per stream in the socket buffers.",
+         min_rtt)",
         block_us / 1e3,
-        path_us / 1e3,
-        human_bytes(queue)
-    ));
+        path_us / 1e3
+    );
+    let block = format!(
+        "-l {} takes {:.2} ms to write at {} per stream",
+        crate::units::format_size(e.header.block_bytes),
+        write_us / 1e3,
+        human_rate(per_stream_bps)
+    );
+    if queue_us < QUEUE_MIN_US || queue_us + path_us < QUEUE_FACTOR * path_us {
+        if write_us < 0.5 * (block_us - path_us) {
+            return;
+        }
+        out.push(format!(
+            "{waited}: that is each block's own write time ({block}; the sender reads echoes \
+             between writes), not a queue. A smaller -l gives a finer block RTT."
+        ));
+        return;
+    }
+    let queue = per_stream_bps * queue_us / 1e6 / 8.0;
     let sndbuf = e
         .streams
         .iter()
         .filter_map(|s| s.sndbuf)
         .max()
         .unwrap_or(e.header.local_window.sndbuf);
-    let how = if e.header.local_window.requested.is_some() {
+    let window = e.header.local_window.requested;
+    // With -w the buffers are fixed: the sender's and the receiver's are all a block can
+    // queue in on the hosts. Autotuned receive buffers grow unseen, so no bound then.
+    let buffers = window.map(|_| sndbuf + e.header.remote_window.rcvbuf);
+    let own_write = if write_us >= 0.1 * (block_us - path_us) {
+        format!(" beyond each block's own write time ({block})")
+    } else {
+        String::new()
+    };
+    if let Some(b) = buffers.filter(|&b| queue > 1.25 * b as f64) {
+        out.push(format!(
+            "{waited}: {:.2} ms{own_write} would be a queue of {} per stream, more than the \
+             socket buffers hold ({} sent + received): the blocks waited elsewhere (a receiver \
+             slow to read, a thread not scheduled), not in a too-large window.",
+            queue_us / 1e3,
+            human_bytes(queue),
+            human_bytes(b as f64)
+        ));
+        return;
+    }
+    out.push(format!(
+        "{waited}: a standing queue of about {} per stream in the socket buffers{own_write}.",
+        human_bytes(queue)
+    ));
+    let bdp = per_stream_bps * path_us / 1e6 / 8.0;
+    // The per-stream BDP rounded up to a power of two: Linux doubles the request, which is
+    // the headroom. On the lab's 60 ms path these windows kept 95-98 % of the bottleneck at
+    // 1 to 16 streams with Jain >= 0.999 and no retransmits (bench-scripts/wan-lab.sh).
+    let suggest = (bdp.max(65536.0) as u64).next_power_of_two();
+    let how = if window.is_some() {
         "granted"
     } else {
         "autotuned"
     };
-    out.push(format!(
-        "diagnosis: the send buffer ({} {how}) is far above the bandwidth-delay product \
-         ({:.0} Mb/s x {:.3} ms = {} per stream); -w {} should keep the rate without the queue.",
-        human_bytes(sndbuf as f64),
-        per_stream_bps / 1e6,
+    let product = format!(
+        "({} x {:.3} ms = {} per stream)",
+        human_rate(per_stream_bps),
         path_us / 1e3,
-        human_bytes(bdp),
-        crate::units::format_size(suggest)
+        human_bytes(bdp)
+    );
+    match window {
+        Some(w) if w <= suggest => out.push(format!(
+            "diagnosis: the window (-w {}, {} granted) is already at or below what the path \
+             needs {product}, so a smaller one would cost rate: the queue is not the window's. \
+             Look at the block size ({block}) and at the receiver keeping up (its CPU).",
+            crate::units::format_size(w),
+            human_bytes(sndbuf as f64)
+        )),
+        _ => out.push(format!(
+            "diagnosis: the send buffer ({} {how}) is far above the bandwidth-delay product \
+             {product}; -w {} should keep the rate without the queue.",
+            human_bytes(sndbuf as f64),
+            crate::units::format_size(suggest)
+        )),
+    }
+}
+
+/// Retransmitted segments at least this share of the segments sent…
+const RETRANSMIT_SHARE: f64 = 0.01;
+/// …and at least this many, get a line.
+const RETRANSMIT_MIN: u64 = 10;
+
+/// Many retransmits: segments lost on the path or in a queue that overflowed.
+fn retransmit_share(e: &Evidence, out: &mut Vec<String>) {
+    let retransmits: u64 = e.streams.iter().filter_map(|s| s.retransmits).sum();
+    let sent: u64 = e.streams.iter().map(|s| s.sent_bytes).sum();
+    let Some(mss) = e.header.path.mss.filter(|&m| m > 0) else {
+        return;
+    };
+    let segments = sent as f64 / f64::from(mss);
+    if retransmits < RETRANSMIT_MIN || segments < 1.0 {
+        return;
+    }
+    let share = retransmits as f64 / segments;
+    if share < RETRANSMIT_SHARE {
+        return;
+    }
+    let bbr = if e.header.congestion == "bbr" {
+        "; bbr also retransmits by design while it probes for bandwidth (compare with -C cubic)"
+    } else {
+        ""
+    };
+    out.push(format!(
+        "diagnosis: {retransmits} segments retransmitted, {:.1}% of the about {:.0} sent \
+         (MSS {mss} B, {} of {}): segments were lost, on the path, or in a bottleneck queue \
+         that overflows when the windows exceed what it holds (try a smaller -w){bbr}.",
+        share * 100.0,
+        segments,
+        human_bytes(retransmits as f64 * f64::from(mss)),
+        human_bytes(sent as f64)
     ));
 }
 
@@ -142,11 +402,18 @@ fn concentrated_retransmits(e: &Evidence, out: &mut Vec<String>) {
     ));
 }
 
+/// Streams that read nothing in intervals in which others did. Intervals in which no
+/// stream read anything are the whole test's stalls (said by [`stalls`]), not starvation.
 fn starvation(e: &Evidence, out: &mut Vec<String>) {
+    let alone: Vec<u32> = e
+        .starved_intervals
+        .iter()
+        .map(|n| n.saturating_sub(e.test_stalls.intervals))
+        .collect();
     let starved: Vec<u16> = e
         .streams
         .iter()
-        .zip(e.starved_intervals)
+        .zip(&alone)
         .filter(|(_, n)| **n > 0)
         .map(|(s, _)| s.stream)
         .collect();
@@ -154,7 +421,7 @@ fn starvation(e: &Evidence, out: &mut Vec<String>) {
     if starved.is_empty() || total_bytes == 0 || e.streams.len() < 2 {
         return;
     }
-    let count: u32 = e.starved_intervals.iter().sum();
+    let count: u32 = alone.iter().sum();
     out.push(format!(
         "diagnosis: stream{} {} read nothing in {count} of {} stream-intervals (starved) while \
          others ran.",
@@ -228,13 +495,19 @@ const DRAIN_SHARE: f64 = 0.1;
 /// A test that ended well after `-t`: the senders stopped writing on time, and the rest was
 /// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
 /// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
-pub fn long_drain(duration_s: f64, end_s: f64, queued_bytes: u64) -> Option<String> {
-    let late = end_s - duration_s;
+/// `omit_s` and `duration_s` are `-O` and `-t` as given: the planned end is their sum.
+pub fn long_drain(omit_s: f64, duration_s: f64, end_s: f64, queued_bytes: u64) -> Option<String> {
+    let late = end_s - omit_s - duration_s;
     if late < DRAIN_MIN_S.max(DRAIN_SHARE * duration_s) {
         return None;
     }
+    let omit = if omit_s > 0.0 {
+        format!(" -O {omit_s}")
+    } else {
+        String::new()
+    };
     Some(format!(
-        "diagnosis: the test ran {late:.1} s past -t {duration_s:.0}: the senders stopped \
+        "diagnosis: the test ran {late:.1} s past -t {duration_s}{omit}: the senders stopped \
          writing on time with {} still unsent in their socket buffers, which the receivers \
          read afterwards; the last row covers that drain. A window near the bandwidth-delay product \
          ends on time.",
@@ -336,6 +609,8 @@ mod tests {
             starved_intervals: &[0, 0],
             intervals: 10,
             rate_bps: 1e9,
+            test_stalls: &StallLog::whole_test(),
+            stream_stalls: &[],
         };
         let d = diagnose(&e);
         assert_eq!(d.len(), 2, "{d:?}");
@@ -365,6 +640,8 @@ mod tests {
             starved_intervals: &[0, 0],
             intervals: 10,
             rate_bps: 1e9,
+            test_stalls: &StallLog::whole_test(),
+            stream_stalls: &[],
         };
         assert!(diagnose(&e).is_empty());
     }
@@ -384,6 +661,8 @@ mod tests {
             starved_intervals: &[0, 10, 0, 2],
             intervals: 10,
             rate_bps: 1e9,
+            test_stalls: &StallLog::whole_test(),
+            stream_stalls: &[],
         };
         let d = diagnose(&e);
         assert_eq!(
@@ -476,16 +755,347 @@ mod tests {
 
     #[test]
     fn a_long_drain_is_named_a_short_one_is_not() {
-        let line = long_drain(15.0, 26.1, 3 << 30).unwrap();
+        let line = long_drain(0.0, 15.0, 26.1, 3 << 30).unwrap();
         assert!(
-            line.contains("11.1 s past -t 15") && line.contains("3.0 GiB"),
+            line.contains("11.1 s past -t 15:") && line.contains("3.0 GiB"),
             "{line}"
         );
-        assert_eq!(long_drain(15.0, 15.3, 1 << 20), None);
+        assert_eq!(long_drain(0.0, 15.0, 15.3, 1 << 20), None);
         assert_eq!(
-            long_drain(60.0, 65.0, 1 << 20),
+            long_drain(0.0, 60.0, 65.0, 1 << 20),
             None,
             "under 10 % of a long test"
         );
+    }
+
+    /// `-t 2.5` is printed as given, not rounded to `-t 2`; `-O` moves the planned end.
+    #[test]
+    fn a_drain_names_the_duration_as_given() {
+        let line = long_drain(0.0, 2.5, 4.0, 1 << 20).unwrap();
+        assert!(line.contains("1.5 s past -t 2.5:"), "{line}");
+        let line = long_drain(1.0, 2.5, 5.0, 1 << 20).unwrap();
+        assert!(line.contains("1.5 s past -t 2.5 -O 1:"), "{line}");
+        assert_eq!(
+            long_drain(1.0, 2.5, 3.6, 1 << 20),
+            None,
+            "-O is not lateness"
+        );
+    }
+
+    /// The evidence of one stream with `rate_bps`, a block RTT and a path RTT, under
+    /// `header`.
+    fn one_stream(h: &Header, row: StreamRow, rate_bps: f64) -> Vec<String> {
+        let streams = [row];
+        diagnose(&Evidence {
+            header: h,
+            streams: &streams,
+            starved_intervals: &[0],
+            intervals: 10,
+            rate_bps,
+            test_stalls: &StallLog::whole_test(),
+            stream_stalls: &[StallLog::default()],
+        })
+    }
+
+    fn windowed(block_bytes: u64, requested: u64, sndbuf: u64, rcvbuf: u64) -> Header {
+        let mut h = header(sndbuf);
+        h.block_bytes = block_bytes;
+        h.local_window.requested = Some(requested);
+        h.remote_window = crate::netinfo::WindowGrant {
+            requested: Some(requested),
+            sndbuf,
+            rcvbuf,
+            ..Default::default()
+        };
+        h.streams = 1;
+        h
+    }
+
+    /// Issue 15: `-l 64M -w 64k` on loopback (27896 Mb/s, path 4 µs, block RTT 19.241 ms)
+    /// reported a 64 MiB standing queue and advised `-w 64k`, the window in use. 64 MiB
+    /// take 19.24 ms to write at that rate: the wait is the block's own write time.
+    #[test]
+    fn a_blocks_own_write_time_is_not_a_queue() {
+        let h = windowed(64 << 20, 64 << 10, 128 << 10, 128 << 10);
+        let d = one_stream(&h, row(0, 1000, 4, 19_241.0, 0), 27_896.226e6);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            !d[0].contains("standing queue") && !d[0].contains("-w"),
+            "{d:?}"
+        );
+        assert!(
+            d[0].contains("blocks waited 19.24 ms")
+                && d[0].contains(
+                    "each block's own write time (-l 64M takes 19.25 ms to write \
+                                  at 27896 Mb/s per stream"
+                ),
+            "{d:?}"
+        );
+    }
+
+    /// Issue 15: `-w 1k` (granted 4608 and 2304 B) at 160 Mb/s with a block RTT of 7.46 ms
+    /// reported a 145.6 KiB queue in 4.5 KiB buffers and advised `-w 64k`. A 128 KiB block
+    /// takes 6.55 ms to write: the rest is under a millisecond, no queue, no advice.
+    #[test]
+    fn a_tiny_window_is_not_blamed_for_the_block_size() {
+        let h = windowed(128 << 10, 1 << 10, 4608, 2304);
+        let d = one_stream(&h, row(0, 1000, 4, 7_458.7, 0), 160e6);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            !d[0].contains("145.6 KiB") && !d[0].contains("-w 64k"),
+            "{d:?}"
+        );
+        assert!(
+            d[0].contains("-l 128k takes 6.55 ms to write at 160 Mb/s"),
+            "{d:?}"
+        );
+        // A longer wait than the write time is still not a queue in 6.8 KiB of buffers.
+        let d = one_stream(&h, row(0, 1000, 4, 10_000.0, 0), 160e6);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            d[0].contains("more than the socket buffers hold (6.8 KiB sent + received)")
+                && d[0].contains("not in a too-large window")
+                && !d[0].contains("-w 64k"),
+            "{d:?}"
+        );
+    }
+
+    /// A real queue with the window already at the suggestion: no advice to use the same
+    /// window (or a larger one), but what else to look at.
+    #[test]
+    fn the_window_in_use_is_never_advised() {
+        // 10 Mb/s, path 20 ms: BDP 25 KiB, suggestion 64k = the window in use. Block RTT
+        // 150 ms: 8k blocks take 6.6 ms, a queue of about 150 KiB fits 256 KiB of buffers.
+        let h = windowed(8 << 10, 64 << 10, 128 << 10, 128 << 10);
+        let d = one_stream(&h, row(0, 1000, 20_000, 150_000.0, 0), 10e6);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(d[0].contains("a standing queue of about"), "{d:?}");
+        assert!(
+            d[1].contains("the window (-w 64k, 128.0 KiB granted) is already at or below")
+                && d[1].contains("(10 Mb/s x 20.000 ms = 24.4 KiB per stream)")
+                && d[1].contains("-l 8k takes 6.55 ms"),
+            "{d:?}"
+        );
+        assert!(!d[1].contains("-w 64k should"), "{d:?}");
+        // A window above the suggestion gets the suggestion.
+        let h = windowed(8 << 10, 1 << 20, 2 << 20, 2 << 20);
+        let d = one_stream(&h, row(0, 1000, 20_000, 150_000.0, 0), 10e6);
+        assert!(d[1].contains("; -w 64k should keep the rate"), "{d:?}");
+    }
+
+    /// Issue 15: a 1 Mb/s lab test printed `0 Mb/s x 21.182 ms`. Small rates keep their
+    /// figures; no rate at all sizes nothing.
+    #[test]
+    fn small_rates_are_worded_and_no_rate_sizes_nothing() {
+        assert_eq!(human_rate(27_896.226e6), "27896 Mb/s");
+        assert_eq!(human_rate(2.5e6), "2.50 Mb/s");
+        assert_eq!(human_rate(250e3), "250 kb/s");
+        assert_eq!(human_rate(12.0), "12 b/s");
+        let mut h = header(8 << 20);
+        h.block_bytes = 8 << 10;
+        let streams = [
+            row(0, 1000, 21_182, 900_000.0, 0),
+            row(1, 1000, 21_182, 900_000.0, 0),
+        ];
+        let at = |rate_bps| {
+            diagnose(&Evidence {
+                header: &h,
+                streams: &streams,
+                starved_intervals: &[0, 0],
+                intervals: 10,
+                rate_bps,
+                test_stalls: &StallLog::whole_test(),
+                stream_stalls: &[],
+            })
+        };
+        let d = at(0.9e6);
+        assert!(d.iter().all(|l| !l.contains(" 0 Mb/s")), "{d:?}");
+        assert!(
+            d.iter().any(|l| l.contains("(450 kb/s x 21.182 ms = ")),
+            "{d:?}"
+        );
+        assert!(at(0.0).is_empty());
+    }
+
+    fn log(whole_test: bool, steps: &[(f64, bool, bool)]) -> StallLog {
+        let mut l = if whole_test {
+            StallLog::whole_test()
+        } else {
+            StallLog::default()
+        };
+        for &(start, nothing, others) in steps {
+            l.step(start, start + 0.5, nothing, others);
+        }
+        l.finish();
+        l
+    }
+
+    #[test]
+    fn stall_logs_count_runs_and_keep_the_longest() {
+        let l = log(
+            true,
+            &[
+                (0.0, false, false),
+                (0.5, true, false),
+                (1.0, false, false),
+                (1.5, true, false),
+                (2.0, true, false),
+                (2.5, true, false),
+            ],
+        );
+        assert_eq!((l.count, l.intervals), (2, 4));
+        let longest = l.longest.unwrap();
+        assert_eq!(
+            (longest.start, longest.end, longest.intervals),
+            (1.5, 3.0, 3)
+        );
+        // A stream's run counts only when others read data during it.
+        let l = log(false, &[(0.0, true, false), (0.5, false, false)]);
+        assert_eq!(l.count, 0);
+        let l = log(false, &[(0.0, true, false), (0.5, true, true)]);
+        assert_eq!((l.count, l.intervals), (1, 2));
+    }
+
+    /// A paused sender (issue 15: SIGSTOP from 1.3 s to 3.8 s of `-t 3`) and a stream
+    /// that read nothing while the others ran: each said with when and how long.
+    #[test]
+    fn stalls_are_said_with_when_and_how_long() {
+        let h = header(1 << 20);
+        let streams = [row(0, 1000, 50, 60.0, 0), row(1, 1000, 50, 60.0, 0)];
+        let test = log(
+            true,
+            &[
+                (1.0, false, false),
+                (1.5, true, false),
+                (2.0, true, false),
+                (2.5, true, false),
+            ],
+        );
+        let s1 = log(false, &[(0.0, true, true), (0.5, false, false)]);
+        let d = diagnose(&Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[3, 4],
+            intervals: 4,
+            rate_bps: 1e9,
+            test_stalls: &test,
+            stream_stalls: &[StallLog::default(), s1],
+        });
+        assert_eq!(
+            d[0],
+            "diagnosis: no data moved from 1.5 s to 3.0 s (3 intervals): a sender or receiver was \
+             stopped (paused, or not scheduled) or the path stalled."
+        );
+        assert!(
+            d[1].starts_with(
+                "diagnosis: stream 1 read nothing from 0.0 s to 0.5 s (1 interval) while others \
+                 moved data:"
+            ),
+            "{d:?}"
+        );
+        assert!(d[2].contains("stream 1 read nothing in 1 of 8"), "{d:?}");
+        // Both streams read nothing in the 3 stalled intervals: not starved "while others
+        // ran" (issue 15's paused client printed that too).
+        let d = diagnose(&Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[3, 3],
+            intervals: 4,
+            rate_bps: 1e9,
+            test_stalls: &test,
+            stream_stalls: &[StallLog::default(), StallLog::default()],
+        });
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].starts_with("diagnosis: no data moved"), "{d:?}");
+    }
+
+    #[test]
+    fn many_stalled_streams_are_summed_up() {
+        let h = header(1 << 20);
+        let streams: Vec<StreamRow> = (0..6).map(|i| row(i, 1000, 50, 60.0, 0)).collect();
+        let stalls: Vec<StallLog> = (0..6)
+            .map(|i| log(false, &vec![(0.0, true, true); i + 1]))
+            .collect();
+        let d = diagnose(&Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[1, 2, 3, 4, 5, 6],
+            intervals: 10,
+            rate_bps: 1e9,
+            test_stalls: &StallLog::whole_test(),
+            stream_stalls: &stalls,
+        });
+        let stalled: Vec<&String> = d
+            .iter()
+            .filter(|l| l.contains("while others moved"))
+            .collect();
+        assert_eq!(stalled.len(), 5, "{d:?}");
+        assert!(stalled[0].contains("stream 5 read nothing from 0.0 s to 0.5 s (6 intervals)"));
+        assert!(
+            stalled[4].contains("streams 0, 1 also read nothing"),
+            "{d:?}"
+        );
+    }
+
+    /// Issue 15: a lab run with 44 220 retransmits had no line about them.
+    #[test]
+    fn many_retransmits_get_a_line() {
+        let mut h = header(1 << 20);
+        h.path.mss = Some(1448);
+        // 2 x 1 GB sent = about 1.38 M segments; 44 220 retransmits = 3.2 %.
+        let streams = [
+            row(0, 1_000_000_000, 50, 60.0, 22_000),
+            row(1, 1_000_000_000, 50, 60.0, 22_220),
+        ];
+        let e = |h: &Header| {
+            diagnose(&Evidence {
+                header: h,
+                streams: &streams,
+                starved_intervals: &[0, 0],
+                intervals: 10,
+                rate_bps: 1e9,
+                test_stalls: &StallLog::whole_test(),
+                stream_stalls: &[],
+            })
+        };
+        let d = e(&h);
+        let line = d
+            .iter()
+            .find(|l| l.contains("retransmitted"))
+            .expect("a line");
+        assert!(
+            line.starts_with("diagnosis: 44220 segments retransmitted, 3.2% of the about 1381215 sent (MSS 1448 B"),
+            "{line}"
+        );
+        assert!(
+            line.contains("on the path") && line.contains("smaller -w"),
+            "{line}"
+        );
+        assert!(!line.contains("bbr"), "{line}");
+        h.congestion = "bbr".into();
+        assert!(e(&h).iter().any(|l| l.contains("bbr also retransmits")));
+        // No MSS to count segments: nothing.
+        h.path.mss = None;
+        assert!(!e(&h).iter().any(|l| l.contains("retransmitted")));
+        // Under 1 % of the segments, or fewer than 10 in all: nothing.
+        h.path.mss = Some(1448);
+        let few = |bytes: u64, retr: u64| {
+            let streams = [row(0, bytes, 50, 60.0, retr)];
+            diagnose(&Evidence {
+                header: &h,
+                streams: &streams,
+                starved_intervals: &[0],
+                intervals: 10,
+                rate_bps: 1e9,
+                test_stalls: &StallLog::whole_test(),
+                stream_stalls: &[],
+            })
+            .iter()
+            .any(|l| l.contains("retransmitted"))
+        };
+        assert!(!few(1_000_000_000, 6_000), "0.9 %");
+        assert!(few(1_000_000_000, 7_000), "1.0 %");
+        assert!(!few(14_480, 9), "9 of 10 segments");
+        assert!(few(14_480, 10));
     }
 }

@@ -168,6 +168,8 @@ struct StreamTotal {
     retransmits: Option<u64>,
     last: Option<TcpSample>,
     starved_intervals: u32,
+    /// Runs of intervals in which this stream read nothing while others did.
+    stalls: diagnosis::StallLog,
     /// Bytes received and sent in `-O`'s omitted intervals.
     omitted_received: u64,
     omitted_sent: u64,
@@ -177,6 +179,8 @@ struct StreamTotal {
 struct Totals {
     streams: Vec<StreamTotal>,
     intervals: u32,
+    /// Runs of intervals in which no stream read anything.
+    stalls: diagnosis::StallLog,
 }
 
 /// The client side: cut the sender's records, join with the receiver's rows by interval
@@ -198,6 +202,7 @@ pub(crate) fn run_sender_reporter(
     let mut totals = Totals {
         streams: vec![StreamTotal::default(); streams],
         intervals: 0,
+        stalls: diagnosis::StallLog::whole_test(),
     };
     let mut done: Option<ReceiverDone> = None;
     let mut local_cpu: Option<CpuReport> = None;
@@ -251,8 +256,11 @@ pub(crate) fn run_sender_reporter(
     let sent = cutter.totals().to_vec();
     let mut summary = None;
     if let Some(d) = &done {
-        let mut s = summarize(&header, &sent, d, &totals);
-        if let Some(local) = local_cpu {
+        let mut s = summarize(&header, &sent, d, &mut totals);
+        if let Some(mut local) = local_cpu {
+            if header.engine == crate::choices::Engine::Single {
+                local = local.on_one_thread(cpu::MUX_THREAD);
+            }
             add_cpu(&mut s, &header, local, d.cpu.clone());
         }
         if let Some(local) = local_kernel {
@@ -354,6 +362,13 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
     }
     totals.intervals += u32::from(!local.omitted);
     let sum = sum_row(&rows, start, end);
+    if !local.omitted {
+        totals.stalls.step(start, end, sum.bytes == 0, false);
+        for (t, row) in totals.streams.iter_mut().zip(&rows) {
+            t.stalls
+                .step(start, end, row.bytes == 0, sum.bytes > row.bytes);
+        }
+    }
     IntervalReport {
         index: local.index,
         omitted: local.omitted,
@@ -389,8 +404,11 @@ fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
 }
 
 /// Adds both ends' CPU and the efficiency figures to the summary. On one host the cores
-/// are counted once; in one process (`--loopback`) so is the process time.
+/// are counted once; in one process (`--loopback`, and `pinperf lab`, whose ends sit in
+/// different network namespaces of one process, so the peer is not a loopback address)
+/// so is the process time, and one process is one host: its cores are counted once too.
 fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Option<CpuReport>) {
+    let one_host = header.same_host || header.same_process;
     summary.cpu_utilization_percent = Some(CpuUtilization {
         host_total: local.host_total,
         host_user: local.host_user,
@@ -400,7 +418,7 @@ fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Opt
         remote_system: remote.as_ref().map(|r| r.host_system),
     });
     let busy_cores = local.busy_cores()
-        + if header.same_host {
+        + if one_host {
             0.0
         } else {
             remote.as_ref().map_or(0.0, CpuReport::busy_cores)
@@ -418,7 +436,7 @@ fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Opt
     summary.cpu = Some(CpuSummary {
         local,
         remote,
-        same_host: header.same_host,
+        same_host: one_host,
         same_process: header.same_process,
         busy_cores,
         gbps_per_busy_core: (busy_cores > 0.0).then(|| gbps / busy_cores),
@@ -441,10 +459,15 @@ fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>
     s.kernel = Some(k);
 }
 
-/// The whole test's summary, from `-O`'s end (0 without it) to the last byte.
-fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals) -> Summary {
+/// The whole test's summary, over the test's span: from `-O`'s end (0 without it) to the
+/// later of the planned end (`-O` + `-t`) and the last byte. A test whose data stopped
+/// early (a paused sender, a stalled path) is not averaged over only the seconds that
+/// moved data, and one that drained past `-t` is averaged over the drain too.
+fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &mut Totals) -> Summary {
     let start = header.omit_s;
-    let end = (done.elapsed_us as f64 / 1e6).max(start);
+    let end = (done.elapsed_us as f64 / 1e6).max(start + header.duration_s);
+    totals.stalls.finish();
+    totals.streams.iter_mut().for_each(|t| t.stalls.finish());
     let rows: Vec<StreamRow> = totals
         .streams
         .iter()
@@ -478,12 +501,16 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         retransmits,
     };
     let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
+    let stream_stalls: Vec<diagnosis::StallLog> =
+        totals.streams.iter().map(|t| t.stalls.clone()).collect();
     let mut diagnosis = diagnosis::diagnose(&diagnosis::Evidence {
         header,
         streams: &rows,
         starved_intervals: &starved,
         intervals: totals.intervals,
         rate_bps: sum.bits_per_second,
+        test_stalls: &totals.stalls,
+        stream_stalls: &stream_stalls,
     });
     diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
     // What the senders still held unsent when they stopped writing (their last sample).
@@ -493,7 +520,8 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
         .map(u64::from)
         .sum();
     diagnosis.extend(diagnosis::long_drain(
-        start + header.duration_s,
+        header.omit_s,
+        header.duration_s,
         end,
         queued,
     ));
@@ -516,5 +544,248 @@ fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &Totals
             sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
             received_bytes: totals.streams.iter().map(|t| t.omitted_received).sum(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::{CoreLoad, CpuTime, ThreadTime};
+
+    /// Two cores at `busy` percent each over 2 s, one second of process CPU.
+    fn two_cores(busy: f64) -> CpuReport {
+        CpuReport {
+            seconds: 2.0,
+            process: CpuTime {
+                user_us: 100_000,
+                sys_us: 900_000,
+            },
+            host_total: 50.0,
+            host_user: 5.0,
+            host_system: 45.0,
+            streams: Vec::new(),
+            cores: (0..2)
+                .map(|cpu| CoreLoad {
+                    cpu,
+                    busy_percent: busy,
+                    softirq_percent: 0.0,
+                    idle_percent: 100.0 - busy,
+                })
+                .collect(),
+        }
+    }
+
+    fn cpu_of(same_host: bool, same_process: bool) -> CpuSummary {
+        let mut header = model::sample::header();
+        header.same_host = same_host;
+        header.same_process = same_process;
+        let mut s = model::sample::summary();
+        s.sum_received.bytes = 2_000_000_000;
+        s.sum_received.bits_per_second = 8e9;
+        add_cpu(&mut s, &header, two_cores(100.0), Some(two_cores(100.0)));
+        s.cpu.unwrap()
+    }
+
+    /// Issue 15: `pinperf lab` runs both ends in one process but different namespaces, so
+    /// the peer is not loopback (`same_host` false) while `same_process` is true: its two
+    /// cores were counted twice (busy cores 2.2 on a 2-core machine). One process is one
+    /// host: the cores and the process time count once.
+    #[test]
+    fn one_process_counts_its_host_once() {
+        let lab = cpu_of(false, true);
+        assert_eq!(lab.busy_cores, 2.0);
+        assert!(lab.same_host, "one process, one host");
+        assert_eq!(lab.gbps_per_busy_core, Some(4.0));
+        // 1 s of process CPU (counted once) for 2 GB.
+        assert_eq!(lab.cpu_seconds_per_gb, Some(0.5));
+
+        let loopback = cpu_of(true, true);
+        assert_eq!(
+            (loopback.busy_cores, loopback.cpu_seconds_per_gb),
+            (2.0, Some(0.5))
+        );
+
+        // Two processes on one host: cores once, process times both.
+        let same_host = cpu_of(true, false);
+        assert_eq!(
+            (same_host.busy_cores, same_host.cpu_seconds_per_gb),
+            (2.0, Some(1.0))
+        );
+
+        // Two hosts: both ends' cores and process times.
+        let two_hosts = cpu_of(false, false);
+        assert!(!two_hosts.same_host);
+        assert_eq!(
+            (two_hosts.busy_cores, two_hosts.gbps_per_busy_core),
+            (4.0, Some(2.0))
+        );
+    }
+
+    /// Issue 15: `--engine single` divided its one thread's CPU evenly among the streams.
+    /// Its report has one `stream-mux` thread with the time measured (put on the first
+    /// stream by the engine), and every format prints that thread.
+    #[test]
+    fn the_single_engine_lists_its_one_thread() {
+        let thread = |name: &str, user_us, sys_us| ThreadTime {
+            name: name.into(),
+            user_us,
+            sys_us,
+        };
+        let mut measured = two_cores(100.0);
+        measured.seconds = 1.0;
+        measured.streams = vec![
+            thread("stream-0", 10_000, 490_000),
+            thread("stream-1", 0, 0),
+        ];
+        let mux = measured.on_one_thread(cpu::MUX_THREAD);
+        assert_eq!(mux.streams, vec![thread("stream-mux", 10_000, 490_000)]);
+
+        let mut s = model::sample::summary();
+        s.cpu.as_mut().unwrap().local = mux;
+        let mut text = Vec::new();
+        text::TextFormatter::new(&mut text).summary(&s).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("# CPU local threads: stream-mux 50.0% (user 1.0, sys 49.0)\n"),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        csv::CsvFormatter::new(&mut out).summary(&s).unwrap();
+        let rows = csv::parse(&String::from_utf8(out).unwrap());
+        let col = |name: &str| csv::Record::NAMES.iter().position(|c| *c == name).unwrap();
+        let threads: Vec<_> = rows
+            .iter()
+            .filter(|r| r[0] == "cpu_thread" && r[col("side")] == "local")
+            .map(|r| (r[col("thread")].as_str(), r[col("stream")].as_str()))
+            .collect();
+        assert_eq!(threads, [("stream-mux", "")]);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["cpu"]["local"]["streams"][0]["name"], "stream-mux");
+    }
+
+    fn done(bytes: Vec<u64>, elapsed_us: u64) -> ReceiverDone {
+        ReceiverDone {
+            bytes,
+            elapsed_us,
+            path: Default::default(),
+            cpu: None,
+            kernel: None,
+        }
+    }
+
+    fn no_totals(streams: usize) -> Totals {
+        Totals {
+            streams: vec![StreamTotal::default(); streams],
+            intervals: 0,
+            stalls: diagnosis::StallLog::whole_test(),
+        }
+    }
+
+    /// Issue 15: a client paused from 1.3 s to 3.8 s of `-t 3` printed `#(**) 0.000 1.307
+    /// 40119.231`: its data ended at 1.307 s. The totals span to the planned end, or to the
+    /// last byte when that is later; -O moves both ends.
+    #[test]
+    fn totals_span_the_test_not_the_seconds_that_moved_data() {
+        let mut h = model::sample::header();
+        h.duration_s = 3.0;
+        h.streams = 2;
+        let bytes = vec![3_000_000_000, 1_000_000_000];
+        let s = summarize(
+            &h,
+            &bytes,
+            &done(bytes.clone(), 1_307_000),
+            &mut no_totals(2),
+        );
+        for (start, end, seconds) in [
+            (s.sum.start, s.sum.end, s.sum.seconds),
+            (s.streams[1].start, s.streams[1].end, s.streams[1].seconds),
+            (s.sum_sent.start, s.sum_sent.end, s.sum_sent.seconds),
+            (
+                s.sum_received.start,
+                s.sum_received.end,
+                s.sum_received.seconds,
+            ),
+        ] {
+            assert_eq!((start, end, seconds), (0.0, 3.0, 3.0));
+        }
+        assert_eq!(s.sum.bits_per_second, 4e9 * 8.0 / 3.0);
+        assert_eq!(s.streams[1].bits_per_second, 1e9 * 8.0 / 3.0);
+        assert_eq!(s.sum_received.bits_per_second, 4e9 * 8.0 / 3.0);
+
+        // A drain past the planned end counts to the last byte.
+        let s = summarize(
+            &h,
+            &bytes,
+            &done(bytes.clone(), 4_000_000),
+            &mut no_totals(2),
+        );
+        assert_eq!((s.sum.end, s.sum.bits_per_second), (4.0, 4e9 * 8.0 / 4.0));
+
+        // -O 1 -t 3: from 1 s to 4 s.
+        h.omit_s = 1.0;
+        let s = summarize(
+            &h,
+            &bytes,
+            &done(bytes.clone(), 2_000_000),
+            &mut no_totals(2),
+        );
+        assert_eq!((s.sum.start, s.sum.end, s.sum.seconds), (1.0, 4.0, 3.0));
+    }
+
+    /// The reporter feeds every interval to the stall logs: a run of empty intervals for
+    /// the whole test, and a stream's own run while the other stream read.
+    #[test]
+    fn joined_intervals_feed_the_stall_logs() {
+        use interval::StreamSlice;
+        let mut totals = no_totals(2);
+        let iv = |index: u32, b: [u64; 2]| {
+            let local = ClosedInterval {
+                index,
+                begin_ns: u64::from(index) * 500_000_000,
+                end_ns: u64::from(index + 1) * 500_000_000,
+                omitted: false,
+                streams: vec![
+                    StreamSlice {
+                        bytes: 0,
+                        srtt: None,
+                        block_rtt: None,
+                        retransmits: None,
+                        last: None,
+                    };
+                    2
+                ],
+            };
+            let remote = ReceiverRow {
+                index,
+                begin_us: u64::from(index) * 500_000,
+                end_us: u64::from(index + 1) * 500_000,
+                bytes: b.to_vec(),
+            };
+            (local, remote)
+        };
+        for (i, b) in [[5, 5], [0, 5], [0, 0], [0, 0], [5, 5]]
+            .into_iter()
+            .enumerate()
+        {
+            let (l, r) = iv(i as u32, b);
+            join(&l, &r, &mut totals);
+        }
+        let mut h = model::sample::header();
+        h.streams = 2;
+        h.duration_s = 2.5;
+        let s = summarize(&h, &[15, 15], &done(vec![15, 15], 2_500_000), &mut totals);
+        assert!(
+            s.diagnosis.iter().any(
+                |l| l.starts_with("diagnosis: no data moved from 1.0 s to 2.0 s (2 intervals)")
+            ),
+            "{:?}",
+            s.diagnosis
+        );
+        assert!(
+            s.diagnosis.iter().any(|l| l
+                .starts_with("diagnosis: stream 0 read nothing from 0.5 s to 2.0 s (3 intervals)")),
+            "{:?}",
+            s.diagnosis
+        );
     }
 }

@@ -160,7 +160,10 @@ pub struct TestFairness {
     pub stream_intervals: u32,
 }
 
-/// The end of the test.
+/// The end of the test. Every total in it (each stream, `sum`, `sum_sent`,
+/// `sum_received`) spans the test: from `-O`'s end (0 without it) to the later of the
+/// planned end (`omit_s + duration_s`) and the last byte, and its rate is its bytes over
+/// that span.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Per-stream totals (receiver bytes, sender bytes, whole-test RTTs).
@@ -230,21 +233,29 @@ pub struct CpuSummary {
 
 /// One stream thread's CPU over its side's span, in percent of one core (as
 /// `CpuReport::host_total` is for the whole process).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ThreadCpu {
+    /// The thread's name (`stream-N`, `stream-mux`).
+    pub name: String,
     pub total_percent: f64,
     pub user_percent: f64,
     pub sys_percent: f64,
 }
 
 impl ThreadCpu {
-    /// Each stream thread of `report`, by stream id.
+    /// Each thread of `report` that ran streams, in its order (a report from a peer that
+    /// sent no names has its threads named by stream id).
     pub fn of(report: &CpuReport) -> Vec<ThreadCpu> {
         let pct = |us: u64| us as f64 / 1e6 / report.seconds * 100.0;
         report
             .streams
             .iter()
-            .map(|t| ThreadCpu {
+            .enumerate()
+            .map(|(i, t)| ThreadCpu {
+                name: match t.name.as_str() {
+                    "" => format!("stream-{i}"),
+                    name => name.to_string(),
+                },
                 total_percent: pct(t.total_us()),
                 user_percent: pct(t.user_us),
                 sys_percent: pct(t.sys_us),
@@ -267,7 +278,7 @@ impl Summary {
 #[cfg(test)]
 pub(crate) mod sample {
     use super::*;
-    use crate::cpu::CpuTime;
+    use crate::cpu::{CpuTime, ThreadTime};
 
     fn rtt(min_us: f64, avg_us: f64, max_us: f64, median_us: Option<f64>) -> RttSummary {
         RttSummary {
@@ -362,16 +373,45 @@ pub(crate) mod sample {
             host_user: 12.3456,
             host_system: 78.9012,
             streams: vec![
-                CpuTime {
+                ThreadTime {
+                    name: "stream-0".into(),
                     user_us: 100_000,
                     sys_us: 650_000,
                 },
-                CpuTime {
+                ThreadTime {
+                    name: "stream-1".into(),
                     user_us: 3,
                     sys_us: 0,
                 },
             ],
             cores: cores(),
+        }
+    }
+
+    /// One stream over loopback, two seconds, no `-w`.
+    pub(crate) fn header() -> Header {
+        Header {
+            software: "pinperf test".into(),
+            local: "127.0.0.1:40000".into(),
+            remote: "127.0.0.1:5201".into(),
+            remote_software: "pinperf test".into(),
+            streams: 1,
+            block_bytes: 131_072,
+            local_window: WindowGrant::default(),
+            remote_window: WindowGrant::default(),
+            path: PathInfo::default(),
+            local_pin: PinPlan(vec![]),
+            remote_pin: PinPlan(vec![]),
+            placement_note: None,
+            duration_s: 2.0,
+            omit_s: 0.0,
+            interval_s: 1.0,
+            echo: true,
+            congestion: "cubic".into(),
+            same_host: true,
+            same_process: true,
+            cpu_intervals: false,
+            engine: Engine::Threads,
         }
     }
 

@@ -2,7 +2,8 @@
 //! (begin, end, Mb/s, RTT min/avg/max in ms, then appended columns: retransmits and cwnd),
 //! `(sum)` rows when there are several streams, `#( N)` totals and exactly one `#(**)`
 //! line (with fairness appended: Jain's index, min and max share in %, starved
-//! stream-intervals), so `fgrep '**'` in a shell loop yields one line per run. RTT is the
+//! stream-intervals, headed by a `# … fairness:` line without `**`), so `fgrep '**'` in a
+//! shell loop yields one line per run. RTT is the
 //! block RTT (header echoes) unless `--no-echo`, then the kernel's srtt. Flushes after every
 //! interval.
 
@@ -14,6 +15,7 @@ use super::model::{
 };
 use crate::choices::Engine;
 use crate::cpu::{CoreLoad, CpuReport};
+use crate::netinfo::{Buffer, Grant, WindowGrant};
 use crate::units::format_size;
 
 /// Writes the text format to `out`.
@@ -78,6 +80,31 @@ fn pct(v: Option<f64>) -> String {
     v.map_or("-".to_string(), |v| format!("{:.1}", v * 100.0))
 }
 
+/// What the header's two windows were granted and why: "Linux grants twice the request"
+/// only when that is what happened to both.
+fn grant_words(h: &Header) -> String {
+    let local = h.local_window.grant_words(Buffer::Send);
+    let remote = h.remote_window.grant_words(Buffer::Receive);
+    let doubled = |g: &WindowGrant, b| g.grant(b) == Some(Grant::Doubled) && !g.forced;
+    if doubled(&h.local_window, Buffer::Send) && doubled(&h.remote_window, Buffer::Receive) {
+        return "Linux grants twice the request".into();
+    }
+    match (local, remote) {
+        (Some(l), Some(r)) if l == r => format!("both {l}"),
+        (l, r) => format!(
+            "local SO_SNDBUF {}; remote SO_RCVBUF {}",
+            l.as_deref().unwrap_or("autotuned"),
+            r.as_deref().unwrap_or("autotuned")
+        ),
+    }
+}
+
+/// The `#(**)` line's fairness columns: Jain's index, smallest and largest stream share,
+/// starved stream-intervals.
+fn fairness_cols(jain: &str, min: &str, max: &str, starved: &str) -> String {
+    format!(" {jain:>6} {min:>6} {max:>6} {starved:>7}")
+}
+
 fn core_list(cores: &[CoreLoad]) -> String {
     cores
         .iter()
@@ -101,11 +128,10 @@ fn process_line(r: &CpuReport) -> String {
 fn thread_list(r: &CpuReport) -> String {
     ThreadCpu::of(r)
         .iter()
-        .enumerate()
-        .map(|(i, t)| {
+        .map(|t| {
             format!(
-                "stream-{i} {:.1}% (user {:.1}, sys {:.1})",
-                t.total_percent, t.user_percent, t.sys_percent
+                "{} {:.1}% (user {:.1}, sys {:.1})",
+                t.name, t.total_percent, t.user_percent, t.sys_percent
             )
         })
         .collect::<Vec<_>>()
@@ -229,11 +255,12 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         match h.local_window.requested {
             Some(req) => writeln!(
                 o,
-                "# local window = {}B; remote window = {}B (requested -w {} = {}B; Linux grants twice the request)",
+                "# local window = {}B; remote window = {}B (requested -w {} = {}B; {})",
                 h.local_window.sndbuf,
                 h.remote_window.rcvbuf,
                 format_size(req),
-                req
+                req,
+                grant_words(h)
             )?,
             None => writeln!(
                 o,
@@ -341,14 +368,25 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             retransmits: s.sum.retransmits,
             snd_cwnd: s.sum.snd_cwnd,
         };
+        // The heading of the appended columns, over them (no `**`: `fgrep '**'` stays one
+        // line).
+        let total = row("(**)", &cols);
+        let heading = "fairness:";
         writeln!(
             self.out,
-            "#{} {:>6} {:>5} {:>5} {:>4}",
-            row("(**)", &cols),
-            f.totals.jain.map_or("-".to_string(), |j| format!("{j:.3}")),
-            pct(f.totals.min_share),
-            pct(f.totals.max_share),
-            f.starved_intervals
+            "#{heading:>w$}{}",
+            fairness_cols("Jain", "min%", "max%", "starved"),
+            w = total.len()
+        )?;
+        writeln!(
+            self.out,
+            "#{total}{}",
+            fairness_cols(
+                &f.totals.jain.map_or("-".to_string(), |j| format!("{j:.3}")),
+                &pct(f.totals.min_share),
+                &pct(f.totals.max_share),
+                &f.starved_intervals.to_string()
+            )
         )?;
         writeln!(
             self.out,
@@ -423,6 +461,95 @@ mod tests {
         assert!(
             line("# rtt:").starts_with("# rtt: path (kernel min_rtt) 12.345 ms;"),
             "{text}"
+        );
+    }
+
+    /// The `#(**)` line's appended columns have a heading over them, and `fgrep '**'`
+    /// still finds one line.
+    #[test]
+    fn the_fairness_columns_have_a_heading() {
+        let mut out = Vec::new();
+        let mut f = TextFormatter::new(&mut out);
+        f.streams = 3;
+        f.summary(&sample::summary()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text.lines().filter(|l| l.contains("**")).count(),
+            1,
+            "{text}"
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        let total = lines.iter().position(|l| l.starts_with("#(**)")).unwrap();
+        let heading = lines[total - 1];
+        assert!(
+            heading.starts_with("# ")
+                && heading.ends_with("fairness:   Jain   min%   max% starved"),
+            "{text}"
+        );
+        // Each heading ends where its column ends.
+        let ends = |line: &str| -> Vec<usize> {
+            line.char_indices()
+                .filter(|&(i, c)| c != ' ' && line[i + 1..].starts_with(' ') || i + 1 == line.len())
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let (h, t) = (ends(heading), ends(lines[total]));
+        assert_eq!(
+            h[h.len() - 4..],
+            t[t.len() - 4..],
+            "{heading}\n{}",
+            lines[total]
+        );
+        assert!(
+            lines[total].ends_with("  0.665    0.0   51.8       4"),
+            "{text}"
+        );
+    }
+
+    fn header_line(requested: u64, local: (u64, u64), remote: (u64, u64)) -> String {
+        let mut h = sample::header();
+        for (w, (sndbuf, rcvbuf)) in [(&mut h.local_window, local), (&mut h.remote_window, remote)]
+        {
+            *w = WindowGrant {
+                requested: Some(requested),
+                sndbuf,
+                rcvbuf,
+                wmem_max: Some(4 << 20),
+                rmem_max: Some(4 << 20),
+                ..WindowGrant::default()
+            };
+        }
+        let mut out = Vec::new();
+        TextFormatter::new(&mut out).header(&h).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("# local window"))
+            .unwrap()
+            .to_string()
+    }
+
+    /// Issue 15: "Linux grants twice the request" was printed at `-w 1k` (granted the
+    /// kernel's minimum, 4608 and 2304 B) and when a cap halved the grant.
+    #[test]
+    fn the_header_says_what_was_granted_and_why() {
+        assert!(
+            header_line(64 << 10, (128 << 10, 128 << 10), (128 << 10, 128 << 10))
+                .ends_with("(requested -w 64k = 65536B; Linux grants twice the request)")
+        );
+        let line = header_line(1 << 10, (4608, 2304), (4608, 2304));
+        assert!(
+            line.ends_with(
+                "(requested -w 1k = 1024B; both the kernel's minimum, above twice the request)"
+            ),
+            "{line}"
+        );
+        let line = header_line(8 << 20, (8 << 20, 8 << 20), (16 << 20, 16 << 20));
+        assert!(
+            line.ends_with(
+                "(requested -w 8M = 8388608B; local SO_SNDBUF capped at twice net.core.wmem_max = \
+                 4194304; remote SO_RCVBUF twice the request)"
+            ),
+            "{line}"
         );
     }
 }

@@ -159,13 +159,11 @@ pub fn run(
             cpu: cpu::CpuTime::default(),
         });
     }
-    // One thread did all the work: charge it evenly to the streams.
-    let n = outcomes.len().max(1) as u64;
-    for o in &mut outcomes {
-        o.cpu = cpu::CpuTime {
-            user_us: thread_cpu.user_us / n,
-            sys_us: thread_cpu.sys_us / n,
-        };
+    // One thread did all the work: its time, as measured, goes on the first stream and
+    // nothing on the others (dividing it would invent per-stream figures); the report lists
+    // the one `stream-mux` thread (`CpuReport::on_one_thread`).
+    if let Some(first) = outcomes.first_mut() {
+        first.cpu = thread_cpu;
     }
     drain_all(first, &mut lanes)?;
     Ok(outcomes)
