@@ -8,14 +8,16 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::choices::Engine;
+use crate::choices::{Engine, Format};
 use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net;
 use crate::params::TestParams;
 use crate::pin::{self, Affinity};
-use crate::protocol::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
+use crate::protocol::{
+    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, SOFTWARE,
+};
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
@@ -34,7 +36,12 @@ pub fn run(cfg: ClientConfig) -> Result<()> {
 /// to `out` (by the reporter once it runs, by this function before that).
 pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Summary> {
     let mut out = Some(out);
-    let result = run_test(cfg, &mut out);
+    // A stop signal already taken (between `compare` runs, while the lab was set up):
+    // nothing starts; the machine formats still say why.
+    let result = match crate::signals::received() {
+        Some(sig) => Err(crate::signals::interrupted(sig, "before the test started")),
+        None => run_test(cfg, &mut out),
+    };
     if let (Err(e), Some(out)) = (&result, out.as_mut()) {
         let _ = out.failed(&e.to_string());
     }
@@ -271,7 +278,11 @@ fn connect_streams(
 /// Watches the running test from the main thread until the receiver's totals arrive:
 /// relays the server's rows to the reporter, and stops at the first failure with its root
 /// cause: a local stream that failed (said live), the server's error, a server that
-/// stopped answering (see [`timeouts`]), or output that nobody reads any more.
+/// stopped answering (see [`timeouts`]), output that nobody reads any more, or a stop
+/// signal (SIGINT/SIGTERM/SIGHUP, see [`crate::signals`]). On a signal the server is told
+/// first, so it names the signal rather than the resets that follow; with text output the
+/// reporter is also handed the receiver's totals over the rows it sent so far, so the
+/// report ends with `#( N)` and `#(**)` lines over what was measured.
 fn watch(
     ctl: &Control,
     streams: &StreamSet<sender::SendOutcome>,
@@ -292,6 +303,9 @@ fn watch(
     let row_wait = timeouts::row_wait(cfg.test.interval());
     let mut last_msg = Instant::now();
     let mut local_done: Option<Instant> = None;
+    // The receiver's rows so far: bytes per stream, and where the last one ended.
+    let mut received = vec![0u64; usize::from(cfg.test.streams)];
+    let mut received_until_us: Option<u64> = None;
     loop {
         if let Some(f) = streams.failure() {
             let at = f.at.saturating_duration_since(t0).as_secs_f64();
@@ -312,6 +326,29 @@ fn watch(
         }
         if output.closed() {
             return Some(Error::OutputClosed);
+        }
+        if let Some(sig) = crate::signals::received() {
+            let at = t0.elapsed().as_secs_f64();
+            let e = crate::signals::interrupted(sig, format!("{at:.1} s into the test"));
+            ctl.abort(&e.to_string());
+            if let (Format::Text, Some(until_us)) = (cfg.format, received_until_us) {
+                let _ = remote_tx.send(RemoteEvent::StreamFailed {
+                    at,
+                    error: format!(
+                        "{e}; the totals below are over the receiver's rows up to {:.3} s \
+                         (the sender's count also holds what it wrote after them)",
+                        until_us as f64 / 1e6
+                    ),
+                });
+                let _ = remote_tx.send(RemoteEvent::Done(ReceiverDone {
+                    bytes: received,
+                    elapsed_us: until_us,
+                    path: Default::default(),
+                    cpu: None,
+                    kernel: None,
+                }));
+            }
+            return Some(e);
         }
         if local_done.is_none() && streams.finished() {
             local_done = Some(Instant::now());
@@ -340,6 +377,10 @@ fn watch(
         match msg {
             Ok(ControlMsg::Row(row)) => {
                 kernel.sample();
+                for (sum, bytes) in received.iter_mut().zip(&row.bytes) {
+                    *sum += bytes;
+                }
+                received_until_us = Some(row.end_us);
                 let _ = remote_tx.send(RemoteEvent::Row(row));
             }
             Ok(ControlMsg::Done(done)) => {

@@ -319,7 +319,10 @@ fn csv_row(r: &CompareRow) -> String {
     .line()
 }
 
-/// Runs the comparison; prints text and CSV rows as they complete, JSON at the end.
+/// Runs the comparison; prints text and CSV rows as they complete, JSON at the end. A stop
+/// signal (SIGINT/SIGTERM/SIGHUP) stops the run under way and ends the comparison with the
+/// rows finished so far: JSON prints its document with them and an `error` field, text a
+/// `#` line with the reason; the error (stderr, exit 128 + the signal) follows.
 pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     let matrix = points(a)?;
     // Every configuration through the one constructor, so each is checked as a single
@@ -378,15 +381,35 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     }
     out.flush().map_err(io_err)?;
     let mut rows = Vec::with_capacity(matrix.len());
+    let runs = matrix.len();
+    let mut interrupted = None;
     for (i, (point, mut cfg)) in matrix.into_iter().zip(configs).enumerate() {
-        if i > 0 {
-            std::thread::sleep(a.settle);
+        let settled = if i > 0 {
+            crate::signals::sleep(a.settle)
+        } else {
+            crate::signals::received()
+        };
+        if let Some(sig) = settled {
+            interrupted = Some(crate::signals::interrupted(
+                sig,
+                format!("before run {} of {runs}", i + 1),
+            ));
+            break;
         }
         cfg.target.host = Some(host.clone());
         cfg.target.port = port;
         cfg.target.loopback = false;
         cfg.same_process = same_process;
-        let r = row(point, crate::client::run_with(cfg, Box::new(Quiet)));
+        let result = crate::client::run_with(cfg, Box::new(Quiet));
+        // The run a signal stopped is not a finished row: the comparison ends before it.
+        if let Err(Error::Interrupted { signal, when }) = &result {
+            interrupted = Some(crate::signals::interrupted(
+                *signal,
+                format!("{when}, in run {} of {runs}", i + 1),
+            ));
+            break;
+        }
+        let r = row(point, result);
         match format {
             Format::Text => writeln!(out, "{}", text_row(&r)).map_err(io_err)?,
             Format::Csv => writeln!(out, "{}", csv_row(&r)).map_err(io_err)?,
@@ -396,15 +419,44 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         rows.push(r);
     }
     let failed = rows.iter().filter(|r| r.error.is_some()).count();
-    if format == Format::Json {
-        let doc = CompareDoc {
-            target,
-            seconds: a.duration.as_secs_f64(),
-            rows,
-        };
-        serde_json::to_writer_pretty(&mut out, &doc)
-            .map_err(|e| Error::io("write the comparison", e.into()))?;
-        writeln!(out).map_err(io_err)?;
+    let finished = rows.len();
+    match format {
+        Format::Json => {
+            let doc = CompareDoc {
+                target,
+                seconds: a.duration.as_secs_f64(),
+                rows,
+            };
+            /// The document of a comparison a signal stopped: its finished rows and why.
+            #[derive(Serialize)]
+            struct Stopped<'a> {
+                #[serde(flatten)]
+                doc: &'a CompareDoc,
+                error: String,
+            }
+            let written = match &interrupted {
+                Some(e) => serde_json::to_writer_pretty(
+                    &mut out,
+                    &Stopped {
+                        doc: &doc,
+                        error: e.to_string(),
+                    },
+                ),
+                None => serde_json::to_writer_pretty(&mut out, &doc),
+            };
+            written.map_err(|e| Error::io("write the comparison", e.into()))?;
+            writeln!(out).map_err(io_err)?;
+        }
+        Format::Text => {
+            if let Some(e) = &interrupted {
+                writeln!(out, "# {e}: {finished} of {runs} configurations ran").map_err(io_err)?;
+            }
+        }
+        _ => {}
+    }
+    out.flush().map_err(io_err)?;
+    if let Some(e) = interrupted {
+        return Err(e);
     }
     if failed > 0 {
         return Err(Error::Test(format!(

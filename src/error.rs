@@ -1,5 +1,6 @@
 //! Typed errors. Every failure below the CLI says what failed and where; `main` prints one
-//! line and maps the kind to an exit code (2 for usage, 1 for everything else).
+//! line and maps the kind to an exit code (2 for usage, 128 + the signal for a run stopped
+//! by SIGINT/SIGTERM/SIGHUP, 1 for everything else).
 
 use std::fmt;
 use std::io;
@@ -22,17 +23,22 @@ pub enum Error {
     Aborted(String),
     /// Nobody reads the output any more (a closed pipe, `| head`): stop quietly.
     OutputClosed,
+    /// A stop signal (SIGINT, SIGTERM, SIGHUP) ended the run; `when` says at what point,
+    /// e.g. "2.5 s into the test". What was measured before it has been printed.
+    Interrupted { signal: i32, when: String },
 }
 
 /// Result alias used throughout the crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// Process exit code: 2 for usage, 1 for a failed test.
+    /// Process exit code: 2 for usage, 128 + the signal when one stopped the run (130 for
+    /// SIGINT, as a shell reports a process it killed), 1 for a failed test.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => 2,
             Error::OutputClosed => 0,
+            Error::Interrupted { signal, .. } => u8::try_from(128 + signal).unwrap_or(1),
             _ => 1,
         }
     }
@@ -58,6 +64,9 @@ impl fmt::Display for Error {
             Error::Test(msg) => write!(f, "{msg}"),
             Error::OutputClosed => write!(f, "the output was closed"),
             Error::Aborted(who) => write!(f, "{who}: stopped because the test was aborted"),
+            Error::Interrupted { signal, when } => {
+                write!(f, "interrupted by {} {when}", signal_name(*signal))
+            }
         }
     }
 }
@@ -71,6 +80,16 @@ impl std::error::Error for Error {
     }
 }
 
+/// `SIGINT`, `SIGTERM`, `SIGHUP`, or `signal N` for any other.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        n => format!("signal {n}"),
+    }
+}
+
 /// Attaches an operation name to an `io::Result`.
 pub trait IoContext<T> {
     /// Maps the error into [`Error::Io`] with `op` computed lazily.
@@ -80,5 +99,39 @@ pub trait IoContext<T> {
 impl<T> IoContext<T> for io::Result<T> {
     fn op(self, op: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|source| Error::io(op(), source))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_exits_128_plus_its_number_and_says_which() {
+        for (signal, code, text) in [
+            (
+                libc::SIGINT,
+                130,
+                "interrupted by SIGINT 2.5 s into the test",
+            ),
+            (
+                libc::SIGTERM,
+                143,
+                "interrupted by SIGTERM 2.5 s into the test",
+            ),
+            (
+                libc::SIGHUP,
+                129,
+                "interrupted by SIGHUP 2.5 s into the test",
+            ),
+        ] {
+            let e = Error::Interrupted {
+                signal,
+                when: "2.5 s into the test".into(),
+            };
+            assert_eq!(e.exit_code(), code);
+            assert_eq!(e.to_string(), text);
+        }
+        assert_eq!(signal_name(10), "signal 10");
     }
 }

@@ -1,6 +1,7 @@
 //! The `pinperf` binary: parse the command line, hand it to the library, turn the outcome
-//! into an exit code (0 ran, 1 the test failed, 2 usage). Everything else lives in the
-//! library so that tests and benches reach it.
+//! into an exit code (0 ran, 1 the test failed, 2 usage, 128 + the signal when SIGINT,
+//! SIGTERM or SIGHUP stopped a client run after it printed what it measured). Everything
+//! else lives in the library so that tests and benches reach it.
 
 use std::process::ExitCode;
 

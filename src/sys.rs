@@ -321,15 +321,24 @@ pub fn set_realtime(prio: i32) -> io::Result<()> {
     Ok(())
 }
 
-/// Signal set of SIGINT, SIGTERM and SIGHUP: the ones that end a run from outside.
+/// Signal set of SIGINT, SIGTERM and SIGHUP, the ones that end a run from outside, less
+/// those this process was started ignoring: `nohup` ignores SIGHUP and a non-interactive
+/// shell's background job SIGINT, and they must stay ignored (a blocked signal is queued
+/// even when its disposition is to ignore it, so taking it would undo theirs).
 #[cfg(target_os = "linux")]
 fn stop_signals() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t.
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t; sigaction with a
+    // null new action only reads the current one into a live, zeroed sigaction.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            let ignored = libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN;
+            if !ignored {
+                libc::sigaddset(&mut set, sig);
+            }
         }
         set
     }
@@ -356,6 +365,31 @@ pub fn wait_stop_signal() -> i32 {
     // SAFETY: `set` is initialised and `sig` is a live int the call writes.
     let _ = unsafe { libc::sigwait(&set, &mut sig) };
     sig
+}
+
+/// Like [`wait_stop_signal`], but gives up after `timeout`: `None` when no stop signal
+/// came in that time.
+#[cfg(target_os = "linux")]
+pub fn wait_stop_signal_for(timeout: std::time::Duration) -> Option<i32> {
+    let set = stop_signals();
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ts = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `set` is initialised, the siginfo pointer may be null, `ts` is a live
+        // timespec.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+        if sig > 0 {
+            return Some(sig);
+        }
+        // EAGAIN: the time is up; EINTR (another signal's handler ran): wait on.
+        if left.is_zero() || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return None;
+        }
+    }
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -9,7 +9,11 @@
 //!
 //! Teardown deletes both namespaces (their devices go with them) on every way out: normal
 //! end, error, panic and a closed stdout (a [`TeardownGuard`] dropped by `run`), and
-//! SIGINT/SIGTERM/SIGHUP (taken by a `lab-signals` thread, which exits 128 + signal).
+//! SIGINT/SIGTERM/SIGHUP (taken by a `lab-signals` thread; the run exits 128 + signal).
+//! A signal while the client's test runs stops that test the way it stops any client
+//! ([`crate::signals`]): it prints what it measured in its format, then `run` tears down;
+//! the `lab-signals` thread tears down and exits itself when no test runs, at a second
+//! signal, or when the test has not ended [`SIGNAL_GRACE`] after the first.
 //! Invariants: a name joins the teardown list before `ip netns add` runs, and the list's
 //! lock is held across that call, so a signal's teardown waits for a creation in progress
 //! and then deletes it; after the first teardown nothing more is created; teardown
@@ -57,6 +61,10 @@ pub const NETNS_PREFIX: &str = "pinperf-lab-";
 const TXQUEUELEN: &str = "10000";
 /// SCHED_FIFO priority of the relay threads (1 is the lowest real-time priority).
 const RELAY_PRIORITY: i32 = 10;
+/// How long a signal lets the client's test stop and print before the `lab-signals` thread
+/// tears down and exits anyway. Stopping takes a control poll (100 ms), a stream wake-up
+/// and the report (well under a second); this also covers a handshake still under way.
+const SIGNAL_GRACE: Duration = Duration::from_secs(5);
 
 /// The emulated path, validated.
 #[derive(Debug, Clone, Copy)]
@@ -211,24 +219,49 @@ pub fn run(a: &LabArgs) -> Result<()> {
     let teardown = TeardownGuard::default();
     let on_signal = teardown.shared();
     spawn_named("lab-signals".into(), move || -> Result<()> {
-        let sig = sys::wait_stop_signal();
+        let mut sig = sys::wait_stop_signal();
+        // The client's test (running, or starting later) stops at this and prints.
+        crate::signals::record(sig);
         // Waits for an `ip netns add` in progress, and keeps the lock until the process
         // is gone, so the main thread creates nothing after this teardown.
         let mut list = on_signal.lock();
-        let removed = list.run();
+        if list.client_running {
+            // `run` tears down once the test has printed, and the process ends with it.
+            drop(list);
+            if let Some(again) = sys::wait_stop_signal_for(SIGNAL_GRACE) {
+                sig = again;
+            }
+            list = on_signal.lock();
+        }
+        list.run();
         // Waits for an `ip` child of another thread to finish, and starts no more.
         let _no_more_ip = IP_RUNNING.lock();
-        note(&format!(
-            "pinperf lab: signal {sig}, stopped; removed {}",
-            removed_text(&removed)
-        ));
+        note(&signal_text(sig, &list.removed));
         std::process::exit(128 + sig);
     })?;
     let mut out = LabOut::new(cfg.format);
     let result = run_lab(&spec, &mut cfg, &teardown, &mut out);
     let removed = teardown.finish();
     out.line(&format!("# lab: removed {}", removed_text(&removed)));
-    result
+    match crate::signals::received() {
+        Some(sig) => {
+            note(&signal_text(sig, &teardown.0.lock().removed));
+            // The client's own error names the signal and when it came.
+            match result {
+                Err(e @ Error::Interrupted { .. }) => Err(e),
+                _ => Err(crate::signals::interrupted(sig, "during the lab")),
+            }
+        }
+        None => result,
+    }
+}
+
+/// The line a lab stopped by signal `sig` ends with, naming every namespace it removed.
+fn signal_text(sig: i32, removed: &[String]) -> String {
+    format!(
+        "pinperf lab: signal {sig}, stopped; removed {}",
+        removed_text(removed)
+    )
 }
 
 /// Where the lab's own lines go: stdout with text output, stderr with machine formats (so
@@ -355,7 +388,7 @@ fn run_lab(
         return_cpu,
     )?;
 
-    let outcome = serve_and_test(&server, &client, cfg);
+    let outcome = serve_and_test(&server, &client, cfg, teardown);
     stop.store(true, Ordering::Relaxed);
     let fwd = join_relay(forward)?;
     let ret = join_relay(back)?;
@@ -388,8 +421,14 @@ fn run_lab(
 }
 
 /// Runs the server on a thread inside `server`'s namespace and the client inside
-/// `client`'s; returns the client's result.
-fn serve_and_test(server: &Netns, client: &Netns, cfg: &mut ClientConfig) -> Result<()> {
+/// `client`'s; returns the client's result. While the client runs, the teardown list says
+/// so: a signal then lets it stop and print before anything is torn down.
+fn serve_and_test(
+    server: &Netns,
+    client: &Netns,
+    cfg: &mut ClientConfig,
+    teardown: &TeardownGuard,
+) -> Result<()> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let server_file = server
         .file
@@ -426,13 +465,25 @@ fn serve_and_test(server: &Netns, client: &Netns, cfg: &mut ClientConfig) -> Res
         .try_clone()
         .map_err(|e| Error::io("dup netns handle", e))?;
     let cfg = cfg.clone();
+    {
+        let mut list = teardown.0.lock();
+        if list.done {
+            return Err(Error::Test(
+                "the lab is being torn down: the test does not start".into(),
+            ));
+        }
+        list.client_running = true;
+    }
     let handle = spawn_named("lab-client".into(), move || {
         sys::enter_netns(client_file.as_fd()).map_err(|e| Error::io("enter client netns", e))?;
         crate::client::run(cfg)
-    })?;
-    handle
-        .join()
-        .map_err(|_| Error::Test("the lab client thread panicked".into()))?
+    });
+    let result = handle.and_then(|h| {
+        h.join()
+            .map_err(|_| Error::Test("the lab client thread panicked".into()))?
+    });
+    teardown.0.lock().client_running = false;
+    result
 }
 
 fn join_relay(h: std::thread::JoinHandle<Result<RelayStats>>) -> Result<RelayStats> {
@@ -510,6 +561,10 @@ struct Teardown {
     namespaces: Vec<String>,
     /// Set by the first teardown: no namespace may be created after it.
     done: bool,
+    /// Every namespace a teardown removed so far (`netns NAME`), whichever thread ran it.
+    removed: Vec<String>,
+    /// The client's test runs: a signal lets it stop and print before tearing down.
+    client_running: bool,
 }
 
 impl Teardown {
@@ -517,14 +572,17 @@ impl Teardown {
     /// `netns NAME` or `netns NAME FAILED (why)`. Empty when none existed.
     fn run(&mut self) -> Vec<String> {
         self.done = true;
-        self.namespaces
+        let removed: Vec<String> = self
+            .namespaces
             .drain(..)
             .filter(|ns| netns_exists(ns))
             .map(|ns| match ip(&["netns", "delete", &ns]) {
                 Ok(()) => format!("netns {ns}"),
                 Err(e) => format!("netns {ns} FAILED ({e})"),
             })
-            .collect()
+            .collect();
+        self.removed.extend(removed.iter().cloned());
+        removed
     }
 }
 
@@ -692,7 +750,7 @@ mod tests {
     fn teardown_reports_only_namespaces_that_existed() {
         let mut list = Teardown {
             namespaces: vec![format!("{NETNS_PREFIX}0-never-created")],
-            done: false,
+            ..Teardown::default()
         };
         let removed = list.run();
         assert!(removed.is_empty(), "{removed:?}");

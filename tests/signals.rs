@@ -1,0 +1,527 @@
+//! Stop signals end a client run with what it measured: SIGINT, SIGTERM or SIGHUP mid-test
+//! stops the test, prints the rows (and with text, the totals so far) in every format, says
+//! why on stderr and exits 128 + the signal; the server hears why; `compare` keeps its
+//! finished rows; `lab -J` keeps its document and still leaves no namespace behind.
+//!
+//! Each test signals only once the run has shown it is under way: the first interval row
+//! on stdout where the format streams one, else (`-J` prints once, at its end) the run's
+//! `stream-0` thread. The tests run one at a time: each keeps both cores busy.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use util::{bin, rows, threads};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Longest any run here may take after its signal before the test calls it stuck.
+const STOP_LIMIT: Duration = Duration::from_secs(5);
+/// Longest a run may take to show that it is under way.
+const START_LIMIT: Duration = Duration::from_secs(10);
+
+/// A pinperf child whose stdout lines are collected (and announced) as they arrive.
+struct Watched {
+    args: Vec<String>,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stdout: Vec<String>,
+    stderr: std::thread::JoinHandle<String>,
+    started: Instant,
+}
+
+/// What a watched run ended with.
+struct Ended {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// From the signal to the exit.
+    stop: Duration,
+    explain: String,
+}
+
+impl Watched {
+    fn spawn(args: &[&str]) -> Watched {
+        let mut cmd = Command::new(bin());
+        cmd.args(args);
+        Watched::start(cmd, args)
+    }
+
+    /// Starts `cmd` with the stop signals at their default disposition, whatever this
+    /// process inherited (a harness started in the background ignores SIGINT, and pinperf
+    /// keeps ignoring what it was started ignoring).
+    fn start(mut cmd: Command, args: &[&str]) -> Watched {
+        default_stop_signals(&mut cmd);
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pinperf");
+        let out = child.stdout.take().expect("stdout piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().expect("stderr piped");
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        });
+        Watched {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            child,
+            lines,
+            stdout: Vec::new(),
+            stderr,
+            started: Instant::now(),
+        }
+    }
+
+    /// Reads stdout until a line satisfies `ready`; panics (killing the child) after
+    /// [`START_LIMIT`] or at the end of stdout.
+    fn wait_line(&mut self, what: &str, ready: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = ready(&line);
+                    self.stdout.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(e) => self.give_up(&format!("no {what} on stdout ({e:?})")),
+            }
+        }
+    }
+
+    /// Waits until the child runs a thread named `name` (its test is under way).
+    fn wait_thread(&mut self, name: &str) {
+        let deadline = Instant::now() + START_LIMIT;
+        while !threads(self.child.id()).iter().any(|(n, _)| n == name) {
+            if Instant::now() > deadline || self.child.try_wait().ok().flatten().is_some() {
+                self.give_up(&format!("no thread {name}"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until the child has no thread named `name` (a run of it ended).
+    fn wait_no_thread(&mut self, name: &str) {
+        let deadline = Instant::now() + START_LIMIT;
+        while threads(self.child.id()).iter().any(|(n, _)| n == name) {
+            if Instant::now() > deadline {
+                self.give_up(&format!("thread {name} never ended"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn give_up(&mut self, why: &str) -> ! {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!(
+            "pinperf {}: {why} after {:?}; stdout so far:\n{}",
+            self.args.join(" "),
+            self.started.elapsed(),
+            self.stdout.join("\n")
+        );
+    }
+
+    /// Sends `sig` to the child, waits for it to exit (at most [`STOP_LIMIT`]) and
+    /// collects everything it wrote.
+    fn stop_with(mut self, sig: i32) -> Ended {
+        let at = self.started.elapsed();
+        send(self.child.id(), sig);
+        let signalled = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for pinperf") {
+                break status;
+            }
+            if signalled.elapsed() > STOP_LIMIT {
+                self.give_up(&format!("still running {STOP_LIMIT:?} after signal {sig}"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let stop = signalled.elapsed();
+        self.stdout.extend(self.lines.iter());
+        let stdout = self.stdout.join("\n");
+        let stderr = self.stderr.join().unwrap_or_default();
+        let explain = format!(
+            "\ncommand: pinperf {}\nsignal {sig} at {at:?}; {status:?} {stop:?} later\n\
+             --- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+            self.args.join(" ")
+        );
+        Ended {
+            status,
+            stdout,
+            stderr,
+            stop,
+            explain,
+        }
+    }
+}
+
+impl Ended {
+    /// Exited (not killed) with `code`, within [`STOP_LIMIT`], naming the signal on stderr.
+    fn assert_stopped(&self, code: i32, name: &str) {
+        assert_eq!(
+            self.status.code(),
+            Some(code),
+            "exit 128 + signal, not killed by it (signal {:?}){}",
+            self.status.signal(),
+            self.explain
+        );
+        let reason = format!("pinperf: interrupted by {name} ");
+        assert!(
+            self.stderr.lines().any(|l| l.starts_with(&reason)),
+            "stderr names the signal: {reason:?}{}",
+            self.explain
+        );
+        assert!(!self.stderr.contains("panicked"), "{}", self.explain);
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document: {e}{}", self.explain))
+    }
+}
+
+/// Resets SIGINT, SIGTERM and SIGHUP to their default disposition in `cmd`'s child.
+#[allow(unsafe_code)]
+fn default_stop_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only signal(),
+    // which is async-signal-safe, with constant arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends `sig` to `pid` at once.
+#[allow(unsafe_code)]
+fn send(pid: u32, sig: i32) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: kill() takes plain integers and touches no memory of ours; `pid` is our own
+    // child, not yet waited for, so the number cannot name another process.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        rc,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn is_first_row(line: &str) -> bool {
+    line.starts_with("( 0)")
+}
+
+/// Text: the rows so far, a `#(**)` line over what the receiver reported, the reason.
+fn text_run_stopped_by(sig: i32, name: &str, code: i32) {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&["--loopback", "-t", "10"]);
+    run.wait_line("first row", is_first_row);
+    let end = run.stop_with(sig);
+    end.assert_stopped(code, name);
+    let rows = rows(&end.stdout);
+    let live: Vec<_> = rows.iter().filter(|r| !r.summary).collect();
+    assert!(!live.is_empty(), "interval rows{}", end.explain);
+    let totals: Vec<_> = rows.iter().filter(|r| r.label == "**").collect();
+    assert_eq!(totals.len(), 1, "one #(**) line{}", end.explain);
+    let last = live.last().map_or(0.0, |r| r.end);
+    assert!(
+        totals[0].end <= last + 1e-9 && totals[0].end > 0.0 && totals[0].mbps > 0.0,
+        "the totals cover the rows received, nothing later{}",
+        end.explain
+    );
+    assert!(
+        end.stdout.contains(&format!("interrupted by {name}")),
+        "the report says it was interrupted{}",
+        end.explain
+    );
+    eprintln!(
+        "{name}: exit {code} {:?} after the signal, {} rows, {}",
+        end.stop,
+        live.len(),
+        end.stdout
+            .lines()
+            .find(|l| l.starts_with("#(**)"))
+            .unwrap_or("")
+    );
+}
+
+#[test]
+fn sigint_mid_test_prints_rows_and_totals_so_far_and_exits_130() {
+    text_run_stopped_by(libc::SIGINT, "SIGINT", 130);
+}
+
+#[test]
+fn sigterm_mid_test_exits_143() {
+    text_run_stopped_by(libc::SIGTERM, "SIGTERM", 143);
+}
+
+#[test]
+fn sigint_mid_test_with_json_prints_a_document_with_its_intervals_and_the_error() {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&["--loopback", "-t", "10", "-i", "0.5", "-J"]);
+    run.wait_thread("stream-0");
+    // -J prints nothing before its end: let two intervals pass once the streams exist.
+    std::thread::sleep(Duration::from_millis(1100));
+    let end = run.stop_with(libc::SIGINT);
+    end.assert_stopped(130, "SIGINT");
+    let doc = end.json();
+    let intervals = doc["intervals"].as_array().map_or(0, Vec::len);
+    assert!(intervals >= 1, "intervals measured{}", end.explain);
+    assert!(
+        doc["end"].is_null(),
+        "no end: the test did not end{}",
+        end.explain
+    );
+    let error = doc["error"].as_str().unwrap_or("");
+    assert!(
+        error.starts_with("interrupted by SIGINT ") && error.ends_with(" s into the test"),
+        "error {error:?}{}",
+        end.explain
+    );
+    eprintln!("-J: exit 130, {intervals} intervals, error {error:?}");
+}
+
+#[test]
+fn sigint_mid_test_with_json_lines_ends_with_an_error_event() {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&["--loopback", "-t", "10", "--json-lines"]);
+    run.wait_line("interval event", |l| l.contains(r#""event":"interval""#));
+    let end = run.stop_with(libc::SIGINT);
+    end.assert_stopped(130, "SIGINT");
+    let events: Vec<Value> = end
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}{}", end.explain)))
+        .collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"start"), "{kinds:?}{}", end.explain);
+    assert!(kinds.contains(&"interval"), "{kinds:?}{}", end.explain);
+    assert!(!kinds.contains(&"end"), "{kinds:?}{}", end.explain);
+    assert_eq!(kinds.last(), Some(&"error"), "{kinds:?}{}", end.explain);
+    let error = events.last().and_then(|e| e["data"].as_str()).unwrap_or("");
+    assert!(error.starts_with("interrupted by SIGINT "), "{error}");
+    eprintln!("--json-lines: exit 130, events {kinds:?}");
+}
+
+#[test]
+fn a_signal_the_run_was_started_ignoring_stays_ignored() {
+    let _one = ONE_AT_A_TIME.lock();
+    // As `nohup pinperf …` starts it: SIGHUP ignored. The test runs to its end.
+    let args = ["--loopback", "-t", "2"];
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"trap "" HUP; exec "$0" "$@""#)
+        .arg(bin())
+        .args(args);
+    let mut run = Watched::start(cmd, &args);
+    run.wait_line("first row", is_first_row);
+    let end = run.stop_with(libc::SIGHUP);
+    assert_eq!(end.status.code(), Some(0), "{}", end.explain);
+    assert_eq!(
+        rows(&end.stdout).iter().filter(|r| r.label == "**").count(),
+        1,
+        "{}",
+        end.explain
+    );
+    assert!(!end.stderr.contains("interrupted"), "{}", end.explain);
+}
+
+#[test]
+fn a_second_signal_ends_a_stuck_run_at_once() {
+    let _one = ONE_AT_A_TIME.lock();
+    // A "server" that accepts and never answers: the client waits in its handshake, where
+    // nothing looks at the first signal.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let mut run = Watched::spawn(&["-c", "127.0.0.1", "-p", &port, "-t", "1"]);
+    let (_conn, _) = listener.accept().unwrap();
+    run.wait_thread("signals");
+    send(run.child.id(), libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        run.child.try_wait().unwrap().is_none(),
+        "one signal leaves the handshake to finish or time out"
+    );
+    let end = run.stop_with(libc::SIGTERM);
+    assert_eq!(end.status.code(), Some(143), "{}", end.explain);
+    assert!(end.stop < Duration::from_secs(1), "{}", end.explain);
+    assert!(
+        end.stderr
+            .contains("pinperf: a second stop signal (SIGTERM): exiting at once"),
+        "{}",
+        end.explain
+    );
+}
+
+#[test]
+fn the_server_hears_that_the_client_was_interrupted() {
+    let _one = ONE_AT_A_TIME.lock();
+    let server = util::Server::start(&[]);
+    let port = server.port_arg();
+    let mut run = Watched::spawn(&["-c", "127.0.0.1", "-p", &port, "-t", "10", "-i", "0.5"]);
+    run.wait_line("first row", is_first_row);
+    let end = run.stop_with(libc::SIGHUP);
+    end.assert_stopped(129, "SIGHUP");
+    let deadline = Instant::now() + STOP_LIMIT;
+    while !server.log().contains("reported: interrupted by SIGHUP") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        server.log().contains("reported: interrupted by SIGHUP"),
+        "the server names the client's reason, not the resets after it\nserver log:\n{}{}",
+        server.log(),
+        end.explain
+    );
+}
+
+#[test]
+fn sigint_during_the_second_compare_run_keeps_the_first_row_and_says_why() {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&[
+        "compare",
+        "--loopback",
+        "--blocks",
+        "8k,16k,32k",
+        "-t",
+        "1",
+        "-J",
+    ]);
+    // Each run has its `stream-0` threads; between runs (the settle pause) there are none.
+    run.wait_thread("stream-0");
+    run.wait_no_thread("stream-0");
+    run.wait_thread("stream-0");
+    std::thread::sleep(Duration::from_millis(200));
+    let end = run.stop_with(libc::SIGINT);
+    end.assert_stopped(130, "SIGINT");
+    let doc = end.json();
+    let rows = doc["rows"].as_array().cloned().unwrap_or_default();
+    assert!(!rows.is_empty(), "the finished run's row{}", end.explain);
+    assert!(rows.len() < 3, "the stopped run has no row{}", end.explain);
+    assert_eq!(rows[0]["block_bytes"], 8192, "{}", end.explain);
+    assert!(rows[0]["bits_per_second"].as_f64().unwrap_or(0.0) > 0.0);
+    let error = doc["error"].as_str().unwrap_or("");
+    assert!(
+        error.starts_with("interrupted by SIGINT ") && error.contains("run 2 of 3"),
+        "error {error:?}{}",
+        end.explain
+    );
+    eprintln!(
+        "compare -J: exit 130, {} row(s), error {error:?}",
+        rows.len()
+    );
+}
+
+/// Root, /dev/net/tun and iproute2 with a namespace really made and removed; else why not.
+fn lab_capability() -> Result<(), String> {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Uid:")
+                .map(|r| r.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        return Err("needs root (network namespaces)".into());
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Err("no /dev/net/tun".into());
+    }
+    let probe = format!("pinperf-sigtest-{}", std::process::id());
+    let ip = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if !ip(&["netns", "add", &probe]) {
+        return Err("cannot create a network namespace (`ip netns add`)".into());
+    }
+    ip(&["netns", "delete", &probe]);
+    Ok(())
+}
+
+/// The lab's namespaces of process `pid` still present.
+fn lab_leftovers(pid: u32) -> Vec<String> {
+    let prefix = format!("pinperf-lab-{pid}-");
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn sigint_mid_lab_test_with_json_keeps_the_document_and_leaves_no_namespace() {
+    let test = "sigint_mid_lab_test_with_json_keeps_the_document_and_leaves_no_namespace";
+    if let Err(why) = lab_capability() {
+        eprintln!("SKIPPED: {test}: {why}");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&[
+        "lab", "--rtt", "2ms", "--rate", "100M", "--", "-t", "10", "-i", "0.5", "-J",
+    ]);
+    let pid = run.child.id();
+    run.wait_thread("stream-0");
+    assert_eq!(
+        lab_leftovers(pid).len(),
+        2,
+        "the lab runs in two namespaces"
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let end = run.stop_with(libc::SIGINT);
+    end.assert_stopped(130, "SIGINT");
+    let doc = end.json();
+    let intervals = doc["intervals"].as_array().map_or(0, Vec::len);
+    assert!(intervals >= 1, "intervals measured{}", end.explain);
+    let error = doc["error"].as_str().unwrap_or("");
+    assert!(
+        error.starts_with("interrupted by SIGINT "),
+        "{error}{}",
+        end.explain
+    );
+    assert!(
+        end.stderr
+            .contains("pinperf lab: signal 2, stopped; removed netns"),
+        "{}",
+        end.explain
+    );
+    assert!(
+        lab_leftovers(pid).is_empty(),
+        "namespaces left{}",
+        end.explain
+    );
+    eprintln!(
+        "lab -J: exit 130 {:?} after the signal, {intervals} intervals, nothing left",
+        end.stop
+    );
+}
