@@ -32,6 +32,12 @@ use clap::Parser;
 
 pub use error::{Error, Result};
 
+/// Ends the process by the stop signal that interrupted a run, after it printed what it
+/// measured (see `sys::die_by`: a shell loop around pinperf stops too).
+pub fn die_by_signal(sig: i32) -> ! {
+    sys::die_by(sig)
+}
+
 /// Parses the process's arguments and runs the chosen mode. Usage errors from clap exit 2
 /// (clap prints them); validation errors come back as [`Error::Usage`].
 pub fn run_from_env() -> Result<()> {
@@ -96,7 +102,7 @@ pub(crate) mod signals {
                         "pinperf: a second stop signal ({}): exiting at once",
                         crate::error::signal_name(sig)
                     );
-                    std::process::exit(128 + sig);
+                    crate::sys::die_by(sig);
                 }
             }
         })?;

@@ -1,7 +1,8 @@
 //! The `pinperf` binary: parse the command line, hand it to the library, turn the outcome
-//! into an exit code (0 ran, 1 the test failed, 2 usage, 128 + the signal when SIGINT,
-//! SIGTERM or SIGHUP stopped a client run after it printed what it measured). Everything
-//! else lives in the library so that tests and benches reach it.
+//! into an exit code (0 ran, 1 the test failed, 2 usage). A run that SIGINT, SIGTERM or
+//! SIGHUP stopped prints what it measured and then ends by that signal, as if it had not
+//! caught it, so the shell sees it (status 128 + the signal) and a loop around pinperf
+//! stops. Everything else lives in the library so that tests and benches reach it.
 
 use std::process::ExitCode;
 
@@ -12,6 +13,10 @@ fn main() -> ExitCode {
         Err(pinperf::Error::OutputClosed) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("pinperf: {err}");
+            if let pinperf::Error::Interrupted { signal, .. } = err {
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                pinperf::die_by_signal(signal);
+            }
             ExitCode::from(err.exit_code())
         }
     }

@@ -367,6 +367,30 @@ pub fn wait_stop_signal() -> i32 {
     sig
 }
 
+/// Ends the process by `sig`'s default action, once the run has printed what it measured:
+/// a shell running pinperf in a loop then sees that the signal killed it and stops the loop
+/// as well (bash goes on with the loop when the child only exits 128 + sig).
+#[cfg(target_os = "linux")]
+pub fn die_by(sig: i32) -> ! {
+    // SAFETY: signal() resets one valid signal's disposition; the set is a local,
+    // initialised sigset_t; raise() sends `sig` to this thread, where it is now unblocked
+    // and takes its default action (the process ends).
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn die_by(sig: i32) -> ! {
+    std::process::exit(128 + sig)
+}
+
 /// Like [`wait_stop_signal`], but gives up after `timeout`: `None` when no stop signal
 /// came in that time.
 #[cfg(target_os = "linux")]

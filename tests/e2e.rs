@@ -522,7 +522,10 @@ fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
-    server.wait_for_log("refused the client's test: pinperf 9 speaks protocol 99", EVENT);
+    server.wait_for_log(
+        "refused the client's test: pinperf 9 speaks protocol 99",
+        EVENT,
+    );
     // A frame claiming 4 GiB.
     let mut s = TcpStream::connect(&addr).unwrap();
     s.write_all(protocol::PREAMBLE).unwrap();

@@ -237,7 +237,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
         // Waits for an `ip` child of another thread to finish, and starts no more.
         let _no_more_ip = IP_RUNNING.lock();
         note(&signal_text(sig, &list.removed));
-        std::process::exit(128 + sig);
+        sys::die_by(sig);
     })?;
     let mut out = LabOut::new(cfg.format);
     let result = run_lab(&spec, &mut cfg, &teardown, &mut out);

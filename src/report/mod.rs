@@ -256,7 +256,7 @@ pub(crate) fn run_sender_reporter(
     let sent = cutter.totals().to_vec();
     let mut summary = None;
     if let Some(d) = &done {
-        let mut s = summarize(&header, &sent, d, &mut totals);
+        let mut s = summarize(&header, &sent, d, &mut totals, failed.is_some());
         if let Some(mut local) = local_cpu {
             if header.engine == crate::choices::Engine::Single {
                 local = local.on_one_thread(cpu::MUX_THREAD);
@@ -463,9 +463,21 @@ fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>
 /// later of the planned end (`-O` + `-t`) and the last byte. A test whose data stopped
 /// early (a paused sender, a stalled path) is not averaged over only the seconds that
 /// moved data, and one that drained past `-t` is averaged over the drain too.
-fn summarize(header: &Header, sent: &[u64], done: &ReceiverDone, totals: &mut Totals) -> Summary {
+fn summarize(
+    header: &Header,
+    sent: &[u64],
+    done: &ReceiverDone,
+    totals: &mut Totals,
+    cut_short: bool,
+) -> Summary {
     let start = header.omit_s;
-    let end = (done.elapsed_us as f64 / 1e6).max(start + header.duration_s);
+    // A test cut short (a failure, a signal) spans what it ran, not what it planned.
+    let planned = if cut_short {
+        start
+    } else {
+        start + header.duration_s
+    };
+    let end = (done.elapsed_us as f64 / 1e6).max(planned);
     totals.stalls.finish();
     totals.streams.iter_mut().for_each(|t| t.stalls.finish());
     let rows: Vec<StreamRow> = totals
@@ -695,7 +707,16 @@ mod tests {
             &bytes,
             &done(bytes.clone(), 1_307_000),
             &mut no_totals(2),
+            false,
         );
+        let cut = summarize(
+            &h,
+            &bytes,
+            &done(bytes.clone(), 1_307_000),
+            &mut no_totals(2),
+            true,
+        );
+        assert_eq!(cut.sum.end, 1.307, "a test cut short spans what it ran");
         for (start, end, seconds) in [
             (s.sum.start, s.sum.end, s.sum.seconds),
             (s.streams[1].start, s.streams[1].end, s.streams[1].seconds),
@@ -718,6 +739,7 @@ mod tests {
             &bytes,
             &done(bytes.clone(), 4_000_000),
             &mut no_totals(2),
+            false,
         );
         assert_eq!((s.sum.end, s.sum.bits_per_second), (4.0, 4e9 * 8.0 / 4.0));
 
@@ -728,6 +750,7 @@ mod tests {
             &bytes,
             &done(bytes.clone(), 2_000_000),
             &mut no_totals(2),
+            false,
         );
         assert_eq!((s.sum.start, s.sum.end, s.sum.seconds), (1.0, 4.0, 3.0));
     }
@@ -773,7 +796,13 @@ mod tests {
         let mut h = model::sample::header();
         h.streams = 2;
         h.duration_s = 2.5;
-        let s = summarize(&h, &[15, 15], &done(vec![15, 15], 2_500_000), &mut totals);
+        let s = summarize(
+            &h,
+            &[15, 15],
+            &done(vec![15, 15], 2_500_000),
+            &mut totals,
+            false,
+        );
         assert!(
             s.diagnosis.iter().any(
                 |l| l.starts_with("diagnosis: no data moved from 1.0 s to 2.0 s (2 intervals)")

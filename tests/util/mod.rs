@@ -597,3 +597,26 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Resets SIGINT, SIGTERM and SIGHUP to their default disposition in `cmd`'s child.
+#[allow(unsafe_code)]
+pub fn default_stop_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only signal(),
+    // which is async-signal-safe, with constant arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `cmd` with the stop signals at their default disposition in its child, whatever the
+/// test harness was started with: tests that signal a run must not depend on it.
+pub fn with_default_stop_signals(mut cmd: Command) -> Command {
+    default_stop_signals(&mut cmd);
+    cmd
+}
