@@ -32,6 +32,11 @@ use clap::Parser;
 
 pub use error::{Error, Result};
 
+/// The stop signal (SIGINT, SIGTERM, SIGHUP) this run took, if any.
+pub fn stop_signal() -> Option<i32> {
+    signals::received()
+}
+
 /// Ends the process by the stop signal that interrupted a run, after it printed what it
 /// measured (see `sys::die_by`: a shell loop around pinperf stops too).
 pub fn die_by_signal(sig: i32) -> ! {

@@ -9,13 +9,17 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     match pinperf::run_from_env() {
         Ok(()) => ExitCode::SUCCESS,
-        // Nobody reads any more (`| head`): stop quietly, as ripgrep does.
-        Err(pinperf::Error::OutputClosed) => ExitCode::SUCCESS,
+        // Nobody reads any more (`| head`): stop quietly, as ripgrep does; but a Ctrl-C
+        // that also ended the reader (`pinperf | fgrep`) ends this process by it too.
+        Err(pinperf::Error::OutputClosed) => match pinperf::stop_signal() {
+            Some(sig) => pinperf::die_by_signal(sig),
+            None => ExitCode::SUCCESS,
+        },
         Err(err) => {
             eprintln!("pinperf: {err}");
-            if let pinperf::Error::Interrupted { signal, .. } = err {
+            if let Some(sig) = pinperf::stop_signal() {
                 let _ = std::io::Write::flush(&mut std::io::stdout());
-                pinperf::die_by_signal(signal);
+                pinperf::die_by_signal(sig);
             }
             ExitCode::from(err.exit_code())
         }
