@@ -511,3 +511,77 @@ fn sigint_mid_lab_test_with_json_keeps_the_document_and_leaves_no_namespace() {
         end.stop
     );
 }
+
+/// The seed's shell loop (`for l in …; do pinperf … | fgrep '**'; done`) must stop at the
+/// first Ctrl-C: pinperf prints, then ends by SIGINT itself, so bash ends the loop. A real
+/// terminal is needed for a real Ctrl-C: python3's `pty` gives one (skipped without it).
+#[test]
+fn ctrl_c_stops_a_shell_loop_around_pinperf() {
+    let _one = ONE_AT_A_TIME.lock();
+    let have_python = Command::new("python3")
+        .arg("-c")
+        .arg("import pty")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_python {
+        util::skipped(
+            "ctrl_c_stops_a_shell_loop_around_pinperf",
+            "no python3 for a pty",
+        );
+        return;
+    }
+    let script = r#"
+import glob, os, pty, select, sys, time
+def streaming():
+    for comm in glob.glob("/proc/[0-9]*/task/*/comm"):
+        try:
+            if open(comm).read().strip() == "stream-0":
+                return True
+        except OSError:
+            pass
+    return False
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp("bash", ["bash", "--norc", "-c",
+        'for i in 1 2 3; do "$0" --loopback -t 3 | fgrep "**"; echo "next $i"; done; echo LOOP-END',
+        sys.argv[1]])
+out, t0, sent = b"", time.time(), False
+while time.time() - t0 < 15:
+    if select.select([fd], [], [], 0.05)[0]:
+        try:
+            d = os.read(fd, 4096)
+        except OSError:
+            break
+        if not d:
+            break
+        out += d
+    if not sent and streaming():
+        time.sleep(0.3)
+        os.write(fd, b"\x03")
+        sent = True
+_, status = os.waitpid(pid, 0)
+print(out.decode(errors="replace"))
+print("STATUS", status, "SENT", sent)
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(bin())
+        .output()
+        .expect("run python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("SENT True"), "no stream ever ran:\n{text}");
+    assert!(
+        !text.contains("next 2"),
+        "the loop went on after ^C:\n{text}"
+    );
+    assert!(
+        !text.contains("LOOP-END"),
+        "the loop went on after ^C:\n{text}"
+    );
+    // bash ended by SIGINT itself (wait status 2), as a shell does when its child did.
+    assert!(
+        text.contains("STATUS 2 "),
+        "bash was not ended by SIGINT:\n{text}"
+    );
+}
