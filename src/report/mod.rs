@@ -196,7 +196,11 @@ pub(crate) fn run_sender_reporter(
 ) -> Result<ClientTotals> {
     let streams = header.streams as usize;
     let mut output_ok = output.check(out.header(&header));
-    let mut locals: BTreeMap<u32, ClosedInterval> = BTreeMap::new();
+    // Each local interval with the cores' counters read when it closed here (with --cpu):
+    // the closest this thread gets to the interval's end, however late the receiver's
+    // row arrives to be joined with it.
+    let mut locals: BTreeMap<u32, (ClosedInterval, Option<Vec<cpu::CoreTicks>>)> =
+        BTreeMap::new();
     let mut remotes: BTreeMap<u32, ReceiverRow> = BTreeMap::new();
     let mut next = 0u32;
     let mut totals = Totals {
@@ -236,14 +240,14 @@ pub(crate) fn run_sender_reporter(
             },
         }
         while let Some(iv) = cutter.pop_ready() {
-            locals.insert(iv.index, iv);
+            let cores = prev_cores.is_some().then(cpu::cores);
+            locals.insert(iv.index, (iv, cores));
         }
-        while let (Some(l), Some(r)) = (locals.get(&next), remotes.get(&next)) {
+        while let (Some((l, cores)), Some(r)) = (locals.get(&next), remotes.get(&next)) {
             let mut report = join(l, r, &mut totals);
-            if let Some(prev) = prev_cores.as_mut() {
-                let now = cpu::cores();
-                report.cores = Some(cpu::core_loads(prev, &now));
-                *prev = now;
+            if let (Some(prev), Some(now)) = (prev_cores.as_mut(), cores) {
+                report.cores = Some(cpu::core_loads(prev, now));
+                *prev = now.clone();
             }
             if output_ok {
                 output_ok = output.check(out.interval(&report));
