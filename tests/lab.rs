@@ -318,6 +318,18 @@ fn a_20ms_200mbit_path_has_its_rtt_and_rate_and_leaves_nothing_behind() {
         "one stream got {mbps:.1} Mb/s (best interval {best:.1}) of a 200 Mbit/s bottleneck\n{}",
         run.explain()
     );
+    // One host, one process: its cores are counted once, never more than it has.
+    let busy = doc["end"]["cpu"]["busy_cores"].as_f64().unwrap_or(f64::NAN);
+    let cores = std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count() as f64;
+    assert!(
+        busy > 0.0 && busy <= cores + 0.05,
+        "busy cores {busy} on a {cores}-core host\n{}",
+        run.explain()
+    );
     let kernel = &doc["end"]["kernel"];
     assert_eq!(
         kernel["shared_namespace"], false,

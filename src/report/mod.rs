@@ -199,8 +199,7 @@ pub(crate) fn run_sender_reporter(
     // Each local interval with the cores' counters read when it closed here (with --cpu):
     // the closest this thread gets to the interval's end, however late the receiver's
     // row arrives to be joined with it.
-    let mut locals: BTreeMap<u32, (ClosedInterval, Option<Vec<cpu::CoreTicks>>)> =
-        BTreeMap::new();
+    let mut locals: BTreeMap<u32, (ClosedInterval, Option<Vec<cpu::CoreTicks>>)> = BTreeMap::new();
     let mut remotes: BTreeMap<u32, ReceiverRow> = BTreeMap::new();
     let mut next = 0u32;
     let mut totals = Totals {
