@@ -174,7 +174,21 @@ const STALLED_STREAM_LINES: usize = 4;
 /// The whole test, or single streams while others ran, reading nothing for whole
 /// intervals: a paused process, a stalled path, a stream stuck in loss recovery.
 fn stalls(e: &Evidence, out: &mut Vec<String>) {
-    if let Some(when) = e.test_stalls.describe() {
+    // On a path whose round trip is longer than an interval, the first intervals are empty
+    // because the first bytes are still on their way, not because anything stalled.
+    let path_s = e
+        .streams
+        .iter()
+        .filter_map(|r| r.min_rtt)
+        .min()
+        .map_or(0.0, |us| f64::from(us) / 1e6);
+    let log = e.test_stalls;
+    let only_the_first_trip = log.count == 1
+        && log
+            .longest
+            .as_ref()
+            .is_some_and(|l| l.start == 0.0 && l.end <= 2.0 * path_s);
+    if let Some(when) = log.describe().filter(|_| !only_the_first_trip) {
         out.push(format!(
             "diagnosis: no data moved {when}: a sender or receiver was stopped (paused, or \
              not scheduled) or the path stalled."
@@ -954,6 +968,32 @@ mod tests {
         assert_eq!(l.count, 0);
         let l = log(false, &[(0.0, true, false), (0.5, true, true)]);
         assert_eq!((l.count, l.intervals), (1, 2));
+    }
+
+    /// A 4 s path's first second is empty because the first bytes are on their way: no
+    /// stall is said for it; the same empty second on a 3 ms path is one.
+    #[test]
+    fn the_first_round_trip_of_a_long_path_is_not_a_stall() {
+        let h = header(1 << 20);
+        let test = log(
+            true,
+            &[(0.0, true, false), (0.5, true, false), (1.0, false, false)],
+        );
+        let said = |min_rtt_us: u32| {
+            diagnose(&Evidence {
+                header: &h,
+                streams: &[row(0, 1000, min_rtt_us, 60.0, 0)],
+                starved_intervals: &[2],
+                intervals: 3,
+                rate_bps: 1e9,
+                test_stalls: &test,
+                stream_stalls: &[StallLog::default()],
+            })
+            .iter()
+            .any(|l| l.starts_with("diagnosis: no data moved"))
+        };
+        assert!(!said(4_000_000), "a 4 s path");
+        assert!(said(3_000), "a 3 ms path");
     }
 
     /// A paused sender (issue 15: SIGSTOP from 1.3 s to 3.8 s of `-t 3`) and a stream

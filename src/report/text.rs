@@ -403,9 +403,13 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             "# rtt: path (kernel min_rtt) {}; kernel srtt avg {}; block RTT avg {}",
             s.sum.min_rtt.map_or("-".into(), |v| ms(f64::from(v))),
             s.sum.kernel_rtt.map_or("-".into(), |r| ms(r.avg_us)),
-            s.sum
-                .block_rtt
-                .map_or("- (--no-echo)".into(), |r| ms(r.avg_us))
+            s.sum.block_rtt.map_or_else(
+                || match self.echo {
+                    true => "- (no echo came back while the senders wrote)".into(),
+                    false => "- (--no-echo)".into(),
+                },
+                |r| ms(r.avg_us)
+            )
         )?;
         if let Some(cpu) = &s.cpu {
             self.cpu_block(cpu)?;
