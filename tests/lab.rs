@@ -12,6 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use serde::Deserialize;
 use util::{bin, pinperf};
 
 static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -339,11 +340,227 @@ fn a_20ms_200mbit_path_has_its_rtt_and_rate_and_leaves_nothing_behind() {
         kernel["sender"]["netns"], kernel["receiver"]["netns"],
         "{kernel}"
     );
+    let lab = lab_member(&doc, &run.explain());
+    assert!(lab.forward.packets > 0, "{}", run.explain());
+    assert_torn_down(lab_pid(&lab.path.namespaces.client));
+}
+
+/// The `lab` member of a `-J` document, and the data of the `lab_*` events of
+/// `--json-lines`: every field the lab promises, typed, so a missing one fails the parse.
+#[derive(Debug, Deserialize)]
+struct LabMember {
+    path: LabPath,
+    forward: LabRelay,
+    #[serde(rename = "return")]
+    back: LabRelay,
+    #[serde(flatten)]
+    end: LabEnd,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)] // read through Debug when a test fails
+struct LabPath {
+    rtt_ms: f64,
+    rate_bps: u64,
+    queue_bytes: u64,
+    bdp_bytes: u64,
+    loss: f64,
+    mtu: u32,
+    namespaces: Ends<String>,
+    addresses: Ends<String>,
+    relay_cpus: RelayCpus,
+}
+
+#[derive(Debug, Deserialize)]
+struct Ends<T> {
+    client: T,
+    server: T,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct RelayCpus {
+    forward: Option<usize>,
+    #[serde(rename = "return")]
+    back: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct LabRelay {
+    direction: String,
+    packets: u64,
+    bytes: u64,
+    queue_drops: u64,
+    loss_drops: u64,
+    peak_queue_bytes: u64,
+    late_deliveries: u64,
+    worst_late_ns: u64,
+    late_after_ns: u64,
+    write_errors: u64,
+    cpu_us: u64,
+    wall_s: f64,
+    cpu_percent: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct LabEnd {
+    tun_drops: Ends<Option<u64>>,
+    warnings: Vec<String>,
+    removed: Vec<String>,
+}
+
+/// The `lab` member of a `-J` document, typed; fails the test with `why` otherwise.
+fn lab_member(doc: &serde_json::Value, why: &str) -> LabMember {
+    serde_json::from_value(doc["lab"].clone())
+        .unwrap_or_else(|e| panic!("the document's `lab` member: {e}{why}"))
+}
+
+#[test]
+fn json_adds_the_lab_s_figures_to_the_client_s_one_document() {
+    let test = "json_adds_the_lab_s_figures_to_the_client_s_one_document";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let run = pinperf(
+        &[
+            "lab", "--rtt", "20ms", "--rate", "200M", "--", "-t", "1", "-J",
+        ],
+        Duration::from_secs(20),
+    );
+    run.assert_ok();
+    let why = run.explain();
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("-J stays one document: {e}{why}"));
+    // The client's members as it wrote them, `lab` last (top-level members are the lines
+    // indented by two spaces).
+    let out = run.stdout();
+    let members: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("  \""))
+        .filter_map(|l| l.split('"').next())
+        .collect();
+    assert_eq!(members, ["start", "intervals", "end", "lab"], "{why}");
+    assert!(
+        doc["end"]["sum_received"]["bytes"].as_u64() > Some(0),
+        "{why}"
+    );
+    let lab = lab_member(&doc, &why);
+    assert_eq!(lab.path.rate_bps, 200_000_000, "{why}");
+    assert_eq!(lab.path.rtt_ms, 20.0, "{why}");
+    assert_eq!(lab.path.bdp_bytes, 500_000, "{why}");
+    assert_eq!(
+        (
+            lab.path.addresses.client.as_str(),
+            lab.path.addresses.server.as_str()
+        ),
+        ("198.18.0.2", "198.18.0.1"),
+        "{why}"
+    );
+    assert!(lab.forward.packets > 0 && lab.back.packets > 0, "{why}");
+    assert_eq!(
+        (lab.forward.direction.as_str(), lab.back.direction.as_str()),
+        ("forward", "return"),
+        "{why}"
+    );
+    // The data went forward: the document's bytes crossed the forward relay.
+    let received = doc["end"]["sum_received"]["bytes"].as_u64().unwrap();
+    assert!(lab.forward.bytes > received, "{why}");
+    let pid = lab_pid(&lab.path.namespaces.client);
+    let mut removed = lab.end.removed.clone();
+    removed.sort();
+    assert_eq!(
+        removed,
+        [
+            format!("pinperf-lab-{pid}-client"),
+            format!("pinperf-lab-{pid}-server")
+        ],
+        "{why}"
+    );
+    assert!(lab.end.tun_drops.client.is_some(), "{why}");
+    // The figures live in the document; stderr keeps the teardown line (and warnings).
     let err = run.stderr();
-    assert!(err.contains("# lab relay forward"), "relay line: {err}");
-    assert!(err.contains("queue drops"), "drop count: {err}");
-    let pid = lab_pid(&err);
+    assert!(!err.contains("# lab relay"), "{why}");
+    assert!(err.contains("# lab: removed netns pinperf-lab-"), "{why}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("# lab: warning: ") || l.starts_with("# lab: note: "))
+            .count(),
+        lab.end.warnings.len(),
+        "{why}"
+    );
     assert_torn_down(pid);
+    eprintln!(
+        "{test}: forward {} packets, {} queue drops; return {} packets; warnings {:?}",
+        lab.forward.packets, lab.forward.queue_drops, lab.back.packets, lab.end.warnings
+    );
+}
+
+#[test]
+fn json_lines_has_the_lab_s_own_events_around_the_client_s() {
+    let test = "json_lines_has_the_lab_s_own_events_around_the_client_s";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let run = pinperf(
+        &[
+            "lab",
+            "--rtt",
+            "20ms",
+            "--rate",
+            "200M",
+            "--",
+            "-t",
+            "1",
+            "--json-lines",
+        ],
+        Duration::from_secs(20),
+    );
+    run.assert_ok();
+    let why = run.explain();
+    let events: Vec<(String, serde_json::Value)> = run
+        .stdout()
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("line {line:?} does not parse: {e}{why}"));
+            let event = v["event"].as_str().unwrap_or_else(|| panic!("{line}{why}"));
+            (event.to_string(), v["data"].clone())
+        })
+        .collect();
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    let count = |name: &str| names.iter().filter(|n| **n == name).count();
+    assert_eq!(
+        (count("lab_path"), count("lab_relay"), count("lab_end")),
+        (1, 2, 1),
+        "{names:?}{why}"
+    );
+    let at = |name: &str| names.iter().position(|n| *n == name).unwrap();
+    assert_eq!(names.first(), Some(&"lab_path"), "{names:?}");
+    assert_eq!(names.last(), Some(&"lab_end"), "{names:?}");
+    assert!(
+        at("start") < at("end") && at("end") < at("lab_relay"),
+        "{names:?}"
+    );
+    let path: LabPath = serde_json::from_value(events[0].1.clone()).expect("lab_path data");
+    assert_eq!(path.rate_bps, 200_000_000, "{why}");
+    let relays: Vec<LabRelay> = events
+        .iter()
+        .filter(|(e, _)| e == "lab_relay")
+        .map(|(_, d)| serde_json::from_value(d.clone()).expect("lab_relay data"))
+        .collect();
+    let directions: Vec<&str> = relays.iter().map(|r| r.direction.as_str()).collect();
+    assert_eq!(directions, ["forward", "return"], "{why}");
+    assert!(relays[0].packets > 0, "{why}");
+    let end: LabEnd =
+        serde_json::from_value(events.last().unwrap().1.clone()).expect("lab_end data");
+    assert_eq!(end.removed.len(), 2, "{why}");
+    // The events replace the lab's text on stderr.
+    assert!(!run.stderr().contains("# lab"), "{why}");
+    assert_torn_down(lab_pid(&path.namespaces.server));
+    eprintln!("{test}: {} lines: {names:?}", names.len());
 }
 
 #[test]
@@ -391,6 +608,62 @@ fn ctrl_c_mid_test_tears_the_lab_down() {
 }
 
 #[test]
+fn sigint_mid_test_with_json_prints_the_partial_document_with_the_lab() {
+    let test = "sigint_mid_test_with_json_prints_the_partial_document_with_the_lab";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let mut child = util::with_default_stop_signals(Command::new(bin()))
+        .args([
+            "lab", "--rtt", "2ms", "--rate", "100M", "--", "-t", "30", "-J",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stderr = collect_stderr(&mut child);
+    let mut pipe = child.stdout.take().expect("stdout piped");
+    let stdout = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    });
+    // `-J` prints nothing before the end: a stream thread means the test runs.
+    util::wait_until(
+        "the test's stream-0 thread",
+        Duration::from_secs(10),
+        || {
+            util::threads(pid)
+                .iter()
+                .any(|(n, _)| n == "stream-0")
+                .then_some(())
+        },
+        || format!("threads: {:?}", util::threads(pid)),
+    );
+    send_sigint(pid);
+    let status = wait_for(&mut child, Duration::from_secs(10), test);
+    let (out, err) = (stdout.join().unwrap(), stderr.join().unwrap());
+    let why = format!("\n{status:?}\n--- stdout ---\n{out}\n--- stderr ---\n{err}");
+    assert_eq!(status.signal(), Some(libc::SIGINT), "ended by SIGINT{why}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("-J stays one document: {e}{why}"));
+    assert!(doc["end"].is_null(), "{why}");
+    assert!(
+        doc["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("interrupted by SIGINT")),
+        "{why}"
+    );
+    let lab = lab_member(&doc, &why);
+    assert!(lab.forward.packets > 0, "{why}");
+    assert_eq!(lab.end.removed.len(), 2, "{why}");
+    assert_torn_down(pid);
+}
+
+#[test]
 fn a_failing_client_still_tears_the_lab_down() {
     if !can_build_a_lab("a_failing_client_still_tears_the_lab_down") {
         return;
@@ -405,6 +678,29 @@ fn a_failing_client_still_tears_the_lab_down() {
     assert!(run.stderr().contains("refused"), "{}", run.explain());
     // The lab header (stdout, text format) names the namespaces it made.
     assert_torn_down(lab_pid(&run.stdout()));
+}
+
+#[test]
+fn a_failing_client_s_json_document_carries_the_lab_too() {
+    if !can_build_a_lab("a_failing_client_s_json_document_carries_the_lab_too") {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let run = pinperf(
+        &["lab", "--rtt", "2ms", "--", "-t", "1", "-A", "0/999", "-J"],
+        Duration::from_secs(20),
+    );
+    let why = run.explain();
+    assert_eq!(run.code(), Some(1), "{why}");
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("-J stays one document: {e}{why}"));
+    assert!(
+        doc["error"].as_str().is_some_and(|e| e.contains("refused")),
+        "{why}"
+    );
+    let lab = lab_member(&doc, &why);
+    assert_eq!(lab.end.removed.len(), 2, "{why}");
+    assert_torn_down(lab_pid(&lab.path.namespaces.client));
 }
 
 #[test]

@@ -12,19 +12,23 @@
 //! SIGINT/SIGTERM/SIGHUP (taken by a `lab-signals` thread; the run exits 128 + signal).
 //! A signal while the client's test runs stops that test the way it stops any client
 //! ([`crate::signals`]): it prints what it measured in its format, then `run` tears down;
-//! the `lab-signals` thread tears down and exits itself when no test runs, at a second
-//! signal, or when the test has not ended [`SIGNAL_GRACE`] after the first.
+//! the `lab-signals` thread tears down and exits itself when no test runs (nor its results
+//! are still being printed), at a second signal, or when the run has not ended
+//! [`SIGNAL_GRACE`] after the first.
 //! Invariants: a name joins the teardown list before `ip netns add` runs, and the list's
 //! lock is held across that call, so a signal's teardown waits for a creation in progress
 //! and then deletes it; after the first teardown nothing more is created; teardown
 //! reports only namespaces that existed and were deleted; no `ip` child outlives the lab.
 //! Namespaces left by a lab that was SIGKILLed are removed on the next run.
 //!
-//! Output: the lab's own lines never panic. A closed stdout (`pinperf lab | head -1`)
-//! means nobody reads: the lab stops writing, says nothing about it, and still tears down.
+//! Output: the lab's figures go out in the client's format ([`report`]: lines with text and
+//! CSV, events with `--json-lines`, a `lab` member of the `-J` document), and never panic.
+//! A closed stdout (`pinperf lab | head -1`) means nobody reads: the lab stops writing, says
+//! nothing about it, and still tears down.
 
 pub mod path;
 pub mod relay;
+pub mod report;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -38,17 +42,19 @@ use std::time::Duration;
 use clap::Parser;
 use parking_lot::Mutex;
 
-use crate::choices::Format;
 use crate::cli::{Args, LabArgs};
 use crate::config::{self, ClientConfig, ServerConfig};
 use crate::error::{Error, Result};
 use crate::pin::{self, Affinity};
+use crate::report::Formatter;
+use crate::report::model::Summary;
 use crate::server::Server;
 use crate::stream::spawn_named;
 use crate::sys;
 use crate::units;
 use path::Path;
 use relay::RelayStats;
+use report::{Direction, Ends, LabOut, LabPath, LabRelay, RelayCpus, Warning};
 
 /// The server's and the client's address on the emulated path.
 pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -225,8 +231,9 @@ pub fn run(a: &LabArgs) -> Result<()> {
         // Waits for an `ip netns add` in progress, and keeps the lock until the process
         // is gone, so the main thread creates nothing after this teardown.
         let mut list = on_signal.lock();
-        if list.client_running {
-            // `run` tears down once the test has printed, and the process ends with it.
+        if list.results_pending {
+            // `run` tears down once the test has stopped and the results are printed, and
+            // the process ends with it.
             drop(list);
             if let Some(again) = sys::wait_stop_signal_for(SIGNAL_GRACE) {
                 sig = again;
@@ -242,7 +249,17 @@ pub fn run(a: &LabArgs) -> Result<()> {
     let mut out = LabOut::new(cfg.format);
     let result = run_lab(&spec, &mut cfg, &teardown, &mut out);
     let removed = teardown.finish();
-    out.line(&format!("# lab: removed {}", removed_text(&removed)));
+    let gone = removed.iter().filter(|r| r.failure.is_none());
+    let failed = removed.iter().filter_map(|r| {
+        let why = r.failure.as_ref()?;
+        Some(format!("netns {} not removed: {why}", r.netns))
+    });
+    out.end(
+        gone.map(|r| r.netns.clone()).collect(),
+        failed.collect(),
+        &format!("# lab: removed {}", removed_text(&removed)),
+    );
+    teardown.0.lock().results_pending = false;
     match crate::signals::received() {
         Some(sig) => {
             note(&signal_text(sig, &teardown.0.lock().removed));
@@ -257,53 +274,11 @@ pub fn run(a: &LabArgs) -> Result<()> {
 }
 
 /// The line a lab stopped by signal `sig` ends with, naming every namespace it removed.
-fn signal_text(sig: i32, removed: &[String]) -> String {
+fn signal_text(sig: i32, removed: &[Removal]) -> String {
     format!(
         "pinperf lab: signal {sig}, stopped; removed {}",
         removed_text(removed)
     )
-}
-
-/// Where the lab's own lines go: stdout with text output, stderr with machine formats (so
-/// a `-J` document stays one JSON document). Written by `run`'s thread only.
-struct LabOut {
-    format: Format,
-    /// Nobody reads any more (a closed pipe) or writing failed: write nothing more.
-    closed: bool,
-}
-
-impl LabOut {
-    fn new(format: Format) -> LabOut {
-        LabOut {
-            format,
-            closed: false,
-        }
-    }
-
-    /// Writes one line and flushes it; false once nobody reads. A closed pipe is not an
-    /// error and is not reported (ripgrep); another write error is reported once.
-    fn line(&mut self, line: &str) -> bool {
-        if self.closed {
-            return false;
-        }
-        let written = match self.format {
-            Format::Text => {
-                let mut stdout = io::stdout().lock();
-                writeln!(stdout, "{line}").and_then(|()| stdout.flush())
-            }
-            _ => writeln!(io::stderr().lock(), "{line}"),
-        };
-        match written {
-            Ok(()) => true,
-            Err(e) => {
-                self.closed = true;
-                if e.kind() != io::ErrorKind::BrokenPipe {
-                    note(&format!("pinperf lab: writing the lab's lines failed: {e}"));
-                }
-                false
-            }
-        }
-    }
 }
 
 /// A warning or notice on stderr. Never panics: when stderr itself is closed there is
@@ -330,25 +305,18 @@ fn run_lab(
     let allowed = pin::allowed_cpus();
     let forward_cpu = allowed.last().copied();
     let return_cpu = allowed.first().copied();
-    let header = format!(
-        "# lab: {CLIENT_ADDR} (netns {client_ns}) -> {SERVER_ADDR} (netns {server_ns}): RTT {:.3} ms, \
-         bottleneck {}, drop-tail queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay \
-         threads (SCHED_FIFO): forward {}, return {}",
-        spec.rtt.as_secs_f64() * 1e3,
-        rate_text(spec.rate_bps),
-        size_text(spec.queue_bytes),
-        spec.queue_bytes as f64 / spec.bdp().max(1) as f64,
-        size_text(spec.bdp()),
-        if spec.loss > 0.0 {
-            format!("{:.4} %", spec.loss * 100.0)
-        } else {
-            "none".into()
+    let path = LabPath::new(
+        spec,
+        Ends {
+            client: client_ns,
+            server: server_ns,
         },
-        spec.mtu,
-        cpu_text(forward_cpu),
-        cpu_text(return_cpu),
+        RelayCpus {
+            forward: forward_cpu,
+            back: return_cpu,
+        },
     );
-    if !out.line(&header) {
+    if !out.path(path) {
         // Nobody reads the results (stdout closed before the test began): stop quietly;
         // `run` tears down.
         return Ok(());
@@ -365,12 +333,12 @@ fn run_lab(
             // Real-time priority: a packet's due time must not wait for a stream thread's
             // time slice on the same core. The relay sleeps between packets, and the
             // kernel's RT throttling still leaves others 5 % of the core in the worst case.
-            if let Err(e) = sys::set_realtime(RELAY_PRIORITY) {
-                note(&format!(
-                    "pinperf lab: relay {name} keeps normal priority (SCHED_FIFO: {e})"
-                ));
-            }
-            Ok(relay::run(&from, &to, path, mtu, &stop))
+            let priority = sys::set_realtime(RELAY_PRIORITY).err().map(|e| {
+                let warning = format!("relay {name} keeps normal priority (SCHED_FIFO: {e})");
+                note(&format!("pinperf lab: {warning}"));
+                Warning::said(warning)
+            });
+            Ok((relay::run(&from, &to, path, mtu, &stop), priority))
         })
     };
     let forward = relay(
@@ -388,47 +356,47 @@ fn run_lab(
         return_cpu,
     )?;
 
-    let outcome = serve_and_test(&server, &client, cfg, teardown);
+    let outcome = serve_and_test(&server, &client, cfg, teardown, out.client_formatter());
     stop.store(true, Ordering::Relaxed);
-    let fwd = join_relay(forward)?;
-    let ret = join_relay(back)?;
-    out.line(&relay_line("forward (client -> server)", &fwd));
-    out.line(&relay_line("return (server -> client)", &ret));
-    let kernel_drops = [&client, &server]
-        .iter()
-        .map(|ns| {
-            format!(
-                "{} {}",
-                ns.role(),
-                ns.tun_drops().map_or("?".into(), |d| d.to_string())
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    out.line(&format!(
-        "# lab: TUN device drops (kernel queue, outside the emulated path): {kernel_drops}"
-    ));
-    // A few late packets are scheduling noise; one in a thousand means the relay set the pace.
-    let late = fwd.late + ret.late;
-    if late * 1000 > fwd.path.packets + ret.path.packets {
-        out.line(&format!(
-            "# lab: warning: the relay delivered {late} packets more than {} ms late: it, not \
-             the emulated path, limited this run; lower --rate or use a larger --mtu",
-            relay::LATE_NS / 1_000_000
-        ));
+    let (fwd, fwd_priority) = join_relay(forward)?;
+    let (ret, ret_priority) = join_relay(back)?;
+    out.relay(LabRelay::new(Direction::Forward, &fwd));
+    out.relay(LabRelay::new(Direction::Return, &ret));
+    out.tun_drops(Ends {
+        client: client.tun_drops(),
+        server: server.tun_drops(),
+    });
+    for warning in [fwd_priority, ret_priority].into_iter().flatten() {
+        out.warning(warning);
     }
-    outcome
+    let received_bps = outcome
+        .as_ref()
+        .ok()
+        .map(|s| s.sum_received.bits_per_second);
+    if let Some(warning) = report::late_warning(
+        fwd.late + ret.late,
+        fwd.path.packets + ret.path.packets,
+        fwd.worst_late_ns.max(ret.worst_late_ns),
+        received_bps,
+        spec.rate_bps,
+    ) {
+        out.warning(warning);
+    }
+    outcome.map(|_| ())
 }
 
 /// Runs the server on a thread inside `server`'s namespace and the client inside
-/// `client`'s; returns the client's result. While the client runs, the teardown list says
-/// so: a signal then lets it stop and print before anything is torn down.
+/// `client`'s, printing through `formatter`; returns the client's result. From the client's
+/// start the teardown list says that results are pending (`run` clears it once it has
+/// printed them): a signal then lets the test stop and everything print before the lab is
+/// torn down.
 fn serve_and_test(
     server: &Netns,
     client: &Netns,
     cfg: &mut ClientConfig,
     teardown: &TeardownGuard,
-) -> Result<()> {
+    formatter: Box<dyn Formatter>,
+) -> Result<Summary> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let server_file = server
         .file
@@ -472,61 +440,24 @@ fn serve_and_test(
                 "the lab is being torn down: the test does not start".into(),
             ));
         }
-        list.client_running = true;
+        list.results_pending = true;
     }
     let handle = spawn_named("lab-client".into(), move || {
         sys::enter_netns(client_file.as_fd()).map_err(|e| Error::io("enter client netns", e))?;
-        crate::client::run(cfg)
+        crate::client::run_with(cfg, formatter)
     });
-    let result = handle.and_then(|h| {
+    handle.and_then(|h| {
         h.join()
             .map_err(|_| Error::Test("the lab client thread panicked".into()))?
-    });
-    teardown.0.lock().client_running = false;
-    result
+    })
 }
 
-fn join_relay(h: std::thread::JoinHandle<Result<RelayStats>>) -> Result<RelayStats> {
+/// A relay's figures, and the warning it gave when it could not get real-time priority.
+type RelayEnd = (RelayStats, Option<Warning>);
+
+fn join_relay(h: std::thread::JoinHandle<Result<RelayEnd>>) -> Result<RelayEnd> {
     h.join()
         .map_err(|_| Error::Test("a lab relay thread panicked".into()))?
-}
-
-fn relay_line(dir: &str, s: &RelayStats) -> String {
-    let p = &s.path;
-    let cpu = if s.wall.is_zero() {
-        0.0
-    } else {
-        s.cpu_us as f64 / 1e6 / s.wall.as_secs_f64() * 100.0
-    };
-    format!(
-        "# lab relay {dir}: {} packets, {} bytes; queue drops {}, random-loss drops {}; peak \
-         queue {}; late deliveries {} (worst {:.3} ms); write errors {}; relay CPU {:.1} %",
-        p.packets,
-        p.bytes,
-        p.queue_drops,
-        p.loss_drops,
-        size_text(p.peak_queue_bytes),
-        s.late,
-        s.worst_late_ns as f64 / 1e6,
-        s.write_errors,
-        cpu,
-    )
-}
-
-fn rate_text(bps: u64) -> String {
-    if bps >= 1_000_000_000 {
-        format!("{} Gbit/s", bps as f64 / 1e9)
-    } else {
-        format!("{} Mbit/s", bps as f64 / 1e6)
-    }
-}
-
-fn size_text(bytes: u64) -> String {
-    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
-}
-
-fn cpu_text(cpu: Option<usize>) -> String {
-    cpu.map_or("unpinned".into(), |c| format!("cpu{c}"))
 }
 
 /// Held while an `ip` child runs. The `lab-signals` thread takes it after its teardown and
@@ -561,24 +492,45 @@ struct Teardown {
     namespaces: Vec<String>,
     /// Set by the first teardown: no namespace may be created after it.
     done: bool,
-    /// Every namespace a teardown removed so far (`netns NAME`), whichever thread ran it.
-    removed: Vec<String>,
-    /// The client's test runs: a signal lets it stop and print before tearing down.
-    client_running: bool,
+    /// Every namespace a teardown removed so far, whichever thread ran it.
+    removed: Vec<Removal>,
+    /// The client's test runs, or its results and the lab's are still being printed: a
+    /// signal lets `run` finish them before tearing down.
+    results_pending: bool,
+}
+
+/// One namespace teardown found: deleted, or not (`failure` says why).
+#[derive(Debug, Clone, PartialEq)]
+struct Removal {
+    netns: String,
+    failure: Option<String>,
+}
+
+impl std::fmt::Display for Removal {
+    /// `netns NAME`, or `netns NAME FAILED (why)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "netns {}", self.netns)?;
+        match &self.failure {
+            Some(why) => write!(f, " FAILED ({why})"),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Teardown {
-    /// Deletes each listed namespace that exists; returns one entry per namespace it found,
-    /// `netns NAME` or `netns NAME FAILED (why)`. Empty when none existed.
-    fn run(&mut self) -> Vec<String> {
+    /// Deletes each listed namespace that exists; returns one entry per namespace it found.
+    /// Empty when none existed.
+    fn run(&mut self) -> Vec<Removal> {
         self.done = true;
-        let removed: Vec<String> = self
+        let removed: Vec<Removal> = self
             .namespaces
             .drain(..)
             .filter(|ns| netns_exists(ns))
-            .map(|ns| match ip(&["netns", "delete", &ns]) {
-                Ok(()) => format!("netns {ns}"),
-                Err(e) => format!("netns {ns} FAILED ({e})"),
+            .map(|netns| Removal {
+                failure: ip(&["netns", "delete", &netns])
+                    .err()
+                    .map(|e| e.to_string()),
+                netns,
             })
             .collect();
         self.removed.extend(removed.iter().cloned());
@@ -587,11 +539,15 @@ impl Teardown {
 }
 
 /// What a teardown removed, for the lab's last line and the signal message.
-fn removed_text(removed: &[String]) -> String {
+fn removed_text(removed: &[Removal]) -> String {
     if removed.is_empty() {
         "nothing (no namespace had been created)".into()
     } else {
-        removed.join(", ")
+        removed
+            .iter()
+            .map(Removal::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -613,7 +569,7 @@ impl TeardownGuard {
     }
 
     /// Tears down now; what was removed.
-    fn finish(&self) -> Vec<String> {
+    fn finish(&self) -> Vec<Removal> {
         self.0.lock().run()
     }
 }
@@ -655,10 +611,6 @@ impl Netns {
             name: name.to_string(),
             file,
         })
-    }
-
-    fn role(&self) -> &str {
-        self.name.rsplit('-').next().unwrap_or(&self.name)
     }
 
     /// Creates this namespace's TUN device (from a thread that enters the namespace, since
@@ -759,8 +711,17 @@ mod tests {
             "nothing (no namespace had been created)"
         );
         assert!(list.done && list.namespaces.is_empty());
-        let names = ["netns a".to_string(), "netns b".to_string()];
-        assert_eq!(removed_text(&names), "netns a, netns b");
+        let names = [
+            Removal {
+                netns: "a".into(),
+                failure: None,
+            },
+            Removal {
+                netns: "b".into(),
+                failure: Some("busy".into()),
+            },
+        ];
+        assert_eq!(removed_text(&names), "netns a, netns b FAILED (busy)");
     }
 
     #[test]

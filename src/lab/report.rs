@@ -1,0 +1,614 @@
+//! The lab's own figures and warnings: one model ([`LabPath`], [`LabRelay`], [`LabEnd`]),
+//! filled once by `run`'s thread, and [`LabOut`], which prints it in the run's format:
+//! - text: `# lab…` lines on stdout, between the client's report and after it;
+//! - CSV: the same lines on stderr, so stdout stays one table;
+//! - `--json-lines`: `lab_path`, `lab_relay` (one per direction) and `lab_end` events on
+//!   stdout, shaped like the client's (`{"event":…,"data":{…}}`), before and after them;
+//! - `-J`: a `"lab"` member added to the client's document. The relays stop after the
+//!   client's report is built, so the client writes its document into a [`Captured`]
+//!   buffer and `end` prints it, with `lab`, once the namespaces are gone. Only warnings
+//!   and the teardown line go to stderr. Should the client have written something that is
+//!   not one JSON object, it is printed unchanged and the lab's lines go to stderr.
+//!
+//! Formatters compute nothing: every figure is computed here, once, from the relays'
+//! counters. Only `run`'s thread writes through [`LabOut`]; a closed stdout is never an
+//! error (the lab stops writing and still tears down), and nothing here panics.
+
+use std::io::{self, Write};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::relay::{self, RelayStats};
+use super::{PathSpec, note};
+use crate::choices::Format;
+use crate::report::{self, Formatter};
+
+/// Late deliveries are scheduling noise up to one packet in this many.
+const LATE_NOISE_PACKETS: u64 = 1000;
+/// Share of the path's rate at which a run counts as paced by the path even with late
+/// deliveries: TCP/IP headers alone take up to 4 % of the wire at MTU 1500.
+const PATH_PACE_SHARE: f64 = 0.9;
+
+/// Something at the client's and at the server's end.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Ends<T> {
+    pub client: T,
+    pub server: T,
+}
+
+/// The emulated path, as `lab_path` and `lab.path`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LabPath {
+    pub rtt_ms: f64,
+    pub rate_bps: u64,
+    pub queue_bytes: u64,
+    pub bdp_bytes: u64,
+    /// Random-loss probability of each packet, 0 to 1.
+    pub loss: f64,
+    pub mtu: u32,
+    pub namespaces: Ends<String>,
+    pub addresses: Ends<Ipv4Addr>,
+    /// The CPU each relay thread is pinned to; null when unpinned.
+    pub relay_cpus: RelayCpus,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RelayCpus {
+    pub forward: Option<usize>,
+    #[serde(rename = "return")]
+    pub back: Option<usize>,
+}
+
+impl LabPath {
+    pub fn new(spec: &PathSpec, namespaces: Ends<String>, relay_cpus: RelayCpus) -> LabPath {
+        LabPath {
+            rtt_ms: spec.rtt.as_secs_f64() * 1e3,
+            rate_bps: spec.rate_bps,
+            queue_bytes: spec.queue_bytes,
+            bdp_bytes: spec.bdp(),
+            loss: spec.loss,
+            mtu: spec.mtu,
+            namespaces,
+            addresses: Ends {
+                client: super::CLIENT_ADDR,
+                server: super::SERVER_ADDR,
+            },
+            relay_cpus,
+        }
+    }
+
+    /// The lab's first line.
+    fn text(&self) -> String {
+        format!(
+            "# lab: {} (netns {}) -> {} (netns {}): RTT {:.3} ms, bottleneck {}, drop-tail \
+             queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay threads \
+             (SCHED_FIFO): forward {}, return {}",
+            self.addresses.client,
+            self.namespaces.client,
+            self.addresses.server,
+            self.namespaces.server,
+            self.rtt_ms,
+            rate_text(self.rate_bps),
+            size_text(self.queue_bytes),
+            self.queue_bytes as f64 / self.bdp_bytes.max(1) as f64,
+            size_text(self.bdp_bytes),
+            if self.loss > 0.0 {
+                format!("{:.4} %", self.loss * 100.0)
+            } else {
+                "none".into()
+            },
+            self.mtu,
+            cpu_text(self.relay_cpus.forward),
+            cpu_text(self.relay_cpus.back),
+        )
+    }
+}
+
+/// Which way a relay moves packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Client -> server.
+    Forward,
+    /// Server -> client.
+    Return,
+}
+
+/// What one relay direction did, as `lab_relay` and `lab.forward` / `lab.return`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LabRelay {
+    pub direction: Direction,
+    /// Packets and bytes the path delivered.
+    pub packets: u64,
+    pub bytes: u64,
+    /// Packets the full drop-tail queue dropped, and the random-loss setting dropped.
+    pub queue_drops: u64,
+    pub loss_drops: u64,
+    pub peak_queue_bytes: u64,
+    /// Deliveries more than `late_after_ns` after their due time, and the worst lateness.
+    pub late_deliveries: u64,
+    pub worst_late_ns: u64,
+    pub late_after_ns: u64,
+    /// Writes the destination TUN device refused.
+    pub write_errors: u64,
+    /// The relay thread's CPU time, its wall time, and the one over the other.
+    pub cpu_us: u64,
+    pub wall_s: f64,
+    pub cpu_percent: f64,
+}
+
+impl LabRelay {
+    pub fn new(direction: Direction, s: &RelayStats) -> LabRelay {
+        let wall_s = s.wall.as_secs_f64();
+        LabRelay {
+            direction,
+            packets: s.path.packets,
+            bytes: s.path.bytes,
+            queue_drops: s.path.queue_drops,
+            loss_drops: s.path.loss_drops,
+            peak_queue_bytes: s.path.peak_queue_bytes,
+            late_deliveries: s.late,
+            worst_late_ns: s.worst_late_ns,
+            late_after_ns: relay::LATE_NS,
+            write_errors: s.write_errors,
+            cpu_us: s.cpu_us,
+            wall_s,
+            cpu_percent: if wall_s > 0.0 {
+                s.cpu_us as f64 / 1e6 / wall_s * 100.0
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// The relay's line.
+    fn text(&self) -> String {
+        let dir = match self.direction {
+            Direction::Forward => "forward (client -> server)",
+            Direction::Return => "return (server -> client)",
+        };
+        format!(
+            "# lab relay {dir}: {} packets, {} bytes; queue drops {}, random-loss drops {}; peak \
+             queue {}; late deliveries {} (worst {:.3} ms); write errors {}; relay CPU {:.1} %",
+            self.packets,
+            self.bytes,
+            self.queue_drops,
+            self.loss_drops,
+            size_text(self.peak_queue_bytes),
+            self.late_deliveries,
+            self.worst_late_ns as f64 / 1e6,
+            self.write_errors,
+            self.cpu_percent,
+        )
+    }
+}
+
+/// What the lab says last, as `lab_end` (and in `lab` with `-J`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LabEnd {
+    /// Packets each TUN device's kernel queue dropped before its relay read them (outside
+    /// the emulated path); null when unknown.
+    pub tun_drops: Ends<Option<u64>>,
+    pub warnings: Vec<String>,
+    /// The namespaces teardown deleted.
+    pub removed: Vec<String>,
+}
+
+/// A warning for `warnings`, and its line where the lab prints lines (none when it was
+/// already said on stderr as it happened).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Warning {
+    pub message: String,
+    pub line: Option<String>,
+}
+
+impl Warning {
+    /// A warning already said on stderr: it only joins `warnings`.
+    pub fn said(message: String) -> Warning {
+        Warning {
+            message,
+            line: None,
+        }
+    }
+}
+
+/// What the lab says about deliveries later than [`relay::LATE_NS`], of `packets` in
+/// both directions: nothing when at most one in [`LATE_NOISE_PACKETS`] was late; a note
+/// that the path still set the pace when the run received at least [`PATH_PACE_SHARE`] of
+/// the path's rate; otherwise (or with no summary: a failed run) that the relay, not the
+/// path, limited the run.
+pub fn late_warning(
+    late: u64,
+    packets: u64,
+    worst_late_ns: u64,
+    received_bps: Option<f64>,
+    rate_bps: u64,
+) -> Option<Warning> {
+    if late.saturating_mul(LATE_NOISE_PACKETS) <= packets {
+        return None;
+    }
+    let late_ms = relay::LATE_NS / 1_000_000;
+    let share = received_bps.map_or(0.0, |r| r / rate_bps.max(1) as f64);
+    let (message, line) = if share >= PATH_PACE_SHARE {
+        let message = format!(
+            "{late} of {packets} packets were delivered more than {late_ms} ms late (worst \
+             {:.1} ms), but the run reached {:.0} % of the path's {}: the path set the pace",
+            worst_late_ns as f64 / 1e6,
+            share * 100.0,
+            rate_text(rate_bps),
+        );
+        let line = format!("# lab: note: {message}");
+        (message, line)
+    } else {
+        let message = format!(
+            "the relay delivered {late} packets more than {late_ms} ms late: it, not the \
+             emulated path, limited this run; lower --rate or use a larger --mtu"
+        );
+        let line = format!("# lab: warning: {message}");
+        (message, line)
+    };
+    Some(Warning {
+        message,
+        line: Some(line),
+    })
+}
+
+/// The `--json-lines` events of the lab.
+#[derive(Serialize)]
+#[serde(tag = "event", content = "data")]
+enum LabEvent<'a> {
+    #[serde(rename = "lab_path")]
+    Path(&'a LabPath),
+    #[serde(rename = "lab_relay")]
+    Relay(&'a LabRelay),
+    #[serde(rename = "lab_end")]
+    End(&'a LabEnd),
+}
+
+/// `-J`'s `lab` member. A part the run never reached is null.
+#[derive(Serialize)]
+struct LabMember<'a> {
+    path: Option<&'a LabPath>,
+    forward: Option<&'a LabRelay>,
+    #[serde(rename = "return")]
+    back: Option<&'a LabRelay>,
+    #[serde(flatten)]
+    end: &'a LabEnd,
+}
+
+/// The client's `-J` output, kept in memory until the lab adds its figures to it.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The lab's figures, and where they go in this run's format. Used by `run`'s thread only.
+pub struct LabOut {
+    format: Format,
+    /// Nobody reads any more (a closed pipe) or writing failed: write nothing more.
+    closed: bool,
+    /// `-J`: what the client wrote.
+    captured: Captured,
+    /// `-J`: the lab's lines, held back for stderr in case the client's output cannot carry
+    /// the figures.
+    held: Vec<String>,
+    path: Option<LabPath>,
+    forward: Option<LabRelay>,
+    back: Option<LabRelay>,
+    end: LabEnd,
+}
+
+impl LabOut {
+    pub fn new(format: Format) -> LabOut {
+        LabOut {
+            format,
+            closed: false,
+            captured: Captured::default(),
+            held: Vec::new(),
+            path: None,
+            forward: None,
+            back: None,
+            end: LabEnd::default(),
+        }
+    }
+
+    /// The formatter the client prints through: stdout, or with `-J` the buffer the lab
+    /// adds its figures to.
+    pub fn client_formatter(&self) -> Box<dyn Formatter> {
+        match self.format {
+            Format::Json => report::formatter(Format::Json, self.captured.clone()),
+            format => report::formatter(format, io::stdout()),
+        }
+    }
+
+    /// The path, before the test; false once nobody reads.
+    pub fn path(&mut self, path: LabPath) -> bool {
+        let ok = self.say(&path.text(), || LabEvent::Path(&path));
+        self.path = Some(path);
+        ok
+    }
+
+    /// One relay direction's figures, after the test.
+    pub fn relay(&mut self, relay: LabRelay) {
+        self.say(&relay.text(), || LabEvent::Relay(&relay));
+        match relay.direction {
+            Direction::Forward => self.forward = Some(relay),
+            Direction::Return => self.back = Some(relay),
+        }
+    }
+
+    /// The TUN devices' own drops, after the test.
+    pub fn tun_drops(&mut self, drops: Ends<Option<u64>>) {
+        let count = |d: Option<u64>| d.map_or("?".into(), |d| d.to_string());
+        let line = format!(
+            "# lab: TUN device drops (kernel queue, outside the emulated path): client {}, \
+             server {}",
+            count(drops.client),
+            count(drops.server)
+        );
+        self.end.tun_drops = drops;
+        self.line(&line);
+    }
+
+    pub fn warning(&mut self, warning: Warning) {
+        if let Some(line) = &warning.line {
+            self.line(line);
+        }
+        self.end.warnings.push(warning.message);
+    }
+
+    /// The last of it, once the lab is torn down: `removed` (the namespaces teardown
+    /// deleted), `failed` (a warning for each it could not) and `line`, the text line
+    /// saying both; with `-J`, the client's document with `lab` added.
+    pub fn end(&mut self, removed: Vec<String>, failed: Vec<String>, line: &str) {
+        self.end.removed = removed;
+        self.end.warnings.extend(failed);
+        match self.format {
+            Format::Text | Format::Csv => {
+                self.line(line);
+            }
+            Format::JsonLines => {
+                let end = std::mem::take(&mut self.end);
+                self.event(&LabEvent::End(&end));
+                self.end = end;
+            }
+            Format::Json => self.document(line),
+        }
+    }
+
+    /// `-J`: prints the client's document with `lab` added, and on stderr the warnings and
+    /// `line`; or, when the client wrote no JSON object, what it wrote and all the lab's
+    /// lines on stderr.
+    fn document(&mut self, line: &str) {
+        let captured = std::mem::take(&mut *self.captured.0.lock());
+        let lab = LabMember {
+            path: self.path.as_ref(),
+            forward: self.forward.as_ref(),
+            back: self.back.as_ref(),
+            end: &self.end,
+        };
+        let (stdout, stderr) = match with_lab(&captured, &lab) {
+            Some(doc) => {
+                let warnings = self.held.iter().filter(|l| is_warning(l));
+                (doc.into_bytes(), warnings.cloned().collect::<Vec<_>>())
+            }
+            None => (captured, std::mem::take(&mut self.held)),
+        };
+        for l in stderr.iter().map(String::as_str).chain([line]) {
+            note(l);
+        }
+        if !stdout.is_empty() {
+            self.write(&stdout, true);
+        }
+    }
+
+    /// Says one thing in this format: `line` as text, `event` with `--json-lines`, held
+    /// back with `-J`. False once nobody reads.
+    fn say<'a>(&mut self, line: &str, event: impl FnOnce() -> LabEvent<'a>) -> bool {
+        match self.format {
+            Format::JsonLines => self.event(&event()),
+            _ => self.line(line),
+        }
+    }
+
+    /// One text line: on stdout with text, on stderr with CSV, held with `-J`; none with
+    /// `--json-lines`, whose events carry the figures.
+    fn line(&mut self, line: &str) -> bool {
+        match self.format {
+            Format::Text => self.write(format!("{line}\n").as_bytes(), true),
+            Format::Csv => self.write(format!("{line}\n").as_bytes(), false),
+            Format::Json => {
+                self.held.push(line.to_string());
+                true
+            }
+            Format::JsonLines => true,
+        }
+    }
+
+    /// One `--json-lines` event on stdout.
+    fn event(&mut self, event: &LabEvent) -> bool {
+        match serde_json::to_string(event) {
+            Ok(json) => self.write(format!("{json}\n").as_bytes(), true),
+            Err(e) => {
+                note(&format!(
+                    "pinperf lab: the lab's event was not written: {e}"
+                ));
+                true
+            }
+        }
+    }
+
+    /// Writes and flushes `bytes`; false once nobody reads. A closed pipe is not an error
+    /// and is not reported (ripgrep); another write error is reported once.
+    fn write(&mut self, bytes: &[u8], stdout: bool) -> bool {
+        if self.closed {
+            return false;
+        }
+        let written = if stdout {
+            let mut out = io::stdout().lock();
+            out.write_all(bytes).and_then(|()| out.flush())
+        } else {
+            io::stderr().lock().write_all(bytes)
+        };
+        match written {
+            Ok(()) => true,
+            Err(e) => {
+                self.closed = true;
+                if e.kind() != io::ErrorKind::BrokenPipe {
+                    note(&format!("pinperf lab: writing the lab's lines failed: {e}"));
+                }
+                false
+            }
+        }
+    }
+}
+
+/// A warning or note line of the lab (the ones `-J` keeps on stderr).
+fn is_warning(line: &str) -> bool {
+    line.starts_with("# lab: warning: ") || line.starts_with("# lab: note: ")
+}
+
+/// The client's `-J` output `doc` with `"lab": lab` as its last member, the client's text
+/// (and so the order of its members) kept as it was; a one-line document is pretty-printed
+/// first. None when `doc` is not one JSON object (or already has `lab`).
+fn with_lab(doc: &[u8], lab: &impl Serialize) -> Option<String> {
+    let parsed: serde_json::Value = serde_json::from_slice(doc).ok()?;
+    let members = parsed.as_object()?;
+    if members.contains_key("lab") {
+        return None;
+    }
+    let text = std::str::from_utf8(doc).ok()?.trim();
+    let pretty;
+    let text = if text.contains('\n') {
+        text
+    } else {
+        pretty = serde_json::to_string_pretty(&parsed).ok()?;
+        &pretty
+    };
+    let body = text.strip_suffix('}')?.trim_end();
+    let comma = if members.is_empty() { "" } else { "," };
+    // Pretty JSON has no raw newline inside a string: each one starts a line to indent.
+    let lab = serde_json::to_string_pretty(lab)
+        .ok()?
+        .replace('\n', "\n  ");
+    let out = format!("{body}{comma}\n  \"lab\": {lab}\n}}\n");
+    serde_json::from_str::<serde_json::Value>(&out).ok()?;
+    Some(out)
+}
+
+fn rate_text(bps: u64) -> String {
+    if bps >= 1_000_000_000 {
+        format!("{} Gbit/s", bps as f64 / 1e9)
+    } else {
+        format!("{} Mbit/s", bps as f64 / 1e6)
+    }
+}
+
+fn size_text(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn cpu_text(cpu: Option<usize>) -> String {
+    cpu.map_or("unpinned".into(), |c| format!("cpu{c}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RATE: u64 = 200_000_000;
+
+    #[test]
+    fn late_deliveries_are_noise_up_to_one_in_a_thousand() {
+        assert_eq!(late_warning(10, 10_000, 3_000_000, Some(1e8), RATE), None);
+        assert_eq!(late_warning(0, 0, 0, None, RATE), None);
+    }
+
+    #[test]
+    fn late_deliveries_in_a_run_at_the_path_s_rate_only_get_a_note() {
+        let w = late_warning(30, 10_000, 2_470_000, Some(185e6), RATE).expect("said");
+        assert_eq!(
+            w.message,
+            "30 of 10000 packets were delivered more than 1 ms late (worst 2.5 ms), but the \
+             run reached 92 % of the path's 200 Mbit/s: the path set the pace"
+        );
+        assert_eq!(w.line, Some(format!("# lab: note: {}", w.message)));
+        // Exactly the share: still the path's pace.
+        let at = late_warning(30, 10_000, 0, Some(180e6), RATE).expect("said");
+        assert!(at.message.ends_with("the path set the pace"), "{at:?}");
+    }
+
+    #[test]
+    fn late_deliveries_below_the_path_s_rate_blame_the_relay() {
+        let strong = "the relay delivered 30 packets more than 1 ms late: it, not the \
+                      emulated path, limited this run; lower --rate or use a larger --mtu";
+        for received in [Some(179e6), Some(0.0), None] {
+            let w = late_warning(30, 10_000, 2_470_000, received, RATE).expect("said");
+            assert_eq!(w.message, strong, "{received:?}");
+            assert_eq!(w.line, Some(format!("# lab: warning: {strong}")));
+        }
+    }
+
+    #[test]
+    fn the_lab_member_goes_last_and_keeps_the_client_s_document_as_it_was() {
+        let client = "{\n  \"start\": {\n    \"b\": 1,\n    \"a\": [\n      2\n    ]\n  },\n  \
+                      \"end\": null,\n  \"error\": \"x\\ny\"\n}\n";
+        let lab = serde_json::json!({ "path": { "mtu": 9000 }, "warnings": ["w"] });
+        let doc = with_lab(client.as_bytes(), &lab).expect("an object");
+        let (kept, added) = doc.split_at(client.trim_end().len() - 2);
+        assert_eq!(kept, &client[..kept.len()], "{doc}");
+        assert_eq!(
+            added,
+            ",\n  \"lab\": {\n    \"path\": {\n      \"mtu\": 9000\n    },\n    \
+             \"warnings\": [\n      \"w\"\n    ]\n  }\n}\n"
+        );
+        let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
+        assert_eq!(v["lab"]["path"]["mtu"], 9000);
+        assert_eq!(v["error"], "x\ny");
+    }
+
+    #[test]
+    fn a_one_line_document_gets_lab_and_anything_else_is_left_alone() {
+        let lab = serde_json::json!({ "removed": [] });
+        let doc = with_lab(br#"{"error":"refused"}"#, &lab).expect("an object");
+        assert_eq!(
+            doc,
+            "{\n  \"error\": \"refused\",\n  \"lab\": {\n    \"removed\": []\n  }\n}\n"
+        );
+        assert_eq!(
+            with_lab(b"{}", &lab).as_deref(),
+            Some("{\n  \"lab\": {\n    \"removed\": []\n  }\n}\n")
+        );
+        for not_one_object in [&b""[..], b"[1]", b"{\"end\":", b"{} {}", b"{\"lab\":1}"] {
+            assert_eq!(with_lab(not_one_object, &lab), None);
+        }
+    }
+
+    #[test]
+    fn lab_events_have_the_client_s_shape() {
+        let end = LabEnd {
+            tun_drops: Ends {
+                client: Some(0),
+                server: None,
+            },
+            warnings: vec![],
+            removed: vec!["pinperf-lab-1-server".into()],
+        };
+        assert_eq!(
+            serde_json::to_string(&LabEvent::End(&end)).unwrap(),
+            r#"{"event":"lab_end","data":{"tun_drops":{"client":0,"server":null},"warnings":[],"removed":["pinperf-lab-1-server"]}}"#
+        );
+    }
+}
