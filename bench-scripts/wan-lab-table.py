@@ -22,8 +22,10 @@ def load(name):
         return None
     if "end" not in doc or doc["end"] is None:
         return None
-    err = (out / "runs" / f"{name}.err").read_text()
-    m = RELAY.search(err)
+    # The relay's figures: the document's "lab" member (pinperf since the lab joined -J),
+    # else the relay line older runs left on stderr.
+    fwd = (doc.get("lab") or {}).get("forward")
+    m = None if fwd else RELAY.search((out / "runs" / f"{name}.err").read_text())
     e, s = doc["end"], doc["start"]
     kern = e.get("kernel") or {}
     recv = (kern.get("receiver") or kern.get("sender") or {}).get("drops", {})
@@ -48,9 +50,9 @@ def load(name):
         "retr": e["sum_sent"].get("retransmits") or 0,
         "sndbuf": s["local_window"]["sndbuf"],
         "seconds": e["sum_received"]["seconds"],
-        "queue_drops": int(m.group(1)) if m else None,
-        "late": int(m.group(4)) if m else None,
-        "relay_cpu": float(m.group(7)) if m else None,
+        "queue_drops": fwd["queue_drops"] if fwd else int(m.group(1)) if m else None,
+        "late": fwd["late_deliveries"] if fwd else int(m.group(4)) if m else None,
+        "relay_cpu": fwd["cpu_percent"] if fwd else float(m.group(7)) if m else None,
         "kernel_drops": sum(recv.get(k, 0) for k in
                             ("rcvq_drops", "ofo_drops", "rcv_pruned", "ofo_pruned", "backlog_drops")),
         "pressures": pressures,
