@@ -531,17 +531,22 @@ fn ctrl_c_stops_a_shell_loop_around_pinperf() {
         return;
     }
     let script = r#"
-import glob, os, pty, select, sys, time
+import glob, os, pty, select, signal, sys, time
 def streaming():
+    # A stream-0 thread of this test's own pinperf (its path is argv[1]).
     for comm in glob.glob("/proc/[0-9]*/task/*/comm"):
         try:
-            if open(comm).read().strip() == "stream-0":
+            proc = comm.split("/task/")[0]
+            if (open(comm).read().strip() == "stream-0"
+                    and open(proc + "/cmdline", "rb").read().split(b"\0")[0]
+                    == sys.argv[1].encode()):
                 return True
         except OSError:
             pass
     return False
 pid, fd = pty.fork()
 if pid == 0:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execvp("bash", ["bash", "--norc", "-c",
         'for i in 1 2 3; do "$0" --loopback -t 3 | fgrep "**"; echo "next $i"; done; echo LOOP-END',
         sys.argv[1]])
@@ -563,7 +568,9 @@ _, status = os.waitpid(pid, 0)
 print(out.decode(errors="replace"))
 print("STATUS", status, "SENT", sent)
 "#;
-    let out = Command::new("python3")
+    // Whatever the harness ignores (a background job ignores SIGINT), the terminal's
+    // Ctrl-C must reach the loop as it would at a prompt.
+    let out = util::with_default_stop_signals(Command::new("python3"))
         .arg("-c")
         .arg(script)
         .arg(bin())
