@@ -593,13 +593,19 @@ fn json_document_adds_up_and_reconciles() {
             f.jain.is_some_and(|j| j > 0.25 - 1e-9 && j <= 1.0 + 1e-9),
             "{f:?}"
         );
-        assert!(
-            iv.streams
-                .iter()
-                .all(|s| s.block_rtt.is_some() || s.bytes == 0),
-            "block RTT with echo on"
-        );
         interval_total += bytes;
+    }
+    // Block RTT with echo on: a sender collects echoes between its writes, so a stream
+    // thread that got no CPU for a whole 0.5 s interval on a loaded machine has none there
+    // (its bytes came from its buffer); over the test every stream has its samples.
+    for s in 0..4 {
+        assert!(
+            doc.intervals
+                .iter()
+                .any(|iv| iv.streams[s].block_rtt.is_some_and(|r| r.samples > 0)),
+            "stream {s}: block RTT in some interval with echo on{}",
+            run.explain()
+        );
     }
     assert_eq!(
         interval_total, end.sum_received.bytes,
