@@ -89,7 +89,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         });
 
     let (remote_software, accept) = negotiate(&ctl, &cfg.test)?;
-    let (socks, local_window) = connect_streams(&cfg, peer, &accept)?;
+    let (socks, local_window) =
+        connect_streams(&cfg, peer, &accept).map_err(|e| with_their_word(&ctl, e))?;
     warn_windows(&local_window, &accept, n);
 
     let congestion = net::congestion(&socks[0].data).unwrap_or_else(|| "?".into());
@@ -179,6 +180,10 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         return Err(output.error().unwrap_or(e));
     }
     let _ = ctl.send(&ControlMsg::Bye);
+    // The test ran; its report may not have been written (`-J` writes once, at the end).
+    if let Some(e) = output.error() {
+        return Err(e);
+    }
     let totals = totals?;
     let sent: u64 = totals.sent.iter().sum();
     let received: u64 = totals.received.as_deref().unwrap_or_default().iter().sum();
@@ -313,16 +318,8 @@ fn watch(
                 at,
                 error: f.error.clone(),
             });
-            // A reset seen here may be the server's own failure (or our failure seen from
-            // there): which came first cannot be told from one end, so its word is added.
-            let theirs = match ctl.poll(timeouts::CAUSE) {
-                Err(e @ Error::Test(_)) => format!("; {e}"),
-                _ => String::new(),
-            };
-            return Some(Error::Test(format!(
-                "{} ({at:.2} s into the test){theirs}",
-                f.error
-            )));
+            let ours = Error::Test(format!("{} ({at:.2} s into the test)", f.error));
+            return Some(with_their_word(ctl, ours));
         }
         if output.closed() {
             return Some(Error::OutputClosed);
@@ -331,15 +328,18 @@ fn watch(
             let at = t0.elapsed().as_secs_f64();
             let e = crate::signals::interrupted(sig, format!("{at:.1} s into the test"));
             ctl.abort(&e.to_string());
-            if let (Format::Text, Some(until_us)) = (cfg.format, received_until_us) {
-                let _ = remote_tx.send(RemoteEvent::StreamFailed {
-                    at,
-                    error: format!(
-                        "{e}; the totals below are over the receiver's rows up to {:.3} s \
-                         (the sender's count also holds what it wrote after them)",
-                        until_us as f64 / 1e6
-                    ),
-                });
+            if let Some(until_us) = received_until_us {
+                if cfg.format == Format::Text {
+                    let _ = remote_tx.send(RemoteEvent::StreamFailed {
+                        at,
+                        error: format!(
+                            "{e}; the totals below are over the receiver's rows up to {:.3} s \
+                             (the sender's count also holds what it wrote after them)",
+                            until_us as f64 / 1e6
+                        ),
+                    });
+                }
+                // Every format keeps the totals so far (`-J`: `end` beside `error`).
                 let _ = remote_tx.send(RemoteEvent::Done(ReceiverDone {
                     bytes: received,
                     elapsed_us: until_us,
@@ -402,6 +402,16 @@ fn watch(
                 )));
             }
         }
+    }
+}
+
+/// A failure seen here may be the server's own (out of descriptors, a reset there) or
+/// ours seen from there: which came first cannot be told from one end, so the server's
+/// word, if it says one within [`timeouts::CAUSE`], is added to ours.
+fn with_their_word(ctl: &Control, ours: Error) -> Error {
+    match ctl.poll(timeouts::CAUSE) {
+        Err(theirs @ Error::Test(_)) => Error::Test(format!("{ours}; {theirs}")),
+        _ => ours,
     }
 }
 

@@ -359,7 +359,11 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         }
     );
     let mut out = io::stdout().lock();
-    let io_err = |e: io::Error| Error::io("write the comparison", e);
+    // Nobody reads any more (`| head`): stop quietly, as a single test does.
+    let io_err = |e: io::Error| match e.kind() {
+        io::ErrorKind::BrokenPipe => Error::OutputClosed,
+        _ => Error::io("write the comparison", e),
+    };
     match format {
         Format::Text => {
             writeln!(

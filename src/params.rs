@@ -260,6 +260,14 @@ impl TestParams {
                 "-t/-i: {rows} intervals, more than {MAX_INTERVALS}; use a longer -i"
             ));
         }
+        if let Some(Affinity::List(list)) = &self.pin
+            && (list.is_empty() || list.len() > 4096)
+        {
+            return Err(format!(
+                "-A .../{}: the server's CPU list must name 1 to 4096 CPUs",
+                list.len()
+            ));
+        }
         if let Some(name) = &self.transport.congestion
             && (name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_graphic()))
         {

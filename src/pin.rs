@@ -107,6 +107,9 @@ pub fn plan(affinity: &Affinity, streams: usize, allowed: &[usize]) -> Result<Pi
         Affinity::Auto => (0..streams)
             .map(|i| Some(allowed[i % allowed.len()]))
             .collect(),
+        Affinity::List(list) if list.is_empty() => {
+            return Err("an empty CPU list (name at least one CPU)".into());
+        }
         Affinity::List(list) => {
             if let Some(cpu) = list.iter().find(|c| !allowed.contains(c)) {
                 return Err(format!(

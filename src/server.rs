@@ -219,9 +219,10 @@ impl Server {
                         return Ok(());
                     }
                 }
-                let result = session(stream, peer, &cfg2, &slot2);
-                slot2.release();
-                result
+                // Released however the session ends, a panic included: a server that says
+                // "busy" forever after one bad client is a server nobody can leave running.
+                let _release = SlotGuard(&slot2);
+                session(stream, peer, &cfg2, &slot2)
             });
             match control {
                 Ok(handle) if cfg.one_off && taken => return join_session(handle, peer),
@@ -242,6 +243,15 @@ impl Server {
 const IDLE: u8 = 0;
 const RUNNING: u8 = 1;
 const FINISHING: u8 = 2;
+
+/// Frees the slot when dropped.
+struct SlotGuard<'a>(&'a Slot);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
 
 /// Whether the server is free: idle, running a test, or finishing one (results sent).
 #[derive(Default)]

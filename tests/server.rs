@@ -532,3 +532,37 @@ fn a_server_out_of_file_descriptors_says_so_once_and_recovers() {
         "{log}"
     );
 }
+
+/// A peer's parameters are checked before anything uses them: an empty server CPU list
+/// (which no command line makes) is refused with its reason, and the server serves on.
+#[test]
+fn crafted_parameters_are_refused_and_the_server_serves_on() {
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
+    let mut params = serde_json::to_value(ControlMsg::Params(TestParams::defaults())).unwrap();
+    params["pin"] = serde_json::json!({ "list": [] });
+    let body = serde_json::to_vec(&params).unwrap();
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(protocol::PREAMBLE).unwrap();
+    s.write_all(&protocol::encode(&ControlMsg::Hello {
+        version: PROTOCOL_VERSION,
+        software: "a crafted client".into(),
+    }))
+    .unwrap();
+    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut pre = [0u8; 8];
+    s.read_exact(&mut pre).unwrap();
+    let peer = s.peer_addr().unwrap();
+    assert!(matches!(
+        protocol::read_frame(&mut s, peer).unwrap(),
+        ControlMsg::Welcome { .. }
+    ));
+    match protocol::read_frame(&mut s, peer).unwrap() {
+        ControlMsg::Refuse { reason } => assert!(reason.contains("CPU list"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}\n{}", server.log()),
+    }
+    drop(s);
+    client("127.0.0.1", &server.port(), &[]).assert_ok();
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+}

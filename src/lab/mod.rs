@@ -260,6 +260,10 @@ pub fn run(a: &LabArgs) -> Result<()> {
         &format!("# lab: removed {}", removed_text(&removed)),
     );
     teardown.0.lock().results_pending = false;
+    let result = match (result, out.write_error()) {
+        (Ok(()), Some(e)) => Err(e),
+        (result, _) => result,
+    };
     match crate::signals::received() {
         Some(sig) => {
             note(&signal_text(sig, &teardown.0.lock().removed));

@@ -299,6 +299,8 @@ pub struct LabOut {
     format: Format,
     /// Nobody reads any more (a closed pipe) or writing failed: write nothing more.
     closed: bool,
+    /// Writing failed other than by a closed pipe (a full disk): the run fails with it.
+    failed: Option<io::ErrorKind>,
     /// `-J`: what the client wrote.
     captured: Captured,
     /// `-J`: the lab's lines, held back for stderr in case the client's output cannot carry
@@ -315,6 +317,7 @@ impl LabOut {
         LabOut {
             format,
             closed: false,
+            failed: None,
             captured: Captured::default(),
             held: Vec::new(),
             path: None,
@@ -468,10 +471,17 @@ impl LabOut {
                 self.closed = true;
                 if e.kind() != io::ErrorKind::BrokenPipe {
                     note(&format!("pinperf lab: writing the lab's lines failed: {e}"));
+                    self.failed.get_or_insert(e.kind());
                 }
                 false
             }
         }
+    }
+
+    /// A write error other than a closed pipe, which fails the run (exit 1).
+    pub fn write_error(&self) -> Option<crate::error::Error> {
+        self.failed
+            .map(|kind| crate::error::Error::io("write the lab's report", io::Error::from(kind)))
     }
 }
 

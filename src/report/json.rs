@@ -76,6 +76,15 @@ impl<W: Write + Send> Formatter for JsonFormatter<W> {
         self.out.flush()
     }
 
+    /// One document with both the totals so far and why the test stopped (as iperf3 -J
+    /// keeps its end sums when interrupted).
+    fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.end = Some(summary.clone());
+        }
+        self.failed(error)
+    }
+
     fn failed(&mut self, error: &str) -> io::Result<()> {
         match self.doc.take() {
             Some(mut doc) => {

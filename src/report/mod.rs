@@ -40,6 +40,12 @@ pub(crate) trait Formatter: Send {
     fn failed(&mut self, _error: &str) -> io::Result<()> {
         Ok(())
     }
+    /// The test was cut short (a signal) after `summary`'s totals so far: both are said,
+    /// the totals first.
+    fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
+        self.summary(summary)?;
+        self.failed(error)
+    }
     /// A stream failed `at` seconds into the test: said the moment it is known, before
     /// the partial results.
     fn stream_failed(&mut self, _at: f64, _error: &str) -> io::Result<()> {
@@ -258,7 +264,9 @@ pub(crate) fn run_sender_reporter(
     }
     let sent = cutter.totals().to_vec();
     let mut summary = None;
-    if let Some(d) = &done {
+    // A test cut short inside `-O`'s seconds measured nothing that counts: no totals.
+    let measured = |d: &ReceiverDone| failed.is_none() || d.elapsed_us as f64 / 1e6 > header.omit_s;
+    if let Some(d) = done.as_ref().filter(|d| measured(d)) {
         let mut s = summarize(&header, &sent, d, &mut totals, failed.is_some());
         if let Some(mut local) = local_cpu {
             if header.engine == crate::choices::Engine::Single {
@@ -270,7 +278,10 @@ pub(crate) fn run_sender_reporter(
             add_kernel(&mut s, local, d.kernel);
         }
         if output_ok {
-            output.check(out.summary(&s));
+            output.check(match &failed {
+                Some(e) => out.cut_short(&s, e),
+                None => out.summary(&s),
+            });
         }
         summary = Some(s);
     }
@@ -412,13 +423,16 @@ fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
 /// so is the process time, and one process is one host: its cores are counted once too.
 fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Option<CpuReport>) {
     let one_host = header.same_host || header.same_process;
+    // In one process both ends' process times are the same figure: said once, as the
+    // host's, so a reader adding local and remote does not count it twice.
+    let remote_process = remote.as_ref().filter(|_| !header.same_process);
     summary.cpu_utilization_percent = Some(CpuUtilization {
         host_total: local.host_total,
         host_user: local.host_user,
         host_system: local.host_system,
-        remote_total: remote.as_ref().map(|r| r.host_total),
-        remote_user: remote.as_ref().map(|r| r.host_user),
-        remote_system: remote.as_ref().map(|r| r.host_system),
+        remote_total: remote_process.map(|r| r.host_total),
+        remote_user: remote_process.map(|r| r.host_user),
+        remote_system: remote_process.map(|r| r.host_system),
     });
     let busy_cores = local.busy_cores()
         + if one_host {
@@ -434,8 +448,14 @@ fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Opt
                 .as_ref()
                 .map_or(0.0, |r| r.process.total_us() as f64 / 1e6)
         };
-    let gb = summary.sum_received.bytes as f64 / 1e9;
-    let gbps = summary.sum_received.bits_per_second / 1e9;
+    // CPU is measured over the whole run, `-O`'s seconds included: so are the bytes and
+    // the time it is set against.
+    let whole_bytes = summary.sum_received.bytes + summary.omitted.received_bytes;
+    let gb = whole_bytes as f64 / 1e9;
+    let gbps = match summary.sum_received.end {
+        end if end > 0.0 => gb * 8.0 / end,
+        _ => 0.0,
+    };
     summary.cpu = Some(CpuSummary {
         local,
         remote,
@@ -554,6 +574,7 @@ fn summarize(
         cpu_utilization_percent: None,
         cpu: None,
         kernel: None,
+        cut_short,
         omitted: model::Omitted {
             seconds: start,
             sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
@@ -597,8 +618,28 @@ mod tests {
         let mut s = model::sample::summary();
         s.sum_received.bytes = 2_000_000_000;
         s.sum_received.bits_per_second = 8e9;
+        (s.sum_received.start, s.sum_received.end) = (0.0, 2.0);
         add_cpu(&mut s, &header, two_cores(100.0), Some(two_cores(100.0)));
         s.cpu.unwrap()
+    }
+
+    /// With `-O` the CPU covers the omitted seconds too; so must the bytes it is set against
+    /// (review: `-O 2 -t 1` reported 2.5x the CPU-seconds per GB of `-t 1`).
+    #[test]
+    fn efficiency_counts_the_omitted_seconds_the_cpu_covers() {
+        let header = model::sample::header();
+        let mut s = model::sample::summary();
+        (s.sum_received.start, s.sum_received.end) = (2.0, 3.0);
+        s.sum_received.bytes = 1_000_000_000;
+        s.omitted.received_bytes = 2_000_000_000;
+        add_cpu(&mut s, &header, two_cores(100.0), None);
+        let cpu = s.cpu.unwrap();
+        // 3 GB in 3 s on 2 busy cores; the process's CPU over 3 GB.
+        assert_eq!(cpu.gbps_per_busy_core, Some(4.0));
+        assert_eq!(
+            cpu.cpu_seconds_per_gb,
+            Some(two_cores(100.0).process.total_us() as f64 / 1e6 / 3.0)
+        );
     }
 
     /// Issue 15: `pinperf lab` runs both ends in one process but different namespaces, so

@@ -183,6 +183,10 @@ pub struct Summary {
     /// Bytes sent and received in `-O`'s omitted seconds (not in the totals above).
     #[serde(default)]
     pub omitted: Omitted,
+    /// The test was cut short (a failure, a signal): the totals are over the receiver's
+    /// rows so far, and the sender's count also holds what it wrote after them.
+    #[serde(default)]
+    pub cut_short: bool,
 }
 
 /// What `-O` left out of the totals.
@@ -265,11 +269,20 @@ impl ThreadCpu {
 }
 
 impl Summary {
+    /// Bytes the sender wrote over the whole run, `-O`'s seconds included.
+    pub fn sent_whole_run(&self) -> u64 {
+        self.sum_sent.bytes + self.omitted.sent_bytes
+    }
+
+    /// Bytes the receiver read over the whole run, `-O`'s seconds included.
+    pub fn received_whole_run(&self) -> u64 {
+        self.sum_received.bytes + self.omitted.received_bytes
+    }
+
     /// Sender and receiver agree to the byte over the whole test (with `-O`, the split
     /// at the end of the omitted seconds differs by what was in flight then).
     pub fn reconciled(&self) -> bool {
-        self.sum_sent.bytes + self.omitted.sent_bytes
-            == self.sum_received.bytes + self.omitted.received_bytes
+        self.sent_whole_run() == self.received_whole_run()
     }
 }
 
@@ -466,6 +479,7 @@ pub(crate) mod sample {
             }),
             kernel: None,
             omitted: Omitted::default(),
+            cut_short: false,
         }
     }
 }

@@ -420,13 +420,17 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         for line in &s.diagnosis {
             writeln!(self.out, "# {line}")?;
         }
-        let verdict = if s.reconciled() { "equal" } else { "MISMATCH" };
+        let verdict = match (s.reconciled(), s.cut_short) {
+            (true, _) => "equal",
+            (false, true) => "not reconciled: the test was cut short",
+            (false, false) => "MISMATCH",
+        };
         let o = &s.omitted;
         writeln!(
             self.out,
             "# bytes: sender wrote {}, receiver read {}: {verdict}",
-            s.sum_sent.bytes + o.sent_bytes,
-            s.sum_received.bytes + o.received_bytes
+            s.sent_whole_run(),
+            s.received_whole_run()
         )?;
         if o.seconds > 0.0 {
             writeln!(
