@@ -48,6 +48,11 @@ impl Target {
                 "-6: --loopback runs on 127.0.0.1; use -c ::1 against a server for IPv6",
             ));
         }
+        if a.connect_timeout.is_zero() {
+            return Err(usage(
+                "--connect-timeout 0: give the connection some time, e.g. 5 (seconds)",
+            ));
+        }
         Ok(Target {
             host: a.client.clone(),
             port: a.port,

@@ -632,7 +632,10 @@ fn accept_streams(
         .op(|| "set O_NONBLOCK on the data listener".into())?;
     let expected = if echo { 2 * n } else { n };
     // A long path makes each connection slower to arrive: the control connection's RTT.
-    let allowed = timeouts::streams_arrive(expected, ctl.rtt());
+    let rtt = net::tcp_info(&ctl.socket()).map_or(Duration::ZERO, |i| {
+        Duration::from_micros(u64::from(i.rtt_us))
+    });
+    let allowed = timeouts::streams_arrive(expected, rtt);
     let deadline = Instant::now() + allowed;
     let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =
         (0..n).map(|_| (None, None)).collect();

@@ -36,6 +36,11 @@ pub fn streams_arrive(connections: usize, rtt: Duration) -> Duration {
     HANDSHAKE + rtt.saturating_mul(2 * u32::try_from(connections).unwrap_or(u32::MAX))
 }
 
+/// How long a stop signal lets the lab's client test stop and print before the lab tears
+/// down and exits anyway. Stopping takes a control poll (100 ms), a stream wake-up and the
+/// report, well under a second; a test still in its handshake is not waited for.
+pub const SIGNAL_GRACE: Duration = Duration::from_secs(5);
+
 /// How long a "busy" answer may take to write and its connection to drain: a refused
 /// client must not hold a thread of the server.
 pub const BUSY_ANSWER: Duration = Duration::from_secs(1);

@@ -184,6 +184,13 @@ fn the_leaves_stay_leaves() {
         let deps = graph.get(leaf).cloned().unwrap_or_default();
         assert!(deps.is_empty(), "{leaf} imports {deps:?}");
     }
+    // What the wire and the reports carry is plain data: neither needs the socket layer.
+    for module in ["protocol", "report"] {
+        let deps = graph.get(module).cloned().unwrap_or_default();
+        for below in ["net", "sys"] {
+            assert!(!deps.contains(below), "{module} imports {below}: {deps:?}");
+        }
+    }
     // The parameter table and the flags sit just above them: no sockets, no threads.
     for (module, allowed) in [
         ("netinfo", &["units"][..]),

@@ -314,7 +314,10 @@ fn without_b_the_server_listens_dual_stack() {
         server.log()
     );
     if !has_ipv6_loopback() {
-        println!("SKIPPED: -c ::1: this host has no IPv6 loopback (cannot bind [::1])");
+        util::skipped(
+            "without_b_the_server_listens_dual_stack (-c ::1)",
+            "this host has no IPv6 loopback (cannot bind [::1])",
+        );
         return;
     }
     assert_eq!(
@@ -338,7 +341,10 @@ fn server_dash_4_and_dash_6_listen_on_one_family_only() {
     assert_eq!(v4.addr.to_string(), format!("0.0.0.0:{}", v4.port()));
     client("127.0.0.1", &v4.port(), &[]).assert_ok();
     if !has_ipv6_loopback() {
-        println!("SKIPPED: -6 and -c ::1: this host has no IPv6 loopback (cannot bind [::1])");
+        util::skipped(
+            "server_dash_4_and_dash_6_listen_on_one_family_only (-6)",
+            "this host has no IPv6 loopback (cannot bind [::1])",
+        );
         return;
     }
     let run = client("::1", &v4.port(), &[]);
@@ -447,7 +453,10 @@ fn a_server_out_of_file_descriptors_says_so_once_and_recovers() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_prlimit {
-        println!("SKIPPED: no prlimit (util-linux) to lower the server's descriptor limit");
+        util::skipped(
+            "a_server_out_of_file_descriptors_says_so_once_and_recovers",
+            "no prlimit (util-linux) to lower the server's descriptor limit",
+        );
         return;
     }
     let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);

@@ -14,7 +14,7 @@
 //! ([`crate::signals`]): it prints what it measured in its format, then `run` tears down;
 //! the `lab-signals` thread tears down and exits itself when no test runs (nor its results
 //! are still being printed), at a second signal, or when the run has not ended
-//! [`SIGNAL_GRACE`] after the first.
+//! [`crate::timeouts::SIGNAL_GRACE`] after the first.
 //! Invariants: a name joins the teardown list before `ip netns add` runs, and the list's
 //! lock is held across that call, so a signal's teardown waits for a creation in progress
 //! and then deletes it; after the first teardown nothing more is created; teardown
@@ -67,10 +67,6 @@ pub const NETNS_PREFIX: &str = "pinperf-lab-";
 const TXQUEUELEN: &str = "10000";
 /// SCHED_FIFO priority of the relay threads (1 is the lowest real-time priority).
 const RELAY_PRIORITY: i32 = 10;
-/// How long a signal lets the client's test stop and print before the `lab-signals` thread
-/// tears down and exits anyway. Stopping takes a control poll (100 ms), a stream wake-up
-/// and the report (well under a second); this also covers a handshake still under way.
-const SIGNAL_GRACE: Duration = Duration::from_secs(5);
 
 /// The emulated path, validated.
 #[derive(Debug, Clone, Copy)]
@@ -168,6 +164,9 @@ pub fn parse_loss(text: &str) -> std::result::Result<f64, String> {
 
 /// Parses the options after `--` as a client's and checks them before anything is created.
 pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
+    if let Some(msg) = crate::cli::not_yet(&a.client_args) {
+        return Err(Error::Usage(format!("client options after `--`: {msg}")));
+    }
     let argv = std::iter::once("pinperf lab --".to_string()).chain(a.client_args.iter().cloned());
     let mut args = Args::try_parse_from(argv).map_err(|e| {
         let text = e.to_string();
@@ -235,7 +234,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
             // `run` tears down once the test has stopped and the results are printed, and
             // the process ends with it.
             drop(list);
-            if let Some(again) = sys::wait_stop_signal_for(SIGNAL_GRACE) {
+            if let Some(again) = sys::wait_stop_signal_for(crate::timeouts::SIGNAL_GRACE) {
                 sig = again;
             }
             list = on_signal.lock();

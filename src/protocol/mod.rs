@@ -251,11 +251,9 @@ impl Control {
         }
     }
 
-    /// The connection's smoothed RTT as the kernel measures it (zero where it cannot).
-    pub(crate) fn rtt(&self) -> Duration {
-        crate::net::tcp_info(&self.writer.lock()).map_or(Duration::ZERO, |i| {
-            Duration::from_micros(u64::from(i.rtt_us))
-        })
+    /// The control socket, for socket-level reads by its owner (the kernel's RTT).
+    pub(crate) fn socket(&self) -> parking_lot::MutexGuard<'_, TcpStream> {
+        self.writer.lock()
     }
 
     /// Sends an Error message, ignoring failure (the connection may already be gone).

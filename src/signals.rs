@@ -1,0 +1,81 @@
+//! Stop signals in the client modes (`-c`, `--loopback`, `compare`; `lab` takes them on its
+//! own `lab-signals` thread and records them here too). SIGINT, SIGTERM and SIGHUP are
+//! blocked in the main thread before any other thread starts, so every thread inherits the
+//! mask and only the `signals` thread takes them. The first is recorded, process-wide;
+//! `client::watch` sees it within one poll (100 ms) and stops the test through the
+//! ordinary failure path, so what was measured is printed, and then the process ends by
+//! that signal (`sys::die_by`), so a shell loop around it stops too. A second signal ends
+//! it at once: a stuck run can still be stopped. The server (`-s`) keeps the default: a
+//! signal ends it. Signals the process was started ignoring (`nohup`, a background job)
+//! stay ignored.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// The first stop signal taken, 0 until one is.
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// Blocks the stop signals in the calling thread (call it before any other thread
+/// starts) and starts the `signals` thread that takes them.
+#[cfg(target_os = "linux")]
+pub(crate) fn take_over() -> Result<()> {
+    crate::sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM/SIGHUP", e))?;
+    crate::stream::spawn_named("signals".into(), || -> Result<()> {
+        loop {
+            let sig = crate::sys::wait_stop_signal();
+            if !record(sig) {
+                eprintln!(
+                    "pinperf: a second stop signal ({}): exiting at once",
+                    crate::error::signal_name(sig)
+                );
+                crate::sys::die_by(sig);
+            }
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn take_over() -> Result<()> {
+    Ok(())
+}
+
+/// Records `sig` as the run's stop signal; false when one was recorded before.
+pub(crate) fn record(sig: i32) -> bool {
+    RECEIVED
+        .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
+/// The stop signal taken so far, if any.
+pub(crate) fn received() -> Option<i32> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
+/// The error of a run stopped by the recorded signal `when` ("before the test started").
+pub(crate) fn interrupted(signal: i32, when: impl Into<String>) -> Error {
+    Error::Interrupted {
+        signal,
+        when: when.into(),
+    }
+}
+
+/// Sleeps `pause` unless a stop signal comes first (checked every 20 ms); returns it.
+pub(crate) fn sleep(pause: Duration) -> Option<i32> {
+    let until = Instant::now() + pause;
+    loop {
+        if let Some(sig) = received() {
+            return Some(sig);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+}
