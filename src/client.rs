@@ -72,6 +72,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         .op(|| "set TCP_NODELAY on the control connection".into())?;
     let peer = stream.peer_addr().op(|| "read server address".into())?;
     let local = stream.local_addr().op(|| "read local address".into())?;
+    await_answer(&stream)?;
     protocol::exchange_preamble(&mut stream, peer, timeouts::HANDSHAKE)?;
     let ctl = Control::new(stream, peer)?;
     // Both ends on this host with auto plans: stream i's sender and receiver share core i,
@@ -142,7 +143,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 
     // Start when the server says so, then relay its rows until its totals arrive.
     let mut marks = None; // CPU and kernel counters from the start, once it started
-    let mut failure = match ctl.recv(timeouts::HANDSHAKE) {
+    let mut failure = match recv_step(&ctl) {
         Ok(ControlMsg::Start) => None,
         Ok(other) => Some(unexpected(peer, "start", &other)),
         Err(e) => Some(e),
@@ -204,13 +205,13 @@ fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
         version: PROTOCOL_VERSION,
         software: SOFTWARE.into(),
     })?;
-    let remote_software = match ctl.recv(timeouts::HANDSHAKE)? {
+    let remote_software = match recv_step(ctl)? {
         ControlMsg::Welcome { software, .. } => software,
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "welcome", &other)),
     };
     ctl.send(&ControlMsg::Params(test.clone()))?;
-    let accept = match ctl.recv(timeouts::HANDSHAKE)? {
+    let accept = match recv_step(ctl)? {
         ControlMsg::Accept(a) => a,
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "accept", &other)),
@@ -403,6 +404,43 @@ fn watch(
             }
         }
     }
+}
+
+/// One handshake step's answer, within [`timeouts::HANDSHAKE`], in short polls so that a
+/// stop signal ends the wait at once instead of after it.
+fn recv_step(ctl: &Control) -> Result<ControlMsg> {
+    let deadline = Instant::now() + timeouts::HANDSHAKE;
+    loop {
+        if let Some(sig) = crate::signals::received() {
+            return Err(crate::signals::interrupted(sig, "during the handshake"));
+        }
+        if let Some(msg) = ctl.poll(Duration::from_millis(100))? {
+            return Ok(msg);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Test(format!(
+                "{} sent nothing on the control connection in time",
+                ctl.peer
+            )));
+        }
+    }
+}
+
+/// Waits, in short polls, until the server has said something (its preamble), or a stop
+/// signal comes, or the handshake's time is up (the preamble read then says so).
+fn await_answer(stream: &std::net::TcpStream) -> Result<()> {
+    let deadline = Instant::now() + timeouts::HANDSHAKE;
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    while Instant::now() < deadline {
+        if let Some(sig) = crate::signals::received() {
+            return Err(crate::signals::interrupted(sig, "while connecting"));
+        }
+        match stream.peek(&mut [0u8; 1]) {
+            Err(e) if crate::stream::is_timeout(&e) => {}
+            _ => break,
+        }
+    }
+    Ok(())
 }
 
 /// A failure seen here may be the server's own (out of descriptors, a reset there) or
