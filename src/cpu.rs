@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::sys::Who;
+
 /// User and system CPU time, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuTime {
@@ -28,23 +30,19 @@ impl CpuTime {
     }
 }
 
-fn rusage(who: libc::c_int) -> CpuTime {
-    let usage = crate::sys::getrusage(who);
-    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
-    CpuTime {
-        user_us: us(usage.ru_utime),
-        sys_us: us(usage.ru_stime),
-    }
+fn rusage(who: Who) -> CpuTime {
+    let (user_us, sys_us) = crate::sys::cpu_time_us(who);
+    CpuTime { user_us, sys_us }
 }
 
 /// This process's CPU time so far.
 pub fn process() -> CpuTime {
-    rusage(libc::RUSAGE_SELF)
+    rusage(Who::Process)
 }
 
 /// The calling thread's CPU time so far.
 pub fn thread() -> CpuTime {
-    rusage(libc::RUSAGE_THREAD)
+    rusage(Who::Thread)
 }
 
 /// One core's `/proc/stat` counters (clock ticks).

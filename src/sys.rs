@@ -183,13 +183,26 @@ pub fn send_nowait(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// `getrusage(who)`; zeroes if the call fails (it cannot with valid arguments).
-pub fn getrusage(who: libc::c_int) -> libc::rusage {
+/// Whose CPU time [`cpu_time_us`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Who {
+    Process,
+    Thread,
+}
+
+/// `getrusage()`: user and system CPU time in µs; zeroes if the call fails (it cannot
+/// with valid arguments).
+pub fn cpu_time_us(who: Who) -> (u64, u64) {
+    let who = match who {
+        Who::Process => libc::RUSAGE_SELF,
+        Who::Thread => libc::RUSAGE_THREAD,
+    };
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is a live, writable rusage; the kernel fills it.
     let _ = unsafe { libc::getrusage(who, &mut usage) };
-    usage
+    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    (us(usage.ru_utime), us(usage.ru_stime))
 }
 
 /// `poll()` over `fds` for up to `timeout_ms`; returns how many are ready.
