@@ -6,7 +6,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::choices::{Engine, Format};
 use crate::config::ClientConfig;
@@ -286,9 +286,9 @@ fn connect_streams(
 /// cause: a local stream that failed (said live), the server's error, a server that
 /// stopped answering (see [`timeouts`]), output that nobody reads any more, or a stop
 /// signal (SIGINT/SIGTERM/SIGHUP, see [`crate::signals`]). On a signal the server is told
-/// first, so it names the signal rather than the resets that follow; with text output the
-/// reporter is also handed the receiver's totals over the rows it sent so far, so the
-/// report ends with `#( N)` and `#(**)` lines over what was measured.
+/// first, so it names the signal rather than the resets that follow; the
+/// reporter is also handed the receiver's totals over the rows it sent so far, so every
+/// format ends with the totals of what was measured (text: `#( N)` and `#(**)` lines).
 fn watch(
     ctl: &Control,
     streams: &StreamSet<sender::SendOutcome>,
@@ -354,7 +354,7 @@ fn watch(
         if local_done.is_none() && streams.finished() {
             local_done = Some(Instant::now());
         }
-        let msg = match ctl.poll(Duration::from_millis(100)) {
+        let msg = match ctl.poll(timeouts::POLL) {
             Ok(None) => {
                 kernel.sample();
                 // Rows come every interval while the senders send; once they are done
@@ -414,14 +414,11 @@ fn recv_step(ctl: &Control) -> Result<ControlMsg> {
         if let Some(sig) = crate::signals::received() {
             return Err(crate::signals::interrupted(sig, "during the handshake"));
         }
-        if let Some(msg) = ctl.poll(Duration::from_millis(100))? {
+        if let Some(msg) = ctl.poll(timeouts::POLL)? {
             return Ok(msg);
         }
         if Instant::now() >= deadline {
-            return Err(Error::Test(format!(
-                "{} sent nothing on the control connection in time",
-                ctl.peer
-            )));
+            return Err(protocol::no_answer(ctl.peer));
         }
     }
 }
@@ -430,7 +427,7 @@ fn recv_step(ctl: &Control) -> Result<ControlMsg> {
 /// signal comes, or the handshake's time is up (the preamble read then says so).
 fn await_answer(stream: &std::net::TcpStream) -> Result<()> {
     let deadline = Instant::now() + timeouts::HANDSHAKE;
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.set_read_timeout(Some(timeouts::POLL));
     while Instant::now() < deadline {
         if let Some(sig) = crate::signals::received() {
             return Err(crate::signals::interrupted(sig, "while connecting"));

@@ -509,7 +509,7 @@ fn run_test(
             )));
             break;
         }
-        match ctl.poll(Duration::from_millis(100)) {
+        match ctl.poll(timeouts::POLL) {
             Ok(None) => {}
             Ok(Some(ControlMsg::Bye)) => {}
             Ok(Some(other)) => {

@@ -2,7 +2,7 @@
 //! own `lab-signals` thread and records them here too). SIGINT, SIGTERM and SIGHUP are
 //! blocked in the main thread before any other thread starts, so every thread inherits the
 //! mask and only the `signals` thread takes them. The first is recorded, process-wide;
-//! `client::watch` sees it within one poll (100 ms) and stops the test through the
+//! `client::watch` sees it within one [`crate::timeouts::POLL`] and stops the test through the
 //! ordinary failure path, so what was measured is printed, and then the process ends by
 //! that signal (`sys::die_by`), so a shell loop around it stops too. A second signal ends
 //! it at once: a stuck run can still be stopped. The server (`-s`) keeps the default: a

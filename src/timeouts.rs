@@ -20,6 +20,10 @@ pub const CONTROL_WRITE: Duration = Duration::from_secs(10);
 /// any TCP retransmission back-off that still ends in delivery within a test.
 pub const STALL: Duration = Duration::from_secs(10);
 
+/// How often an end looks at its control connection, its streams and the stop signals
+/// while it waits: how soon it reacts to a failure, a peer's word or a Ctrl-C.
+pub const POLL: Duration = Duration::from_millis(100);
+
 /// How long the server waits for the client's goodbye after sending the totals, before
 /// it takes the next client (a shell loop's next run may already be waiting).
 pub const GOODBYE: Duration = Duration::from_secs(2);
@@ -37,7 +41,7 @@ pub fn streams_arrive(connections: usize, rtt: Duration) -> Duration {
 }
 
 /// How long a stop signal lets the lab's client test stop and print before the lab tears
-/// down and exits anyway. Stopping takes a control poll (100 ms), a stream wake-up and the
+/// down and exits anyway. Stopping takes a [`POLL`], a stream wake-up and the
 /// report, well under a second; a test still in its handshake is not waited for.
 pub const SIGNAL_GRACE: Duration = Duration::from_secs(5);
 

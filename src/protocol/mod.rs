@@ -133,14 +133,19 @@ pub fn read_frame(reader: &mut impl Read, peer: SocketAddr) -> Result<ControlMsg
     })
 }
 
+/// The peer said nothing within a step's deadline.
+pub(crate) fn no_answer(peer: SocketAddr) -> Error {
+    Error::Test(format!(
+        "{peer} sent nothing on the control connection in time"
+    ))
+}
+
 fn read_error(e: io::Error, peer: SocketAddr) -> Error {
     match e.kind() {
         io::ErrorKind::UnexpectedEof => {
             Error::Test(format!("{peer} closed the control connection"))
         }
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Test(format!(
-            "{peer} sent nothing on the control connection in time"
-        )),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(peer),
         _ => Error::io(format!("read control message from {peer}"), e),
     }
 }
