@@ -176,17 +176,37 @@ fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
         );
         return;
     };
-    let out = Command::new(bin())
-        .args(["--loopback", "-t", "0.3"])
-        .stdout(full)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("write the report: No space left"),
-        "{stderr}"
-    );
+    // Text writes every row; -J writes once, at the end; compare its table: each fails.
+    let runs: [&[&str]; 3] = [
+        &["--loopback", "-t", "0.3"],
+        &["--loopback", "-t", "0.3", "-J"],
+        &["compare", "--loopback", "--blocks", "8k", "-t", "1"],
+    ];
+    for args in runs {
+        let out = Command::new(bin())
+            .args(args)
+            .stdout(full.try_clone().expect("dup /dev/full"))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(": No space left"), "{args:?}: {stderr}");
+    }
+    // And a comparison nobody reads any more stops quietly, as a single test does.
+    let mut child = Command::new(bin())
+        .args(["compare", "--loopback", "--blocks", "8k,16k,32k", "-t", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn compare");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("first line");
+    let status = child.wait().expect("wait");
+    let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap();
+    assert_eq!(status.code(), Some(0), "compare | head -1: {stderr}");
+    assert!(stderr.is_empty(), "nothing said on a closed pipe: {stderr}");
 }
 
 #[test]

@@ -887,3 +887,34 @@ fn sigint_in_the_first_milliseconds_leaves_nothing_and_says_truly_what_it_remove
          {namespaces_removed} namespaces; nothing left in any"
     );
 }
+
+#[test]
+fn a_full_disk_fails_the_lab_and_still_tears_it_down() {
+    let test = "a_full_disk_fails_the_lab_and_still_tears_it_down";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        util::skipped(test, "no /dev/full here");
+        return;
+    };
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    for json in [false, true] {
+        let mut args = vec!["lab", "--rtt", "2ms", "--rate", "100M", "--", "-t", "0.5"];
+        if json {
+            args.push("-J");
+        }
+        let child = Command::new(bin())
+            .args(&args)
+            .stdout(full.try_clone().unwrap())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("No space left"), "{args:?}: {err}");
+        assert_torn_down(pid);
+    }
+}

@@ -297,10 +297,9 @@ impl Write for Captured {
 /// The lab's figures, and where they go in this run's format. Used by `run`'s thread only.
 pub struct LabOut {
     format: Format,
-    /// Nobody reads any more (a closed pipe) or writing failed: write nothing more.
-    closed: bool,
-    /// Writing failed other than by a closed pipe (a full disk): the run fails with it.
-    failed: Option<io::ErrorKind>,
+    /// Whether the lab's output could be written, as for the client's report: after a
+    /// closed pipe or a write error nothing more is written.
+    output: crate::report::Output,
     /// `-J`: what the client wrote.
     captured: Captured,
     /// `-J`: the lab's lines, held back for stderr in case the client's output cannot carry
@@ -316,8 +315,7 @@ impl LabOut {
     pub fn new(format: Format) -> LabOut {
         LabOut {
             format,
-            closed: false,
-            failed: None,
+            output: crate::report::Output::default(),
             captured: Captured::default(),
             held: Vec::new(),
             path: None,
@@ -456,7 +454,7 @@ impl LabOut {
     /// Writes and flushes `bytes`; false once nobody reads. A closed pipe is not an error
     /// and is not reported (ripgrep); another write error is reported once.
     fn write(&mut self, bytes: &[u8], stdout: bool) -> bool {
-        if self.closed {
+        if self.output.closed() {
             return false;
         }
         let written = if stdout {
@@ -465,23 +463,18 @@ impl LabOut {
         } else {
             io::stderr().lock().write_all(bytes)
         };
-        match written {
-            Ok(()) => true,
-            Err(e) => {
-                self.closed = true;
-                if e.kind() != io::ErrorKind::BrokenPipe {
-                    note(&format!("pinperf lab: writing the lab's lines failed: {e}"));
-                    self.failed.get_or_insert(e.kind());
-                }
-                false
-            }
+        let ok = self.output.check(written);
+        if let Some(e) = self.write_error() {
+            note(&format!("pinperf lab: {e}"));
         }
+        ok
     }
 
     /// A write error other than a closed pipe, which fails the run (exit 1).
     pub fn write_error(&self) -> Option<crate::error::Error> {
-        self.failed
-            .map(|kind| crate::error::Error::io("write the lab's report", io::Error::from(kind)))
+        self.output
+            .error()
+            .filter(|e| !matches!(e, crate::error::Error::OutputClosed))
     }
 }
 

@@ -73,7 +73,7 @@ impl Output {
     }
 
     /// Records the result of one write; true while the output works.
-    fn check(&self, r: io::Result<()>) -> bool {
+    pub(crate) fn check(&self, r: io::Result<()>) -> bool {
         match r {
             Ok(()) => !self.closed(),
             Err(e) => {
