@@ -55,7 +55,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         pin::plan(&cfg.affinity, n, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
 
     let addrs = if cfg.target.loopback {
-        vec![start_loopback_server(&cfg)?]
+        vec![start_loopback_server()?]
     } else {
         let host = cfg.target.host.as_deref().unwrap_or("localhost");
         net::resolve(host, cfg.target.port, cfg.target.family)?
@@ -471,12 +471,10 @@ fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: u
 }
 
 /// Starts a one-test server on 127.0.0.1 (ephemeral port) in this process.
-fn start_loopback_server(cfg: &ClientConfig) -> Result<SocketAddr> {
-    let affinity = match cfg.affinity {
-        Affinity::None => Affinity::None,
-        _ => Affinity::Auto,
-    };
-    Server::spawn_local(true, affinity)
+/// Its own plan is `auto`; the client's `-A` reaches it as the test's remote plan (`none`
+/// included), as it reaches any server.
+fn start_loopback_server() -> Result<SocketAddr> {
+    Server::spawn_local(true, Affinity::Auto)
 }
 
 fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
