@@ -141,6 +141,11 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     ),
     ("-u", "--udp", "pinperf tests TCP only for now"),
     (
+        "",
+        "--fq-rate",
+        "pinperf sends as fast as TCP allows; -w bounds a stream's rate",
+    ),
+    (
         "-b",
         "--bitrate",
         "pinperf sends as fast as TCP allows; -w bounds a stream's rate",
@@ -312,6 +317,14 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value = "3600", value_parser = units::parse_duration,
           help_heading = "Server")]
     pub max_duration: Duration,
+
+    /// Highest -b a client may ask for per stream (then every test must name one).
+    #[arg(long, value_name = "RATE", value_parser = units::parse_rate_bps, help_heading = "Server")]
+    pub max_rate: Option<u64>,
+
+    /// Refuse UDP tests.
+    #[arg(long, help_heading = "Server")]
+    pub no_udp: bool,
 
     /// Fixed port for data connections (default: an ephemeral port per test).
     #[arg(long, value_name = "PORT", help_heading = "Server")]

@@ -101,7 +101,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         remote: peer.to_string(),
         remote_software,
         streams: cfg.test.streams,
-        block_bytes: cfg.test.block_bytes,
+        block_bytes: cfg.test.block_bytes(),
         local_window,
         remote_window: accept.window.clone(),
         path: net::path_info(&socks[0].data),
@@ -121,7 +121,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 
     // Threads: pinned senders and the reporter.
     let run_time = cfg.test.run_time();
-    let block = cfg.test.block_bytes as usize;
+    let block = cfg.test.block_bytes() as usize;
     let (streams, rx, free_tx) = match cfg.engine {
         Engine::Threads => StreamSet::spawn(socks, &local_plan, block, move |ctx, sock| {
             sender::run(ctx, sock, run_time)

@@ -180,7 +180,7 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
     };
     let params = TestParams {
         streams: p.streams,
-        block_bytes: p.block_bytes,
+        len: Some(p.block_bytes),
         window_bytes: p.window_bytes,
         duration: a.duration,
         interval: Some(a.duration),

@@ -240,6 +240,8 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             max_streams: args.max_streams,
             max_window_bytes: args.max_window,
             max_duration: args.max_duration,
+            max_rate_bps: args.max_rate,
+            udp: !args.no_udp,
             server: true,
         },
         data_port: args.data_port,
@@ -374,7 +376,7 @@ mod tests {
             panic!("client expected");
         };
         assert_eq!(
-            (c.test.streams, c.test.block_bytes, c.test.window_bytes),
+            (c.test.streams, c.test.block_bytes(), c.test.window_bytes),
             (4, 65536, Some(4 << 20))
         );
         assert_eq!(c.test.duration(), Duration::from_secs(3));

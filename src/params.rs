@@ -22,6 +22,17 @@ pub const MAX_WINDOW: u64 = 1 << 30;
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Most interval rows one test may make (bounds what each end keeps per interval).
 pub const MAX_INTERVALS: u64 = 100_000;
+/// TCP's block when `-l` is not given.
+pub const DEFAULT_BLOCK: u64 = 128 << 10;
+/// UDP: the smallest datagram (it carries the stream id, sequence and send time) and the
+/// largest a UDP socket takes (65535 − IPv4 and UDP headers).
+pub const MIN_DATAGRAM: u64 = 32;
+pub const MAX_DATAGRAM: u64 = 65_507;
+/// UDP's datagram when `-l` is not given and the path MTU is unknown: a 1500-byte
+/// Ethernet MTU less the IPv4 and UDP headers.
+pub const DEFAULT_DATAGRAM: u64 = 1472;
+/// UDP's rate per stream when `-b` is not given (iperf3's default).
+pub const DEFAULT_UDP_RATE: u64 = 1_000_000;
 
 /// What the client asks for: its flags (clap reads them straight into this table) and the
 /// message sent to the server, which checks it with the same [`TestParams::validate`].
@@ -33,10 +44,11 @@ pub struct TestParams {
           value_parser = parse_streams)]
     pub streams: u16,
 
-    /// Block size of each write()/read(): 8192, 64k, 1M.
-    #[arg(short = 'l', long = "len", value_name = "SIZE", default_value = "128k",
-          value_parser = units::parse_size)]
-    pub block_bytes: u64,
+    /// Block size of each write()/read(): 8192, 64k, 1M [default: 128k]. With -u: the
+    /// datagram size [default: what fits the path MTU].
+    #[arg(short = 'l', long = "len", value_name = "SIZE", value_parser = units::parse_size)]
+    #[serde(rename = "block_bytes")]
+    pub len: Option<u64>,
 
     /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
     /// Default: kernel autotuning.
@@ -66,6 +78,33 @@ pub struct TestParams {
     #[serde(rename = "omit_us", with = "micros", default)]
     pub omit: Duration,
 
+    /// Reverse: the server sends and the client receives (the download direction).
+    #[arg(short = 'R', long)]
+    #[serde(default)]
+    pub reverse: bool,
+
+    /// Both directions at once, each on its own connections and pinned threads.
+    #[arg(long, conflicts_with = "reverse")]
+    #[serde(default)]
+    pub bidir: bool,
+
+    /// UDP instead of TCP: paced datagrams at -b per stream; loss, jitter and order.
+    #[arg(short = 'u', long)]
+    #[serde(default)]
+    pub udp: bool,
+
+    /// Target rate per stream in bits/s (100M, 2.5G); 0 = as fast as possible. TCP: each
+    /// stream thread paces its writes. UDP [default: 1M, as iperf3].
+    #[arg(short = 'b', long = "bitrate", value_name = "RATE",
+          value_parser = units::parse_rate_or_zero)]
+    #[serde(default)]
+    pub rate_bps: Option<u64>,
+
+    /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G.
+    #[arg(long = "fq-rate", value_name = "RATE", value_parser = units::parse_rate_bps)]
+    #[serde(default)]
+    pub fq_rate_bps: Option<u64>,
+
     #[command(flatten)]
     #[serde(flatten)]
     pub transport: Transport,
@@ -73,6 +112,18 @@ pub struct TestParams {
     /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
     #[arg(skip)]
     pub pin: Option<Affinity>,
+}
+
+/// Which ends send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The client sends (the default).
+    Forward,
+    /// The server sends (`-R`).
+    Reverse,
+    /// Both, each on its own connections (`--bidir`).
+    Bidir,
 }
 
 /// How the data connections behave: part of every test, and shared by `compare`.
@@ -133,6 +184,10 @@ pub struct Limits {
     pub max_streams: u32,
     pub max_window_bytes: u64,
     pub max_duration: Duration,
+    /// Highest `-b` per stream; `None`: any, including as fast as possible.
+    pub max_rate_bps: Option<u64>,
+    /// UDP tests allowed.
+    pub udp: bool,
     /// These are a server's limits: refusals name its options.
     pub server: bool,
 }
@@ -143,6 +198,8 @@ impl Limits {
         max_streams: 256,
         max_window_bytes: MAX_WINDOW,
         max_duration: Duration::from_secs(86_400),
+        max_rate_bps: None,
+        udp: true,
         server: false,
     };
 
@@ -175,6 +232,40 @@ impl TestParams {
         self.duration
     }
 
+    /// `-l`, or the protocol's default: 128k for TCP, [`DEFAULT_DATAGRAM`] for UDP (whose
+    /// sender fits it to the path MTU when it can read one).
+    pub fn block_bytes(&self) -> u64 {
+        match (self.len, self.udp) {
+            (Some(len), _) => len,
+            (None, false) => DEFAULT_BLOCK,
+            (None, true) => DEFAULT_DATAGRAM,
+        }
+    }
+
+    /// `-b` per stream in bits/s: `None` for as fast as possible (`-b 0`, or TCP without it).
+    pub fn rate(&self) -> Option<u64> {
+        match (self.rate_bps, self.udp) {
+            (Some(0), _) => None,
+            (Some(r), _) => Some(r),
+            (None, true) => Some(DEFAULT_UDP_RATE),
+            (None, false) => None,
+        }
+    }
+
+    /// Which ends send.
+    pub fn direction(&self) -> Direction {
+        match (self.reverse, self.bidir) {
+            (_, true) => Direction::Bidir,
+            (true, false) => Direction::Reverse,
+            (false, false) => Direction::Forward,
+        }
+    }
+
+    /// Stream threads on each end: one per stream and direction.
+    pub fn threads(&self) -> usize {
+        usize::from(self.streams) * if self.bidir { 2 } else { 1 }
+    }
+
     /// `-i`, or 1 s (the duration when shorter) by default.
     pub fn interval(&self) -> Duration {
         self.interval
@@ -205,10 +296,17 @@ impl TestParams {
                 limits.source("--max-streams")
             ));
         }
-        if !(MIN_BLOCK..=MAX_BLOCK).contains(&self.block_bytes) {
+        let block = self.block_bytes();
+        if self.udp && !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&block) {
+            return Err(format!(
+                "-l {}: a UDP datagram must be {MIN_DATAGRAM} to {MAX_DATAGRAM} bytes",
+                format_size(block)
+            ));
+        }
+        if !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
             return Err(format!(
                 "-l {}: block size must be {MIN_BLOCK} to {MAX_BLOCK} bytes ({} to {})",
-                format_size(self.block_bytes),
+                format_size(block),
                 format_size(MIN_BLOCK),
                 format_size(MAX_BLOCK)
             ));
@@ -285,6 +383,32 @@ impl TestParams {
                  /proc/sys/net/ipv4/tcp_available_congestion_control)"
             ));
         }
+        if self.udp && !limits.udp {
+            return Err(format!(
+                "-u: UDP tests are not allowed{}",
+                limits.source("--no-udp")
+            ));
+        }
+        if let (Some(rate), Some(max)) = (self.rate(), limits.max_rate_bps) {
+            if rate > max {
+                return Err(format!(
+                    "-b {}: more than {} per stream{}",
+                    units::format_rate(rate),
+                    units::format_rate(max),
+                    limits.source("--max-rate")
+                ));
+            }
+        }
+        if let (None, Some(max)) = (self.rate(), limits.max_rate_bps) {
+            return Err(format!(
+                "-b: this server limits each stream to {}{}; ask for a rate with -b",
+                units::format_rate(max),
+                limits.source("--max-rate")
+            ));
+        }
+        if self.udp && (self.fq_rate_bps.is_some() || self.transport.congestion.is_some()) {
+            return Err("-u: --fq-rate and -C apply to TCP only".into());
+        }
         Ok(())
     }
 }
@@ -305,6 +429,8 @@ mod tests {
         max_streams: 2,
         max_window_bytes: 1 << 20,
         max_duration: Duration::from_secs(10),
+        max_rate_bps: Some(2_500_000_000),
+        udp: false,
         server: true,
     };
 
@@ -332,7 +458,7 @@ mod tests {
             (
                 |p| {
                     p.streams = 1;
-                    p.block_bytes = 8
+                    p.len = Some(8)
                 },
                 Some("-l 8: block size must be 64 to 67108864 bytes (64 to 64M)"),
                 Some("-l 8: block size must be 64 to 67108864 bytes (64 to 64M)"),
@@ -422,10 +548,48 @@ mod tests {
                 |p| {
                     p.streams = 2;
                     p.window_bytes = Some(1 << 20);
-                    p.omit = Duration::from_secs(2)
+                    p.omit = Duration::from_secs(2);
+                    p.rate_bps = Some(2_500_000_000)
                 },
                 None,
                 None,
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.udp = true;
+                    p.len = Some(128 << 10)
+                },
+                Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
+                Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.udp = true;
+                    p.window_bytes = None
+                },
+                None,
+                Some("-u: UDP tests are not allowed (this server's --no-udp)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.rate_bps = Some(3_000_000_000)
+                },
+                None,
+                Some("-b 3G: more than 2.5G per stream (this server's --max-rate)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None
+                },
+                None,
+                Some(
+                    "-b: this server limits each stream to 2.5G (this server's --max-rate); ask for a rate with -b",
+                ),
             ),
         ];
         for (i, (change, protocol, server)) in table.iter().enumerate() {
@@ -448,7 +612,7 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let p = TestParams::defaults();
         assert_eq!(
-            (p.streams, p.block_bytes, p.window_bytes),
+            (p.streams, p.block_bytes(), p.window_bytes),
             (1, 128 << 10, None)
         );
         let times = (p.duration(), p.interval(), p.omit());

@@ -456,7 +456,7 @@ fn run_test(
     log!(
         cfg.quiet,
         "pinperf: test from {peer}: {n} stream(s), block {}, window {}, {} s",
-        format_size(params.block_bytes),
+        format_size(params.block_bytes()),
         params.window_bytes.map_or("auto".into(), format_size),
         params.duration().as_secs_f64()
     );
@@ -482,7 +482,7 @@ fn run_test(
     let (streams, rx, free_tx) = StreamSet::spawn(
         socks,
         &plan,
-        params.block_bytes as usize,
+        params.block_bytes() as usize,
         move |ctx, sock| receiver::run(ctx, sock, run_time),
     )?;
     let cutter = IntervalCutter::for_test(n, &params);

@@ -77,6 +77,28 @@ pub fn parse_rate_bps(text: &str) -> Result<u64, String> {
     Ok(bps.round() as u64)
 }
 
+/// `-b`: a rate as [`parse_rate_bps`] reads it, or `0` (as fast as possible).
+pub fn parse_rate_or_zero(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "0" => Ok(0),
+        _ => parse_rate_bps(text),
+    }
+}
+
+/// A rate in bits per second, short: `100M`, `2.5G`, `800k`.
+pub fn format_rate(bps: u64) -> String {
+    let (scale, suffix) = match bps {
+        b if b >= 1_000_000_000 => (1e9, "G"),
+        b if b >= 1_000_000 => (1e6, "M"),
+        b if b >= 1_000 => (1e3, "k"),
+        _ => (1.0, ""),
+    };
+    let v = bps as f64 / scale;
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text}{suffix}")
+}
+
 /// Parses a duration: seconds as a number (`3`, `0.5`), or with a suffix `s`, `ms`, `m`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();

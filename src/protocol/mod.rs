@@ -24,7 +24,7 @@ use crate::pin::PinPlan;
 use crate::timeouts;
 
 /// Bumped on any incompatible change; a mismatch is refused with both versions named.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// First bytes each side sends on the control connection.
 pub const PREAMBLE: &[u8; 8] = b"pinperf\n";
 /// Largest control frame accepted.

@@ -8,10 +8,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::stream::{Batch, TcpSample};
 
 /// RTT statistics over an interval, microseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RttStats {
     pub min_us: u32,
     pub avg_us: f64,
@@ -80,7 +82,7 @@ impl StreamAcc {
 }
 
 /// One stream's share of a closed interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamSlice {
     pub bytes: u64,
     /// Kernel smoothed RTT over the interval's `TCP_INFO` samples.
@@ -93,8 +95,9 @@ pub struct StreamSlice {
     pub last: Option<TcpSample>,
 }
 
-/// A closed interval: `[begin_ns, end_ns)` since the start, one slice per stream.
-#[derive(Debug, Clone, PartialEq)]
+/// A closed interval: `[begin_ns, end_ns)` since the start, one slice per stream. It
+/// travels on the control connection when the server sends (`-R`, `--bidir`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClosedInterval {
     pub index: u32,
     /// Inside `-O`'s omitted seconds: shown, left out of the totals.

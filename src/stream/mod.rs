@@ -51,7 +51,7 @@ pub struct BlockRtt {
 }
 
 /// The kernel's view of a sending socket at one moment (from `TCP_INFO`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct TcpSample {
     pub t_ns: u64,
     /// Smoothed RTT and its variation.
