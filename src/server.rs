@@ -23,10 +23,10 @@ use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
 use crate::error::{Error, IoContext, Result};
 use crate::net::{self, Family};
-use crate::pin;
+use crate::pin::{self, PinPlan};
 use crate::protocol::{
     self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, ReceiverRow,
-    SOFTWARE,
+    SOFTWARE, TestParams,
 };
 use crate::report::interval::IntervalCutter;
 use crate::stream::{Batch, StreamSet, StreamSocks, receiver, spawn_named};
@@ -375,7 +375,8 @@ fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, slot: &S
     // Watched while the data connections arrive; valid while `ctl` owns the socket.
     let ctl_fd = stream.as_raw_fd();
     let ctl = Arc::new(Control::new(stream, peer)?);
-    let result = run_test(&ctl, ctl_fd, local, cfg, slot);
+    let result =
+        handshake(&ctl, local, cfg, slot).and_then(|test| run_test(&ctl, ctl_fd, test, cfg, slot));
     slot.finishing();
     if let Err(e) = &result {
         ctl.abort(&e.to_string());
@@ -394,13 +395,24 @@ fn refuse(ctl: &Control, slot: &Slot, reason: String) -> Error {
     Error::Test(format!("refused the client's test: {reason}"))
 }
 
-fn run_test(
-    ctl: &Arc<Control>,
-    ctl_fd: RawFd,
+/// A test that passed the handshake: what the rest of the test runs on.
+struct Admitted {
+    params: TestParams,
+    plan: PinPlan,
+    /// The address the client reached; the data listener sits on it.
+    local: SocketAddr,
+    /// The secret the test's data and echo connections open with.
+    cookie: u64,
+}
+
+/// The handshake of one test: hello, parameters validated against this server's limits,
+/// the pin plan. Anything the client may not run is refused here.
+fn handshake(
+    ctl: &Control,
     local: SocketAddr,
     cfg: &ServerConfig,
     slot: &Slot,
-) -> Result<()> {
+) -> Result<Admitted> {
     let peer = ctl.peer;
     match ctl.recv(timeouts::HANDSHAKE)? {
         ControlMsg::Hello { version, .. } if version == PROTOCOL_VERSION => {
@@ -434,7 +446,30 @@ fn run_test(
         None => pin::plan(&cfg.affinity, n, &allowed),
     }
     .map_err(|reason| refuse(ctl, slot, format!("remote -A: {reason}")))?;
+    Ok(Admitted {
+        params,
+        plan,
+        local,
+        cookie: protocol::new_cookie(),
+    })
+}
 
+/// The admitted test: data listener, streams, reporter, the end and the totals.
+fn run_test(
+    ctl: &Arc<Control>,
+    ctl_fd: RawFd,
+    test: Admitted,
+    cfg: &ServerConfig,
+    slot: &Slot,
+) -> Result<()> {
+    let peer = ctl.peer;
+    let Admitted {
+        params,
+        plan,
+        local,
+        cookie,
+    } = test;
+    let n = params.streams as usize;
     let mut data_addr = local;
     data_addr.set_port(cfg.data_port.unwrap_or(0));
     let (data_listener, window) = net::listen(
@@ -452,7 +487,6 @@ fn run_test(
         .local_addr()
         .op(|| "read data port".into())?
         .port();
-    let cookie = protocol::new_cookie();
     log!(
         cfg.quiet,
         "pinperf: test from {peer}: {n} stream(s), block {}, window {}, {} s",
