@@ -129,16 +129,6 @@ pub struct TargetArgs {
 /// Flags users bring from iperf3 that pinperf does not have (yet), with what to do instead.
 /// Checked before clap, so the answer is this hint rather than "a similar argument".
 const NOT_YET: &[(&str, &str, &str)] = &[
-    (
-        "-R",
-        "--reverse",
-        "run `pinperf -s` on this host and `pinperf -c` on the other",
-    ),
-    (
-        "",
-        "--bidir",
-        "run one test each way, a server on each host",
-    ),
     ("-u", "--udp", "pinperf tests TCP only for now"),
     (
         "",
@@ -339,17 +329,13 @@ mod tests {
     fn iperf3_flags_we_lack_get_a_hint_and_ours_pass() {
         let hint = |argv: &[&str]| not_yet(argv);
         assert_eq!(
-            hint(&["-c", "h", "-R"]).as_deref(),
+            hint(&["-c", "h", "-u"]).as_deref(),
             Some(
-                "-R/--reverse (an iperf3 flag) is not supported (yet): run `pinperf -s` on \
-                 this host and `pinperf -c` on the other"
+                "-u/--udp (an iperf3 flag) is not supported (yet): pinperf tests TCP only for now"
             )
         );
-        assert!(
-            hint(&["--bidir"])
-                .unwrap()
-                .starts_with("--bidir (an iperf3 flag)")
-        );
+        // Directions are ours now.
+        assert_eq!(hint(&["-c", "h", "-R", "--bidir"]), None);
         assert!(
             hint(&["--bitrate=10M"])
                 .unwrap()

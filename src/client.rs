@@ -8,21 +8,21 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::choices::{Engine, Format};
+use crate::choices::Format;
 use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
+use crate::ends::{Ends, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::net;
 use crate::params::TestParams;
+use crate::pin::PinPlan;
 use crate::pin::{self, Affinity};
-use crate::protocol::{
-    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, SOFTWARE,
-};
+use crate::protocol::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
-use crate::stream::{StreamSet, StreamSocks, sender, single, spawn_named};
+use crate::stream::{StreamSocks, spawn_named};
 use crate::timeouts;
 
 /// Runs one test as configured; prints the report on stdout (and, in the machine formats,
@@ -50,9 +50,10 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
 
 fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> Result<Summary> {
     let n = cfg.test.streams as usize;
+    let threads = cfg.test.threads();
     let allowed = pin::allowed_cpus();
-    let local_plan =
-        pin::plan(&cfg.affinity, n, &allowed).map_err(|e| Error::Usage(format!("-A: {e}")))?;
+    let local_plan = pin::plan(&cfg.affinity, threads, &allowed)
+        .map_err(|e| Error::Usage(format!("-A: {e}")))?;
 
     let addrs = if cfg.target.loopback {
         vec![start_loopback_server()?]
@@ -94,7 +95,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         connect_streams(&cfg, peer, &accept).map_err(|e| with_their_word(&ctl, e))?;
     warn_windows(&local_window, &accept, n);
 
-    let congestion = net::congestion(&socks[0].data).unwrap_or_else(|| "?".into());
+    let congestion = net::congestion(&socks[0][0].data).unwrap_or_else(|| "?".into());
     let header = Header {
         software: SOFTWARE.into(),
         local: local.to_string(),
@@ -104,7 +105,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         block_bytes: cfg.test.block_bytes(),
         local_window,
         remote_window: accept.window.clone(),
-        path: net::path_info(&socks[0].data),
+        path: net::path_info(&socks[0][0].data),
         local_pin: local_plan.clone(),
         remote_pin: accept.pin_plan.clone(),
         placement_note,
@@ -117,28 +118,40 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         same_process: cfg.target.loopback || cfg.same_process,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
+        direction: cfg.test.direction(),
     };
 
-    // Threads: pinned senders and the reporter.
+    // Threads, per direction: pinned senders (the client sends) or receivers (the server
+    // does), and one reporter for all.
     let run_time = cfg.test.run_time();
     let block = cfg.test.block_bytes() as usize;
-    let (streams, rx, free_tx) = match cfg.engine {
-        Engine::Threads => StreamSet::spawn(socks, &local_plan, block, move |ctx, sock| {
-            sender::run(ctx, sock, run_time)
-        })?,
-        Engine::Single => {
-            StreamSet::spawn_single(socks, &local_plan, block, move |ctxs, socks| {
-                single::run(ctxs, socks, run_time)
-            })?
-        }
-    };
+    let mut ends = Ends::default();
+    let mut feeds = Vec::new();
+    for ((k, &reverse), socks) in cfg
+        .test
+        .direction()
+        .reversed()
+        .iter()
+        .enumerate()
+        .zip(socks)
+    {
+        let plan = PinPlan(local_plan.0[k * n..(k + 1) * n].to_vec());
+        let (threads, (batches, free)) =
+            Threads::spawn(!reverse, cfg.engine, socks, &plan, block, run_time)?;
+        ends.0.push(threads);
+        feeds.push(report::Feed {
+            reverse,
+            batches,
+            free,
+            cutter: IntervalCutter::for_test(n, &cfg.test),
+        });
+    }
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
-    let cutter = IntervalCutter::for_test(n, &cfg.test);
     let out = out.take().expect("the formatter is handed to one reporter");
     let output = report::Output::default();
     let output2 = output.clone();
     let reporter = spawn_named("reporter".into(), move || {
-        report::run_sender_reporter(header, rx, free_tx, remote_rx, cutter, out, output2)
+        report::run_reporter(header, feeds, remote_rx, out, output2)
     })?;
 
     // Start when the server says so, then relay its rows until its totals arrive.
@@ -152,18 +165,16 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         let mut kernel = crate::kstat::KernelMark::now();
         let cpu = CpuMark::now();
         let t0 = Instant::now();
-        streams.start(t0);
-        failure = watch(&ctl, &streams, &remote_tx, &output, &cfg, t0, &mut kernel);
+        ends.start(t0);
+        failure = watch(&ctl, &ends, &remote_tx, &output, &cfg, t0, &mut kernel);
         marks = Some((cpu, kernel));
     }
     if failure.is_some() {
-        streams.abort();
+        ends.abort();
     }
-    let (outcomes, stream_error) = streams.join();
+    let (thread_cpu, stream_error) = ends.join();
     if let Some((mark, mut kernel)) = marks {
-        let _ = remote_tx.send(RemoteEvent::LocalCpu(
-            mark.report(outcomes.iter().map(|o| o.cpu).collect()),
-        ));
+        let _ = remote_tx.send(RemoteEvent::LocalCpu(mark.report(thread_cpu)));
         if let Some(k) = kernel.report() {
             let _ = remote_tx.send(RemoteEvent::LocalKernel(k));
         }
@@ -193,8 +204,11 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             "sender wrote {sent} bytes but the receiver read {received}: the totals do not reconcile"
         )));
     }
+    // The first direction's (the client's with `--bidir`).
     totals
-        .summary
+        .summaries
+        .into_iter()
+        .next()
         .ok_or_else(|| Error::Test("the report's summary is missing".into()))
 }
 
@@ -216,7 +230,7 @@ fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "accept", &other)),
     };
-    if accept.pin_plan.0.len() != usize::from(test.streams) || accept.data_port == 0 {
+    if accept.pin_plan.0.len() != test.threads() || accept.data_port == 0 {
         return Err(Error::Protocol {
             peer,
             what: "the server's answer does not match the test asked for".into(),
@@ -226,13 +240,14 @@ fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
 }
 
 /// Each stream's data connection (window and congestion control set before `connect()`)
-/// and, with block RTT, its echo connection; each opens with the test's cookie. Returns
-/// them with the first data connection's window grant.
+/// and, with block RTT, its echo connection; each opens with the test's cookie, its stream
+/// id and its direction. Returns them per direction, with the first data connection's
+/// window grant.
 fn connect_streams(
     cfg: &ClientConfig,
     peer: SocketAddr,
     accept: &Accept,
-) -> Result<(Vec<StreamSocks>, crate::netinfo::WindowGrant)> {
+) -> Result<(Vec<Vec<StreamSocks>>, crate::netinfo::WindowGrant)> {
     let n = usize::from(cfg.test.streams);
     // Data connections, window set before connect().
     let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
@@ -241,44 +256,49 @@ fn connect_streams(
         force_window: cfg.test.force_window,
         congestion: cfg.test.transport.congestion.clone(),
     };
-    let hello = |stream: usize, echo: bool| {
-        DataHello {
-            cookie: accept.cookie,
-            stream: stream as u16,
-            echo,
-        }
-        .to_bytes()
-    };
-    let mut socks = Vec::with_capacity(n);
     let mut local_window = None;
-    for id in 0..n {
-        let (mut data, grant) = net::connect(
-            &[data_addr],
-            cfg.target.bind,
-            &opts,
-            cfg.target.connect_timeout,
-        )
-        .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
-        data.write_all(&hello(id, false))
-            .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
-        local_window.get_or_insert(grant);
-        let echo = if cfg.test.echo() {
-            let (mut echo, _) = net::connect(
+    let mut by_direction = Vec::new();
+    for &reverse in cfg.test.direction().reversed() {
+        let hello = |stream: usize, echo: bool| {
+            DataHello {
+                cookie: accept.cookie,
+                stream: stream as u16,
+                echo,
+                reverse,
+            }
+            .to_bytes()
+        };
+        by_direction.push(Vec::with_capacity(n));
+        let socks = by_direction.last_mut().expect("just pushed");
+        for id in 0..n {
+            let (mut data, grant) = net::connect(
                 &[data_addr],
                 cfg.target.bind,
-                &net::SocketOpts::default(),
+                &opts,
                 cfg.target.connect_timeout,
             )
-            .map_err(|e| Error::Test(format!("stream-{id} echo connection: {e}")))?;
-            echo.write_all(&hello(id, true))
-                .op(|| format!("stream-{id}: send echo hello to {data_addr}"))?;
-            Some(echo)
-        } else {
-            None
-        };
-        socks.push(StreamSocks { data, echo });
+            .map_err(|e| Error::Test(format!("stream-{id}: {e}")))?;
+            data.write_all(&hello(id, false))
+                .op(|| format!("stream-{id}: send data hello to {data_addr}"))?;
+            local_window.get_or_insert(grant);
+            let echo = if cfg.test.echo() {
+                let (mut echo, _) = net::connect(
+                    &[data_addr],
+                    cfg.target.bind,
+                    &net::SocketOpts::default(),
+                    cfg.target.connect_timeout,
+                )
+                .map_err(|e| Error::Test(format!("stream-{id} echo connection: {e}")))?;
+                echo.write_all(&hello(id, true))
+                    .op(|| format!("stream-{id}: send echo hello to {data_addr}"))?;
+                Some(echo)
+            } else {
+                None
+            };
+            socks.push(StreamSocks { data, echo });
+        }
     }
-    Ok((socks, local_window.unwrap_or_default()))
+    Ok((by_direction, local_window.unwrap_or_default()))
 }
 
 /// Watches the running test from the main thread until the receiver's totals arrive:
@@ -291,7 +311,7 @@ fn connect_streams(
 /// format ends with the totals of what was measured (text: `#( N)` and `#(**)` lines).
 fn watch(
     ctl: &Control,
-    streams: &StreamSet<sender::SendOutcome>,
+    streams: &Ends,
     remote_tx: &crossbeam_channel::Sender<RemoteEvent>,
     output: &report::Output,
     cfg: &ClientConfig,
@@ -309,9 +329,6 @@ fn watch(
     let row_wait = timeouts::row_wait(cfg.test.interval());
     let mut last_msg = Instant::now();
     let mut local_done: Option<Instant> = None;
-    // The receiver's rows so far: bytes per stream, and where the last one ended.
-    let mut received = vec![0u64; usize::from(cfg.test.streams)];
-    let mut received_until_us: Option<u64> = None;
     loop {
         if let Some(f) = streams.failure() {
             let at = f.at.saturating_duration_since(t0).as_secs_f64();
@@ -329,26 +346,11 @@ fn watch(
             let at = t0.elapsed().as_secs_f64();
             let e = crate::signals::interrupted(sig, format!("{at:.1} s into the test"));
             ctl.abort(&e.to_string());
-            if let Some(until_us) = received_until_us {
-                if cfg.format == Format::Text {
-                    let _ = remote_tx.send(RemoteEvent::StreamFailed {
-                        at,
-                        error: format!(
-                            "{e}; the totals below are over the receiver's rows up to {:.3} s \
-                             (the sender's count also holds what it wrote after them)",
-                            until_us as f64 / 1e6
-                        ),
-                    });
-                }
-                // Every format keeps the totals so far (`-J`: `end` beside `error`).
-                let _ = remote_tx.send(RemoteEvent::Done(ReceiverDone {
-                    bytes: received,
-                    elapsed_us: until_us,
-                    path: Default::default(),
-                    cpu: None,
-                    kernel: None,
-                }));
-            }
+            // Every format keeps the totals so far (`-J`: `end` beside `error`).
+            let _ = remote_tx.send(RemoteEvent::CutShort {
+                at,
+                say: (cfg.format == Format::Text).then(|| e.to_string()),
+            });
             return Some(e);
         }
         if local_done.is_none() && streams.finished() {
@@ -378,11 +380,11 @@ fn watch(
         match msg {
             Ok(ControlMsg::Row(row)) => {
                 kernel.sample();
-                for (sum, bytes) in received.iter_mut().zip(&row.bytes) {
-                    *sum += bytes;
-                }
-                received_until_us = Some(row.end_us);
                 let _ = remote_tx.send(RemoteEvent::Row(row));
+            }
+            Ok(ControlMsg::SenderInterval(iv)) => {
+                kernel.sample();
+                let _ = remote_tx.send(RemoteEvent::SenderInterval(iv));
             }
             Ok(ControlMsg::Done(done)) => {
                 let _ = remote_tx.send(RemoteEvent::Done(done));

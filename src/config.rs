@@ -183,6 +183,13 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
+    if cfg.engine == Engine::Single && cfg.test.direction() != crate::params::Direction::Forward {
+        return Err(Error::Usage(
+            "--engine single drives the client's senders; with -R or --bidir the server sends \
+             on its own threads: use the default --engine threads"
+                .into(),
+        ));
+    }
     Ok(Mode::Client(cfg))
 }
 

@@ -197,9 +197,8 @@ impl CpuMark {
         }
     }
 
-    /// The report from this mark to now, with the stream threads' own times, in stream
-    /// order (each named `stream-N`).
-    pub fn report(&self, streams: Vec<CpuTime>) -> CpuReport {
+    /// The report from this mark to now, with the stream threads' own times, named.
+    pub fn report(&self, streams: Vec<(String, CpuTime)>) -> CpuReport {
         let seconds = self
             .at
             .elapsed()
@@ -215,9 +214,8 @@ impl CpuMark {
             process,
             streams: streams
                 .into_iter()
-                .enumerate()
-                .map(|(id, t)| ThreadTime {
-                    name: format!("stream-{id}"),
+                .map(|(name, t)| ThreadTime {
+                    name,
                     user_us: t.user_us,
                     sys_us: t.sys_us,
                 })
@@ -316,7 +314,7 @@ mod tests {
             "the scheduler ran this thread {got:?}..{sched_end:?}; getrusage charged {own:?}"
         );
         let spun = wall.elapsed();
-        let r = mark.report(vec![own]);
+        let r = mark.report(vec![("stream-0".into(), own)]);
         // The process's time includes this thread's over a longer span (and whatever other
         // tests in this process ran meanwhile).
         assert!(

@@ -12,10 +12,12 @@ pub(crate) mod client;
 pub mod compare;
 pub(crate) mod config;
 pub(crate) mod cpu;
+pub(crate) mod ends;
 pub mod error;
 pub(crate) mod kstat;
 #[cfg(target_os = "linux")]
 pub(crate) mod lab;
+pub mod measure;
 pub(crate) mod net;
 pub(crate) mod netinfo;
 pub(crate) mod params;

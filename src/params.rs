@@ -126,6 +126,18 @@ pub enum Direction {
     Bidir,
 }
 
+impl Direction {
+    /// Each direction of the test in order, as whether the server sends it: the client's
+    /// (`false`) first.
+    pub fn reversed(self) -> &'static [bool] {
+        match self {
+            Direction::Forward => &[false],
+            Direction::Reverse => &[true],
+            Direction::Bidir => &[false, true],
+        }
+    }
+}
+
 /// How the data connections behave: part of every test, and shared by `compare`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct Transport {

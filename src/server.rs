@@ -21,15 +21,16 @@ use std::time::{Duration, Instant};
 
 use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
+use crate::ends::{Ends, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::net::{self, Family};
 use crate::pin::{self, PinPlan};
 use crate::protocol::{
-    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, ReceiverRow,
-    SOFTWARE, TestParams,
+    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, SOFTWARE,
+    TestParams,
 };
 use crate::report::interval::IntervalCutter;
-use crate::stream::{Batch, StreamSet, StreamSocks, receiver, spawn_named};
+use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 use crate::units::format_size;
 use crossbeam_channel::{Receiver, Sender};
@@ -439,7 +440,7 @@ fn handshake(
     params
         .validate(&cfg.limits)
         .map_err(|reason| refuse(ctl, slot, reason))?;
-    let n = params.streams as usize;
+    let n = params.threads();
     let allowed = pin::allowed_cpus();
     let plan = match &params.pin {
         Some(affinity) => pin::plan(affinity, n, &allowed),
@@ -500,42 +501,46 @@ fn run_test(
         window,
         pin_plan: plan.clone(),
     }))?;
-    let socks = accept_streams(
-        &data_listener,
-        ctl,
-        ctl_fd,
-        cookie,
-        n,
-        params.echo(),
-        cfg.quiet,
-    )?;
+    let socks = accept_streams(&data_listener, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
     drop(data_listener);
     let path = net::path_info(&socks[0].data);
 
+    // Each direction: this end's threads (receivers where the client sends, senders where
+    // it receives) and a reporter streaming their intervals to the client.
     let run_time = params.run_time();
-    let (streams, rx, free_tx) = StreamSet::spawn(
-        socks,
-        &plan,
-        params.block_bytes() as usize,
-        move |ctx, sock| receiver::run(ctx, sock, run_time),
-    )?;
-    let cutter = IntervalCutter::for_test(n, &params);
-    let ctl2 = Arc::clone(ctl);
-    let reporter = spawn_named("reporter".into(), move || {
-        run_receiver_reporter(rx, free_tx, cutter, ctl2)
-    })?;
+    let mut ends = Ends::default();
+    let mut reporters = Vec::new();
+    let mut socks = socks.into_iter();
+    for (k, &reverse) in params.direction().reversed().iter().enumerate() {
+        let these: Vec<StreamSocks> = socks.by_ref().take(n).collect();
+        let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
+        let (threads, (rx, free)) = Threads::spawn(
+            reverse,
+            crate::choices::Engine::Threads,
+            these,
+            &plan,
+            params.block_bytes() as usize,
+            run_time,
+        )?;
+        ends.0.push(threads);
+        let cutter = IntervalCutter::for_test(n, &params);
+        let ctl2 = Arc::clone(ctl);
+        reporters.push(spawn_named("reporter".into(), move || {
+            run_reporter(rx, free, cutter, reverse, ctl2)
+        })?);
+    }
 
     let cpu_mark = CpuMark::now();
     let mut kernel_mark = crate::kstat::KernelMark::now();
-    streams.start(Instant::now());
+    ends.start(Instant::now());
     ctl.send(&ControlMsg::Start)?;
 
     // Watch the control connection and the streams until every stream has ended.
     let t0 = Instant::now();
     let mut failure: Option<Error> = None;
-    while !reporter.is_finished() {
+    while !reporters.iter().all(|r| r.is_finished()) {
         kernel_mark.sample();
-        if let Some(f) = streams.failure() {
+        if let Some(f) = ends.failure() {
             failure = Some(Error::Test(format!(
                 "{} ({:.2} s into the test, on the server)",
                 f.error,
@@ -557,62 +562,89 @@ fn run_test(
         }
     }
     if failure.is_some() {
-        streams.abort();
+        ends.abort();
     }
-    let (outcomes, stream_error) = streams.join();
-    let cpu = cpu_mark.report(outcomes.iter().map(|o| o.cpu).collect());
-    let totals = reporter
-        .join()
-        .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
-    if let Some(e) = failure.or(stream_error) {
+    let (thread_cpu, stream_error) = ends.join();
+    let cpu = cpu_mark.report(thread_cpu);
+    let mut done = ReceiverDone {
+        bytes: Vec::new(),
+        sent: Vec::new(),
+        elapsed_us: 0,
+        path,
+        cpu: Some(cpu),
+        kernel: None,
+    };
+    let mut reporter_error = None;
+    for (reporter, &reverse) in reporters.into_iter().zip(params.direction().reversed()) {
+        match reporter
+            .join()
+            .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())))
+        {
+            Ok(totals) if reverse => done.sent = totals.bytes,
+            Ok(totals) => {
+                done.bytes = totals.bytes;
+                done.elapsed_us = totals.last_ns / 1000;
+            }
+            Err(e) => {
+                reporter_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failure.or(stream_error).or(reporter_error) {
         return Err(e);
     }
-    let totals = totals?;
-    let received: u64 = totals.bytes.iter().sum();
-    let secs = totals.last_ns as f64 / 1e9;
+    done.kernel = kernel_mark.report();
+    let received: u64 = done.bytes.iter().sum();
+    let sent: u64 = done.sent.iter().sum();
+    let secs = done.elapsed_us as f64 / 1e6;
     // Finishing before the client can see the totals: its next test (a shell loop's next
     // run) may connect the moment they arrive, and must wait rather than be refused.
     slot.finishing();
-    ctl.send(&ControlMsg::Done(ReceiverDone {
-        bytes: totals.bytes,
-        elapsed_us: totals.last_ns / 1000,
-        path,
-        cpu: Some(cpu),
-        kernel: kernel_mark.report(),
-    }))?;
+    ctl.send(&ControlMsg::Done(done))?;
+    let mut what = Vec::new();
+    if params.direction() != crate::params::Direction::Reverse {
+        what.push(format!(
+            "received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
+            crate::units::mbps(received, secs)
+        ));
+    }
+    if params.direction() != crate::params::Direction::Forward {
+        what.push(format!("sent {sent} bytes"));
+    }
     log!(
         cfg.quiet,
-        "pinperf: test from {peer}: done, received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
-        crate::units::mbps(received, secs)
+        "pinperf: test from {peer}: done, {}",
+        what.join(", ")
     );
     // The client says Bye once it has everything; don't hold the server long for it.
     let _ = ctl.poll(timeouts::GOODBYE);
     Ok(())
 }
 
-/// What the server's reporter found once every stream ended.
+/// What a server reporter found once every stream of its direction ended.
 #[derive(Debug, Clone)]
 struct ReceiverTotals {
     bytes: Vec<u64>,
     last_ns: u64,
 }
 
-/// The server's `reporter` thread: cuts receiver records into intervals and sends each as
-/// a `Row` the moment every stream has passed its end.
-fn run_receiver_reporter(
+/// A server `reporter` thread: cuts one direction's records into intervals and sends each
+/// the moment every stream has passed its end: a receiver's as a `Row` (the client's
+/// report joins it with its senders' intervals), a sender's as a `SenderInterval` (`-R`,
+/// `--bidir`: joined there with the client's receiver rows).
+fn run_reporter(
     rx: Receiver<Batch>,
     free: Sender<Batch>,
     mut cutter: IntervalCutter,
+    sends: bool,
     control: Arc<Control>,
 ) -> Result<ReceiverTotals> {
     let send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
         while let Some(iv) = cutter.pop_ready() {
-            control.send(&ControlMsg::Row(ReceiverRow {
-                index: iv.index,
-                begin_us: iv.begin_ns / 1000,
-                end_us: iv.end_ns / 1000,
-                bytes: iv.streams.iter().map(|s| s.bytes).collect(),
-            }))?;
+            control.send(&match sends {
+                true => ControlMsg::SenderInterval(iv),
+                false => ControlMsg::Row(crate::report::receiver_row(&iv)),
+            })?;
         }
         Ok(())
     };
@@ -656,11 +688,18 @@ fn accept_streams(
     ctl: &Control,
     ctl_fd: RawFd,
     cookie: u64,
-    n: usize,
-    echo: bool,
+    params: &TestParams,
     quiet: bool,
 ) -> Result<Vec<StreamSocks>> {
     let peer = ctl.peer;
+    let (n, echo) = (usize::from(params.streams), params.echo());
+    let directions = params.direction().reversed();
+    // Where a hello's stream belongs: its direction's block of `n`, then its id.
+    let place = |h: &DataHello| {
+        let k = directions.iter().position(|&r| r == h.reverse)?;
+        (usize::from(h.stream) < n).then(|| k * n + usize::from(h.stream))
+    };
+    let n = n * directions.len();
     listener
         .set_nonblocking(true)
         .op(|| "set O_NONBLOCK on the data listener".into())?;
@@ -753,7 +792,7 @@ fn accept_streams(
                     let slot = DataHello::from_bytes(hello)
                         .filter(|h| h.cookie == cookie && (echo || !h.echo))
                         .and_then(|h| {
-                            let pair = socks.get_mut(h.stream as usize)?;
+                            let pair = socks.get_mut(place(&h)?)?;
                             Some(if h.echo { &mut pair.1 } else { &mut pair.0 })
                         });
                     match slot {

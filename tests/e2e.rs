@@ -915,10 +915,13 @@ fn cpu_flag_prints_per_core_lines_and_the_end_block_lists_threads() {
         }
     }
     assert!(
-        text.contains("# CPU local threads: stream-0 ") && text.contains(", stream-1 "),
+        text.contains("# CPU local threads (senders): stream-0 ") && text.contains(", stream-1 "),
         "{text}"
     );
-    assert!(text.contains("# CPU remote threads: stream-0 "), "{text}");
+    assert!(
+        text.contains("# CPU remote threads (receivers): stream-0 "),
+        "{text}"
+    );
     assert!(text.contains("# CPU efficiency: "), "{text}");
 }
 

@@ -233,10 +233,11 @@ fn the_single_engine_reports_its_one_thread() {
     let text = run.stdout();
     let local = text
         .lines()
-        .find(|l| l.starts_with("# CPU local threads: "))
+        .find(|l| l.starts_with("# CPU local threads (senders): "))
         .unwrap_or_else(|| panic!("no local threads line{}", run.explain()));
     assert!(
-        local.starts_with("# CPU local threads: stream-mux ") && !local.contains("stream-1"),
+        local.starts_with("# CPU local threads (senders): stream-mux ")
+            && !local.contains("stream-1"),
         "{local}"
     );
 }

@@ -6,7 +6,8 @@
 //! receiver returns block headers, so the data connection carries data one way only.
 //!
 //! Sequence: Hello → Welcome|Refuse; Params → Accept|Refuse; data connections; Start;
-//! Row… (receiver intervals, live); Done (receiver totals); Bye. Either side may send
+//! Row… (the server's receiver intervals, live) and, when the server sends (`-R`,
+//! `--bidir`), SenderInterval… (its sender intervals); Done (the server's totals); Bye. Either side may send
 //! Error{reason} at any time to abort.
 
 use std::io::{self, Read, Write};
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::CpuReport;
 use crate::error::{Error, Result};
+use crate::measure::ClosedInterval;
 use crate::netinfo::{PathInfo, WindowGrant};
 pub use crate::params::TestParams;
 use crate::pin::PinPlan;
@@ -51,10 +53,14 @@ pub struct ReceiverRow {
     pub bytes: Vec<u64>,
 }
 
-/// The receiver's totals, sent once every stream has read EOF.
+/// The server's totals, sent once every stream there has ended: what its receivers read
+/// (the direction the client sends) and what its senders wrote (`-R`, `--bidir`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReceiverDone {
     pub bytes: Vec<u64>,
+    /// Bytes each server sender wrote (empty when the server did not send).
+    #[serde(default)]
+    pub sent: Vec<u64>,
     /// From the server's start to the last stream's EOF.
     pub elapsed_us: u64,
     pub path: PathInfo,
@@ -76,6 +82,7 @@ pub enum ControlMsg {
     Accept(Accept),
     Start,
     Row(ReceiverRow),
+    SenderInterval(ClosedInterval),
     Done(ReceiverDone),
     Error { reason: String },
     Bye,
@@ -92,6 +99,7 @@ impl ControlMsg {
             ControlMsg::Accept(_) => "accept",
             ControlMsg::Start => "start",
             ControlMsg::Row(_) => "row",
+            ControlMsg::SenderInterval(_) => "sender interval",
             ControlMsg::Done(_) => "done",
             ControlMsg::Error { .. } => "error",
             ControlMsg::Bye => "bye",
@@ -276,6 +284,8 @@ pub(crate) struct DataHello {
     pub stream: u16,
     /// False: the data connection; true: the stream's echo connection.
     pub echo: bool,
+    /// The stream of the direction the server sends (`-R`, `--bidir`).
+    pub reverse: bool,
 }
 
 impl DataHello {
@@ -285,20 +295,20 @@ impl DataHello {
         let mut b = [0u8; Self::LEN];
         b[..8].copy_from_slice(&self.cookie.to_le_bytes());
         b[8..10].copy_from_slice(&self.stream.to_le_bytes());
-        b[10] = u8::from(self.echo);
+        b[10] = u8::from(self.echo) | u8::from(self.reverse) << 1;
         b
     }
 
-    /// `None` for a kind byte that is neither 0 nor 1.
+    /// `None` for a kind byte other than 0 to 3 (bit 0: echo, bit 1: reverse).
     pub(crate) fn from_bytes(b: [u8; Self::LEN]) -> Option<Self> {
         Some(DataHello {
             cookie: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
             stream: u16::from_le_bytes(b[8..10].try_into().expect("2 bytes")),
             echo: match b[10] {
-                0 => false,
-                1 => true,
+                0..=3 => b[10] & 1 == 1,
                 _ => return None,
             },
+            reverse: b[10] & 2 == 2,
         })
     }
 }
@@ -369,11 +379,12 @@ mod tests {
 
     #[test]
     fn data_hello_round_trips() {
-        for echo in [false, true] {
+        for (echo, reverse) in [(false, false), (true, false), (false, true), (true, true)] {
             let h = DataHello {
                 cookie: 0xdead_beef_1234,
                 stream: 255,
                 echo,
+                reverse,
             };
             assert_eq!(DataHello::from_bytes(h.to_bytes()), Some(h));
         }
@@ -381,6 +392,7 @@ mod tests {
             cookie: 1,
             stream: 0,
             echo: false,
+            reverse: false,
         }
         .to_bytes();
         bad[10] = 7;

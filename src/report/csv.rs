@@ -102,6 +102,15 @@ csv_record! {
         softirq_percent,
         gbps_per_busy_core,
         cpu_seconds_per_gb,
+        direction,
+    }
+}
+
+/// The `direction` cell of a row that belongs to one: who sent its bytes.
+fn direction(reverse: bool) -> String {
+    match reverse {
+        true => "server_to_client".into(),
+        false => "client_to_server".into(),
     }
 }
 
@@ -253,10 +262,14 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
             true => ("omitted_stream", "omitted_sum"),
             false => ("stream", "sum"),
         };
+        let with_direction = |mut r: Record| {
+            r.direction = direction(iv.reverse);
+            r
+        };
         let streams = iv.streams.iter().map(|r| stream_row(stream, &idx, r));
-        self.write(streams)?;
+        self.write(streams.map(with_direction))?;
         let f = &iv.sum.fairness;
-        self.write([sum_row(sum, &idx, &iv.sum, f, f.starved)])?;
+        self.write([with_direction(sum_row(sum, &idx, &iv.sum, f, f.starved))])?;
         if let Some(cores) = &iv.cores {
             self.write(core_rows("local", &idx, cores))?;
         }
@@ -264,15 +277,23 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
-        self.write(s.streams.iter().map(|r| stream_row("total", "", r)))?;
+        let with_direction = |mut r: Record| {
+            r.direction = direction(s.reverse);
+            r
+        };
+        self.write(
+            s.streams
+                .iter()
+                .map(|r| with_direction(stream_row("total", "", r))),
+        )?;
         let f = &s.fairness;
-        self.write([sum_row(
+        self.write([with_direction(sum_row(
             "total_sum",
             "",
             &s.sum,
             &f.totals,
             f.starved_intervals,
-        )])?;
+        ))])?;
         if let Some(cpu) = &s.cpu {
             self.write(side_rows("local", &cpu.local))?;
             if let Some(r) = &cpu.remote {
@@ -342,7 +363,7 @@ mod tests {
     #[test]
     fn the_header_is_the_column_list() {
         assert_eq!(COLUMNS, Record::NAMES.join(","));
-        assert_eq!(Record::NAMES.len(), 33);
+        assert_eq!(Record::NAMES.len(), 34);
         assert_eq!(parse(COLUMNS), [Record::NAMES]);
     }
 

@@ -578,6 +578,7 @@ mod tests {
             same_process: false,
             cpu_intervals: false,
             engine: crate::choices::Engine::Threads,
+            direction: crate::params::Direction::Forward,
         }
     }
 

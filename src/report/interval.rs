@@ -8,43 +8,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::measure::{ClosedInterval, RttStats, StreamSlice};
 use crate::stream::{Batch, TcpSample};
-
-/// RTT statistics over an interval, microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RttStats {
-    pub min_us: u32,
-    pub avg_us: f64,
-    pub max_us: u32,
-    /// Median, where the samples are kept (block RTT); `None` for kernel srtt.
-    pub median_us: Option<u32>,
-    pub samples: u32,
-}
-
-impl RttStats {
-    /// Statistics of `samples` (sorted in place for the median); `None` when empty.
-    pub fn of(samples: &mut [u32]) -> Option<RttStats> {
-        if samples.is_empty() {
-            return None;
-        }
-        samples.sort_unstable();
-        let n = samples.len();
-        let median = if n % 2 == 1 {
-            samples[n / 2]
-        } else {
-            ((u64::from(samples[n / 2 - 1]) + u64::from(samples[n / 2])) / 2) as u32
-        };
-        Some(RttStats {
-            min_us: samples[0],
-            avg_us: samples.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64,
-            max_us: samples[n - 1],
-            median_us: Some(median),
-            samples: n as u32,
-        })
-    }
-}
 
 #[derive(Debug, Clone, Default)]
 struct StreamAcc {
@@ -79,32 +44,6 @@ impl StreamAcc {
             samples: self.srtt_n,
         })
     }
-}
-
-/// One stream's share of a closed interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamSlice {
-    pub bytes: u64,
-    /// Kernel smoothed RTT over the interval's `TCP_INFO` samples.
-    pub srtt: Option<RttStats>,
-    /// Block RTT (header echoes) over the interval.
-    pub block_rtt: Option<RttStats>,
-    /// Retransmits during the interval (from `tcpi_total_retrans`), when sampled.
-    pub retransmits: Option<u64>,
-    /// The interval's last `TCP_INFO` sample (cwnd, min RTT, rates, unsent bytes).
-    pub last: Option<TcpSample>,
-}
-
-/// A closed interval: `[begin_ns, end_ns)` since the start, one slice per stream. It
-/// travels on the control connection when the server sends (`-R`, `--bidir`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClosedInterval {
-    pub index: u32,
-    /// Inside `-O`'s omitted seconds: shown, left out of the totals.
-    pub omitted: bool,
-    pub begin_ns: u64,
-    pub end_ns: u64,
-    pub streams: Vec<StreamSlice>,
 }
 
 /// Interval cutter for one side of a test.

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use serde::{Deserialize, Serialize};
 
 use super::Formatter;
-use super::model::{Header, IntervalReport, Summary};
+use super::model::{Direction, Header, IntervalReport, Summary};
 
 /// The whole-test document of `-J`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -15,6 +15,9 @@ pub struct Document {
     pub start: Header,
     pub intervals: Vec<IntervalReport>,
     pub end: Option<Summary>,
+    /// `--bidir`: the server-to-client direction's totals (`end` holds the client's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reverse: Option<Summary>,
     /// Why the test failed; `end` is then null and `intervals` hold what was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -40,11 +43,28 @@ pub enum Event {
 pub struct JsonFormatter<W: Write> {
     out: W,
     doc: Option<Document>,
+    /// Summaries still to come before the document is whole (two with `--bidir`).
+    ends_left: usize,
 }
 
 impl<W: Write> JsonFormatter<W> {
     pub fn new(out: W) -> Self {
-        JsonFormatter { out, doc: None }
+        JsonFormatter {
+            out,
+            doc: None,
+            ends_left: 1,
+        }
+    }
+
+    /// Files a direction's summary: `end_reverse` for `--bidir`'s server-to-client one.
+    fn file(&mut self, summary: &Summary) {
+        if let Some(doc) = &mut self.doc {
+            match summary.reverse && doc.start.direction == Direction::Bidir {
+                true => doc.end_reverse = Some(summary.clone()),
+                false => doc.end = Some(summary.clone()),
+            }
+        }
+        self.ends_left = self.ends_left.saturating_sub(1);
     }
 }
 
@@ -54,8 +74,10 @@ impl<W: Write + Send> Formatter for JsonFormatter<W> {
             start: header.clone(),
             intervals: Vec::new(),
             end: None,
+            end_reverse: None,
             error: None,
         });
+        self.ends_left = header.direction.reversed().len();
         Ok(())
     }
 
@@ -67,10 +89,13 @@ impl<W: Write + Send> Formatter for JsonFormatter<W> {
     }
 
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
-        let Some(mut doc) = self.doc.take() else {
+        self.file(summary);
+        if self.ends_left > 0 {
+            return Ok(());
+        }
+        let Some(doc) = self.doc.take() else {
             return Ok(());
         };
-        doc.end = Some(summary.clone());
         serde_json::to_writer_pretty(&mut self.out, &doc)?;
         writeln!(self.out)?;
         self.out.flush()
@@ -79,9 +104,7 @@ impl<W: Write + Send> Formatter for JsonFormatter<W> {
     /// One document with both the totals so far and why the test stopped (as iperf3 -J
     /// keeps its end sums when interrupted).
     fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
-        if let Some(doc) = &mut self.doc {
-            doc.end = Some(summary.clone());
-        }
+        self.file(summary);
         self.failed(error)
     }
 

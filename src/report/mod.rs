@@ -11,7 +11,7 @@ pub mod json;
 pub mod model;
 pub(crate) mod text;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::sync::Arc;
 
@@ -100,16 +100,22 @@ pub(crate) fn formatter(
 /// What the client's reporter hands back: both sides' byte counts per stream.
 #[derive(Debug, Clone)]
 pub(crate) struct ClientTotals {
+    /// Every direction's streams, in order.
     pub sent: Vec<u64>,
     pub received: Option<Vec<u64>>,
-    /// The summary that was printed (absent when the receiver's totals never came).
-    pub summary: Option<Summary>,
+    /// The summaries that were printed, one per direction (none when the totals never came).
+    pub summaries: Vec<Summary>,
 }
 
-/// Events from the control connection that the client's reporter consumes.
+/// Events from the control connection (and the client's main thread) that the client's
+/// reporter consumes.
 #[derive(Debug)]
 pub(crate) enum RemoteEvent {
+    /// A server receiver's interval (a direction the client sends).
     Row(ReceiverRow),
+    /// A server sender's interval (a direction the server sends: `-R`, `--bidir`).
+    SenderInterval(ClosedInterval),
+    /// The server's totals, once every stream there has ended.
     Done(ReceiverDone),
     /// The client's own CPU over the test (sent by the client's main thread once its
     /// stream threads are joined).
@@ -118,14 +124,25 @@ pub(crate) enum RemoteEvent {
     LocalKernel(crate::kstat::KernelReport),
     /// The test failed: the reporter hands this to the formatter instead of a summary.
     Failed(String),
+    /// The test was stopped (a signal) `at` seconds in: every format keeps the totals of
+    /// the receivers' rows so far, then `Failed` says why. `say` is a live line for text.
+    CutShort { at: f64, say: Option<String> },
     /// A local stream failed `at` seconds into the test (said live, before `Failed`).
-    StreamFailed {
-        at: f64,
-        error: String,
-    },
+    StreamFailed { at: f64, error: String },
 }
 
-/// Whole-test accumulation of RTT statistics (weighted by samples).
+/// One direction of a test, as the client's reporter gets it: this end's stream threads'
+/// batches (its senders when the client sends, its receivers when the server does), cut
+/// here; the other half comes from the server.
+pub(crate) struct Feed {
+    /// The server sends this direction (`-R`, or `--bidir`'s second).
+    pub reverse: bool,
+    pub batches: Receiver<Batch>,
+    pub free: Sender<Batch>,
+    pub cutter: IntervalCutter,
+}
+
+/// Whole-test RTT statistics (weighted by samples).
 #[derive(Default, Clone, Copy)]
 struct RttAgg {
     min: f64,
@@ -189,111 +206,332 @@ struct Totals {
     stalls: diagnosis::StallLog,
 }
 
-/// The client side: cut the sender's records, join with the receiver's rows by interval
-/// index, print each interval as soon as both halves are in, then the summary.
-pub(crate) fn run_sender_reporter(
+/// One direction's halves waiting to be joined, and its totals.
+struct Direction {
+    reverse: bool,
+    cutter: IntervalCutter,
+    /// Local batches still coming.
+    open: bool,
+    /// Sender intervals (with the cores' counters read when a local one closed, `--cpu`).
+    senders: BTreeMap<u32, (ClosedInterval, Option<Vec<cpu::CoreTicks>>)>,
+    receivers: BTreeMap<u32, ReceiverRow>,
+    next: u32,
+    totals: Totals,
+    /// What the receiver's rows and the sender's intervals held so far (a cut-short test's
+    /// totals), and where the last row ended.
+    rows_received: Vec<u64>,
+    intervals_sent: Vec<u64>,
+    rows_until_us: Option<u64>,
+    /// The receiver's bytes in joined intervals, and where the last joined one ended.
+    joined_received: Vec<u64>,
+    joined_until_us: Option<u64>,
+}
+
+impl Direction {
+    fn new(feed_reverse: bool, cutter: IntervalCutter, streams: usize) -> Self {
+        Direction {
+            reverse: feed_reverse,
+            cutter,
+            open: true,
+            senders: BTreeMap::new(),
+            receivers: BTreeMap::new(),
+            next: 0,
+            totals: Totals {
+                streams: vec![StreamTotal::default(); streams],
+                intervals: 0,
+                stalls: diagnosis::StallLog::whole_test(),
+            },
+            rows_received: vec![0; streams],
+            intervals_sent: vec![0; streams],
+            rows_until_us: None,
+            joined_received: vec![0; streams],
+            joined_until_us: None,
+        }
+    }
+
+    fn add_row(&mut self, row: ReceiverRow) {
+        for (sum, bytes) in self.rows_received.iter_mut().zip(&row.bytes) {
+            *sum += bytes;
+        }
+        self.rows_until_us = Some(row.end_us);
+        self.receivers.insert(row.index, row);
+    }
+
+    fn add_sender(&mut self, iv: ClosedInterval, cores: Option<Vec<cpu::CoreTicks>>) {
+        for (sum, slice) in self.intervals_sent.iter_mut().zip(&iv.streams) {
+            *sum += slice.bytes;
+        }
+        self.senders.insert(iv.index, (iv, cores));
+    }
+
+    /// Moves what the local cutter closed to its half.
+    fn pop_local(&mut self, cores: &mut impl FnMut() -> Option<Vec<cpu::CoreTicks>>) {
+        while let Some(iv) = self.cutter.pop_ready() {
+            if self.reverse {
+                self.add_row(receiver_row(&iv));
+            } else {
+                self.add_sender(iv, cores());
+            }
+        }
+    }
+
+    /// The next intervals whose both halves are in, joined.
+    fn ready(&mut self) -> Vec<(IntervalReport, Option<Vec<cpu::CoreTicks>>)> {
+        let mut out = Vec::new();
+        while let (Some((l, cores)), Some(r)) =
+            (self.senders.get(&self.next), self.receivers.get(&self.next))
+        {
+            let mut report = join(l, r, &mut self.totals);
+            report.reverse = self.reverse;
+            for (sum, bytes) in self.joined_received.iter_mut().zip(&r.bytes) {
+                *sum += bytes;
+            }
+            self.joined_until_us = Some(r.end_us);
+            out.push((report, cores.clone()));
+            self.senders.remove(&self.next);
+            self.receivers.remove(&self.next);
+            self.next += 1;
+        }
+        out
+    }
+}
+
+/// The joined interval to print next: the lowest index, the client's direction first,
+/// held while another direction may still join an earlier one (unless the test `ended`).
+fn next_in_order(
+    pending: &mut [VecDeque<IntervalReport>],
+    dirs: &[Direction],
+    ended: bool,
+) -> Option<IntervalReport> {
+    let (k, d) = pending
+        .iter()
+        .enumerate()
+        .filter_map(|(d, q)| q.front().map(|r| (r.index, d)))
+        .min()?;
+    let waits =
+        |e: usize| pending[e].is_empty() && (dirs[e].next < k || (dirs[e].next == k && e < d));
+    if !ended && (0..dirs.len()).any(|e| e != d && waits(e)) {
+        return None;
+    }
+    pending[d].pop_front()
+}
+
+/// A receiver's closed interval as the row it sends: bytes per stream over its span.
+pub(crate) fn receiver_row(iv: &ClosedInterval) -> ReceiverRow {
+    ReceiverRow {
+        index: iv.index,
+        begin_us: iv.begin_ns / 1000,
+        end_us: iv.end_ns / 1000,
+        bytes: iv.streams.iter().map(|s| s.bytes).collect(),
+    }
+}
+
+/// The client's reporter: for each direction, cut this end's records, join them with the
+/// server's half by interval index, print each interval as soon as both halves are in,
+/// then each direction's summary.
+pub(crate) fn run_reporter(
     header: Header,
-    local: Receiver<Batch>,
-    free: Sender<Batch>,
+    feeds: Vec<Feed>,
     remote: Receiver<RemoteEvent>,
-    mut cutter: IntervalCutter,
     mut out: Box<dyn Formatter>,
     output: Output,
 ) -> Result<ClientTotals> {
     let streams = header.streams as usize;
     let mut output_ok = output.check(out.header(&header));
-    // Each local interval with the cores' counters read when it closed here (with --cpu):
-    // the closest this thread gets to the interval's end, however late the receiver's
-    // row arrives to be joined with it.
-    let mut locals: BTreeMap<u32, (ClosedInterval, Option<Vec<cpu::CoreTicks>>)> = BTreeMap::new();
-    let mut remotes: BTreeMap<u32, ReceiverRow> = BTreeMap::new();
-    let mut next = 0u32;
-    let mut totals = Totals {
-        streams: vec![StreamTotal::default(); streams],
-        intervals: 0,
-        stalls: diagnosis::StallLog::whole_test(),
-    };
+    let mut dirs = Vec::with_capacity(feeds.len());
+    let mut inputs = Vec::with_capacity(feeds.len());
+    for f in feeds {
+        dirs.push(Direction::new(f.reverse, f.cutter, streams));
+        inputs.push((f.batches, f.free));
+    }
+    let never = crossbeam_channel::never();
+    let batches = |i: usize| inputs.get(i).map_or(&never, |(rx, _)| rx);
+    let (b0, b1) = (batches(0), batches(1));
     let mut done: Option<ReceiverDone> = None;
     let mut local_cpu: Option<CpuReport> = None;
     let mut local_kernel = None;
     let mut failed: Option<String> = None;
+    let mut cut_short = false;
     let mut prev_cores = header.cpu_intervals.then(cpu::cores);
-    let (mut local_open, mut remote_open) = (true, true);
+    let mut remote_open = true;
+    // Joined intervals per direction, printed in interval order across directions.
+    let mut pending: Vec<VecDeque<IntervalReport>> = vec![VecDeque::new(); dirs.len()];
 
-    while local_open || remote_open {
+    let on_batch = |dirs: &mut Vec<Direction>, i: usize, msg| match msg {
+        Ok(batch) => {
+            dirs[i].cutter.add(&batch);
+            let _ = inputs[i].1.try_send(batch);
+        }
+        Err(_) => {
+            dirs[i].open = false;
+            dirs[i].cutter.finish();
+        }
+    };
+    while remote_open || dirs.iter().any(|d| d.open) {
         select! {
-            recv(local) -> msg => match msg {
-                Ok(batch) => {
-                    cutter.add(&batch);
-                    let _ = free.try_send(batch);
-                }
-                Err(_) => {
-                    local_open = false;
-                    cutter.finish();
-                }
-            },
+            recv(b0) -> msg => on_batch(&mut dirs, 0, msg),
+            recv(b1) -> msg => on_batch(&mut dirs, 1, msg),
             recv(remote) -> msg => match msg {
-                Ok(RemoteEvent::Row(row)) => { remotes.insert(row.index, row); }
+                Ok(RemoteEvent::Row(row)) => {
+                    if let Some(d) = dirs.iter_mut().find(|d| !d.reverse) {
+                        d.add_row(row);
+                    }
+                }
+                Ok(RemoteEvent::SenderInterval(iv)) => {
+                    if let Some(d) = dirs.iter_mut().find(|d| d.reverse) {
+                        d.add_sender(iv, None);
+                    }
+                }
                 Ok(RemoteEvent::Done(d)) => done = Some(d),
                 Ok(RemoteEvent::LocalCpu(c)) => local_cpu = Some(c),
                 Ok(RemoteEvent::LocalKernel(k)) => local_kernel = Some(k),
                 Ok(RemoteEvent::Failed(e)) => failed = Some(e),
+                Ok(RemoteEvent::CutShort { at, say }) => {
+                    cut_short = true;
+                    let until = dirs
+                        .iter()
+                        .filter_map(|d| match d.reverse {
+                            true => d.joined_until_us,
+                            false => d.rows_until_us,
+                        })
+                        .min();
+                    if let (Some(say), Some(until), true) = (say, until, output_ok) {
+                        let line = format!(
+                            "{say}; the totals below are over the receiver's rows up to {:.3} s \
+                             (the sender's count also holds what it wrote after them)",
+                            until as f64 / 1e6
+                        );
+                        output_ok = output.check(out.stream_failed(at, &line));
+                    }
+                }
                 Ok(RemoteEvent::StreamFailed { at, error }) => if output_ok {
                     output_ok = output.check(out.stream_failed(at, &error));
                 },
                 Err(_) => remote_open = false,
             },
         }
-        while let Some(iv) = cutter.pop_ready() {
-            let cores = prev_cores.is_some().then(cpu::cores);
-            locals.insert(iv.index, (iv, cores));
-        }
-        while let (Some((l, cores)), Some(r)) = (locals.get(&next), remotes.get(&next)) {
-            let mut report = join(l, r, &mut totals);
-            if let (Some(prev), Some(now)) = (prev_cores.as_mut(), cores) {
-                report.cores = Some(cpu::core_loads(prev, now));
-                *prev = now.clone();
+        for (i, d) in dirs.iter_mut().enumerate() {
+            // With --cpu: the cores' counters when the first direction's local interval
+            // closed, the closest this thread gets to the interval's end.
+            let mut cores = || (i == 0 && prev_cores.is_some()).then(cpu::cores);
+            d.pop_local(&mut cores);
+            for (mut report, cores) in d.ready() {
+                if let (Some(prev), Some(now)) = (prev_cores.as_mut(), cores) {
+                    report.cores = Some(cpu::core_loads(prev, &now));
+                    *prev = now;
+                }
+                pending[i].push_back(report);
             }
+        }
+        let ended = !remote_open && dirs.iter().all(|d| !d.open);
+        while let Some(report) = next_in_order(&mut pending, &dirs, ended) {
             if output_ok {
                 output_ok = output.check(out.interval(&report));
             }
-            locals.remove(&next);
-            remotes.remove(&next);
-            next += 1;
         }
     }
-    let sent = cutter.totals().to_vec();
-    let mut summary = None;
-    // A test cut short inside `-O`'s seconds measured nothing that counts: no totals.
-    let measured = |d: &ReceiverDone| failed.is_none() || d.elapsed_us as f64 / 1e6 > header.omit_s;
-    if let Some(d) = done.as_ref().filter(|d| measured(d)) {
-        let mut s = summarize(&header, &sent, d, &mut totals, failed.is_some());
-        if let Some(mut local) = local_cpu {
-            if header.engine == crate::choices::Engine::Single {
-                local = local.on_one_thread(cpu::MUX_THREAD);
+    // The server's totals, or (a test cut short) the receiver's rows so far against all
+    // the sender wrote (the server's: what its intervals reported, each of them joined).
+    let totals_of = |d: &Direction| -> Option<(Vec<u64>, Vec<u64>, u64)> {
+        match (&done, cut_short) {
+            (_, true) if d.reverse => Some((
+                d.intervals_sent.clone(),
+                d.joined_received.clone(),
+                d.joined_until_us?,
+            )),
+            (_, true) => Some((
+                d.cutter.totals().to_vec(),
+                d.rows_received.clone(),
+                d.rows_until_us?,
+            )),
+            (Some(done), false) => Some(match d.reverse {
+                true => (
+                    done.sent.clone(),
+                    d.cutter.totals().to_vec(),
+                    d.cutter.last_record_ns() / 1000,
+                ),
+                false => (
+                    d.cutter.totals().to_vec(),
+                    done.bytes.clone(),
+                    done.elapsed_us,
+                ),
+            }),
+            (None, false) => None,
+        }
+    };
+    let mut summaries = Vec::new();
+    let mut sent_all = Vec::new();
+    let mut received_all = Vec::new();
+    let count = dirs.len();
+    for (i, d) in dirs.iter_mut().enumerate() {
+        let Some((sent, received, elapsed_us)) = totals_of(d) else {
+            continue;
+        };
+        sent_all.extend(&sent);
+        received_all.extend(&received);
+        // A test cut short inside `-O`'s seconds measured nothing that counts: no totals.
+        if failed.is_some() && elapsed_us as f64 / 1e6 <= header.omit_s {
+            continue;
+        }
+        let mut s = summarize(
+            &header,
+            &sent,
+            &received,
+            elapsed_us,
+            &mut d.totals,
+            failed.is_some(),
+        );
+        s.reverse = d.reverse;
+        // Both ends' CPU and kernel counters cover the whole test: with the last direction.
+        if i + 1 == count {
+            let remote_cpu = done.as_ref().and_then(|d| d.cpu.clone());
+            if let Some(mut local) = local_cpu.take() {
+                if header.engine == crate::choices::Engine::Single {
+                    local = local.on_one_thread(cpu::MUX_THREAD);
+                }
+                let all_bytes: u64 = summaries
+                    .iter()
+                    .chain(std::iter::once(&s))
+                    .map(|s: &Summary| s.sum_received.bytes + s.omitted.received_bytes)
+                    .sum();
+                add_cpu(&mut s, &header, local, remote_cpu, all_bytes);
             }
-            add_cpu(&mut s, &header, local, d.cpu.clone());
+            if let Some(local) = local_kernel.take() {
+                let remote = done.as_ref().and_then(|d| d.kernel);
+                // The kernel's drops are the receiver's; the report names them by role.
+                let (sender, receiver) = match d.reverse {
+                    false => (local, remote),
+                    true => match remote {
+                        Some(r) => (r, Some(local)),
+                        None => (local, None),
+                    },
+                };
+                add_kernel(&mut s, sender, receiver);
+            }
         }
-        if let Some(local) = local_kernel {
-            add_kernel(&mut s, local, d.kernel);
-        }
-        if output_ok {
-            output.check(match &failed {
-                Some(e) => out.cut_short(&s, e),
-                None => out.summary(&s),
-            });
-        }
-        summary = Some(s);
+        summaries.push(s);
     }
-    if let (None, Some(e)) = (&summary, &failed)
-        && output_ok
-    {
+    if output_ok {
+        // A test cut short says why after its last totals.
+        let last = summaries.len().saturating_sub(1);
+        for (i, s) in summaries.iter().enumerate() {
+            let written = match &failed {
+                Some(e) if i == last => out.cut_short(s, e),
+                _ => out.summary(s),
+            };
+            if !output.check(written) {
+                break;
+            }
+        }
+    }
+    if let (true, Some(e), true) = (summaries.is_empty(), &failed, output_ok) {
         output.check(out.failed(e));
     }
+    let received = (done.is_some() && !cut_short).then_some(received_all);
     Ok(ClientTotals {
-        sent,
-        received: done.map(|d| d.bytes),
-        summary,
+        sent: sent_all,
+        received,
+        summaries,
     })
 }
 
@@ -389,6 +627,7 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
         streams: rows,
         sum,
         cores: None,
+        reverse: false,
     }
 }
 
@@ -421,7 +660,13 @@ fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
 /// are counted once; in one process (`--loopback`, and `pinperf lab`, whose ends sit in
 /// different network namespaces of one process, so the peer is not a loopback address)
 /// so is the process time, and one process is one host: its cores are counted once too.
-fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Option<CpuReport>) {
+fn add_cpu(
+    summary: &mut Summary,
+    header: &Header,
+    local: CpuReport,
+    remote: Option<CpuReport>,
+    whole_bytes: u64,
+) {
     let one_host = header.same_host || header.same_process;
     // In one process both ends' process times are the same figure: said once, as the
     // host's, so a reader adding local and remote does not count it twice.
@@ -448,9 +693,8 @@ fn add_cpu(summary: &mut Summary, header: &Header, local: CpuReport, remote: Opt
                 .as_ref()
                 .map_or(0.0, |r| r.process.total_us() as f64 / 1e6)
         };
-    // CPU is measured over the whole run, `-O`'s seconds included: so are the bytes and
-    // the time it is set against.
-    let whole_bytes = summary.sum_received.bytes + summary.omitted.received_bytes;
+    // CPU is measured over the whole run, `-O`'s seconds and every direction included: so
+    // are the bytes (`whole_bytes`) and the time it is set against.
     let gb = whole_bytes as f64 / 1e9;
     let gbps = match summary.sum_received.end {
         end if end > 0.0 => gb * 8.0 / end,
@@ -489,7 +733,8 @@ fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>
 fn summarize(
     header: &Header,
     sent: &[u64],
-    done: &ReceiverDone,
+    received: &[u64],
+    elapsed_us: u64,
     totals: &mut Totals,
     cut_short: bool,
 ) -> Summary {
@@ -500,7 +745,7 @@ fn summarize(
     } else {
         start + header.duration_s
     };
-    let end = (done.elapsed_us as f64 / 1e6).max(planned);
+    let end = (elapsed_us as f64 / 1e6).max(planned);
     totals.stalls.finish();
     totals.streams.iter_mut().for_each(|t| t.stalls.finish());
     let rows: Vec<StreamRow> = totals
@@ -508,7 +753,7 @@ fn summarize(
         .iter()
         .enumerate()
         .map(|(s, t)| {
-            let bytes = done.bytes.get(s).copied().unwrap_or(0);
+            let bytes = received.get(s).copied().unwrap_or(0);
             let sent = sent.get(s).copied().unwrap_or(0);
             let mut row = stream_row(
                 s as u16,
@@ -580,6 +825,7 @@ fn summarize(
             sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
             received_bytes: totals.streams.iter().map(|t| t.omitted_received).sum(),
         },
+        reverse: false,
     }
 }
 
@@ -619,7 +865,13 @@ mod tests {
         s.sum_received.bytes = 2_000_000_000;
         s.sum_received.bits_per_second = 8e9;
         (s.sum_received.start, s.sum_received.end) = (0.0, 2.0);
-        add_cpu(&mut s, &header, two_cores(100.0), Some(two_cores(100.0)));
+        add_cpu(
+            &mut s,
+            &header,
+            two_cores(100.0),
+            Some(two_cores(100.0)),
+            2_000_000_000,
+        );
         s.cpu.unwrap()
     }
 
@@ -632,7 +884,7 @@ mod tests {
         (s.sum_received.start, s.sum_received.end) = (2.0, 3.0);
         s.sum_received.bytes = 1_000_000_000;
         s.omitted.received_bytes = 2_000_000_000;
-        add_cpu(&mut s, &header, two_cores(100.0), None);
+        add_cpu(&mut s, &header, two_cores(100.0), None, 3_000_000_000);
         let cpu = s.cpu.unwrap();
         // 3 GB in 3 s on 2 busy cores; the process's CPU over 3 GB.
         assert_eq!(cpu.gbps_per_busy_core, Some(4.0));
@@ -702,7 +954,7 @@ mod tests {
         text::TextFormatter::new(&mut text).summary(&s).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(
-            text.contains("# CPU local threads: stream-mux 50.0% (user 1.0, sys 49.0)\n"),
+            text.contains("# CPU local threads (senders): stream-mux 50.0% (user 1.0, sys 49.0)\n"),
             "{text}"
         );
         let mut out = Vec::new();
@@ -717,16 +969,6 @@ mod tests {
         assert_eq!(threads, [("stream-mux", "")]);
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["cpu"]["local"]["streams"][0]["name"], "stream-mux");
-    }
-
-    fn done(bytes: Vec<u64>, elapsed_us: u64) -> ReceiverDone {
-        ReceiverDone {
-            bytes,
-            elapsed_us,
-            path: Default::default(),
-            cpu: None,
-            kernel: None,
-        }
     }
 
     fn no_totals(streams: usize) -> Totals {
@@ -746,20 +988,8 @@ mod tests {
         h.duration_s = 3.0;
         h.streams = 2;
         let bytes = vec![3_000_000_000, 1_000_000_000];
-        let s = summarize(
-            &h,
-            &bytes,
-            &done(bytes.clone(), 1_307_000),
-            &mut no_totals(2),
-            false,
-        );
-        let cut = summarize(
-            &h,
-            &bytes,
-            &done(bytes.clone(), 1_307_000),
-            &mut no_totals(2),
-            true,
-        );
+        let s = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), false);
+        let cut = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), true);
         assert_eq!(cut.sum.end, 1.307, "a test cut short spans what it ran");
         for (start, end, seconds) in [
             (s.sum.start, s.sum.end, s.sum.seconds),
@@ -778,24 +1008,12 @@ mod tests {
         assert_eq!(s.sum_received.bits_per_second, 4e9 * 8.0 / 3.0);
 
         // A drain past the planned end counts to the last byte.
-        let s = summarize(
-            &h,
-            &bytes,
-            &done(bytes.clone(), 4_000_000),
-            &mut no_totals(2),
-            false,
-        );
+        let s = summarize(&h, &bytes, &bytes, 4_000_000, &mut no_totals(2), false);
         assert_eq!((s.sum.end, s.sum.bits_per_second), (4.0, 4e9 * 8.0 / 4.0));
 
         // -O 1 -t 3: from 1 s to 4 s.
         h.omit_s = 1.0;
-        let s = summarize(
-            &h,
-            &bytes,
-            &done(bytes.clone(), 2_000_000),
-            &mut no_totals(2),
-            false,
-        );
+        let s = summarize(&h, &bytes, &bytes, 2_000_000, &mut no_totals(2), false);
         assert_eq!((s.sum.start, s.sum.end, s.sum.seconds), (1.0, 4.0, 3.0));
     }
 
@@ -840,13 +1058,7 @@ mod tests {
         let mut h = model::sample::header();
         h.streams = 2;
         h.duration_s = 2.5;
-        let s = summarize(
-            &h,
-            &[15, 15],
-            &done(vec![15, 15], 2_500_000),
-            &mut totals,
-            false,
-        );
+        let s = summarize(&h, &[15, 15], &[15, 15], 2_500_000, &mut totals, false);
         assert!(
             s.diagnosis.iter().any(
                 |l| l.starts_with("diagnosis: no data moved from 1.0 s to 2.0 s (2 intervals)")

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::choices::Engine;
 use crate::cpu::{CoreLoad, CpuReport};
 use crate::netinfo::{PathInfo, WindowGrant};
+pub use crate::params::Direction;
 use crate::pin::PinPlan;
 
 /// Everything known before the first byte moves.
@@ -45,6 +46,14 @@ pub struct Header {
     pub cpu_intervals: bool,
     /// How the sender drove its streams.
     pub engine: Engine,
+    /// Which ends send: the client (`forward`), the server (`reverse`, `-R`), or both at
+    /// once (`bidir`, each direction with its own streams, rows and totals).
+    #[serde(default = "forward")]
+    pub direction: Direction,
+}
+
+fn forward() -> Direction {
+    Direction::Forward
 }
 
 /// RTT statistics, microseconds.
@@ -136,6 +145,9 @@ pub struct IntervalReport {
     pub sum: SumRow,
     /// With `--cpu`: this host's cores over the interval (as the client printed it).
     pub cores: Option<Vec<CoreLoad>>,
+    /// The server sent these bytes (`-R`, or `--bidir`'s second direction).
+    #[serde(default)]
+    pub reverse: bool,
 }
 
 /// Bytes and rate of one side, over the whole test.
@@ -187,6 +199,9 @@ pub struct Summary {
     /// rows so far, and the sender's count also holds what it wrote after them.
     #[serde(default)]
     pub cut_short: bool,
+    /// The server sent these bytes (`-R`, or `--bidir`'s second direction).
+    #[serde(default)]
+    pub reverse: bool,
 }
 
 /// What `-O` left out of the totals.
@@ -425,6 +440,7 @@ pub(crate) mod sample {
             same_process: true,
             cpu_intervals: false,
             engine: Engine::Threads,
+            direction: Direction::Forward,
         }
     }
 
@@ -435,6 +451,7 @@ pub(crate) mod sample {
             streams: streams(1.0018994, 1.2504),
             sum: sum(1.0018994, 1.2504),
             cores: Some(cores()),
+            reverse: false,
         }
     }
 
@@ -480,6 +497,7 @@ pub(crate) mod sample {
             kernel: None,
             omitted: Omitted::default(),
             cut_short: false,
+            reverse: false,
         }
     }
 }

@@ -11,7 +11,8 @@ use std::io::{self, Write};
 
 use super::Formatter;
 use super::model::{
-    CpuSummary, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary, ThreadCpu,
+    CpuSummary, Direction, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
+    ThreadCpu,
 };
 use crate::choices::Engine;
 use crate::cpu::{CoreLoad, CpuReport};
@@ -23,6 +24,9 @@ pub struct TextFormatter<W: Write> {
     out: W,
     streams: u16,
     echo: bool,
+    /// `--bidir`: every row and total names its direction (`TX`: client to server).
+    bidir: bool,
+    direction: Direction,
 }
 
 impl<W: Write> TextFormatter<W> {
@@ -31,6 +35,18 @@ impl<W: Write> TextFormatter<W> {
             out,
             streams: 0,
             echo: true,
+            bidir: false,
+            direction: Direction::Forward,
+        }
+    }
+
+    /// What an end's stream threads did: ` (senders)`, ` (receivers)`, or nothing with
+    /// `--bidir` (each thread's name says it).
+    fn role(&self, remote: bool) -> &'static str {
+        match (self.direction, remote) {
+            (Direction::Bidir, _) => "",
+            (Direction::Forward, false) | (Direction::Reverse, true) => " (senders)",
+            _ => " (receivers)",
         }
     }
 }
@@ -72,8 +88,33 @@ fn row(label: &str, c: &Cols) -> String {
     )
 }
 
-fn id(stream: u16) -> String {
-    format!("({stream:>2})")
+/// A row's label: `( 0)`, `(sum)`, `(**)`; with `--bidir` one token that names the
+/// direction too (`(TX0)`, `(RXsum)`, `#(TX**)`), so columns stay where scripts expect
+/// them and `fgrep '**'` gives one line per direction.
+fn label(bidir: bool, reverse: bool, inner: &str) -> String {
+    match bidir {
+        false if inner.len() == 1 => format!("({inner:>2})"),
+        false => format!("({inner})"),
+        true => format!(
+            "{:<7}",
+            format!("({}{inner})", if reverse { "RX" } else { "TX" })
+        ),
+    }
+}
+
+/// The header's windows: the sender's send buffer and the receiver's receive buffer, as
+/// (local, remote) and the buffer each is.
+fn windows(h: &Header) -> ((u64, Buffer), (u64, Buffer)) {
+    match h.direction {
+        Direction::Reverse => (
+            (h.local_window.rcvbuf, Buffer::Receive),
+            (h.remote_window.sndbuf, Buffer::Send),
+        ),
+        _ => (
+            (h.local_window.sndbuf, Buffer::Send),
+            (h.remote_window.rcvbuf, Buffer::Receive),
+        ),
+    }
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -83,17 +124,24 @@ fn pct(v: Option<f64>) -> String {
 /// What the header's two windows were granted and why: "Linux grants twice the request"
 /// only when that is what happened to both.
 fn grant_words(h: &Header) -> String {
-    let local = h.local_window.grant_words(Buffer::Send);
-    let remote = h.remote_window.grant_words(Buffer::Receive);
+    let ((_, lb), (_, rb)) = windows(h);
+    let local = h.local_window.grant_words(lb);
+    let remote = h.remote_window.grant_words(rb);
     let doubled = |g: &WindowGrant, b| g.grant(b) == Some(Grant::Doubled) && !g.forced;
-    if doubled(&h.local_window, Buffer::Send) && doubled(&h.remote_window, Buffer::Receive) {
+    if doubled(&h.local_window, lb) && doubled(&h.remote_window, rb) {
         return "Linux grants twice the request".into();
     }
+    let name = |b| match b {
+        Buffer::Send => "SO_SNDBUF",
+        Buffer::Receive => "SO_RCVBUF",
+    };
     match (local, remote) {
         (Some(l), Some(r)) if l == r => format!("both {l}"),
         (l, r) => format!(
-            "local SO_SNDBUF {}; remote SO_RCVBUF {}",
+            "local {} {}; remote {} {}",
+            name(lb),
             l.as_deref().unwrap_or("autotuned"),
+            name(rb),
             r.as_deref().unwrap_or("autotuned")
         ),
     }
@@ -175,6 +223,7 @@ impl<W: Write + Send> TextFormatter<W> {
     }
 
     fn cpu_block(&mut self, c: &CpuSummary) -> io::Result<()> {
+        let (local_role, remote_role) = (self.role(false), self.role(true));
         let o = &mut self.out;
         match (&c.remote, c.same_process) {
             (_, true) => writeln!(
@@ -197,9 +246,17 @@ impl<W: Write + Send> TextFormatter<W> {
                 c.local.seconds
             )?,
         }
-        writeln!(o, "# CPU local threads: {}", thread_list(&c.local))?;
+        // Threads stopped by a failure or a signal report no time of their own.
+        if !c.local.streams.is_empty() {
+            writeln!(
+                o,
+                "# CPU local threads{}: {}",
+                local_role,
+                thread_list(&c.local)
+            )?;
+        }
         if let Some(r) = &c.remote {
-            writeln!(o, "# CPU remote threads: {}", thread_list(r))?;
+            writeln!(o, "# CPU remote threads{}: {}", remote_role, thread_list(r))?;
         }
         let host = if c.same_host {
             "this host (both ends)"
@@ -241,10 +298,21 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     fn header(&mut self, h: &Header) -> io::Result<()> {
         self.streams = h.streams;
         self.echo = h.echo;
+        self.bidir = h.direction == Direction::Bidir;
+        self.direction = h.direction;
+        let ((local_window, _), (remote_window, _)) = windows(h);
         let o = &mut self.out;
+        let (arrow, who) = match h.direction {
+            Direction::Forward => ("->", ""),
+            Direction::Reverse => ("<-", "; reverse (-R): the server sends"),
+            Direction::Bidir => (
+                "<->",
+                "; both ways at once (--bidir): rows TX = client to server, RX = server to client",
+            ),
+        };
         writeln!(
             o,
-            "# {}: {} -> {} ({}), {} TCP stream{}",
+            "# {}: {} {arrow} {} ({}), {} TCP stream{}{who}",
             h.software,
             h.local,
             h.remote,
@@ -256,8 +324,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             Some(req) => writeln!(
                 o,
                 "# local window = {}B; remote window = {}B (requested -w {} = {}B; {})",
-                h.local_window.sndbuf,
-                h.remote_window.rcvbuf,
+                local_window,
+                remote_window,
                 format_size(req),
                 req,
                 grant_words(h)
@@ -265,7 +333,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             None => writeln!(
                 o,
                 "# local window = {}B; remote window = {}B (no -w: kernel autotuning, sizes at start)",
-                h.local_window.sndbuf, h.remote_window.rcvbuf
+                local_window, remote_window
             )?,
         }
         writeln!(
@@ -314,7 +382,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         }
         writeln!(
             o,
-            "#(ID)  begin, s   end, s        Mb/s  RTT, ms: min      avg      max   retr  cwnd, KiB"
+            "#(ID){}  begin, s   end, s        Mb/s  RTT, ms: min      avg      max   retr  cwnd, KiB",
+            if self.bidir { "   " } else { "" }
         )?;
         o.flush()
     }
@@ -326,8 +395,12 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
         let mark = if iv.omitted { "  (omitted)" } else { "" };
+        let (bidir, reverse) = (self.bidir, iv.reverse);
         for s in &iv.streams {
-            let line = row(&id(s.stream), &self.stream_cols(s));
+            let line = row(
+                &label(bidir, reverse, &s.stream.to_string()),
+                &self.stream_cols(s),
+            );
             writeln!(self.out, "{line}{mark}")?;
         }
         if let Some(cores) = &iv.cores {
@@ -349,14 +422,22 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 retransmits: s.retransmits,
                 snd_cwnd: s.snd_cwnd,
             };
-            writeln!(self.out, "{}{mark}", row("(sum)", &cols))?;
+            writeln!(
+                self.out,
+                "{}{mark}",
+                row(&label(bidir, reverse, "sum"), &cols)
+            )?;
         }
         self.out.flush()
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
+        let (bidir, reverse) = (self.bidir, s.reverse);
         for st in &s.streams {
-            let line = row(&id(st.stream), &self.stream_cols(st));
+            let line = row(
+                &label(bidir, reverse, &st.stream.to_string()),
+                &self.stream_cols(st),
+            );
             writeln!(self.out, "#{line}")?;
         }
         let f = &s.fairness;
@@ -370,7 +451,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         };
         // The heading of the appended columns, over them (no `**`: `fgrep '**'` stays one
         // line).
-        let total = row("(**)", &cols);
+        let total = row(&label(bidir, reverse, "**"), &cols);
         let heading = "fairness:";
         writeln!(
             self.out,

@@ -24,6 +24,7 @@ use std::io::Read;
 use std::net::TcpStream;
 
 use crate::error::{Error, Result};
+pub use crate::measure::TcpSample;
 use crate::timeouts::{self, Progress};
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
@@ -48,25 +49,6 @@ pub struct BlockRecord {
 pub struct BlockRtt {
     pub t_ns: u64,
     pub rtt_ns: u64,
-}
-
-/// The kernel's view of a sending socket at one moment (from `TCP_INFO`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct TcpSample {
-    pub t_ns: u64,
-    /// Smoothed RTT and its variation.
-    pub rtt_us: u32,
-    pub rttvar_us: u32,
-    /// Lowest RTT the connection has seen: the path without queues.
-    pub min_rtt_us: u32,
-    pub total_retrans: u32,
-    pub cwnd_bytes: u64,
-    pub delivery_rate_bps: u64,
-    pub pacing_rate_bps: u64,
-    /// Bytes written but not yet sent (waiting in the socket buffer).
-    pub notsent_bytes: u32,
-    /// The send buffer's current size (`SO_SNDBUF`; grows under autotuning).
-    pub sndbuf_bytes: u64,
 }
 
 impl TcpSample {
