@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stream::{Batch, TcpSample};
+use crate::stream::{Batch, TcpSample, UdpSnapshot};
 
 /// RTT statistics over an interval, microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -55,6 +55,8 @@ struct StreamAcc {
     srtt_n: u32,
     last_sample: Option<TcpSample>,
     block_rtts_us: Vec<u32>,
+    /// A UDP receiver's last snapshot stamped in this interval.
+    udp_last: Option<UdpSnapshot>,
 }
 
 impl StreamAcc {
@@ -93,6 +95,54 @@ pub struct StreamSlice {
     pub retransmits: Option<u64>,
     /// The interval's last `TCP_INFO` sample (cwnd, min RTT, rates, unsent bytes).
     pub last: Option<TcpSample>,
+    /// A UDP receiver's datagram accounting over the interval; `None` for TCP.
+    #[serde(default)]
+    pub udp: Option<UdpSlice>,
+}
+
+/// A UDP stream's datagrams over one interval, from the receiver's snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UdpSlice {
+    /// Datagrams received (duplicates not counted).
+    pub packets: u64,
+    /// Sequences the interval's highest sequence says were sent in it, less those
+    /// received in it. Late arrivals that fill an earlier interval's gap lower this one's
+    /// count (never below zero): the test's total comes from the last snapshot, not from
+    /// adding these up.
+    pub lost: u64,
+    /// `lost` over the sequences expected in the interval, 0 to 100.
+    pub lost_percent: f64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// RFC 3550 jitter at the interval's end, ms.
+    pub jitter_ms: f64,
+    /// Datagrams the receiver's kernel dropped on its full socket buffer in the interval.
+    pub rxq_drops: u64,
+}
+
+impl UdpSlice {
+    /// The slice between two cumulative snapshots (`before`: the previous interval's last,
+    /// or zeroes at the start).
+    pub fn between(before: &UdpSnapshot, after: &UdpSnapshot) -> UdpSlice {
+        let packets = after.packets.saturating_sub(before.packets);
+        let expected = after
+            .highest_seq_plus_one
+            .saturating_sub(before.highest_seq_plus_one);
+        let lost = expected.saturating_sub(packets);
+        UdpSlice {
+            packets,
+            lost,
+            lost_percent: if expected > 0 {
+                lost as f64 * 100.0 / expected as f64
+            } else {
+                0.0
+            },
+            out_of_order: after.out_of_order.saturating_sub(before.out_of_order),
+            duplicates: after.duplicates.saturating_sub(before.duplicates),
+            jitter_ms: after.jitter_us / 1000.0,
+            rxq_drops: after.rxq_drops.saturating_sub(before.rxq_drops),
+        }
+    }
 }
 
 /// A closed interval: `[begin_ns, end_ns)` since the start, one slice per stream. It
@@ -120,6 +170,8 @@ pub struct IntervalCutter {
     done: Vec<bool>,
     last_record_ns: Vec<u64>,
     prev_retrans: Vec<Option<u32>>,
+    /// Each UDP stream's last snapshot in an interval already closed.
+    prev_udp: Vec<Option<UdpSnapshot>>,
     totals: Vec<u64>,
 }
 
@@ -146,6 +198,7 @@ impl IntervalCutter {
             done: vec![false; streams],
             last_record_ns: vec![0; streams],
             prev_retrans: vec![None; streams],
+            prev_udp: vec![None; streams],
             totals: vec![0; streams],
         }
     }
@@ -216,6 +269,14 @@ impl IntervalCutter {
             let idx = self.index_of(sample.t_ns);
             self.slot(idx)[s].add_sample(*sample);
         }
+        for snap in &batch.udp {
+            let idx = self.index_of(snap.t_ns);
+            let acc = &mut self.slot(idx)[s];
+            // Snapshots are cumulative: the latest one stands for the interval.
+            if acc.udp_last.is_none_or(|l| l.t_ns <= snap.t_ns) {
+                acc.udp_last = Some(*snap);
+            }
+        }
         for rtt in &batch.block_rtts {
             let idx = self.index_of(rtt.t_ns);
             let us = u32::try_from(rtt.rtt_ns / 1000).unwrap_or(u32::MAX);
@@ -279,12 +340,23 @@ impl IntervalCutter {
                     self.prev_retrans[s] = Some(sample.total_retrans);
                     u64::from(sample.total_retrans.saturating_sub(before))
                 });
+                let udp = match (acc.udp_last, self.prev_udp[s]) {
+                    (Some(now), before) => {
+                        self.prev_udp[s] = Some(now);
+                        Some(UdpSlice::between(&before.unwrap_or_default(), &now))
+                    }
+                    // A UDP stream without a snapshot in this interval received nothing
+                    // in it; its jitter stands.
+                    (None, Some(before)) => Some(UdpSlice::between(&before, &before)),
+                    (None, None) => None,
+                };
                 StreamSlice {
                     bytes: acc.bytes,
                     srtt: acc.srtt(),
                     block_rtt: RttStats::of(&mut acc.block_rtts_us),
                     retransmits,
                     last: acc.last_sample,
+                    udp,
                 }
             })
             .collect();
@@ -314,6 +386,7 @@ mod tests {
                 .collect(),
             samples: Vec::new(),
             block_rtts: Vec::new(),
+            udp: Vec::new(),
             watermark_ns,
             done,
         }
@@ -538,5 +611,81 @@ mod tests {
                 (3000, 3060, 4)
             ]
         );
+    }
+
+    fn snap(t_ms: u64, packets: u64, highest: u64, ooo: u64, rxq: u64) -> UdpSnapshot {
+        UdpSnapshot {
+            t_ns: t_ms * MS,
+            packets,
+            bytes: packets * 100,
+            highest_seq_plus_one: highest,
+            out_of_order: ooo,
+            duplicates: 0,
+            jitter_us: t_ms as f64,
+            rxq_drops: rxq,
+        }
+    }
+
+    #[test]
+    fn udp_intervals_are_differences_of_the_receivers_snapshots() {
+        let mut c = IntervalCutter::new(
+            2,
+            Duration::from_secs(4),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        // Stream 0 is UDP: one snapshot per record. Second 0: 10 of 10; second 1: 8 of
+        // the next 10 (2 lost, 1 receive-queue drop); second 2: nothing arrives; second 3:
+        // sequences 20..30 and both of second 1's missing ones, late.
+        let recs = [(500, 10), (1500, 8), (3500, 12)];
+        let mut b = batch(0, &recs.map(|(t, n)| (t * MS, n * 100)), 4000 * MS, true);
+        b.udp = vec![
+            snap(500, 10, 10, 0, 0),
+            snap(1500, 18, 20, 0, 1),
+            snap(3500, 30, 30, 2, 1),
+        ];
+        c.add(&b);
+        // Stream 1 is TCP.
+        c.add(&batch(1, &[(100 * MS, 5)], 4000 * MS, true));
+        let rows: Vec<ClosedInterval> = std::iter::from_fn(|| c.pop_ready()).collect();
+        assert_eq!(rows.len(), 4);
+        assert!(
+            rows.iter().all(|r| r.streams[1].udp.is_none()),
+            "TCP has none"
+        );
+        let udp: Vec<UdpSlice> = rows.iter().map(|r| r.streams[0].udp.unwrap()).collect();
+        let got: Vec<(u64, u64, u64, u64)> = udp
+            .iter()
+            .map(|u| (u.packets, u.lost, u.out_of_order, u.rxq_drops))
+            .collect();
+        assert_eq!(
+            got,
+            [(10, 0, 0, 0), (8, 2, 0, 1), (0, 0, 0, 0), (12, 0, 2, 0)]
+        );
+        assert_eq!(udp[1].lost_percent, 20.0);
+        // Jitter is the estimate at the interval's last snapshot; it stands while idle.
+        assert_eq!(
+            udp.iter().map(|u| u.jitter_ms).collect::<Vec<_>>(),
+            [0.5, 1.5, 1.5, 3.5]
+        );
+        assert_eq!(
+            rows.iter().map(|r| r.streams[0].bytes).sum::<u64>(),
+            3000,
+            "bytes come from the records, as for TCP"
+        );
+        // A slice travels on the control connection.
+        let json = serde_json::to_string(&rows[1]).unwrap();
+        let back: ClosedInterval = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, rows[1]);
+    }
+
+    #[test]
+    fn a_udp_slice_never_counts_negative_loss() {
+        let before = snap(0, 10, 12, 0, 0);
+        // Late arrivals filled the earlier gap and nothing new was expected.
+        let after = snap(1000, 12, 12, 2, 0);
+        let s = UdpSlice::between(&before, &after);
+        assert_eq!((s.packets, s.lost, s.lost_percent), (2, 0, 0.0));
+        assert_eq!(UdpSlice::between(&after, &after).lost_percent, 0.0);
     }
 }

@@ -818,6 +818,7 @@ mod tests {
                         block_rtt: None,
                         retransmits: None,
                         last: None,
+                        udp: None,
                     };
                     2
                 ],
