@@ -3,6 +3,9 @@
 //! hosts' kernels (no memory for a receive queue, TCP memory pressure) from drops on the
 //! path: the seed's "16 streams x 512 MB" case is the first kind.
 //!
+//! The same for UDP ([`UdpDrops`], from `/proc/net/snmp`): a receiver dropping datagrams
+//! in its own socket buffer shows in `RcvbufErrors`.
+//!
 //! The counters are namespace-wide: other traffic in the namespace counts too.
 
 use serde::{Deserialize, Serialize};
@@ -208,6 +211,79 @@ pub fn parse_netstat(text: &str) -> Option<TcpDrops> {
     seen.then_some(d)
 }
 
+/// The kernel's UDP counters (the `Udp:` lines of `/proc/net/snmp`), namespace-wide, as
+/// read or as a difference over a test: what tells "the receiver dropped N datagrams in
+/// its own socket buffer" from losses on the path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpDrops {
+    /// Datagrams delivered to sockets (InDatagrams).
+    pub in_datagrams: u64,
+    /// Datagrams dropped because a socket's receive buffer was full (RcvbufErrors).
+    pub rcvbuf_errors: u64,
+    /// Datagrams that could not be delivered, buffer drops and checksum errors included
+    /// (InErrors).
+    pub in_errors: u64,
+    /// Sends refused for lack of send buffer (SndbufErrors).
+    pub sndbuf_errors: u64,
+}
+
+impl UdpDrops {
+    fn minus(self, e: UdpDrops) -> UdpDrops {
+        UdpDrops {
+            in_datagrams: self.in_datagrams.saturating_sub(e.in_datagrams),
+            rcvbuf_errors: self.rcvbuf_errors.saturating_sub(e.rcvbuf_errors),
+            in_errors: self.in_errors.saturating_sub(e.in_errors),
+            sndbuf_errors: self.sndbuf_errors.saturating_sub(e.sndbuf_errors),
+        }
+    }
+}
+
+/// UDP counters at the start of a test ([`UdpMark::report`] gives the change since).
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // until the client and the server mark UDP tests (the lead wires it)
+pub struct UdpMark(Option<UdpDrops>);
+
+#[allow(dead_code)]
+impl UdpMark {
+    pub fn now() -> UdpMark {
+        UdpMark(read_udp())
+    }
+
+    /// The change since the mark; `None` when the counters cannot be read.
+    pub fn report(&self) -> Option<UdpDrops> {
+        Some(read_udp()?.minus(self.0?))
+    }
+}
+
+/// Reads the calling thread's namespace's UDP counters.
+pub fn read_udp() -> Option<UdpDrops> {
+    parse_snmp_udp(&std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?)
+}
+
+/// Parses `/proc/net/snmp`: a `Udp:` line of names, then one of values.
+pub fn parse_snmp_udp(text: &str) -> Option<UdpDrops> {
+    let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
+    let names = lines.next()?.split_whitespace().skip(1);
+    let values = lines.next()?.split_whitespace().skip(1);
+    let mut d = UdpDrops::default();
+    let mut seen = false;
+    for (name, value) in names.zip(values) {
+        let Ok(v) = value.parse::<u64>() else {
+            continue;
+        };
+        let slot = match name {
+            "InDatagrams" => &mut d.in_datagrams,
+            "RcvbufErrors" => &mut d.rcvbuf_errors,
+            "InErrors" => &mut d.in_errors,
+            "SndbufErrors" => &mut d.sndbuf_errors,
+            _ => continue,
+        };
+        *slot = v;
+        seen = true;
+    }
+    seen.then_some(d)
+}
+
 /// Inode of the calling thread's network namespace.
 pub fn netns_id() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
@@ -312,6 +388,47 @@ mod tests {
             "sockets: used 8\nTCP: inuse 1 orphan 8 tw 0 alloc 9 mem 136\nUDP: inuse 0 mem 7\n";
         assert_eq!(parse_sockstat_pages(text), Some(136));
         assert_eq!(parse_sockstat_pages("UDP: inuse 0 mem 7\n"), None);
+    }
+
+    #[test]
+    fn parses_the_udp_pair_of_lines_and_not_udplite() {
+        let text = "Ip: Forwarding\nIp: 1\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 61 2 9 63 7 1\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\n\
+                    UdpLite: 5 5 5 5 5\n";
+        let d = parse_snmp_udp(text).unwrap();
+        assert_eq!(
+            d,
+            UdpDrops {
+                in_datagrams: 61,
+                rcvbuf_errors: 7,
+                in_errors: 9,
+                sndbuf_errors: 1,
+            }
+        );
+        assert!(parse_snmp_udp("Ip: A\nIp: 1\n").is_none());
+        assert_eq!(
+            UdpDrops::default().minus(d),
+            UdpDrops::default(),
+            "never negative"
+        );
+    }
+
+    #[test]
+    fn a_full_udp_socket_buffer_shows_in_rcvbuf_errors() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket2::SockRef::from(&rx).set_recv_buffer_size(1).unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mark = UdpMark::now();
+        let payload = [0u8; 8000];
+        for _ in 0..50 {
+            tx.send_to(&payload, rx.local_addr().unwrap()).unwrap();
+        }
+        // Other tests of this process may drop datagrams too: at least ours show.
+        let d = mark.report().unwrap();
+        assert!(d.rcvbuf_errors >= 40, "{d:?}");
+        assert!(d.in_errors >= d.rcvbuf_errors, "{d:?}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub(crate) mod lab;
 pub mod measure;
 pub(crate) mod net;
 pub(crate) mod netinfo;
+pub(crate) mod pace;
 pub(crate) mod params;
 pub(crate) mod pin;
 pub mod protocol;
@@ -29,6 +30,9 @@ pub(crate) mod signals;
 pub mod stream;
 pub(crate) mod sys;
 pub(crate) mod timeouts;
+// Until the client and the server run UDP tests (the lead wires them in).
+#[allow(dead_code, unused_imports)]
+pub(crate) mod udp;
 pub(crate) mod units;
 
 use clap::Parser;

@@ -69,6 +69,9 @@ pub struct StreamSlice {
     pub retransmits: Option<u64>,
     /// The interval's last `TCP_INFO` sample (cwnd, min RTT, rates, unsent bytes).
     pub last: Option<TcpSample>,
+    /// A UDP receiver's datagram accounting over the interval; `None` for TCP.
+    #[serde(default)]
+    pub udp: Option<UdpSlice>,
 }
 
 /// A closed interval: `[begin_ns, end_ns)` since the start, one slice per stream. It
@@ -81,4 +84,71 @@ pub struct ClosedInterval {
     pub begin_ns: u64,
     pub end_ns: u64,
     pub streams: Vec<StreamSlice>,
+}
+
+/// A UDP receiver's cumulative counts at one moment: everything it received up to and
+/// including its record stamped `t_ns` (one snapshot per record, so an interval's packets
+/// match its bytes exactly). Intervals are differences of consecutive snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UdpSnapshot {
+    pub t_ns: u64,
+    /// Datagrams received (each sequence once: duplicates are not counted here).
+    pub packets: u64,
+    /// Payload bytes of those datagrams.
+    pub bytes: u64,
+    /// One past the highest sequence seen: the datagrams the sender must have sent so far.
+    pub highest_seq_plus_one: u64,
+    /// Datagrams that arrived after a higher sequence (they filled a gap).
+    pub out_of_order: u64,
+    /// Datagrams whose sequence had already arrived.
+    pub duplicates: u64,
+    /// RFC 3550 interarrival jitter, µs.
+    pub jitter_us: f64,
+    /// Datagrams the kernel dropped on this socket's full receive queue (`SO_RXQ_OVFL`).
+    pub rxq_drops: u64,
+}
+
+/// A UDP stream's datagrams over one interval, from the receiver's snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UdpSlice {
+    /// Datagrams received (duplicates not counted).
+    pub packets: u64,
+    /// Sequences the interval's highest sequence says were sent in it, less those
+    /// received in it. Late arrivals that fill an earlier interval's gap lower this one's
+    /// count (never below zero): the test's total comes from the last snapshot, not from
+    /// adding these up.
+    pub lost: u64,
+    /// `lost` over the sequences expected in the interval, 0 to 100.
+    pub lost_percent: f64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// RFC 3550 jitter at the interval's end, ms.
+    pub jitter_ms: f64,
+    /// Datagrams the receiver's kernel dropped on its full socket buffer in the interval.
+    pub rxq_drops: u64,
+}
+
+impl UdpSlice {
+    /// The slice between two cumulative snapshots (`before`: the previous interval's last,
+    /// or zeroes at the start).
+    pub fn between(before: &UdpSnapshot, after: &UdpSnapshot) -> UdpSlice {
+        let packets = after.packets.saturating_sub(before.packets);
+        let expected = after
+            .highest_seq_plus_one
+            .saturating_sub(before.highest_seq_plus_one);
+        let lost = expected.saturating_sub(packets);
+        UdpSlice {
+            packets,
+            lost,
+            lost_percent: if expected > 0 {
+                lost as f64 * 100.0 / expected as f64
+            } else {
+                0.0
+            },
+            out_of_order: after.out_of_order.saturating_sub(before.out_of_order),
+            duplicates: after.duplicates.saturating_sub(before.duplicates),
+            jitter_ms: after.jitter_us / 1000.0,
+            rxq_drops: after.rxq_drops.saturating_sub(before.rxq_drops),
+        }
+    }
 }

@@ -236,6 +236,19 @@ pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
         .map(|(info, _)| info)
 }
 
+/// `--fq-rate`: caps the kernel's pacing of a TCP connection at `rate_bps` bits/s
+/// (`SO_MAX_PACING_RATE`, which counts bytes/s; TCP paces itself on kernels since 4.13,
+/// the fq qdisc is not needed). Returns what the kernel holds, bits/s. Call on both ends'
+/// data connections, at connect/accept.
+#[allow(dead_code)] // until the client and the server pass --fq-rate (the lead wires it)
+pub fn set_fq_rate(stream: &TcpStream, rate_bps: u64) -> Result<u64> {
+    let fd = stream.as_fd();
+    crate::sys::set_max_pacing_rate(fd, rate_bps / 8)
+        .op(|| format!("set SO_MAX_PACING_RATE to {rate_bps} bit/s (--fq-rate)"))?;
+    let held = crate::sys::max_pacing_rate(fd).op(|| "read SO_MAX_PACING_RATE".into())?;
+    Ok(held.saturating_mul(8))
+}
+
 /// Resets its connection when dropped, unless disarmed: a stream that ends abnormally
 /// (abort, error, a peer that stopped reading) must not leave an orphaned socket holding up
 /// to a whole window of unsent data in the host's TCP memory, where it would starve the
@@ -362,6 +375,20 @@ mod tests {
             text.starts_with(&format!("connect to {addr} (is `pinperf -s` running")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn fq_rate_is_set_in_bytes_and_read_back_in_bits() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(set_fq_rate(&c, 2_000_000_000).unwrap(), 2_000_000_000);
+        assert_eq!(
+            tcp_info(&c).unwrap().max_pacing_rate,
+            250_000_000,
+            "TCP_INFO shows the cap in bytes/s"
+        );
+        // Above 34 Gbit/s a u32 of bytes/s would overflow: the u64 form keeps it.
+        assert_eq!(set_fq_rate(&c, 100_000_000_000).unwrap(), 100_000_000_000);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The crate's only `unsafe`: thin wrappers over the socket options socket2 lacks
-//! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE), and
-//! for `pinperf lab` TUN devices, `setns()`, `ppoll()` with a nanosecond timeout, timer
+//! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE,
+//! SO_MAX_PACING_RATE), UDP batching (`sendmmsg` with GSO, `recvmmsg` with GRO and
+//! SO_RXQ_OVFL control messages), and for `pinperf lab` TUN devices, `setns()`, `ppoll()` with a nanosecond timeout, timer
 //! slack and signal masks.
 //! Each returns `io::Error::last_os_error()` on -1. Linux only; elsewhere "unsupported".
 #![allow(unsafe_code)]
@@ -427,6 +428,230 @@ pub fn wait_stop_signal_for(timeout: std::time::Duration) -> Option<i32> {
             return None;
         }
     }
+}
+
+/// `SO_RXQ_OVFL` and `SO_MAX_PACING_RATE` (asm-generic numbers: x86, arm, riscv, powerpc;
+/// the libc crate does not export them for glibc targets).
+#[cfg(target_os = "linux")]
+const SO_RXQ_OVFL: libc::c_int = 40;
+#[cfg(target_os = "linux")]
+const SO_MAX_PACING_RATE: libc::c_int = 47;
+
+/// `SO_MAX_PACING_RATE`: caps the kernel's pacing of this socket at `bytes_per_sec` (TCP
+/// paces itself on current kernels; with the fq qdisc otherwise). Passes a u64 (kernels
+/// since 4.20 take one) and falls back to a u32 capped at its largest value.
+#[cfg(target_os = "linux")]
+pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live u64 and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MAX_PACING_RATE,
+            (&bytes_per_sec as *const u64).cast::<libc::c_void>(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let narrow = u32::try_from(bytes_per_sec).unwrap_or(u32::MAX);
+    setsockopt_int(
+        fd,
+        libc::SOL_SOCKET,
+        SO_MAX_PACING_RATE,
+        narrow as libc::c_int,
+    )
+}
+
+/// Reads `SO_MAX_PACING_RATE` back, bytes/s (`u64::MAX` or `u32::MAX`: no cap).
+#[cfg(target_os = "linux")]
+pub fn max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let (v, len) = getsockopt_raw::<u64>(fd, libc::SOL_SOCKET, SO_MAX_PACING_RATE)?;
+    Ok(if len == 4 { v & 0xffff_ffff } else { v })
+}
+
+/// Asks the kernel to report datagrams dropped on the socket's receive queue
+/// (`SO_RXQ_OVFL`): each received datagram then carries the socket's drop count.
+#[cfg(target_os = "linux")]
+pub fn set_rxq_ovfl(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, SO_RXQ_OVFL, 1)
+}
+
+/// Turns UDP GRO on (`UDP_GRO`, kernel 5.0+): the kernel may hand several datagrams of
+/// one flow over in one buffer, with their segment size in a control message.
+#[cfg(target_os = "linux")]
+pub fn set_udp_gro(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1)
+}
+
+/// True when the kernel knows UDP GSO (`UDP_SEGMENT`, kernel 4.18+).
+#[cfg(target_os = "linux")]
+pub fn udp_gso_supported(fd: BorrowedFd<'_>) -> bool {
+    getsockopt_raw::<libc::c_int>(fd, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok()
+}
+
+/// Most messages one [`send_datagrams`] or [`recv_datagrams`] call handles.
+pub const MAX_MSGS: usize = 64;
+
+/// Room for one message's control data: a `UDP_SEGMENT`/`UDP_GRO` int and an
+/// `SO_RXQ_OVFL` u32, each in its own aligned cmsg, with slack.
+const CTRL_BYTES: usize = 64;
+
+/// `sendmmsg()` on a connected socket: `data` cut into messages of `msg_len` bytes (the
+/// last may be shorter), at most [`MAX_MSGS`]. With `gso_size`, each message carries a
+/// `UDP_SEGMENT` control message and the kernel cuts it into datagrams of that size
+/// (`msg_len` must then be at most 64 segments and 65507 bytes). Returns the number of
+/// messages sent (from the first).
+#[cfg(target_os = "linux")]
+pub fn send_datagrams(
+    fd: BorrowedFd<'_>,
+    data: &[u8],
+    msg_len: usize,
+    gso_size: Option<u16>,
+) -> io::Result<usize> {
+    if msg_len == 0 || data.is_empty() {
+        return Ok(0);
+    }
+    let count = data.len().div_ceil(msg_len).min(MAX_MSGS);
+    // SAFETY: all-zero iovec, mmsghdr and control arrays are valid plain C values.
+    let mut iovs: [libc::iovec; MAX_MSGS] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MAX_MSGS] = unsafe { std::mem::zeroed() };
+    let mut ctrl = [[0u64; CTRL_BYTES / 8]; MAX_MSGS];
+    for (i, chunk) in data.chunks(msg_len).take(count).enumerate() {
+        iovs[i] = libc::iovec {
+            // The kernel only reads through this pointer (sendmmsg).
+            iov_base: chunk.as_ptr() as *mut libc::c_void,
+            iov_len: chunk.len(),
+        };
+        let hdr = &mut msgs[i].msg_hdr;
+        hdr.msg_iov = &mut iovs[i];
+        hdr.msg_iovlen = 1;
+        if let Some(seg) = gso_size {
+            hdr.msg_control = ctrl[i].as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE only computes a size.
+            hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+            // SAFETY: msg_control points at CTRL_BYTES (>= CMSG_SPACE(2)) aligned, writable
+            // bytes and msg_controllen says so, so CMSG_FIRSTHDR is non-null and its data
+            // has room for the u16 written unaligned.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(hdr);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = libc::UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            }
+        }
+    }
+    // SAFETY: `msgs[..count]` are initialised headers whose iovecs point into `data` and
+    // whose control buffers live on this stack frame, all valid for the call's duration.
+    let n = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            count as libc::c_uint,
+            libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// One message [`recv_datagrams`] received.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes in the message's buffer.
+    pub len: usize,
+    /// With GRO: the size of each coalesced datagram (the last may be shorter).
+    pub gro_size: Option<u16>,
+    /// The socket's cumulative receive-queue drop count (`SO_RXQ_OVFL`), when enabled.
+    pub rxq_drops: Option<u32>,
+    /// The datagram was longer than its buffer (`MSG_TRUNC`).
+    pub truncated: bool,
+}
+
+/// `recvmmsg(MSG_WAITFORONE)`: blocks (up to the socket's `SO_RCVTIMEO`) for the first
+/// message, then takes whatever else is queued, up to `meta.len()` (at most [`MAX_MSGS`])
+/// messages into consecutive `buf_len`-byte slots of `bufs`. Fills `meta` per message and
+/// returns how many arrived.
+#[cfg(target_os = "linux")]
+pub fn recv_datagrams(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [u8],
+    buf_len: usize,
+    meta: &mut [RecvMeta],
+) -> io::Result<usize> {
+    if buf_len == 0 {
+        return Ok(0);
+    }
+    let count = meta.len().min(MAX_MSGS).min(bufs.len() / buf_len);
+    if count == 0 {
+        return Ok(0);
+    }
+    // SAFETY: all-zero iovec and mmsghdr arrays are valid plain C values.
+    let mut iovs: [libc::iovec; MAX_MSGS] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MAX_MSGS] = unsafe { std::mem::zeroed() };
+    let mut ctrl = [[0u64; CTRL_BYTES / 8]; MAX_MSGS];
+    for (i, slot) in bufs.chunks_mut(buf_len).take(count).enumerate() {
+        iovs[i] = libc::iovec {
+            iov_base: slot.as_mut_ptr().cast(),
+            iov_len: slot.len(),
+        };
+        let hdr = &mut msgs[i].msg_hdr;
+        hdr.msg_iov = &mut iovs[i];
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = ctrl[i].as_mut_ptr().cast();
+        hdr.msg_controllen = CTRL_BYTES as _;
+    }
+    // SAFETY: `msgs[..count]` point at writable buffers in `bufs` and control buffers on
+    // this stack frame, each with its true length; a null timeout uses SO_RCVTIMEO.
+    let n = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            count as libc::c_uint,
+            libc::MSG_WAITFORONE,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    for (m, out) in msgs[..n].iter().zip(meta.iter_mut()) {
+        let hdr = &m.msg_hdr;
+        *out = RecvMeta {
+            len: m.msg_len as usize,
+            truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
+            ..RecvMeta::default()
+        };
+        // SAFETY: the kernel set msg_controllen to what it wrote into this message's
+        // control buffer; CMSG_FIRSTHDR/NXTHDR stay inside it and return null at its end,
+        // and each value is read unaligned from inside its cmsg's data.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(hdr);
+            while !c.is_null() {
+                let data = libc::CMSG_DATA(c);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::SOL_UDP, libc::UDP_GRO) => {
+                        let v = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                        out.gro_size = u16::try_from(v).ok().filter(|&s| s > 0);
+                    }
+                    (libc::SOL_SOCKET, SO_RXQ_OVFL) => {
+                        out.rxq_drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+                    }
+                    _ => {}
+                }
+                c = libc::CMSG_NXTHDR(hdr, c);
+            }
+        }
+    }
+    Ok(n)
 }
 
 #[cfg(not(target_os = "linux"))]

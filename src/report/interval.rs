@@ -8,8 +8,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-pub use crate::measure::{ClosedInterval, RttStats, StreamSlice};
-use crate::stream::{Batch, TcpSample};
+pub use crate::measure::{ClosedInterval, RttStats, StreamSlice, UdpSlice};
+use crate::stream::{Batch, TcpSample, UdpSnapshot};
 
 #[derive(Debug, Clone, Default)]
 struct StreamAcc {
@@ -20,6 +20,8 @@ struct StreamAcc {
     srtt_n: u32,
     last_sample: Option<TcpSample>,
     block_rtts_us: Vec<u32>,
+    /// A UDP receiver's last snapshot stamped in this interval.
+    udp_last: Option<UdpSnapshot>,
 }
 
 impl StreamAcc {
@@ -59,6 +61,8 @@ pub struct IntervalCutter {
     done: Vec<bool>,
     last_record_ns: Vec<u64>,
     prev_retrans: Vec<Option<u32>>,
+    /// Each UDP stream's last snapshot in an interval already closed.
+    prev_udp: Vec<Option<UdpSnapshot>>,
     totals: Vec<u64>,
 }
 
@@ -85,6 +89,7 @@ impl IntervalCutter {
             done: vec![false; streams],
             last_record_ns: vec![0; streams],
             prev_retrans: vec![None; streams],
+            prev_udp: vec![None; streams],
             totals: vec![0; streams],
         }
     }
@@ -155,6 +160,14 @@ impl IntervalCutter {
             let idx = self.index_of(sample.t_ns);
             self.slot(idx)[s].add_sample(*sample);
         }
+        for snap in &batch.udp {
+            let idx = self.index_of(snap.t_ns);
+            let acc = &mut self.slot(idx)[s];
+            // Snapshots are cumulative: the latest one stands for the interval.
+            if acc.udp_last.is_none_or(|l| l.t_ns <= snap.t_ns) {
+                acc.udp_last = Some(*snap);
+            }
+        }
         for rtt in &batch.block_rtts {
             let idx = self.index_of(rtt.t_ns);
             let us = u32::try_from(rtt.rtt_ns / 1000).unwrap_or(u32::MAX);
@@ -218,12 +231,23 @@ impl IntervalCutter {
                     self.prev_retrans[s] = Some(sample.total_retrans);
                     u64::from(sample.total_retrans.saturating_sub(before))
                 });
+                let udp = match (acc.udp_last, self.prev_udp[s]) {
+                    (Some(now), before) => {
+                        self.prev_udp[s] = Some(now);
+                        Some(UdpSlice::between(&before.unwrap_or_default(), &now))
+                    }
+                    // A UDP stream without a snapshot in this interval received nothing
+                    // in it; its jitter stands.
+                    (None, Some(before)) => Some(UdpSlice::between(&before, &before)),
+                    (None, None) => None,
+                };
                 StreamSlice {
                     bytes: acc.bytes,
                     srtt: acc.srtt(),
                     block_rtt: RttStats::of(&mut acc.block_rtts_us),
                     retransmits,
                     last: acc.last_sample,
+                    udp,
                 }
             })
             .collect();
@@ -253,6 +277,7 @@ mod tests {
                 .collect(),
             samples: Vec::new(),
             block_rtts: Vec::new(),
+            udp: Vec::new(),
             watermark_ns,
             done,
         }
@@ -477,5 +502,81 @@ mod tests {
                 (3000, 3060, 4)
             ]
         );
+    }
+
+    fn snap(t_ms: u64, packets: u64, highest: u64, ooo: u64, rxq: u64) -> UdpSnapshot {
+        UdpSnapshot {
+            t_ns: t_ms * MS,
+            packets,
+            bytes: packets * 100,
+            highest_seq_plus_one: highest,
+            out_of_order: ooo,
+            duplicates: 0,
+            jitter_us: t_ms as f64,
+            rxq_drops: rxq,
+        }
+    }
+
+    #[test]
+    fn udp_intervals_are_differences_of_the_receivers_snapshots() {
+        let mut c = IntervalCutter::new(
+            2,
+            Duration::from_secs(4),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        // Stream 0 is UDP: one snapshot per record. Second 0: 10 of 10; second 1: 8 of
+        // the next 10 (2 lost, 1 receive-queue drop); second 2: nothing arrives; second 3:
+        // sequences 20..30 and both of second 1's missing ones, late.
+        let recs = [(500, 10), (1500, 8), (3500, 12)];
+        let mut b = batch(0, &recs.map(|(t, n)| (t * MS, n * 100)), 4000 * MS, true);
+        b.udp = vec![
+            snap(500, 10, 10, 0, 0),
+            snap(1500, 18, 20, 0, 1),
+            snap(3500, 30, 30, 2, 1),
+        ];
+        c.add(&b);
+        // Stream 1 is TCP.
+        c.add(&batch(1, &[(100 * MS, 5)], 4000 * MS, true));
+        let rows: Vec<ClosedInterval> = std::iter::from_fn(|| c.pop_ready()).collect();
+        assert_eq!(rows.len(), 4);
+        assert!(
+            rows.iter().all(|r| r.streams[1].udp.is_none()),
+            "TCP has none"
+        );
+        let udp: Vec<UdpSlice> = rows.iter().map(|r| r.streams[0].udp.unwrap()).collect();
+        let got: Vec<(u64, u64, u64, u64)> = udp
+            .iter()
+            .map(|u| (u.packets, u.lost, u.out_of_order, u.rxq_drops))
+            .collect();
+        assert_eq!(
+            got,
+            [(10, 0, 0, 0), (8, 2, 0, 1), (0, 0, 0, 0), (12, 0, 2, 0)]
+        );
+        assert_eq!(udp[1].lost_percent, 20.0);
+        // Jitter is the estimate at the interval's last snapshot; it stands while idle.
+        assert_eq!(
+            udp.iter().map(|u| u.jitter_ms).collect::<Vec<_>>(),
+            [0.5, 1.5, 1.5, 3.5]
+        );
+        assert_eq!(
+            rows.iter().map(|r| r.streams[0].bytes).sum::<u64>(),
+            3000,
+            "bytes come from the records, as for TCP"
+        );
+        // A slice travels on the control connection.
+        let json = serde_json::to_string(&rows[1]).unwrap();
+        let back: ClosedInterval = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, rows[1]);
+    }
+
+    #[test]
+    fn a_udp_slice_never_counts_negative_loss() {
+        let before = snap(0, 10, 12, 0, 0);
+        // Late arrivals filled the earlier gap and nothing new was expected.
+        let after = snap(1000, 12, 12, 2, 0);
+        let s = UdpSlice::between(&before, &after);
+        assert_eq!((s.packets, s.lost, s.lost_percent), (2, 0, 0.0));
+        assert_eq!(UdpSlice::between(&after, &after).lost_percent, 0.0);
     }
 }

@@ -1036,6 +1036,7 @@ mod tests {
                         block_rtt: None,
                         retransmits: None,
                         last: None,
+                        udp: None,
                     };
                     2
                 ],

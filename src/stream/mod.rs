@@ -24,7 +24,7 @@ use std::io::Read;
 use std::net::TcpStream;
 
 use crate::error::{Error, Result};
-pub use crate::measure::TcpSample;
+pub use crate::measure::{TcpSample, UdpSnapshot};
 use crate::timeouts::{self, Progress};
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
@@ -78,6 +78,8 @@ pub struct Batch {
     pub records: Vec<BlockRecord>,
     pub samples: Vec<TcpSample>,
     pub block_rtts: Vec<BlockRtt>,
+    /// UDP receivers only: one cumulative snapshot per record, same stamps.
+    pub udp: Vec<UdpSnapshot>,
     /// No later record of this stream will be stamped before this.
     pub watermark_ns: u64,
     /// The stream has ended: no more records at all.
@@ -161,6 +163,12 @@ impl Batcher {
         self.cur.records.len() >= BATCH_RECORDS || t_ns.saturating_sub(first) >= FLUSH_EVERY_NS
     }
 
+    /// Records a UDP receiver's counts after its latest record (stamped the same).
+    #[inline]
+    pub fn push_udp(&mut self, snapshot: UdpSnapshot) {
+        self.cur.udp.push(snapshot);
+    }
+
     /// Records a block's round trip.
     #[inline]
     pub fn push_rtt(&mut self, t_ns: u64, rtt_ns: u64) {
@@ -180,6 +188,7 @@ impl Batcher {
                 b.records.clear();
                 b.samples.clear();
                 b.block_rtts.clear();
+                b.udp.clear();
                 b.stream = self.stream;
                 b.done = false;
                 b
@@ -202,6 +211,8 @@ pub(crate) struct StreamCtx {
     pub id: u16,
     pub cpu: Option<usize>,
     pub block_bytes: usize,
+    /// `-b`: the stream's rate, bits/s (`None`: as fast as it goes).
+    pub rate_bps: Option<u64>,
     /// The echo connection for block RTT (`None` with `--no-echo`): the receiver writes
     /// header echoes to it and the sender reads them, so the data connection stays one-way.
     pub echo: Option<std::net::TcpStream>,
@@ -257,9 +268,10 @@ pub(crate) struct Failure {
     pub error: String,
 }
 
-/// A stream's connections: data, and the echo connection when block RTT is on.
-pub(crate) struct StreamSocks {
-    pub data: std::net::TcpStream,
+/// A stream's sockets: data (a `TcpStream`, or a connected `UdpSocket` for UDP), and the
+/// echo connection when block RTT is on.
+pub(crate) struct StreamSocks<S = TcpStream> {
+    pub data: S,
     pub echo: Option<std::net::TcpStream>,
 }
 
@@ -267,20 +279,16 @@ pub(crate) struct StreamSocks {
 pub(crate) type ReporterEnds = (Receiver<Batch>, Sender<Batch>);
 
 /// What both engines start from: the (empty) set, one context per stream with its echo
-/// connection, the data connections in stream order, and the reporter's channel ends.
-type Prepared<T> = (
-    StreamSet<T>,
-    Vec<StreamCtx>,
-    Vec<std::net::TcpStream>,
-    ReporterEnds,
-);
+/// connection, the data sockets in stream order, and the reporter's channel ends.
+type Prepared<T, S> = (StreamSet<T>, Vec<StreamCtx>, Vec<S>, ReporterEnds);
 
 impl<T: Send + 'static> StreamSet<T> {
-    fn prepare(
-        socks: Vec<StreamSocks>,
+    fn prepare<S>(
+        socks: Vec<StreamSocks<S>>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
-    ) -> Prepared<T> {
+        rate_bps: Option<u64>,
+    ) -> Prepared<T, S> {
         let (datas, echoes): (Vec<_>, Vec<_>) = socks.into_iter().map(|s| (s.data, s.echo)).unzip();
         let n = echoes.len();
         let channels = BatchChannels::new(n);
@@ -299,6 +307,7 @@ impl<T: Send + 'static> StreamSet<T> {
                 id: id as u16,
                 cpu: plan.0.get(id).copied().flatten(),
                 block_bytes,
+                rate_bps,
                 echo,
                 batches: channels.tx.clone(),
                 free: channels.free_rx.clone(),
@@ -311,16 +320,34 @@ impl<T: Send + 'static> StreamSet<T> {
 
     /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
     /// [`StreamSet::start`]. Returns the set and the reporter's ends of the batch channels.
-    pub(crate) fn spawn<F>(
-        socks: Vec<StreamSocks>,
+    /// The sockets are TCP connections or connected UDP sockets.
+    pub(crate) fn spawn<S, F>(
+        socks: Vec<StreamSocks<S>>,
         plan: &crate::pin::PinPlan,
         block_bytes: usize,
         body: F,
     ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
     where
-        F: Fn(StreamCtx, std::net::TcpStream) -> Result<T> + Send + Clone + 'static,
+        S: Send + 'static,
+        F: Fn(StreamCtx, S) -> Result<T> + Send + Clone + 'static,
     {
-        let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes);
+        Self::spawn_paced(socks, plan, block_bytes, None, body)
+    }
+
+    /// [`StreamSet::spawn`] with each stream's rate (`-b`) in its [`StreamCtx::rate_bps`].
+    pub(crate) fn spawn_paced<S, F>(
+        socks: Vec<StreamSocks<S>>,
+        plan: &crate::pin::PinPlan,
+        block_bytes: usize,
+        rate_bps: Option<u64>,
+        body: F,
+    ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
+    where
+        S: Send + 'static,
+        F: Fn(StreamCtx, S) -> Result<T> + Send + Clone + 'static,
+    {
+        let (mut set, ctxs, datas, (rx, free_tx)) =
+            Self::prepare(socks, plan, block_bytes, rate_bps);
         for (ctx, sock) in ctxs.into_iter().zip(datas) {
             let body = body.clone();
             let name = format!("stream-{}", ctx.id);
@@ -347,7 +374,7 @@ impl<T: Send + 'static> StreamSet<T> {
     where
         F: FnOnce(Vec<StreamCtx>, Vec<std::net::TcpStream>) -> Result<Vec<T>> + Send + 'static,
     {
-        let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes);
+        let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes, None);
         let report = set.reporter();
         set.workers.push(spawn_named("stream-mux".into(), move || {
             report(body(ctxs, datas))
@@ -459,6 +486,33 @@ pub(crate) fn drain_to_eof(id: u16, sock: &mut TcpStream, abort: &AtomicBool) ->
             )));
         }
     }
+}
+
+/// Waits for `pacer` (a paced stream's schedule; `None`: returns at once), flushing the
+/// watermark (with `sample(t_ns)`) every [`WAKE`] so a slow rate never holds intervals
+/// back. `Ok(false)` when the run time (`end_ns`) passed first; an error on abort.
+pub(crate) fn wait_paced(
+    pacer: Option<&mut crate::pace::Pacer>,
+    ctx: &StreamCtx,
+    clock: &TestClock,
+    end_ns: u64,
+    batcher: &mut Batcher,
+    mut sample: impl FnMut(u64) -> Option<TcpSample>,
+) -> Result<bool> {
+    let Some(p) = pacer else {
+        return Ok(true);
+    };
+    while !p.wait(WAKE) {
+        let t_ns = clock.ns(Instant::now());
+        if ctx.aborted() {
+            return Err(aborted(ctx.id));
+        }
+        if t_ns >= end_ns {
+            return Ok(false);
+        }
+        batcher.flush(t_ns, sample(t_ns), false)?;
+    }
+    Ok(true)
 }
 
 /// The error of a stream told to stop because another part of the test failed (never

@@ -1,6 +1,8 @@
 //! The sending stream thread: blocking `write()` of `-l`-sized blocks until the test's
 //! duration has passed, one clock reading and one record per `write()`, a `TCP_INFO`
 //! sample per batch; then `shutdown(SHUT_WR)` and a drain to EOF so nothing is reset.
+//! With a rate (`-b`), each write waits for the stream's [`Pacer`] and holds at most
+//! [`pace::QUANTUM`] of the rate (a block is written in pieces when it holds more).
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
@@ -10,6 +12,7 @@ use super::echo::{self, EchoCollector};
 use super::{Batcher, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
+use crate::pace::{self, Pacer};
 
 /// What a sender did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,18 +41,38 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
     let mut stamp_ns = 0u64;
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
 
+    // Bytes per write: a whole block, or the rate's quantum when that is less.
+    let piece = ctx.rate_bps.map_or(block.len(), |r| {
+        (Pacer::bytes_in(r, pace::QUANTUM) as usize).clamp(1, block.len())
+    });
+    if ctx.rate_bps.is_some() {
+        crate::sys::set_timer_slack(1_000);
+    }
+
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
+    let mut pacer = ctx.rate_bps.map(|r| Pacer::new(r, clock.t0));
     let end_ns = run_time.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut writes: u64 = 0;
     let mut offset = 0usize;
     loop {
+        if pacer.is_some() {
+            let sample = |t_ns| TcpSample::read(&sock, t_ns);
+            if !super::wait_paced(pacer.as_mut(), &ctx, &clock, end_ns, &mut batcher, sample)? {
+                break;
+            }
+            if offset == 0 {
+                // The block starts into the socket now, not when the previous write returned.
+                stamp_ns = clock.ns(Instant::now());
+            }
+        }
         if offset == 0 {
             echo::stamp(&mut block, seq, stamp_ns);
             seq += 1;
         }
-        match sock.write(&block[offset..]) {
+        let upto = (offset + piece).min(block.len());
+        match sock.write(&block[offset..upto]) {
             Ok(0) => {
                 return Err(Error::Test(format!(
                     "stream-{id}: the connection accepted no more data"
@@ -67,6 +90,9 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
                 }
                 bytes += n as u64;
                 writes += 1;
+                if let Some(p) = pacer.as_mut() {
+                    p.sent(n as u64);
+                }
                 offset = (offset + n) % block.len();
                 let past_end = t_ns >= end_ns;
                 if batcher.push(t_ns, n as u32) || past_end {

@@ -1,0 +1,190 @@
+//! Pacing a stream thread to a rate in bits/s (`-b`): TCP blocks and UDP batches alike.
+//!
+//! The schedule is cumulative: the bytes accounted so far are due at
+//! `origin + bytes × 8 / rate`, and the next chunk leaves only when they are, so a sender is
+//! never ahead of its rate (no burst beyond the chunk it was given). The wait sleeps on a
+//! timer to [`SPIN`] before the due time and spins the rest, so a late timer wake-up does
+//! not become a gap. A sender that fell behind (descheduled, a full socket) catches up at
+//! most [`CATCH_UP`] of the schedule at full speed; a larger debt is forgiven (counted in
+//! [`Pacer::forgiven`]), so a stall never turns into a line-rate burst.
+//!
+//! Used by one stream thread at a time (no sharing); no allocation, no I/O.
+
+use std::time::{Duration, Instant};
+
+/// The last stretch before a due time that is spun rather than slept.
+pub const SPIN: Duration = Duration::from_micros(50);
+/// How far behind its schedule a sender may catch up at full speed.
+pub const CATCH_UP: Duration = Duration::from_millis(5);
+/// The span one chunk should cover: a TCP write or a UDP batch holds at most this much of
+/// the rate (but at least one block or datagram), so bursts stay this short.
+pub const QUANTUM: Duration = Duration::from_micros(500);
+
+/// What the schedule says at a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The next chunk may leave now.
+    Go,
+    /// The next chunk is due this much later.
+    Wait(Duration),
+}
+
+/// A rate's schedule for one stream.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    rate_bps: u64,
+    origin: Instant,
+    bytes: u64,
+    forgiven: Duration,
+}
+
+impl Pacer {
+    /// A schedule at `rate_bps` (at least 1) starting at `start`.
+    pub fn new(rate_bps: u64, start: Instant) -> Pacer {
+        Pacer {
+            rate_bps: rate_bps.max(1),
+            origin: start,
+            bytes: 0,
+            forgiven: Duration::ZERO,
+        }
+    }
+
+    /// Bytes the rate carries in `span` (for sizing chunks), at least 1.
+    pub fn bytes_in(rate_bps: u64, span: Duration) -> u64 {
+        let b = u128::from(rate_bps) * span.as_nanos() / 8 / 1_000_000_000;
+        u64::try_from(b).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// When everything accounted so far is due (the next chunk may leave then).
+    pub fn due(&self) -> Instant {
+        let ns = u128::from(self.bytes) * 8 * 1_000_000_000 / u128::from(self.rate_bps);
+        self.origin + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+
+    /// Schedule time given up after stalls longer than [`CATCH_UP`].
+    pub fn forgiven(&self) -> Duration {
+        self.forgiven
+    }
+
+    /// Accounts `bytes` that have left.
+    #[inline]
+    pub fn sent(&mut self, bytes: u64) {
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    /// What the schedule says at `now`; forgives a debt beyond [`CATCH_UP`].
+    pub fn step(&mut self, now: Instant) -> Step {
+        let due = self.due();
+        if let Some(early) = due.checked_duration_since(now).filter(|d| !d.is_zero()) {
+            return Step::Wait(early);
+        }
+        let behind = now.saturating_duration_since(due);
+        if behind > CATCH_UP {
+            let forgive = behind - CATCH_UP;
+            self.origin += forgive;
+            self.forgiven += forgive;
+        }
+        Step::Go
+    }
+
+    /// Waits until the next chunk may leave, but at most about `max` (so the caller can
+    /// flush, look at its abort flag and its end time): true when it may leave now.
+    pub fn wait(&mut self, max: Duration) -> bool {
+        let left = match self.step(Instant::now()) {
+            Step::Go => return true,
+            Step::Wait(left) => left,
+        };
+        if left > max {
+            std::thread::sleep(max);
+            return false;
+        }
+        if left > SPIN {
+            std::thread::sleep(left - SPIN);
+        }
+        let due = self.due();
+        while Instant::now() < due {
+            std::hint::spin_loop();
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_schedule_is_cumulative_and_never_early() {
+        let t0 = Instant::now();
+        // 8 Mbit/s: 1000 bytes per ms.
+        let mut p = Pacer::new(8_000_000, t0);
+        assert_eq!(p.step(t0), Step::Go);
+        p.sent(1000);
+        assert_eq!(p.step(t0), Step::Wait(MS));
+        assert_eq!(p.step(t0 + MS / 4), Step::Wait(Duration::from_micros(750)));
+        assert_eq!(p.step(t0 + MS), Step::Go);
+        p.sent(3000);
+        assert_eq!(p.due(), t0 + 4 * MS);
+        assert_eq!(Pacer::bytes_in(8_000_000, MS), 1000);
+        assert_eq!(Pacer::bytes_in(1, MS), 1, "a chunk is never empty");
+    }
+
+    #[test]
+    fn a_short_stall_is_caught_up_and_a_long_one_forgiven() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(8_000_000, t0);
+        p.sent(1000);
+        // 3 ms late: within CATCH_UP, the schedule keeps its origin (a catch-up of 3 ms).
+        assert_eq!(p.step(t0 + 4 * MS), Step::Go);
+        assert_eq!(p.forgiven(), Duration::ZERO);
+        assert_eq!(p.due(), t0 + MS);
+        // 100 ms late: all but CATCH_UP is forgiven, so at most CATCH_UP's worth of bytes
+        // leaves at full speed.
+        p.sent(1000);
+        assert_eq!(p.step(t0 + 102 * MS), Step::Go);
+        assert_eq!(p.forgiven(), 100 * MS - CATCH_UP);
+        assert_eq!(p.due(), t0 + 102 * MS - CATCH_UP);
+        p.sent(Pacer::bytes_in(8_000_000, CATCH_UP));
+        assert_eq!(
+            p.step(t0 + 102 * MS),
+            Step::Go,
+            "the catch-up is used up exactly"
+        );
+        p.sent(1000);
+        assert_eq!(p.step(t0 + 102 * MS), Step::Wait(MS));
+    }
+
+    /// Real sleeping and spinning: 200 chunks of 1 ms at 80 Mbit/s. No chunk leaves before
+    /// its due time, and the median gap is the rate's (the machine may be loaded, so the
+    /// bounds allow for late wake-ups, never for early ones).
+    #[test]
+    fn real_waits_are_even_and_never_ahead_of_the_rate() {
+        crate::sys::set_timer_slack(1_000);
+        let chunk = 10_000u64; // 1 ms at 80 Mbit/s
+        let t0 = Instant::now();
+        let mut p = Pacer::new(80_000_000, t0);
+        let mut times = Vec::with_capacity(200);
+        for i in 0..200u64 {
+            while !p.wait(Duration::from_millis(50)) {}
+            let now = Instant::now();
+            let allowed = t0 + Duration::from_micros(1000 * i) + p.forgiven();
+            assert!(now >= allowed, "chunk {i} left before its time");
+            times.push(now);
+            p.sent(chunk);
+        }
+        let mut gaps: Vec<u64> = times
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_micros() as u64)
+            .collect();
+        gaps.sort_unstable();
+        let median = gaps[gaps.len() / 2];
+        assert!((950..=1100).contains(&median), "median gap {median} us");
+        let span = times[199] - t0;
+        assert!(
+            span >= 199 * MS && span < 199 * MS + 30 * MS,
+            "199 chunks took {span:?}"
+        );
+    }
+}

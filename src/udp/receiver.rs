@@ -1,0 +1,115 @@
+//! The receiving UDP stream thread: `recvmmsg` (GRO segments split by their size) until
+//! its deadline, one clock reading per call, every datagram through the stream's
+//! [`Accounting`], and per call one block record with the snapshot of the counts after it.
+//! `SO_RCVTIMEO` of [`WAKE`] bounds each wait, so the watermark advances while nothing
+//! arrives (a dead path included) and the deadline is kept.
+
+use std::io::ErrorKind;
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use super::counters::{Accounting, UdpCounters};
+use crate::cpu::{self, CpuTime};
+use crate::error::{Error, IoContext, Result};
+use crate::stream::{Batcher, StreamCtx, WAKE, aborted};
+use crate::sys::{self, RecvMeta};
+
+/// Messages per `recvmmsg` call.
+const SLOTS: usize = 32;
+/// Bytes per message: the largest UDP payload, or a GRO buffer of coalesced datagrams.
+const SLOT_BYTES: usize = 1 << 16;
+
+/// What a UDP receiver counted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UdpRecvOutcome {
+    pub id: u16,
+    pub counters: UdpCounters,
+    /// This thread's CPU from the start to its deadline.
+    pub cpu: CpuTime,
+    /// The kernel handed over coalesced datagrams (GRO) at least once.
+    pub gro_seen: bool,
+}
+
+/// Runs one receiving UDP stream (call on its own `stream-N` thread) until `until` after
+/// the start (the sender's run time plus a settle time, the owner's choice).
+pub fn receive(ctx: StreamCtx, sock: UdpSocket, until: Duration) -> Result<UdpRecvOutcome> {
+    let id = ctx.id;
+    ctx.pin()?;
+    sock.set_read_timeout(Some(WAKE))
+        .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
+    let mut bufs = vec![0u8; SLOTS * SLOT_BYTES];
+    let mut meta = [RecvMeta::default(); SLOTS];
+    let mut acc = Accounting::new(id);
+    let mut gro_seen = false;
+    let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+
+    let clock = ctx.wait_start()?;
+    let cpu_start = cpu::thread();
+    let until_ns = until.as_nanos() as u64;
+    loop {
+        match sys::recv_datagrams(sock.as_fd(), &mut bufs, SLOT_BYTES, &mut meta) {
+            Ok(n) => {
+                let t_ns = clock.ns(Instant::now());
+                let mut bytes = 0u64;
+                for (m, slot) in meta[..n].iter().zip(bufs.chunks(SLOT_BYTES)) {
+                    if let Some(drops) = m.rxq_drops {
+                        acc.rxq_drops(drops);
+                    }
+                    if m.truncated {
+                        acc.truncated();
+                        continue;
+                    }
+                    let data = &slot[..m.len.min(slot.len())];
+                    match m.gro_size {
+                        Some(seg) if (seg as usize) < data.len() => {
+                            gro_seen = true;
+                            for d in data.chunks(seg as usize) {
+                                bytes += acc.datagram(d, t_ns);
+                            }
+                        }
+                        _ => bytes += acc.datagram(data, t_ns),
+                    }
+                }
+                batcher.push_udp(acc.counters.snapshot(t_ns));
+                let full = batcher.push(t_ns, u32::try_from(bytes).unwrap_or(u32::MAX));
+                if full || t_ns >= until_ns {
+                    if ctx.aborted() {
+                        return Err(aborted(id));
+                    }
+                    batcher.flush(t_ns, None, false)?;
+                }
+                if t_ns >= until_ns {
+                    break;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock
+                        | ErrorKind::TimedOut
+                        | ErrorKind::Interrupted
+                        | ErrorKind::ConnectionRefused
+                ) =>
+            {
+                let t_ns = clock.ns(Instant::now());
+                if ctx.aborted() {
+                    return Err(aborted(id));
+                }
+                batcher.flush(t_ns, None, false)?;
+                if t_ns >= until_ns {
+                    break;
+                }
+            }
+            Err(e) => return Err(Error::io(format!("stream-{id}: receive"), e)),
+        }
+    }
+    let t_ns = clock.ns(Instant::now());
+    batcher.flush(t_ns, None, true)?;
+    Ok(UdpRecvOutcome {
+        id,
+        counters: acc.counters,
+        cpu: cpu::thread_since(cpu_start),
+        gro_seen,
+    })
+}
