@@ -129,17 +129,6 @@ pub struct TargetArgs {
 /// Flags users bring from iperf3 that pinperf does not have (yet), with what to do instead.
 /// Checked before clap, so the answer is this hint rather than "a similar argument".
 const NOT_YET: &[(&str, &str, &str)] = &[
-    ("-u", "--udp", "pinperf tests TCP only for now"),
-    (
-        "",
-        "--fq-rate",
-        "pinperf sends as fast as TCP allows; -w bounds a stream's rate",
-    ),
-    (
-        "-b",
-        "--bitrate",
-        "pinperf sends as fast as TCP allows; -w bounds a stream's rate",
-    ),
     (
         "-Z",
         "--zerocopy",
@@ -328,19 +317,15 @@ mod tests {
     #[test]
     fn iperf3_flags_we_lack_get_a_hint_and_ours_pass() {
         let hint = |argv: &[&str]| not_yet(argv);
-        assert_eq!(
-            hint(&["-c", "h", "-u"]).as_deref(),
-            Some(
-                "-u/--udp (an iperf3 flag) is not supported (yet): pinperf tests TCP only for now"
-            )
-        );
-        // Directions are ours now.
-        assert_eq!(hint(&["-c", "h", "-R", "--bidir"]), None);
         assert!(
-            hint(&["--bitrate=10M"])
+            hint(&["-c", "h", "-Z"])
                 .unwrap()
-                .starts_with("-b/--bitrate")
+                .starts_with("-Z/--zerocopy (an iperf3 flag) is not supported (yet): ")
         );
+        // Directions, UDP and pacing are ours now.
+        for flags in [&["-R", "--bidir"][..], &["-u", "-b", "10M", "--fq-rate=1G"]] {
+            assert_eq!(hint(flags), None, "{flags:?}");
+        }
         assert!(hint(&["-V"]).unwrap().contains("-v prints the version"));
         // Ours, and anything after `--` (the lab's client options), are left to clap.
         assert_eq!(

@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::choices::Format;
 use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
-use crate::ends::{Ends, Threads};
+use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::net;
 use crate::params::TestParams;
@@ -90,12 +90,35 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             )
         });
 
+    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
+    let mut cfg = cfg;
+    if cfg.test.udp && cfg.test.len.is_none() {
+        let headers = if peer.is_ipv6() { 48 } else { 28 };
+        let mtu = net::path_info(&ctl.socket()).mtu;
+        cfg.test.len = Some(mtu.map_or(crate::params::DEFAULT_DATAGRAM, |m| {
+            (u64::from(m).saturating_sub(headers))
+                .clamp(crate::params::MIN_DATAGRAM, crate::params::MAX_DATAGRAM)
+        }));
+    }
     let (remote_software, accept) = negotiate(&ctl, &cfg.test)?;
-    let (socks, local_window) =
-        connect_streams(&cfg, peer, &accept).map_err(|e| with_their_word(&ctl, e))?;
+    let (mut socks, local_window) = match cfg.test.udp {
+        false => connect_streams(&cfg, peer, &accept).map(|(s, w)| (Socks::Tcp(s), w)),
+        true => crate::udp_link::connect(
+            &ctl,
+            cfg.target.bind,
+            &accept.udp_ports,
+            accept.cookie,
+            &cfg.test,
+        )
+        .map(|(s, w)| (Socks::Udp(s), w)),
+    }
+    .map_err(|e| with_their_word(&ctl, e))?;
     warn_windows(&local_window, &accept, n);
 
-    let congestion = net::congestion(&socks[0][0].data).unwrap_or_else(|| "?".into());
+    let congestion = match &socks {
+        Socks::Tcp(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
+        Socks::Udp(_) => "- (UDP)".into(),
+    };
     let header = Header {
         software: SOFTWARE.into(),
         local: local.to_string(),
@@ -105,7 +128,10 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         block_bytes: cfg.test.block_bytes(),
         local_window,
         remote_window: accept.window.clone(),
-        path: net::path_info(&socks[0][0].data),
+        path: match &socks {
+            Socks::Tcp(s) => net::path_info(&s[0].data),
+            Socks::Udp(_) => net::path_info(&ctl.socket()),
+        },
         local_pin: local_plan.clone(),
         remote_pin: accept.pin_plan.clone(),
         placement_note,
@@ -119,25 +145,28 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
         direction: cfg.test.direction(),
+        udp: cfg.test.udp,
+        rate_bps: cfg.test.rate(),
+        fq_rate_bps: cfg.test.fq_rate_bps,
     };
 
     // Threads, per direction: pinned senders (the client sends) or receivers (the server
     // does), and one reporter for all.
-    let run_time = cfg.test.run_time();
-    let block = cfg.test.block_bytes() as usize;
     let mut ends = Ends::default();
     let mut feeds = Vec::new();
-    for ((k, &reverse), socks) in cfg
-        .test
-        .direction()
-        .reversed()
-        .iter()
-        .enumerate()
-        .zip(socks)
-    {
+    let rtt = net::tcp_info(&ctl.socket()).map_or(std::time::Duration::ZERO, |i| {
+        std::time::Duration::from_micros(u64::from(i.rtt_us))
+    });
+    for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {
         let plan = PinPlan(local_plan.0[k * n..(k + 1) * n].to_vec());
-        let (threads, (batches, free)) =
-            Threads::spawn(!reverse, cfg.engine, socks, &plan, block, run_time)?;
+        let (threads, (batches, free)) = Threads::spawn(
+            !reverse,
+            cfg.engine,
+            socks.take(n),
+            &plan,
+            &cfg.test,
+            crate::ends::udp_settle(rtt),
+        )?;
         ends.0.push(threads);
         feeds.push(report::Feed {
             reverse,
@@ -199,7 +228,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     let totals = totals?;
     let sent: u64 = totals.sent.iter().sum();
     let received: u64 = totals.received.as_deref().unwrap_or_default().iter().sum();
-    if sent != received {
+    // UDP loses what it loses (the report counts it); TCP's bytes must match.
+    if sent != received && !cfg.test.udp {
         return Err(Error::Test(format!(
             "sender wrote {sent} bytes but the receiver read {received}: the totals do not reconcile"
         )));
@@ -230,7 +260,11 @@ fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "accept", &other)),
     };
-    if accept.pin_plan.0.len() != test.threads() || accept.data_port == 0 {
+    let data = match test.udp {
+        true => accept.udp_ports.len() == test.threads(),
+        false => accept.data_port != 0,
+    };
+    if accept.pin_plan.0.len() != test.threads() || !data {
         return Err(Error::Protocol {
             peer,
             what: "the server's answer does not match the test asked for".into(),
@@ -241,13 +275,13 @@ fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
 
 /// Each stream's data connection (window and congestion control set before `connect()`)
 /// and, with block RTT, its echo connection; each opens with the test's cookie, its stream
-/// id and its direction. Returns them per direction, with the first data connection's
-/// window grant.
+/// id and its direction. Returns them, directions in order, with the first data
+/// connection's window grant.
 fn connect_streams(
     cfg: &ClientConfig,
     peer: SocketAddr,
     accept: &Accept,
-) -> Result<(Vec<Vec<StreamSocks>>, crate::netinfo::WindowGrant)> {
+) -> Result<(Vec<StreamSocks>, crate::netinfo::WindowGrant)> {
     let n = usize::from(cfg.test.streams);
     // Data connections, window set before connect().
     let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
@@ -257,7 +291,7 @@ fn connect_streams(
         congestion: cfg.test.transport.congestion.clone(),
     };
     let mut local_window = None;
-    let mut by_direction = Vec::new();
+    let mut socks = Vec::with_capacity(cfg.test.threads());
     for &reverse in cfg.test.direction().reversed() {
         let hello = |stream: usize, echo: bool| {
             DataHello {
@@ -268,8 +302,6 @@ fn connect_streams(
             }
             .to_bytes()
         };
-        by_direction.push(Vec::with_capacity(n));
-        let socks = by_direction.last_mut().expect("just pushed");
         for id in 0..n {
             let (mut data, grant) = net::connect(
                 &[data_addr],
@@ -298,7 +330,7 @@ fn connect_streams(
             socks.push(StreamSocks { data, echo });
         }
     }
-    Ok((by_direction, local_window.unwrap_or_default()))
+    Ok((socks, local_window.unwrap_or_default()))
 }
 
 /// Watches the running test from the main thread until the receiver's totals arrive:

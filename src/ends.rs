@@ -1,8 +1,10 @@
 //! One end's stream threads for a test, per direction: its senders for a direction it
-//! sends, its receivers for one it receives. The client and the server drive them the same
-//! way (start together, watch for the first failure, stop together, join), whichever end
-//! sends: `-R` and `--bidir` swap or double the roles, not the code.
+//! sends, its receivers for one it receives, over TCP or UDP. The client and the server
+//! drive them the same way (start together, watch for the first failure, stop together,
+//! join), whichever end sends: `-R` and `--bidir` swap or double the roles, `-u` changes
+//! the thread bodies, not the code around them.
 
+use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -10,51 +12,133 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::choices::Engine;
 use crate::cpu::CpuTime;
 use crate::error::{Error, Result};
+use crate::params::TestParams;
 use crate::pin::PinPlan;
 use crate::stream::{Batch, Failure, StreamSet, StreamSocks, receiver, sender, single};
+use crate::udp;
+
+/// Data sockets on this end: a direction's, or (before [`Socks::take`]) every direction's
+/// in order.
+pub(crate) enum Socks {
+    Tcp(Vec<StreamSocks>),
+    Udp(Vec<UdpSocket>),
+}
+
+impl Socks {
+    /// The first `n` sockets (the next direction's), leaving the rest.
+    pub(crate) fn take(&mut self, n: usize) -> Socks {
+        match self {
+            Socks::Tcp(v) => Socks::Tcp(v.drain(..n.min(v.len())).collect()),
+            Socks::Udp(v) => Socks::Udp(v.drain(..n.min(v.len())).collect()),
+        }
+    }
+}
 
 /// One direction's stream threads on this end.
 pub(crate) enum Threads {
     Send(StreamSet<sender::SendOutcome>),
     Receive(StreamSet<receiver::RecvOutcome>),
+    UdpSend(StreamSet<udp::UdpSendOutcome>),
+    UdpReceive(StreamSet<udp::UdpRecvOutcome>),
 }
 
 /// What a direction's threads hand their reporter: batches, and the free list back.
 pub(crate) type Batches = (Receiver<Batch>, Sender<Batch>);
 
+/// How long a UDP receiver listens past the senders' end: the last datagrams' way there
+/// (twice the path's RTT, for the two ends' start offsets) and at least
+/// [`UDP_SETTLE_MIN`]. Tail losses are then counted as lost; nothing waits for them.
+pub(crate) fn udp_settle(rtt: Duration) -> Duration {
+    (rtt * 2).max(UDP_SETTLE_MIN)
+}
+
+/// The shortest settle time.
+pub(crate) const UDP_SETTLE_MIN: Duration = Duration::from_millis(250);
+
+/// Runs `$body` with `$s` bound to the set inside any [`Threads`] variant.
+macro_rules! each {
+    ($t:expr, $s:ident => $body:expr) => {
+        match $t {
+            Threads::Send($s) => $body,
+            Threads::Receive($s) => $body,
+            Threads::UdpSend($s) => $body,
+            Threads::UdpReceive($s) => $body,
+        }
+    };
+}
+
 impl Threads {
     /// Spawns this end's threads of one direction, pinned per `plan`, waiting for
-    /// [`Ends::start`]: senders (`sends`) or receivers, one per socket.
+    /// [`Ends::start`]: senders (`sends`) or receivers, one per socket. Senders pace at
+    /// `-b` and, over TCP, have the kernel pace at `--fq-rate`; UDP receivers listen until
+    /// `settle` past the run time.
     pub(crate) fn spawn(
         sends: bool,
         engine: Engine,
-        socks: Vec<StreamSocks>,
+        socks: Socks,
         plan: &PinPlan,
-        block_bytes: usize,
-        run_time: Duration,
+        test: &TestParams,
+        settle: Duration,
     ) -> Result<(Threads, Batches)> {
-        Ok(match (sends, engine) {
-            (true, Engine::Threads) => {
-                let (set, rx, free) = StreamSet::spawn(socks, plan, block_bytes, move |ctx, s| {
-                    sender::run(ctx, s, run_time)
-                })?;
+        let run_time = test.run_time();
+        let block = test.block_bytes() as usize;
+        let rate = test.rate();
+        Ok(match (socks, sends, engine) {
+            (Socks::Tcp(socks), true, engine) => {
+                if let Some(fq) = test.fq_rate_bps {
+                    for s in &socks {
+                        crate::net::set_fq_rate(&s.data, fq)?;
+                    }
+                }
+                let (set, rx, free) = match engine {
+                    Engine::Threads => {
+                        StreamSet::spawn_paced(socks, plan, block, rate, move |ctx, s| {
+                            sender::run(ctx, s, run_time)
+                        })?
+                    }
+                    Engine::Single => {
+                        StreamSet::spawn_single(socks, plan, block, move |ctxs, socks| {
+                            single::run(ctxs, socks, run_time)
+                        })?
+                    }
+                };
                 (Threads::Send(set), (rx, free))
             }
-            (true, Engine::Single) => {
-                let (set, rx, free) =
-                    StreamSet::spawn_single(socks, plan, block_bytes, move |ctxs, socks| {
-                        single::run(ctxs, socks, run_time)
-                    })?;
-                (Threads::Send(set), (rx, free))
-            }
-            (false, _) => {
-                let (set, rx, free) = StreamSet::spawn(socks, plan, block_bytes, move |ctx, s| {
+            (Socks::Tcp(socks), false, _) => {
+                let (set, rx, free) = StreamSet::spawn(socks, plan, block, move |ctx, s| {
                     receiver::run(ctx, s, run_time)
                 })?;
                 (Threads::Receive(set), (rx, free))
             }
+            (Socks::Udp(socks), true, _) => {
+                let job = udp::UdpSend {
+                    rate_bps: rate,
+                    datagram: block,
+                    run_time,
+                };
+                let (set, rx, free) =
+                    StreamSet::spawn(udp_socks(socks), plan, block, move |ctx, s| {
+                        udp::send(ctx, s, job)
+                    })?;
+                (Threads::UdpSend(set), (rx, free))
+            }
+            (Socks::Udp(socks), false, _) => {
+                let until = run_time + settle;
+                let (set, rx, free) =
+                    StreamSet::spawn(udp_socks(socks), plan, block, move |ctx, s| {
+                        udp::receive(ctx, s, until)
+                    })?;
+                (Threads::UdpReceive(set), (rx, free))
+            }
         })
     }
+}
+
+fn udp_socks(socks: Vec<UdpSocket>) -> Vec<StreamSocks<UdpSocket>> {
+    socks
+        .into_iter()
+        .map(|data| StreamSocks { data, echo: None })
+        .collect()
 }
 
 /// Every direction's threads on this end.
@@ -64,10 +148,7 @@ pub(crate) struct Ends(pub Vec<Threads>);
 impl Ends {
     pub(crate) fn start(&self, t0: Instant) {
         for t in &self.0 {
-            match t {
-                Threads::Send(s) => s.start(t0),
-                Threads::Receive(s) => s.start(t0),
-            }
+            each!(t, s => s.start(t0));
         }
     }
 
@@ -75,27 +156,18 @@ impl Ends {
     pub(crate) fn failure(&self) -> Option<Failure> {
         self.0
             .iter()
-            .filter_map(|t| match t {
-                Threads::Send(s) => s.failure(),
-                Threads::Receive(s) => s.failure(),
-            })
+            .filter_map(|t| each!(t, s => s.failure()))
             .min_by_key(|f| f.at)
     }
 
     /// True when every thread of every direction has ended.
     pub(crate) fn finished(&self) -> bool {
-        self.0.iter().all(|t| match t {
-            Threads::Send(s) => s.finished(),
-            Threads::Receive(s) => s.finished(),
-        })
+        self.0.iter().all(|t| each!(t, s => s.finished()))
     }
 
     pub(crate) fn abort(&self) {
         for t in &self.0 {
-            match t {
-                Threads::Send(s) => s.abort(),
-                Threads::Receive(s) => s.abort(),
-            }
+            each!(t, s => s.abort());
         }
     }
 
@@ -104,26 +176,30 @@ impl Ends {
     /// a cause (see [`StreamSet::join`]).
     pub(crate) fn join(self) -> (Vec<(String, CpuTime)>, Option<Error>) {
         let both = self.0.len() > 1;
-        let name = |id: u16, role: &str| match both {
-            true => format!("stream-{id} {role}"),
-            false => format!("stream-{id}"),
+        let name = |id: u16, sends: bool| match (both, sends) {
+            (false, _) => format!("stream-{id}"),
+            (true, true) => format!("stream-{id} send"),
+            (true, false) => format!("stream-{id} recv"),
         };
         let mut cpu = Vec::new();
         let mut first: Option<Error> = None;
         for t in self.0 {
-            let (times, err) = match t {
+            let (times, err): (Vec<_>, _) = match t {
                 Threads::Send(s) => {
                     let (o, e) = s.join();
-                    (
-                        o.iter()
-                            .map(|o| (name(o.id, "send"), o.cpu))
-                            .collect::<Vec<_>>(),
-                        e,
-                    )
+                    (o.iter().map(|o| (name(o.id, true), o.cpu)).collect(), e)
                 }
                 Threads::Receive(s) => {
                     let (o, e) = s.join();
-                    (o.iter().map(|o| (name(o.id, "recv"), o.cpu)).collect(), e)
+                    (o.iter().map(|o| (name(o.id, false), o.cpu)).collect(), e)
+                }
+                Threads::UdpSend(s) => {
+                    let (o, e) = s.join();
+                    (o.iter().map(|o| (name(o.id, true), o.cpu)).collect(), e)
+                }
+                Threads::UdpReceive(s) => {
+                    let (o, e) = s.join();
+                    (o.iter().map(|o| (name(o.id, false), o.cpu)).collect(), e)
                 }
             };
             cpu.extend(times);

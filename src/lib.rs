@@ -33,6 +33,7 @@ pub(crate) mod timeouts;
 // Until the client and the server run UDP tests (the lead wires them in).
 #[allow(dead_code, unused_imports)]
 pub(crate) mod udp;
+pub(crate) mod udp_link;
 pub(crate) mod units;
 
 use clap::Parser;

@@ -240,7 +240,6 @@ pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
 /// (`SO_MAX_PACING_RATE`, which counts bytes/s; TCP paces itself on kernels since 4.13,
 /// the fq qdisc is not needed). Returns what the kernel holds, bits/s. Call on both ends'
 /// data connections, at connect/accept.
-#[allow(dead_code)] // until the client and the server pass --fq-rate (the lead wires it)
 pub fn set_fq_rate(stream: &TcpStream, rate_bps: u64) -> Result<u64> {
     let fd = stream.as_fd();
     crate::sys::set_max_pacing_rate(fd, rate_bps / 8)

@@ -288,8 +288,9 @@ impl TestParams {
         self.omit
     }
 
+    /// Block-header echoes (block RTT): TCP's, unless `--no-echo`.
     pub fn echo(&self) -> bool {
-        !self.transport.no_echo
+        !self.transport.no_echo && !self.udp
     }
 
     /// How long the senders send: the omitted part, then the measured part.

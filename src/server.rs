@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
-use crate::ends::{Ends, Threads};
+use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::net::{self, Family};
 use crate::pin::{self, PinPlan};
@@ -471,56 +471,85 @@ fn run_test(
         cookie,
     } = test;
     let n = params.streams as usize;
-    let mut data_addr = local;
-    data_addr.set_port(cfg.data_port.unwrap_or(0));
-    let (data_listener, window) = net::listen(
-        data_addr,
-        data_addr.is_ipv6(),
-        params.window_bytes,
-        params.force_window,
-    )?;
-    if let Some(name) = &params.transport.congestion {
-        // Checked before Accept so an unknown name is a clean refusal, not a broken test.
-        net::set_congestion(socket2::SockRef::from(&data_listener), name)
-            .map_err(|e| refuse(ctl, slot, format!("congestion control: {e}")))?;
-    }
-    let data_port = data_listener
-        .local_addr()
-        .op(|| "read data port".into())?
-        .port();
+    // TCP: a data listener for every stream's connections; UDP: a socket per stream.
+    let (data, window) = if params.udp {
+        let (socks, ports, window) = crate::udp_link::bind(local.ip(), &params)?;
+        (Data::Udp(socks, ports), window)
+    } else {
+        let mut data_addr = local;
+        data_addr.set_port(cfg.data_port.unwrap_or(0));
+        let (listener, window) = net::listen(
+            data_addr,
+            data_addr.is_ipv6(),
+            params.window_bytes,
+            params.force_window,
+        )?;
+        if let Some(name) = &params.transport.congestion {
+            // Checked before Accept so an unknown name is a clean refusal, not a broken test.
+            net::set_congestion(socket2::SockRef::from(&listener), name)
+                .map_err(|e| refuse(ctl, slot, format!("congestion control: {e}")))?;
+        }
+        (Data::Tcp(listener), window)
+    };
+    let (data_port, udp_ports) = match &data {
+        Data::Tcp(l) => (
+            l.local_addr().op(|| "read data port".into())?.port(),
+            Vec::new(),
+        ),
+        Data::Udp(_, ports) => (0, ports.clone()),
+    };
     log!(
         cfg.quiet,
-        "pinperf: test from {peer}: {n} stream(s), block {}, window {}, {} s",
+        "pinperf: test from {peer}: {n} {} stream(s){}, {} {}, window {}, {} s",
+        if params.udp { "UDP" } else { "TCP" },
+        match params.direction() {
+            crate::params::Direction::Forward => "",
+            crate::params::Direction::Reverse => " (reverse: this server sends)",
+            crate::params::Direction::Bidir => " each way (bidirectional)",
+        },
+        if params.udp { "datagram" } else { "block" },
         format_size(params.block_bytes()),
         params.window_bytes.map_or("auto".into(), format_size),
         params.duration().as_secs_f64()
     );
     ctl.send(&ControlMsg::Accept(Accept {
         data_port,
+        udp_ports,
         cookie,
         window,
         pin_plan: plan.clone(),
     }))?;
-    let socks = accept_streams(&data_listener, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
-    drop(data_listener);
-    let path = net::path_info(&socks[0].data);
+    // The control connection's RTT: how long the streams may take to arrive, and how
+    // long a UDP receiver listens past the senders' end.
+    let rtt = net::tcp_info(&ctl.socket()).map_or(Duration::ZERO, |i| {
+        Duration::from_micros(u64::from(i.rtt_us))
+    });
+    let (mut socks, path) = match data {
+        Data::Tcp(listener) => {
+            let socks = accept_streams(&listener, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
+            let path = net::path_info(&socks[0].data);
+            (Socks::Tcp(socks), path)
+        }
+        Data::Udp(socks, _) => {
+            crate::udp_link::await_hellos(&socks, ctl, ctl_fd, cookie, &params, rtt)?;
+            (Socks::Udp(socks), net::path_info(&ctl.socket()))
+        }
+    };
 
     // Each direction: this end's threads (receivers where the client sends, senders where
     // it receives) and a reporter streaming their intervals to the client.
-    let run_time = params.run_time();
     let mut ends = Ends::default();
     let mut reporters = Vec::new();
-    let mut socks = socks.into_iter();
     for (k, &reverse) in params.direction().reversed().iter().enumerate() {
-        let these: Vec<StreamSocks> = socks.by_ref().take(n).collect();
+        let these = socks.take(n);
         let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
         let (threads, (rx, free)) = Threads::spawn(
             reverse,
             crate::choices::Engine::Threads,
             these,
             &plan,
-            params.block_bytes() as usize,
-            run_time,
+            &params,
+            crate::ends::udp_settle(rtt),
         )?;
         ends.0.push(threads);
         let cutter = IntervalCutter::for_test(n, &params);
@@ -619,6 +648,12 @@ fn run_test(
     // The client says Bye once it has everything; don't hold the server long for it.
     let _ = ctl.poll(timeouts::GOODBYE);
     Ok(())
+}
+
+/// Where a test's data arrives: a TCP listener, or a UDP socket per stream (and its port).
+enum Data {
+    Tcp(TcpListener),
+    Udp(Vec<std::net::UdpSocket>, Vec<u16>),
 }
 
 /// What a server reporter found once every stream of its direction ended.

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::CpuReport;
 use crate::error::{Error, Result};
-use crate::measure::ClosedInterval;
+use crate::measure::{ClosedInterval, UdpSlice};
 use crate::netinfo::{PathInfo, WindowGrant};
 pub use crate::params::TestParams;
 use crate::pin::PinPlan;
@@ -38,6 +38,9 @@ pub const SOFTWARE: &str = concat!("pinperf ", env!("CARGO_PKG_VERSION"));
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Accept {
     pub data_port: u16,
+    /// `-u`: the server's UDP socket for each stream and direction, in order.
+    #[serde(default)]
+    pub udp_ports: Vec<u16>,
     pub cookie: u64,
     pub window: WindowGrant,
     pub pin_plan: PinPlan,
@@ -51,6 +54,9 @@ pub struct ReceiverRow {
     pub begin_us: u64,
     pub end_us: u64,
     pub bytes: Vec<u64>,
+    /// `-u`: each stream's datagrams over the interval (empty for TCP).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub udp: Vec<UdpSlice>,
 }
 
 /// The server's totals, sent once every stream there has ended: what its receivers read
@@ -75,16 +81,28 @@ pub struct ReceiverDone {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControlMsg {
-    Hello { version: u32, software: String },
-    Welcome { version: u32, software: String },
-    Refuse { reason: String },
+    Hello {
+        version: u32,
+        software: String,
+    },
+    Welcome {
+        version: u32,
+        software: String,
+    },
+    Refuse {
+        reason: String,
+    },
     Params(TestParams),
     Accept(Accept),
+    /// `-u`: the client holds the server's answer to every stream's hello.
+    UdpReady,
     Start,
     Row(ReceiverRow),
     SenderInterval(ClosedInterval),
     Done(ReceiverDone),
-    Error { reason: String },
+    Error {
+        reason: String,
+    },
     Bye,
 }
 
@@ -97,6 +115,7 @@ impl ControlMsg {
             ControlMsg::Refuse { .. } => "refuse",
             ControlMsg::Params(_) => "params",
             ControlMsg::Accept(_) => "accept",
+            ControlMsg::UdpReady => "udp_ready",
             ControlMsg::Start => "start",
             ControlMsg::Row(_) => "row",
             ControlMsg::SenderInterval(_) => "sender interval",
@@ -346,6 +365,7 @@ mod tests {
                 begin_us: 1,
                 end_us: 2,
                 bytes: vec![3, 4],
+                udp: Vec::new(),
             }),
             ControlMsg::Start,
         ];

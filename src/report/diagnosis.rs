@@ -5,7 +5,7 @@
 //! concentrated in a few streams, and streams starved while others ran. Pure functions of
 //! the report model; the client's reporter calls them once, at the end.
 
-use super::model::{Fairness, Header, KernelSummary, StreamRow};
+use super::model::{Fairness, Header, KernelSummary, StreamRow, UdpFigures};
 
 /// What the diagnosis looks at.
 pub struct Evidence<'a> {
@@ -509,6 +509,33 @@ const DRAIN_SHARE: f64 = 0.1;
 /// A test that ended well after `-t`: the senders stopped writing on time, and the rest was
 /// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
 /// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
+/// A UDP receiver whose own socket buffer overflowed (`SO_RXQ_OVFL`): the datagrams
+/// reached its host and were dropped there because its thread did not read them fast
+/// enough, not on the path. The remedy is a larger buffer (`-w`) or a lower rate.
+pub fn udp_receiver_drops(u: &UdpFigures, header: &Header) -> Option<String> {
+    if u.rxq_drops == 0 {
+        return None;
+    }
+    let window = match header.direction {
+        crate::params::Direction::Reverse => header.local_window.rcvbuf,
+        _ => header.remote_window.rcvbuf,
+    };
+    Some(format!(
+        "diagnosis: the receiver's own socket buffer overflowed {} time(s) (SO_RXQ_OVFL; \
+         with GRO one drop may hold up to 64 datagrams): {} of the {} datagrams lost were \
+         dropped on the receiving host, not on the path; its thread did not keep up: a \
+         larger -w (its buffer is {}) or a lower -b",
+        u.rxq_drops,
+        if u.rxq_drops >= u.lost_packets {
+            "all"
+        } else {
+            "some"
+        },
+        u.lost_packets,
+        crate::units::format_size(window)
+    ))
+}
+
 /// `omit_s` and `duration_s` are `-O` and `-t` as given: the planned end is their sum.
 pub fn long_drain(omit_s: f64, duration_s: f64, end_s: f64, queued_bytes: u64) -> Option<String> {
     let late = end_s - omit_s - duration_s;
@@ -579,6 +606,9 @@ mod tests {
             cpu_intervals: false,
             engine: crate::choices::Engine::Threads,
             direction: crate::params::Direction::Forward,
+            udp: false,
+            rate_bps: None,
+            fq_rate_bps: None,
         }
     }
 
@@ -608,6 +638,7 @@ mod tests {
                 median_us: None,
                 samples: 100,
             }),
+            udp: None,
         }
     }
 

@@ -27,7 +27,7 @@ use crate::stream::TcpSample;
 use interval::{ClosedInterval, IntervalCutter, RttStats};
 use model::{
     CpuSummary, CpuUtilization, Header, IntervalReport, KernelSummary, RttSummary, SideTotal,
-    StreamRow, SumRow, Summary, TestFairness,
+    StreamRow, SumRow, Summary, TestFairness, UdpFigures,
 };
 
 /// One output format.
@@ -196,6 +196,9 @@ struct StreamTotal {
     /// Bytes received and sent in `-O`'s omitted intervals.
     omitted_received: u64,
     omitted_sent: u64,
+    /// `-u`: datagrams received (`packets`), out of order, duplicated, dropped by the
+    /// receiver's socket, and the last jitter, over the measured intervals.
+    udp: Option<UdpFigures>,
 }
 
 /// Everything the client's reporter accumulates across intervals.
@@ -323,6 +326,7 @@ pub(crate) fn receiver_row(iv: &ClosedInterval) -> ReceiverRow {
         begin_us: iv.begin_ns / 1000,
         end_us: iv.end_ns / 1000,
         bytes: iv.streams.iter().map(|s| s.bytes).collect(),
+        udp: iv.streams.iter().filter_map(|s| s.udp).collect(),
     }
 }
 
@@ -577,6 +581,7 @@ fn stream_row(
         sndbuf: last.map(|l| l.sndbuf_bytes).filter(|&v| v > 0),
         kernel_rtt: None,
         block_rtt: None,
+        udp: None,
     }
 }
 
@@ -591,6 +596,16 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
         row.kernel_rtt = slice.srtt.as_ref().map(summary_of);
         row.rtt = row.kernel_rtt.map(|k| k.avg_us);
         row.block_rtt = slice.block_rtt.as_ref().map(summary_of);
+        let udp = remote.udp.get(s);
+        row.udp = udp.map(|u| UdpFigures {
+            packets: u.packets + u.lost,
+            lost_packets: u.lost,
+            lost_percent: u.lost_percent,
+            out_of_order: u.out_of_order,
+            duplicates: u.duplicates,
+            jitter_ms: u.jitter_ms,
+            rxq_drops: u.rxq_drops,
+        });
         if let Some(t) = totals.streams.get_mut(s) {
             if local.omitted {
                 t.omitted_received += bytes;
@@ -609,6 +624,14 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
             }
             t.last = slice.last.or(t.last);
             t.starved_intervals += u32::from(bytes == 0);
+            if let Some(u) = udp {
+                let d = t.udp.get_or_insert_default();
+                d.packets += u.packets;
+                d.out_of_order += u.out_of_order;
+                d.duplicates += u.duplicates;
+                d.rxq_drops += u.rxq_drops;
+                d.jitter_ms = u.jitter_ms;
+            }
         }
         rows.push(row);
     }
@@ -653,6 +676,7 @@ fn sum_row(rows: &[StreamRow], start: f64, end: f64) -> SumRow {
         block_rtt: RttAgg::of(rows.iter().filter_map(|r| r.block_rtt.as_ref())),
         kernel_rtt: RttAgg::of(rows.iter().filter_map(|r| r.kernel_rtt.as_ref())),
         fairness: fairness::of(&byte_counts),
+        udp: UdpFigures::sum(rows.iter().filter_map(|r| r.udp.as_ref())),
     }
 }
 
@@ -767,6 +791,19 @@ fn summarize(
             row.kernel_rtt = t.kernel.summary();
             row.rtt = row.kernel_rtt.map(|k| k.avg_us);
             row.block_rtt = t.block.summary();
+            // UDP's totals settle on the sender's count: every datagram it sent and the
+            // receiver never got is lost, the tail a dead path swallowed included.
+            if header.udp {
+                let got = t.udp.unwrap_or_default();
+                let sent = row.sent_bytes / header.block_bytes.max(1);
+                let lost = sent.saturating_sub(got.packets);
+                row.udp = Some(UdpFigures {
+                    packets: sent,
+                    lost_packets: lost,
+                    lost_percent: model::percent(lost, sent),
+                    ..got
+                });
+            }
             row
         })
         .collect();
@@ -793,6 +830,9 @@ fn summarize(
         stream_stalls: &stream_stalls,
     });
     diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
+    if let Some(u) = &sum.udp {
+        diagnosis.extend(diagnosis::udp_receiver_drops(u, header));
+    }
     // What the senders still held unsent when they stopped writing (their last sample).
     let queued: u64 = rows
         .iter()
@@ -1046,6 +1086,7 @@ mod tests {
                 begin_us: u64::from(index) * 500_000,
                 end_us: u64::from(index + 1) * 500_000,
                 bytes: b.to_vec(),
+                udp: Vec::new(),
             };
             (local, remote)
         };

@@ -50,6 +50,15 @@ pub struct Header {
     /// once (`bidir`, each direction with its own streams, rows and totals).
     #[serde(default = "forward")]
     pub direction: Direction,
+    /// `-u`: UDP datagrams of `block_bytes` at `rate_bps` per stream.
+    #[serde(default)]
+    pub udp: bool,
+    /// `-b` per stream, bits/s (absent: as fast as possible).
+    #[serde(default)]
+    pub rate_bps: Option<u64>,
+    /// `--fq-rate` per TCP stream (the kernel's pacing), bits/s.
+    #[serde(default)]
+    pub fq_rate_bps: Option<u64>,
 }
 
 fn forward() -> Direction {
@@ -97,6 +106,59 @@ pub struct StreamRow {
     pub kernel_rtt: Option<RttSummary>,
     /// Block RTT (header echoes): every queue a block waited in, both ways.
     pub block_rtt: Option<RttSummary>,
+    /// `-u`: the receiver's datagram accounting (absent for TCP).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpFigures>,
+}
+
+/// A UDP span's datagrams, under iperf3's names where iperf3 has the concept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpFigures {
+    /// Datagrams the sender sent (in the totals; an interval's are what its highest
+    /// sequence says).
+    pub packets: u64,
+    /// Of those, never received: in the totals `packets` less those received, so the
+    /// tail a dead path swallowed counts.
+    pub lost_packets: u64,
+    pub lost_percent: f64,
+    /// Received after a later one (they filled a gap).
+    pub out_of_order: u64,
+    /// Received more than once (counted once above).
+    pub duplicates: u64,
+    /// RFC 3550 interarrival jitter at the span's end (the streams' mean in a sum), ms.
+    pub jitter_ms: f64,
+    /// Datagrams the receiver's kernel dropped on its full socket buffer (`SO_RXQ_OVFL`;
+    /// with GRO, drop events).
+    pub rxq_drops: u64,
+}
+
+impl UdpFigures {
+    /// The figures of several streams together: counts add, jitter is their mean.
+    pub fn sum<'a>(parts: impl Iterator<Item = &'a UdpFigures>) -> Option<UdpFigures> {
+        let (mut total, mut n) = (UdpFigures::default(), 0u32);
+        for p in parts {
+            total.packets += p.packets;
+            total.lost_packets += p.lost_packets;
+            total.out_of_order += p.out_of_order;
+            total.duplicates += p.duplicates;
+            total.rxq_drops += p.rxq_drops;
+            total.jitter_ms += p.jitter_ms;
+            n += 1;
+        }
+        (n > 0).then(|| {
+            total.jitter_ms /= f64::from(n);
+            total.lost_percent = percent(total.lost_packets, total.packets);
+            total
+        })
+    }
+}
+
+/// `part` of `whole` in percent (0 when `whole` is 0).
+pub fn percent(part: u64, whole: u64) -> f64 {
+    match whole {
+        0 => 0.0,
+        w => part as f64 * 100.0 / w as f64,
+    }
 }
 
 /// How evenly the streams shared a span.
@@ -132,6 +194,9 @@ pub struct SumRow {
     pub block_rtt: Option<RttSummary>,
     pub kernel_rtt: Option<RttSummary>,
     pub fairness: Fairness,
+    /// `-u`: the streams' datagrams together.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpFigures>,
 }
 
 /// One interval: a row per stream and their sum.
@@ -299,6 +364,12 @@ impl Summary {
     pub fn reconciled(&self) -> bool {
         self.sent_whole_run() == self.received_whole_run()
     }
+
+    /// `-u`: the datagrams of the whole test, each stream's sent count from its sender
+    /// and received from its receiver.
+    pub fn udp(&self) -> Option<UdpFigures> {
+        self.sum.udp
+    }
 }
 
 /// A fixed report for formatter tests: three streams (one with no `TCP_INFO`, one
@@ -338,6 +409,7 @@ pub(crate) mod sample {
             sndbuf: tcp.then_some(4_194_304),
             kernel_rtt: tcp.then(|| rtt(60.0, 80.6, 101.0, None)),
             block_rtt: (bytes > 0).then(|| rtt(41.0, 2173.04, 3958.0, Some(2449.05))),
+            udp: None,
         }
     }
 
@@ -370,6 +442,7 @@ pub(crate) mod sample {
                 starved: 1,
                 streams: 3,
             },
+            udp: None,
         }
     }
 
@@ -441,6 +514,9 @@ pub(crate) mod sample {
             cpu_intervals: false,
             engine: Engine::Threads,
             direction: Direction::Forward,
+            udp: false,
+            rate_bps: None,
+            fq_rate_bps: None,
         }
     }
 

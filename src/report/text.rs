@@ -12,11 +12,12 @@ use std::io::{self, Write};
 use super::Formatter;
 use super::model::{
     CpuSummary, Direction, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
-    ThreadCpu,
+    ThreadCpu, UdpFigures,
 };
 use crate::choices::Engine;
 use crate::cpu::{CoreLoad, CpuReport};
 use crate::netinfo::{Buffer, Grant, WindowGrant};
+use crate::units::format_rate;
 use crate::units::format_size;
 
 /// Writes the text format to `out`.
@@ -59,6 +60,21 @@ struct Cols {
     rtt: Option<RttSummary>,
     retransmits: Option<u64>,
     snd_cwnd: Option<u64>,
+    /// `-u`: the datagram columns instead of RTT, retransmits and cwnd.
+    udp: Option<UdpFigures>,
+}
+
+/// The column heading under the header (UDP rows have their own columns).
+fn heading(bidir: bool, udp: bool) -> String {
+    let pad = if bidir { "   " } else { "" };
+    match udp {
+        false => format!(
+            "#(ID){pad}  begin, s   end, s        Mb/s  RTT, ms: min      avg      max   retr  cwnd, KiB"
+        ),
+        true => format!(
+            "#(ID){pad}  begin, s   end, s        Mb/s  jitter, ms      lost/    total   lost%    ooo"
+        ),
+    }
 }
 
 fn opt_bytes(v: Option<u32>) -> String {
@@ -66,6 +82,19 @@ fn opt_bytes(v: Option<u32>) -> String {
 }
 
 fn row(label: &str, c: &Cols) -> String {
+    if let Some(u) = &c.udp {
+        return format!(
+            "{label} {:>8.3} {:>8.3} {:>11.3} {:>11.3} {:>9}/{:>9} {:>7.3} {:>6}",
+            c.start,
+            c.end,
+            c.bits_per_second / 1e6,
+            u.jitter_ms,
+            u.lost_packets,
+            u.packets,
+            u.lost_percent,
+            u.out_of_order
+        );
+    }
     let ms = |v: f64| format!("{:.3}", v / 1e3);
     let (min, avg, max) = match c.rtt {
         Some(r) => (ms(r.min_us), ms(r.avg_us), ms(r.max_us)),
@@ -286,6 +315,7 @@ impl<W: Write + Send> TextFormatter<W> {
             rtt: self.rtt(s.block_rtt, s.kernel_rtt),
             retransmits: s.retransmits,
             snd_cwnd: s.snd_cwnd,
+            udp: s.udp,
         }
     }
 
@@ -312,12 +342,13 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         };
         writeln!(
             o,
-            "# {}: {} {arrow} {} ({}), {} TCP stream{}{who}",
+            "# {}: {} {arrow} {} ({}), {} {} stream{}{who}",
             h.software,
             h.local,
             h.remote,
             h.remote_software,
             h.streams,
+            if h.udp { "UDP" } else { "TCP" },
             if h.streams == 1 { "" } else { "s" }
         )?;
         match h.local_window.requested {
@@ -332,15 +363,34 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             )?,
             None => writeln!(
                 o,
-                "# local window = {}B; remote window = {}B (no -w: kernel autotuning, sizes at start)",
-                local_window, remote_window
+                "# local window = {}B; remote window = {}B (no -w: {})",
+                local_window,
+                remote_window,
+                match h.udp {
+                    true => "the system's default socket buffers",
+                    false => "kernel autotuning, sizes at start",
+                }
             )?,
         }
-        writeln!(
-            o,
-            "# block size = {}B; congestion control = {}",
-            h.block_bytes, h.congestion
-        )?;
+        let mut rate = match (h.rate_bps, h.udp) {
+            (Some(r), _) => format!("; -b {} per stream", format_rate(r)),
+            (None, true) => "; -b 0: as fast as the sockets take them".into(),
+            (None, false) => String::new(),
+        };
+        if let Some(fq) = h.fq_rate_bps {
+            rate += &format!(
+                "; --fq-rate {} per stream (the kernel paces)",
+                format_rate(fq)
+            );
+        }
+        match h.udp {
+            true => writeln!(o, "# datagram size = {}B{rate}", h.block_bytes)?,
+            false => writeln!(
+                o,
+                "# block size = {}B; congestion control = {}{rate}",
+                h.block_bytes, h.congestion
+            )?,
+        }
         writeln!(
             o,
             "# MTU: {}; MSS: {}",
@@ -372,7 +422,13 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 String::new()
             }
         )?;
-        if h.echo {
+        if h.udp {
+            writeln!(
+                o,
+                "# lost/total: datagrams by sequence (an interval's total is what its highest \
+                 sequence says was sent; the end line's is the sender's own count)"
+            )?;
+        } else if h.echo {
             writeln!(
                 o,
                 "# RTT = block RTT: each block's header echoed by the receiver (every queue it met)"
@@ -380,11 +436,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         } else {
             writeln!(o, "# RTT = kernel srtt (TCP_INFO; --no-echo)")?;
         }
-        writeln!(
-            o,
-            "#(ID){}  begin, s   end, s        Mb/s  RTT, ms: min      avg      max   retr  cwnd, KiB",
-            if self.bidir { "   " } else { "" }
-        )?;
+        writeln!(o, "{}", heading(self.bidir, h.udp))?;
         o.flush()
     }
 
@@ -421,6 +473,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 rtt: self.rtt(s.block_rtt, s.kernel_rtt),
                 retransmits: s.retransmits,
                 snd_cwnd: s.snd_cwnd,
+                udp: s.udp,
             };
             writeln!(
                 self.out,
@@ -448,6 +501,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             rtt: self.rtt(s.sum.block_rtt, s.sum.kernel_rtt),
             retransmits: s.sum.retransmits,
             snd_cwnd: s.sum.snd_cwnd,
+            udp: s.sum.udp,
         };
         // The heading of the appended columns, over them (no `**`: `fgrep '**'` stays one
         // line).
@@ -478,20 +532,23 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             f.starved_intervals,
             f.stream_intervals
         )?;
-        let ms = |v: f64| format!("{:.3} ms", v / 1e3);
-        writeln!(
-            self.out,
-            "# rtt: path (kernel min_rtt) {}; kernel srtt avg {}; block RTT avg {}",
-            s.sum.min_rtt.map_or("-".into(), |v| ms(f64::from(v))),
-            s.sum.kernel_rtt.map_or("-".into(), |r| ms(r.avg_us)),
-            s.sum.block_rtt.map_or_else(
-                || match self.echo {
-                    true => "- (no echo came back while the senders wrote)".into(),
-                    false => "- (--no-echo)".into(),
-                },
-                |r| ms(r.avg_us)
-            )
-        )?;
+        // UDP has no RTT of its own to report (no acknowledgements, no echoes).
+        if s.udp().is_none() {
+            let ms = |v: f64| format!("{:.3} ms", v / 1e3);
+            writeln!(
+                self.out,
+                "# rtt: path (kernel min_rtt) {}; kernel srtt avg {}; block RTT avg {}",
+                s.sum.min_rtt.map_or("-".into(), |v| ms(f64::from(v))),
+                s.sum.kernel_rtt.map_or("-".into(), |r| ms(r.avg_us)),
+                s.sum.block_rtt.map_or_else(
+                    || match self.echo {
+                        true => "- (no echo came back while the senders wrote)".into(),
+                        false => "- (--no-echo)".into(),
+                    },
+                    |r| ms(r.avg_us)
+                )
+            )?;
+        }
         if let Some(cpu) = &s.cpu {
             self.cpu_block(cpu)?;
         }
@@ -501,12 +558,27 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         for line in &s.diagnosis {
             writeln!(self.out, "# {line}")?;
         }
-        let verdict = match (s.reconciled(), s.cut_short) {
-            (true, _) => "equal",
-            (false, true) => "not reconciled: the test was cut short",
-            (false, false) => "MISMATCH",
+        let verdict = match (s.reconciled(), s.cut_short, s.udp()) {
+            (true, _, _) => "equal",
+            (false, true, _) => "not reconciled: the test was cut short",
+            (false, false, Some(_)) => "the difference is the datagrams lost",
+            (false, false, None) => "MISMATCH",
         };
         let o = &s.omitted;
+        if let Some(u) = s.udp() {
+            writeln!(
+                self.out,
+                "# datagrams: sender sent {}, receiver got {}, lost {} ({:.3}%); {} out of order, \
+                 {} duplicates, jitter {:.3} ms",
+                u.packets,
+                u.packets - u.lost_packets,
+                u.lost_packets,
+                u.lost_percent,
+                u.out_of_order,
+                u.duplicates,
+                u.jitter_ms
+            )?;
+        }
         writeln!(
             self.out,
             "# bytes: sender wrote {}, receiver read {}: {verdict}",

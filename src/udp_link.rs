@@ -1,0 +1,235 @@
+//! How a UDP test's sockets find each other. The server binds one UDP socket per stream
+//! and direction and names their ports in its `Accept`; the client connects one socket to
+//! each and sends the stream's [`DataHello`] on it (the test's cookie, the stream, its
+//! direction) until the server echoes it back; the server connects its socket to where the
+//! hello came from. Hellos and their echoes may be lost (a lossy path): the client resends
+//! the unanswered ones, the server answers every copy, and says it has them all only
+//! when the client, holding every echo, sends `UdpReady` on the control connection. Then
+//! each pair of sockets is connected and the stream threads take them.
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, IoContext, Result};
+use crate::netinfo::WindowGrant;
+use crate::params::TestParams;
+use crate::protocol::{Control, ControlMsg, DataHello};
+use crate::timeouts;
+
+/// How often the client resends a hello that has no answer yet.
+const RESEND: Duration = Duration::from_millis(100);
+
+/// The hello that belongs to socket `i` of a test: direction `i / n`, stream `i % n`.
+fn hello_of(test: &TestParams, cookie: u64, i: usize) -> DataHello {
+    let n = usize::from(test.streams);
+    DataHello {
+        cookie,
+        stream: (i % n) as u16,
+        echo: false,
+        reverse: test.direction().reversed()[i / n],
+    }
+}
+
+/// One UDP socket per stream and direction on `ip` (ephemeral ports), each with `-w`;
+/// their ports in order, and the first one's window grant.
+pub(crate) fn bind(
+    ip: IpAddr,
+    test: &TestParams,
+) -> Result<(Vec<UdpSocket>, Vec<u16>, WindowGrant)> {
+    let mut socks = Vec::new();
+    let mut ports = Vec::new();
+    let mut grant = None;
+    for _ in 0..test.threads() {
+        let sock =
+            UdpSocket::bind(SocketAddr::new(ip, 0)).op(|| format!("bind a UDP socket on {ip}"))?;
+        let setup = crate::udp::configure(&sock, test.window_bytes, test.force_window)?;
+        grant.get_or_insert(setup.window);
+        ports.push(sock.local_addr().op(|| "read UDP port".into())?.port());
+        socks.push(sock);
+    }
+    Ok((socks, ports, grant.unwrap_or_default()))
+}
+
+/// The server's side: waits until every socket has its stream's hello from the client's
+/// address (connecting it there and answering each copy) and the client has said
+/// `UdpReady`, within [`timeouts::streams_arrive`]. The control connection (`ctl_fd`) is
+/// watched meanwhile: a client that gives up ends the wait at once.
+pub(crate) fn await_hellos(
+    socks: &[UdpSocket],
+    ctl: &Control,
+    ctl_fd: RawFd,
+    cookie: u64,
+    test: &TestParams,
+    rtt: Duration,
+) -> Result<()> {
+    let peer = ctl.peer;
+    for s in socks {
+        s.set_nonblocking(true)
+            .op(|| "set O_NONBLOCK on a UDP socket".into())?;
+    }
+    let allowed = timeouts::streams_arrive(socks.len(), rtt);
+    let deadline = Instant::now() + allowed;
+    let mut arrived = vec![false; socks.len()];
+    let mut ready = false;
+    while !(ready && arrived.iter().all(|a| *a)) {
+        let now = Instant::now();
+        if now >= deadline {
+            let got = arrived.iter().filter(|a| **a).count();
+            return Err(Error::Test(format!(
+                "only {got} of {} UDP streams' hellos from {peer} arrived within {:.1} s \
+                 (a path that drops everything from the start?)",
+                socks.len(),
+                allowed.as_secs_f64()
+            )));
+        }
+        let wait_ms = deadline
+            .saturating_duration_since(now)
+            .min(timeouts::POLL)
+            .as_millis()
+            .max(1) as i32;
+        let watch = |fd: RawFd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds: Vec<libc::pollfd> = std::iter::once(watch(ctl_fd))
+            .chain(socks.iter().map(|s| watch(s.as_raw_fd())))
+            .collect();
+        match crate::sys::poll(&mut fds, wait_ms) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("poll the UDP sockets", e)),
+        }
+        if fds[0].revents != 0 {
+            match ctl.poll(Duration::ZERO)? {
+                None => {}
+                Some(ControlMsg::UdpReady) => ready = true,
+                Some(other) => {
+                    return Err(Error::Protocol {
+                        peer,
+                        what: format!("expected udp_ready, got {}", other.kind()),
+                    });
+                }
+            }
+        }
+        for (i, sock) in socks.iter().enumerate() {
+            if fds[i + 1].revents == 0 {
+                continue;
+            }
+            let mut buf = [0u8; 64];
+            loop {
+                let (len, from) = match sock.recv_from(&mut buf) {
+                    Ok(got) => got,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    // An ICMP error from an earlier answer (the client's socket gone):
+                    // its hellos, if it comes back, are answered again.
+                    Err(_) => break,
+                };
+                let expected = hello_of(test, cookie, i).to_bytes();
+                if len != DataHello::LEN || buf[..len] != expected || from.ip() != peer.ip() {
+                    continue;
+                }
+                if !arrived[i] {
+                    sock.connect(from)
+                        .op(|| format!("connect a UDP socket to {from}"))?;
+                    arrived[i] = true;
+                }
+                let _ = sock.send(&expected);
+            }
+        }
+    }
+    for s in socks {
+        s.set_nonblocking(false)
+            .op(|| "clear O_NONBLOCK on a UDP socket".into())?;
+    }
+    Ok(())
+}
+
+/// The client's side: one socket per port, connected to the server's, with `-w`; each
+/// stream's hello resent until the server answers it, then `UdpReady`. Returns the
+/// sockets in order and the first one's window grant.
+pub(crate) fn connect(
+    ctl: &Control,
+    bind: Option<IpAddr>,
+    ports: &[u16],
+    cookie: u64,
+    test: &TestParams,
+) -> Result<(Vec<UdpSocket>, WindowGrant)> {
+    let peer = ctl.peer;
+    if ports.len() != test.threads() {
+        return Err(Error::Protocol {
+            peer,
+            what: format!(
+                "the server named {} UDP ports for {} streams",
+                ports.len(),
+                test.threads()
+            ),
+        });
+    }
+    let local = bind.unwrap_or(match peer {
+        SocketAddr::V4(_) => IpAddr::from([0u8; 4]),
+        SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
+    });
+    let mut socks = Vec::new();
+    let mut grant = None;
+    for &port in ports {
+        let to = SocketAddr::new(peer.ip(), port);
+        let sock = UdpSocket::bind(SocketAddr::new(local, 0))
+            .op(|| format!("bind a UDP socket on {local}"))?;
+        sock.connect(to)
+            .op(|| format!("connect a UDP socket to {to}"))?;
+        let setup = crate::udp::configure(&sock, test.window_bytes, test.force_window)?;
+        grant.get_or_insert(setup.window);
+        sock.set_nonblocking(true)
+            .op(|| "set O_NONBLOCK on a UDP socket".into())?;
+        socks.push(sock);
+    }
+    let rtt = crate::net::tcp_info(&ctl.socket()).map_or(Duration::ZERO, |i| {
+        Duration::from_micros(u64::from(i.rtt_us))
+    });
+    let allowed = timeouts::streams_arrive(socks.len(), rtt);
+    let deadline = Instant::now() + allowed;
+    let mut answered = vec![false; socks.len()];
+    while !answered.iter().all(|a| *a) {
+        if let Some(sig) = crate::signals::received() {
+            return Err(crate::signals::interrupted(
+                sig,
+                "while connecting the streams",
+            ));
+        }
+        if Instant::now() >= deadline {
+            let got = answered.iter().filter(|a| **a).count();
+            return Err(Error::Test(format!(
+                "the server answered only {got} of {} UDP streams' hellos within {:.1} s \
+                 (UDP blocked or dropped on the way?)",
+                socks.len(),
+                allowed.as_secs_f64()
+            )));
+        }
+        for (i, sock) in socks.iter().enumerate() {
+            if !answered[i] {
+                // Refused (nothing at that port yet, an ICMP error): resent next round.
+                let _ = sock.send(&hello_of(test, cookie, i).to_bytes());
+            }
+        }
+        let round = Instant::now() + RESEND.max(rtt.min(Duration::from_secs(1)));
+        while Instant::now() < round && !answered.iter().all(|a| *a) {
+            for (i, sock) in socks.iter().enumerate() {
+                let mut buf = [0u8; 64];
+                while let Ok(len) = sock.recv(&mut buf) {
+                    answered[i] |= buf[..len] == hello_of(test, cookie, i).to_bytes();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    ctl.send(&ControlMsg::UdpReady)?;
+    for s in &socks {
+        s.set_nonblocking(false)
+            .op(|| "clear O_NONBLOCK on a UDP socket".into())?;
+    }
+    Ok((socks, grant.unwrap_or_default()))
+}
