@@ -163,8 +163,8 @@ mod tests {
             Duration::from_millis(250),
             128 << 10,
         );
-        let (sctx, s_rep, s_start) = side(0, block, rate, run_time, iv);
-        let (rctx, r_rep, r_start) = side(0, block, None, run_time, iv);
+        let (sctx, s_rep, s_start) = side(0, block, rate);
+        let (rctx, r_rep, r_start) = side(0, block, None);
         let receiver = std::thread::spawn(move || receiver::run(rctx, rx, run_time));
         let sender = std::thread::spawn(move || run(sctx, tx, run_time));
         let t0 = Instant::now();
@@ -174,7 +174,7 @@ mod tests {
         let got = receiver.join().unwrap().unwrap();
         s_rep.join().unwrap();
         assert_eq!(sent.bytes, got.bytes);
-        let rows = r_rep.join().unwrap();
+        let rows = crate::report::interval::cut(1, &r_rep.join().unwrap(), run_time, iv);
         assert_eq!(rows.len(), 4);
         let rates = rows
             .iter()

@@ -1,25 +1,22 @@
-//! Test helpers: a stream thread's context with a reporter that cuts its batches into
-//! intervals, as a side's real reporter does, so stream bodies are tested on real sockets
-//! without the client and the server.
+//! Test helpers: a stream thread's context with a reporter that collects its batches, so
+//! stream bodies are tested on real sockets without the client and the server.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{BatchChannels, StreamCtx};
-use crate::report::interval::{ClosedInterval, IntervalCutter};
+use super::{Batch, BatchChannels, StreamCtx};
 
-/// One side's context for stream `id` (blocks of `block_bytes`, `-b rate_bps`), its reporter thread (cutting `-t run` into
-/// intervals of `interval`), and the start channel.
+/// One side's context for stream `id` (blocks of `block_bytes`, `-b rate_bps`), a reporter
+/// thread that collects its batches until the stream is done (cut them with
+/// `report::interval::cut`), and the start channel.
 pub(crate) fn side(
     id: u16,
     block_bytes: usize,
     rate_bps: Option<u64>,
-    run: Duration,
-    interval: Duration,
 ) -> (
     StreamCtx,
-    std::thread::JoinHandle<Vec<ClosedInterval>>,
+    std::thread::JoinHandle<Vec<Batch>>,
     crossbeam_channel::Sender<Instant>,
 ) {
     let ch = BatchChannels::new(1);
@@ -35,23 +32,17 @@ pub(crate) fn side(
         start: start_rx,
         abort: Arc::new(AtomicBool::new(false)),
     };
-    let (rx, free_tx) = (ch.rx, ch.free_tx);
+    let rx = ch.rx;
     let reporter = std::thread::spawn(move || {
-        let mut cutter = IntervalCutter::new(usize::from(id) + 1, run, interval, Duration::ZERO);
-        let mut out = Vec::new();
-        for mut b in rx.iter() {
-            cutter.add(&b);
+        let mut got = Vec::new();
+        for b in rx.iter() {
             let done = b.done;
-            b.stream = id;
-            let _ = free_tx.try_send(b);
-            out.extend(std::iter::from_fn(|| cutter.pop_ready()));
+            got.push(b);
             if done {
                 break;
             }
         }
-        cutter.finish();
-        out.extend(std::iter::from_fn(|| cutter.pop_ready()));
-        out
+        got
     });
     (ctx, reporter, start_tx)
 }

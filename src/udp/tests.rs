@@ -5,7 +5,7 @@ use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::report::interval::ClosedInterval;
+use crate::report::interval::{ClosedInterval, cut};
 use crate::stream::testing::side;
 
 /// A connected pair on loopback: (sender, receiver).
@@ -34,8 +34,8 @@ fn run_pair(
 ) -> Run {
     let _turn = crate::stream::testing::one_at_a_time();
     let iv = Duration::from_millis(250);
-    let (sctx, s_rep, s_start) = side(0, datagram, rate, run, iv);
-    let (rctx, r_rep, r_start) = side(0, datagram, None, run, iv);
+    let (sctx, s_rep, s_start) = side(0, datagram, rate);
+    let (rctx, r_rep, r_start) = side(0, datagram, None);
     let until = run + Duration::from_millis(200);
     let receiver = std::thread::spawn(move || receive(rctx, rx, until));
     let plan = UdpSend {
@@ -52,8 +52,8 @@ fn run_pair(
     Run {
         sent,
         got,
-        rows: r_rep.join().unwrap(),
-        send_rows: s_rep.join().unwrap(),
+        rows: cut(1, &r_rep.join().unwrap(), run, iv),
+        send_rows: cut(1, &s_rep.join().unwrap(), run, iv),
     }
 }
 
@@ -157,13 +157,7 @@ fn a_tiny_receive_buffer_drops_and_the_drops_are_counted() {
 fn a_closed_port_is_counted_and_does_not_fail_the_sender() {
     let (tx, rx) = pair();
     drop(rx);
-    let (ctx, rep, start) = side(
-        0,
-        1472,
-        Some(50_000_000),
-        Duration::from_millis(300),
-        Duration::from_secs(1),
-    );
+    let (ctx, rep, start) = side(0, 1472, Some(50_000_000));
     let plan = UdpSend {
         rate_bps: Some(50_000_000),
         datagram: 1472,
@@ -180,20 +174,14 @@ fn a_closed_port_is_counted_and_does_not_fail_the_sender() {
 #[test]
 fn a_datagram_smaller_than_the_header_is_a_usage_error() {
     let (tx, _rx) = pair();
-    let (ctx, _rep, _start) = side(
-        0,
-        1472,
-        None,
-        Duration::from_secs(1),
-        Duration::from_secs(1),
-    );
+    let (ctx, _rep, _start) = side(0, 1472, None);
     let plan = UdpSend {
         rate_bps: None,
         datagram: HEADER_BYTES - 1,
         run_time: Duration::from_secs(1),
     };
     let e = send(ctx, tx, plan).unwrap_err();
-    assert!(matches!(e, crate::Error::Usage(_)), "{e}");
+    assert!(matches!(e, crate::error::Error::Usage(_)), "{e}");
 }
 
 #[test]
