@@ -41,6 +41,15 @@ pub struct LabArgs {
     /// MTU of the path.
     #[arg(long, default_value_t = 9000)]
     pub mtu: u32,
+    /// The path dies this long after it comes up (just before the client starts; the
+    /// test's own clock starts after its handshake): every packet from then on is dropped,
+    /// both directions.
+    #[arg(long, value_name = "TIME", value_parser = units::parse_duration)]
+    pub blackout_from: Option<Duration>,
+    /// With --blackout-from: drop only UDP, so the control connection lives on (the case
+    /// where iperf3 reports 0 % loss).
+    #[arg(long, requires = "blackout_from")]
+    pub blackout_udp_only: bool,
     /// Client options, after `--` (as for `pinperf -c`; the lab supplies the host).
     #[arg(last = true, value_name = "CLIENT OPTIONS")]
     pub client_args: Vec<String>,

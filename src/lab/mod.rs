@@ -76,6 +76,8 @@ pub struct PathSpec {
     pub queue_bytes: u64,
     pub loss: f64,
     pub mtu: u32,
+    /// `--blackout-from`, `--blackout-udp-only`.
+    pub blackout: Option<path::Blackout>,
 }
 
 impl PathSpec {
@@ -117,6 +119,10 @@ pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
         queue_bytes: 0,
         loss,
         mtu: a.mtu,
+        blackout: a.blackout_from.map(|from| path::Blackout {
+            from_ns: u64::try_from(from.as_nanos()).unwrap_or(u64::MAX),
+            udp_only: a.blackout_udp_only,
+        }),
     };
     spec.queue_bytes =
         parse_queue(&a.queue, spec.bdp()).map_err(|e| usage(format!("--queue: {e}")))?;
@@ -326,6 +332,8 @@ fn run_lab(
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mtu = spec.mtu as usize;
+    // The path comes up now: a blackout counts from here.
+    let up = (spec.blackout, std::time::Instant::now());
     let relay = |name: &str, from: &Arc<File>, to: &Arc<File>, path: Path, cpu: Option<usize>| {
         let (from, to, stop) = (from.clone(), to.clone(), stop.clone());
         let name = name.to_string();
@@ -341,7 +349,7 @@ fn run_lab(
                 note(&format!("pinperf lab: {warning}"));
                 Warning::said(warning)
             });
-            Ok((relay::run(&from, &to, path, mtu, &stop), priority))
+            Ok((relay::run(&from, &to, path, mtu, up, &stop), priority))
         })
     };
     let forward = relay(
@@ -778,6 +786,31 @@ mod tests {
             Some(crate::cli::Command::Lab(a)) => a,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_blackout_is_a_moment_and_optionally_udp_only() {
+        assert_eq!(path_spec(&lab_args(&[])).unwrap().blackout, None);
+        let spec = path_spec(&lab_args(&["--blackout-from", "2s"])).unwrap();
+        assert_eq!(
+            spec.blackout,
+            Some(path::Blackout {
+                from_ns: 2_000_000_000,
+                udp_only: false
+            })
+        );
+        let spec = path_spec(&lab_args(&[
+            "--blackout-from",
+            "1.5",
+            "--blackout-udp-only",
+        ]))
+        .unwrap();
+        assert_eq!(
+            spec.blackout.map(|b| (b.from_ns, b.udp_only)),
+            Some((1_500_000_000, true))
+        );
+        let argv = ["pinperf", "lab", "--blackout-udp-only"];
+        assert!(Args::try_parse_from(argv).is_err(), "needs --blackout-from");
     }
 
     #[test]

@@ -13,6 +13,38 @@ pub enum Verdict {
     Lost,
 }
 
+/// `--blackout-from`: from a moment on, the path drops every packet (or every UDP one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blackout {
+    /// Since the path came up.
+    pub from_ns: u64,
+    pub udp_only: bool,
+}
+
+/// IP protocol number of UDP.
+const IPPROTO_UDP: u8 = 17;
+
+impl Blackout {
+    /// True when `packet` (an IP packet, as read from the TUN device), arriving
+    /// `since_up_ns` after the path came up, is dropped.
+    pub fn drops(&self, since_up_ns: u64, packet: &[u8]) -> bool {
+        if since_up_ns < self.from_ns {
+            return false;
+        }
+        if !self.udp_only {
+            return true;
+        }
+        // IPv4: protocol at byte 9; IPv6: next header at byte 6 (no extension headers
+        // on this path).
+        let proto = match packet.first().map(|b| b >> 4) {
+            Some(4) => packet.get(9),
+            Some(6) => packet.get(6),
+            _ => None,
+        };
+        proto == Some(&IPPROTO_UDP)
+    }
+}
+
 /// Counters for one direction, reported at the end of a lab run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PathStats {
@@ -147,6 +179,36 @@ mod tests {
         assert_eq!(p.stats.queue_drops, 2);
         assert_eq!(p.stats.packets, 4);
         assert_eq!(p.stats.bytes, 4000);
+    }
+
+    #[test]
+    fn a_blackout_drops_everything_or_only_udp_from_its_moment_on() {
+        let mut udp4 = [0u8; 28];
+        udp4[0] = 0x45;
+        udp4[9] = 17;
+        let mut tcp4 = udp4;
+        tcp4[9] = 6;
+        let mut udp6 = [0u8; 48];
+        udp6[0] = 0x60;
+        udp6[6] = 17;
+        let all = Blackout {
+            from_ns: 2_000 * MS,
+            udp_only: false,
+        };
+        assert!(!all.drops(2_000 * MS - 1, &udp4));
+        assert!(all.drops(2_000 * MS, &tcp4));
+        assert!(all.drops(9_000 * MS, &[]), "even what is not IP");
+        let udp = Blackout {
+            udp_only: true,
+            ..all
+        };
+        assert!(udp.drops(2_000 * MS, &udp4) && udp.drops(2_000 * MS, &udp6));
+        assert!(
+            !udp.drops(2_000 * MS, &tcp4),
+            "the control connection lives"
+        );
+        assert!(!udp.drops(1_000 * MS, &udp4));
+        assert!(!udp.drops(3_000 * MS, &[0x45]), "a runt is not UDP");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::path::{Path, PathStats, Verdict};
+use super::path::{Blackout, Path, PathStats, Verdict};
 use crate::cpu;
 use crate::sys;
 
@@ -32,18 +32,22 @@ pub struct RelayStats {
     pub worst_late_ns: u64,
     /// Writes the destination TUN refused (interface down, no buffer).
     pub write_errors: u64,
+    /// Packets dropped by `--blackout-from` (before the path model saw them).
+    pub blackout_drops: u64,
     /// CPU time of the relay thread, µs, and its wall time.
     pub cpu_us: u64,
     pub wall: Duration,
 }
 
-/// Moves packets from `from` to `to` through `path` until `stop` is set. Runs on the
+/// Moves packets from `from` to `to` through `path` until `stop` is set, dropping what
+/// `blackout` says (its time counted from `up`, when the lab's path came up). Runs on the
 /// calling thread (pin it first).
 pub fn run(
     from: &File,
     to: &File,
     mut path: Path,
     mtu: usize,
+    (blackout, up): (Option<Blackout>, Instant),
     stop: &Arc<AtomicBool>,
 ) -> RelayStats {
     sys::set_timer_slack(1_000);
@@ -81,6 +85,11 @@ pub fn run(
                 Ok(n) => {
                     got += 1;
                     buf.truncate(n);
+                    if blackout.is_some_and(|b| b.drops(up.elapsed().as_nanos() as u64, &buf)) {
+                        stats.blackout_drops += 1;
+                        free.push(buf);
+                        continue;
+                    }
                     match path.offer(ns(), n) {
                         Verdict::Deliver(due) => queue.push_back((due, buf)),
                         Verdict::QueueFull | Verdict::Lost => free.push(buf),

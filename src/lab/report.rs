@@ -53,6 +53,10 @@ pub struct LabPath {
     pub addresses: Ends<Ipv4Addr>,
     /// The CPU each relay thread is pinned to; null when unpinned.
     pub relay_cpus: RelayCpus,
+    /// `--blackout-from`: seconds after the path came up from which it drops every packet
+    /// (only UDP ones with `blackout_udp_only`); null without one.
+    pub blackout_from_s: Option<f64>,
+    pub blackout_udp_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -77,15 +81,24 @@ impl LabPath {
                 server: super::SERVER_ADDR,
             },
             relay_cpus,
+            blackout_from_s: spec.blackout.map(|b| b.from_ns as f64 / 1e9),
+            blackout_udp_only: spec.blackout.is_some_and(|b| b.udp_only),
         }
     }
 
     /// The lab's first line.
     fn text(&self) -> String {
+        let blackout = match self.blackout_from_s {
+            Some(s) => format!(
+                "; blackout: drops every {}packet from {s:.3} s after the path came up",
+                if self.blackout_udp_only { "UDP " } else { "" }
+            ),
+            None => String::new(),
+        };
         format!(
             "# lab: {} (netns {}) -> {} (netns {}): RTT {:.3} ms, bottleneck {}, drop-tail \
              queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay threads \
-             (SCHED_FIFO): forward {}, return {}",
+             (SCHED_FIFO): forward {}, return {}{blackout}",
             self.addresses.client,
             self.namespaces.client,
             self.addresses.server,
@@ -127,6 +140,8 @@ pub struct LabRelay {
     /// Packets the full drop-tail queue dropped, and the random-loss setting dropped.
     pub queue_drops: u64,
     pub loss_drops: u64,
+    /// Packets `--blackout-from` dropped (0 without one).
+    pub blackout_drops: u64,
     pub peak_queue_bytes: u64,
     /// Deliveries more than `late_after_ns` after their due time, and the worst lateness.
     pub late_deliveries: u64,
@@ -149,6 +164,7 @@ impl LabRelay {
             bytes: s.path.bytes,
             queue_drops: s.path.queue_drops,
             loss_drops: s.path.loss_drops,
+            blackout_drops: s.blackout_drops,
             peak_queue_bytes: s.path.peak_queue_bytes,
             late_deliveries: s.late,
             worst_late_ns: s.worst_late_ns,
@@ -172,7 +188,7 @@ impl LabRelay {
         };
         format!(
             "# lab relay {dir}: {} packets, {} bytes; queue drops {}, random-loss drops {}; peak \
-             queue {}; late deliveries {} (worst {:.3} ms); write errors {}; relay CPU {:.1} %",
+             queue {}; late deliveries {} (worst {:.3} ms); write errors {}; relay CPU {:.1} %{}",
             self.packets,
             self.bytes,
             self.queue_drops,
@@ -182,6 +198,11 @@ impl LabRelay {
             self.worst_late_ns as f64 / 1e6,
             self.write_errors,
             self.cpu_percent,
+            if self.blackout_drops > 0 {
+                format!("; blackout drops {}", self.blackout_drops)
+            } else {
+                String::new()
+            },
         )
     }
 }

@@ -261,6 +261,20 @@ impl IntervalCutter {
     }
 }
 
+/// Cuts one side's batches of a whole test at once (for tests of stream threads).
+#[cfg(test)]
+pub(crate) fn cut(
+    streams: usize,
+    batches: &[Batch],
+    duration: Duration,
+    interval: Duration,
+) -> Vec<ClosedInterval> {
+    let mut c = IntervalCutter::new(streams, duration, interval, Duration::ZERO);
+    batches.iter().for_each(|b| c.add(b));
+    c.finish();
+    std::iter::from_fn(|| c.pop_ready()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

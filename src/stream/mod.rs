@@ -13,6 +13,8 @@ pub(crate) mod echo;
 pub(crate) mod receiver;
 pub(crate) mod sender;
 pub(crate) mod single;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -139,3 +139,69 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
         cpu,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::stream::receiver;
+    use crate::stream::testing::side;
+
+    /// Stream 0 over loopback for 1 s, paced by `-b` (`rate`) or by the kernel
+    /// (`fq_rate`): the receiver's 250 ms intervals in Gbit/s, and the sender's total.
+    fn paced_run(rate: Option<u64>, fq_rate: Option<u64>) -> (Vec<f64>, f64) {
+        let _turn = crate::stream::testing::one_at_a_time();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (rx, _) = listener.accept().unwrap();
+        if let Some(r) = fq_rate {
+            crate::net::set_fq_rate(&tx, r).unwrap();
+        }
+        let (run_time, iv, block) = (
+            Duration::from_secs(1),
+            Duration::from_millis(250),
+            128 << 10,
+        );
+        let (sctx, s_rep, s_start) = side(0, block, rate);
+        let (rctx, r_rep, r_start) = side(0, block, None);
+        let receiver = std::thread::spawn(move || receiver::run(rctx, rx, run_time));
+        let sender = std::thread::spawn(move || run(sctx, tx, run_time));
+        let t0 = Instant::now();
+        r_start.send(t0).unwrap();
+        s_start.send(t0).unwrap();
+        let sent = sender.join().unwrap().unwrap();
+        let got = receiver.join().unwrap().unwrap();
+        s_rep.join().unwrap();
+        assert_eq!(sent.bytes, got.bytes);
+        let rows = crate::report::interval::cut(1, &r_rep.join().unwrap(), run_time, iv);
+        assert_eq!(rows.len(), 4);
+        let rates = rows
+            .iter()
+            .map(|r| r.streams[0].bytes as f64 * 8.0 / (r.end_ns - r.begin_ns) as f64)
+            .collect();
+        (
+            rates,
+            sent.bytes as f64 * 8.0 / run_time.as_secs_f64() / 1e9,
+        )
+    }
+
+    /// `-b 2G` on loopback: every interval carries the rate (the machine may be loaded:
+    /// the bounds allow late wake-ups; the pacer is never early, so no interval runs far
+    /// above it).
+    #[test]
+    fn a_paced_stream_carries_its_rate_in_every_interval() {
+        let (rates, total) = paced_run(Some(2_000_000_000), None);
+        eprintln!("-b 2G, 250 ms intervals, Gbit/s: {rates:.3?}; sent {total:.3}");
+        assert!(rates.iter().all(|r| (1.8..=2.1).contains(r)), "{rates:?}");
+        assert!((1.9..=2.05).contains(&total), "{total} Gbit/s in all");
+    }
+
+    /// `--fq-rate 2G`: the kernel paces the connection (no fq qdisc on loopback).
+    #[test]
+    fn a_kernel_paced_stream_carries_its_rate_in_every_interval() {
+        let (rates, total) = paced_run(None, Some(2_000_000_000));
+        eprintln!("--fq-rate 2G, 250 ms intervals, Gbit/s: {rates:.3?}; sent {total:.3}");
+        assert!(rates.iter().all(|r| (1.8..=2.1).contains(r)), "{rates:?}");
+    }
+}

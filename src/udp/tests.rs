@@ -2,13 +2,11 @@
 //! thread that cuts the receiver's batches into intervals as the real one does.
 
 use std::net::UdpSocket;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::report::interval::{ClosedInterval, IntervalCutter};
-use crate::stream::{BatchChannels, StreamCtx};
+use crate::report::interval::{ClosedInterval, cut};
+use crate::stream::testing::side;
 
 /// A connected pair on loopback: (sender, receiver).
 fn pair() -> (UdpSocket, UdpSocket) {
@@ -17,52 +15,6 @@ fn pair() -> (UdpSocket, UdpSocket) {
     tx.connect(rx.local_addr().unwrap()).unwrap();
     rx.connect(tx.local_addr().unwrap()).unwrap();
     (tx, rx)
-}
-
-/// One side's context for stream `id`, its reporter thread (cutting `-t run` into
-/// intervals of `interval`), and the start channel.
-fn side(
-    id: u16,
-    rate_bps: Option<u64>,
-    run: Duration,
-    interval: Duration,
-) -> (
-    StreamCtx,
-    std::thread::JoinHandle<Vec<ClosedInterval>>,
-    crossbeam_channel::Sender<Instant>,
-) {
-    let ch = BatchChannels::new(1);
-    let (start_tx, start_rx) = crossbeam_channel::bounded(1);
-    let ctx = StreamCtx {
-        id,
-        cpu: None,
-        block_bytes: DEFAULT_DATAGRAM,
-        rate_bps,
-        echo: None,
-        batches: ch.tx.clone(),
-        free: ch.free_rx.clone(),
-        start: start_rx,
-        abort: Arc::new(AtomicBool::new(false)),
-    };
-    let (rx, free_tx) = (ch.rx, ch.free_tx);
-    let reporter = std::thread::spawn(move || {
-        let mut cutter = IntervalCutter::new(usize::from(id) + 1, run, interval, Duration::ZERO);
-        let mut out = Vec::new();
-        for mut b in rx.iter() {
-            cutter.add(&b);
-            let done = b.done;
-            b.stream = id;
-            let _ = free_tx.try_send(b);
-            out.extend(std::iter::from_fn(|| cutter.pop_ready()));
-            if done {
-                break;
-            }
-        }
-        cutter.finish();
-        out.extend(std::iter::from_fn(|| cutter.pop_ready()));
-        out
-    });
-    (ctx, reporter, start_tx)
 }
 
 struct Run {
@@ -80,9 +32,10 @@ fn run_pair(
     datagram: usize,
     run: Duration,
 ) -> Run {
+    let _turn = crate::stream::testing::one_at_a_time();
     let iv = Duration::from_millis(250);
-    let (sctx, s_rep, s_start) = side(0, rate, run, iv);
-    let (rctx, r_rep, r_start) = side(0, None, run, iv);
+    let (sctx, s_rep, s_start) = side(0, datagram, rate);
+    let (rctx, r_rep, r_start) = side(0, datagram, None);
     let until = run + Duration::from_millis(200);
     let receiver = std::thread::spawn(move || receive(rctx, rx, until));
     let plan = UdpSend {
@@ -99,8 +52,8 @@ fn run_pair(
     Run {
         sent,
         got,
-        rows: r_rep.join().unwrap(),
-        send_rows: s_rep.join().unwrap(),
+        rows: cut(1, &r_rep.join().unwrap(), run, iv),
+        send_rows: cut(1, &s_rep.join().unwrap(), run, iv),
     }
 }
 
@@ -204,12 +157,7 @@ fn a_tiny_receive_buffer_drops_and_the_drops_are_counted() {
 fn a_closed_port_is_counted_and_does_not_fail_the_sender() {
     let (tx, rx) = pair();
     drop(rx);
-    let (ctx, rep, start) = side(
-        0,
-        Some(50_000_000),
-        Duration::from_millis(300),
-        Duration::from_secs(1),
-    );
+    let (ctx, rep, start) = side(0, 1472, Some(50_000_000));
     let plan = UdpSend {
         rate_bps: Some(50_000_000),
         datagram: 1472,
@@ -226,14 +174,14 @@ fn a_closed_port_is_counted_and_does_not_fail_the_sender() {
 #[test]
 fn a_datagram_smaller_than_the_header_is_a_usage_error() {
     let (tx, _rx) = pair();
-    let (ctx, _rep, _start) = side(0, None, Duration::from_secs(1), Duration::from_secs(1));
+    let (ctx, _rep, _start) = side(0, 1472, None);
     let plan = UdpSend {
         rate_bps: None,
         datagram: HEADER_BYTES - 1,
         run_time: Duration::from_secs(1),
     };
     let e = send(ctx, tx, plan).unwrap_err();
-    assert!(matches!(e, crate::Error::Usage(_)), "{e}");
+    assert!(matches!(e, crate::error::Error::Usage(_)), "{e}");
 }
 
 #[test]

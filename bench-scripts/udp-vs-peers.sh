@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# UDP on loopback, pinperf against iperf3 and iperf 2 in the same run: the highest rate
+# each carries with at most MAXLOSS % loss (default 0.1), for 1 and 2 streams and for
+# 1472-byte and 8 KiB datagrams. Each point is a search per tool: double the per-stream
+# rate from START Mbit/s until a run loses more than MAXLOSS, then bisect until the bounds
+# are within STEP (10 %) or PROBES runs were spent. The tools' probes are interleaved (one
+# probe of each tool per step, their order rotated), so a noisy moment hits all of them.
+# Loss and rate are the receiver's as each tool reports them (pinperf and iperf3 from
+# their JSON, iperf 2 from its server reports; a run iperf 2 ends without a server report
+# for every stream counts as a failed probe, like a lossy one).
+#
+#   bench-scripts/udp-vs-peers.sh                      # defaults: SECS=3 ROUNDS=1
+#   SECS=2 SIZES="1472" STREAMS="1" bench-scripts/udp-vs-peers.sh
+#
+# Needs `pinperf --loopback -u -b RATE -l SIZE -P N -t T -J` (its JSON read in
+# pinperf_point below: adjust there if the field names move).
+# Writes bench-results/udp-vs-peers-*/{env.txt,raw.csv,summary.csv,table.txt}.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+SECS=${SECS:-3}
+ROUNDS=${ROUNDS:-1}
+SIZES=${SIZES:-"1472 8192"}
+STREAMS=${STREAMS:-"1 2"}
+MAXLOSS=${MAXLOSS:-0.1}
+START=${START:-500}      # Mbit/s per stream, first probe
+CAP=${CAP:-64000}        # Mbit/s per stream, never probed above
+STEP=${STEP:-1.10}       # bisect until hi / lo <= STEP
+PROBES=${PROBES:-12}     # at most this many runs per tool and point
+[[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
+ensure_peers
+start_run udp-vs-peers
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+tools=(pinperf)
+if command -v iperf3 >/dev/null; then iperf3 -s -B 127.0.0.1 -p 5212 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi
+if command -v iperf >/dev/null; then iperf -s -u -B 127.0.0.1 -p 5012 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi
+sleep 0.5
+
+# Each *_point prints "LOSS_PERCENT RECEIVED_GBPS" for SIZE STREAMS RATE_MBPS (per
+# stream), or nothing when the run failed.
+pinperf_point() {
+  # ADJUST HERE if the lead's JSON differs: loss from end.sum.lost_percent, rate from
+  # end.sum_received.bits_per_second.
+  "$PINPERF" --loopback -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" -J 2>/dev/null |
+    python3 -c '
+import json, sys
+e = json.load(sys.stdin)["end"]
+print("%.4f %.4f" % (e["sum"]["lost_percent"], e["sum_received"]["bits_per_second"] / 1e9))'
+}
+iperf3_point() {
+  iperf3 -c 127.0.0.1 -p 5212 -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" -J 2>/dev/null |
+    python3 -c '
+import json, sys
+e = json.load(sys.stdin)["end"]
+s = e.get("sum_received") or e["sum"]
+loss = s.get("lost_percent", e["sum"]["lost_percent"])
+print("%.4f %.4f" % (loss, s["bits_per_second"] / 1e9))'
+}
+iperf2_point() {
+  # iperf 2.1's CSV (-y C) carries no server report for UDP: read the text. One "Server
+  # Report:" per stream, each followed by "... X Mbits/sec  J ms LOST/TOTAL (P%)"; a run
+  # missing any stream's report (iperf 2's "did not receive ack of last datagram") fails.
+  iperf -c 127.0.0.1 -p 5012 -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" 2>&1 |
+    python3 -c '
+import re, sys
+want, lines = int(sys.argv[1]), sys.stdin.read().splitlines()
+scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+bps = lost = total = n = 0
+for i, line in enumerate(lines):
+    if "Server Report:" not in line:
+        continue
+    for row in lines[i + 1 : i + 3]:
+        m = re.search(r"([\d.]+) ([KMG]?)bits/sec\s+[\d.]+ ms\s+(\d+)/\s*(\d+)", row)
+        if m:
+            bps += float(m[1]) * scale[m[2]]
+            lost += int(m[3])
+            total += int(m[4])
+            n += 1
+            break
+if n == want and total > 0:
+    print("%.4f %.4f" % (lost / total * 100, bps / 1e9))' "$2"
+}
+
+raw=$out/raw.csv
+echo "round,size,streams,tool,probe,rate_mbps_per_stream,lost_percent,received_gbps,ok" >"$raw"
+best=$out/best.csv
+echo "round,size,streams,tool,best_mbps_per_stream,received_gbps,probes" >"$best"
+
+for ((r = 0; r < ROUNDS; r++)); do
+  for size in $SIZES; do
+    for p in $STREAMS; do
+      declare -A lo=() hi=() next=() got=() n=()
+      for t in "${tools[@]}"; do lo[$t]=0; hi[$t]=0; next[$t]=$START; got[$t]=""; n[$t]=0; done
+      for ((step = 0; step < PROBES; step++)); do
+        active=()
+        for t in "${tools[@]}"; do [ "${next[$t]}" != 0 ] && active+=("$t"); done
+        [ ${#active[@]} -eq 0 ] && break
+        for t in $(rotate "$step" "${active[@]}"); do
+          rate=${next[$t]}
+          res=$("${t}_point" "$size" "$p" "$rate" || true)
+          read -r loss gbps <<<"${res:-NA NA}"
+          ok=0
+          [ "$loss" != NA ] && awk -v l="$loss" -v m="$MAXLOSS" 'BEGIN {exit !(l <= m)}' && ok=1
+          n[$t]=$((n[$t] + 1))
+          echo "$r,$size,$p,$t,${n[$t]},$rate,$loss,$gbps,$ok" | tee -a "$raw" >&2
+          if [ $ok = 1 ]; then lo[$t]=$rate; got[$t]=$gbps; else hi[$t]=$rate; fi
+          # The next probe: double until a failure, then bisect; 0 = this point is done.
+          next[$t]=$(awk -v lo="${lo[$t]}" -v hi="${hi[$t]}" -v cap="$CAP" -v s="$STEP" 'BEGIN {
+            if (hi == 0) { n = lo * 2; print (n > cap ? (lo >= cap ? 0 : cap) : n); exit }
+            if (lo == 0) { n = int(hi / 2); print (n < 1 ? 0 : n); exit }
+            print (hi / lo <= s ? 0 : int((lo + hi) / 2)) }')
+          sleep 0.3
+        done
+      done
+      for t in "${tools[@]}"; do
+        echo "$r,$size,$p,$t,${lo[$t]},${got[$t]:-NA},${n[$t]}" >>"$best"
+      done
+      unset lo hi next got n
+    done
+  done
+done
+
+medians "$best" size,streams,tool best_mbps_per_stream >"$out/summary.csv"
+python3 - "$out/summary.csv" "$MAXLOSS" <<'PY' | tee "$out/table.txt"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+pts = {}
+for r in rows:
+    pts.setdefault((int(r["size"]), int(r["streams"])), {})[r["tool"]] = float(r["median_best_mbps_per_stream"])
+tools = ["pinperf", "iperf3", "iperf2"]
+print(f"Highest total rate (Mbit/s, all streams) with <= {sys.argv[2]} % loss, loopback")
+print("| datagram | streams | " + " | ".join(tools) + " | pinperf / best peer |")
+print("|---|---|" + "---|" * (len(tools) + 1))
+for (size, p), v in sorted(pts.items()):
+    peers = [v[t] * p for t in ("iperf3", "iperf2") if t in v]
+    best = max(peers) if peers else 0
+    cells = [f"{v[t] * p:.0f}" if t in v else "-" for t in tools]
+    ratio = f"{v['pinperf'] * p / best:.2f}x" if best > 0 and "pinperf" in v else "-"
+    print(f"| {size} | {p} | " + " | ".join(cells) + f" | {ratio} |")
+PY
+echo "raw probes: $raw" >&2
