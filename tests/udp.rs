@@ -1,0 +1,173 @@
+//! UDP (`-u`) on loopback: datagrams paced at `-b`, counted by sequence, totals settled on
+//! the sender's own count, every direction, and the server's limits.
+
+mod util;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use util::{Server, pinperf};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn doc(run: &util::Run) -> Value {
+    run.assert_ok();
+    serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("not JSON ({e}){}", run.explain()))
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+/// Two streams at 50 Mbit/s each: every interval carries its datagrams under iperf3's
+/// names, the totals add up (sent = received + lost, bytes = datagrams × size), and the
+/// rate is the asked one.
+#[test]
+fn udp_streams_are_paced_and_every_datagram_is_accounted_for() {
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-u",
+            "-b",
+            "50M",
+            "-l",
+            "1400",
+            "-P",
+            "2",
+            "-t",
+            "1",
+            "-i",
+            "0.5",
+            "-J",
+        ],
+        LIMIT,
+    );
+    let d = doc(&run);
+    let why = run.explain();
+    assert_eq!(d["start"]["udp"], true, "{why}");
+    assert_eq!(num(&d["start"], "block_bytes"), 1400, "{why}");
+    for iv in d["intervals"].as_array().unwrap() {
+        for s in iv["streams"].as_array().unwrap() {
+            for key in ["packets", "lost_packets", "out_of_order", "duplicates"] {
+                num(s, key);
+            }
+            assert!(s["jitter_ms"].as_f64().is_some() && s["lost_percent"].as_f64().is_some());
+        }
+    }
+    let end = &d["end"];
+    let (sent, lost) = (
+        num(&end["sum"], "packets"),
+        num(&end["sum"], "lost_packets"),
+    );
+    let received_bytes = num(&end["sum_received"], "bytes");
+    assert_eq!(num(&end["sum_sent"], "bytes"), sent * 1400, "{why}");
+    assert_eq!(received_bytes, (sent - lost) * 1400, "{why}");
+    assert!(
+        lost * 100 <= sent,
+        "{lost} of {sent} lost at 100 Mbit/s on loopback{why}"
+    );
+    let mbps = end["sum_received"]["bits_per_second"].as_f64().unwrap() / 1e6;
+    assert!(
+        (90.0..=110.0).contains(&mbps),
+        "{mbps} Mbit/s for -b 50M -P 2{why}"
+    );
+    // Per stream, the same identity.
+    for s in end["streams"].as_array().unwrap() {
+        assert_eq!(
+            num(s, "bytes"),
+            (num(s, "packets") - num(s, "lost_packets")) * 1400,
+            "{s}"
+        );
+    }
+}
+
+/// The other directions: the server's UDP senders (-R) and both at once (--bidir), each
+/// with its own datagram totals.
+#[test]
+fn udp_runs_reverse_and_both_ways() {
+    let d = doc(&pinperf(
+        &["--loopback", "-u", "-b", "20M", "-R", "-t", "0.5", "-J"],
+        LIMIT,
+    ));
+    assert_eq!(d["end"]["reverse"], true);
+    assert!(num(&d["end"]["sum"], "packets") > 0);
+    let d = doc(&pinperf(
+        &[
+            "--loopback",
+            "-u",
+            "-b",
+            "20M",
+            "--bidir",
+            "-t",
+            "0.5",
+            "-J",
+        ],
+        LIMIT,
+    ));
+    for key in ["end", "end_reverse"] {
+        let sum = &d[key]["sum"];
+        assert!(num(sum, "packets") > 0, "{key}: {sum}");
+        assert_eq!(
+            num(&d[key]["sum_received"], "bytes"),
+            (num(sum, "packets") - num(sum, "lost_packets")) * num(&d["start"], "block_bytes"),
+            "{key}"
+        );
+    }
+}
+
+/// Text: its own columns, and the end line that reconciles the two ends' counts.
+#[test]
+fn udp_text_has_datagram_columns_and_a_reconciling_end_line() {
+    let run = pinperf(&["--loopback", "-u", "-b", "10M", "-t", "0.5"], LIMIT);
+    run.assert_ok();
+    let text = run.stdout();
+    assert!(
+        text.contains("2 UDP stream") || text.contains("1 UDP stream"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Mb/s  jitter, ms      lost/    total   lost%    ooo"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("# datagrams: sender sent "))
+        .unwrap_or_else(|| panic!("no datagrams line{}", run.explain()));
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let (sent, got, lost) = (nums[0], nums[1], nums[2]);
+    assert_eq!(sent, got + lost, "{line}");
+}
+
+/// A server may refuse UDP and cap -b: the client says which limit, exit 1.
+#[test]
+fn a_server_refuses_udp_and_rates_over_its_limit() {
+    let server = Server::start(&["--no-udp", "--max-rate", "100M"]);
+    let port = server.port_arg();
+    for (args, words) in [
+        (
+            &["-u", "-b", "10M"][..],
+            "-u: UDP tests are not allowed (this server's --no-udp)",
+        ),
+        (
+            &["-b", "1G"][..],
+            "-b 1G: more than 100M per stream (this server's --max-rate)",
+        ),
+        (&[][..], "-b: this server limits each stream to 100M"),
+    ] {
+        let mut argv = vec!["-c", "127.0.0.1", "-p", &port, "-t", "0.5"];
+        argv.extend_from_slice(args);
+        let run = pinperf(&argv, LIMIT);
+        assert_eq!(run.code(), Some(1), "{}", run.explain());
+        assert!(run.stderr().contains(words), "{args:?}: {}", run.explain());
+    }
+    // Within the limit it runs, paced.
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &port, "-t", "0.5", "-b", "50M"],
+        LIMIT,
+    );
+    run.assert_ok();
+}
