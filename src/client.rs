@@ -89,7 +89,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             )
         });
 
-    let (remote_software, accept) = negotiate(&ctl, &cfg.test)?;
+    let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
     let (socks, local_window) =
         connect_streams(&cfg, peer, &accept).map_err(|e| with_their_word(&ctl, e))?;
     warn_windows(&local_window, &accept, n);
@@ -199,7 +199,11 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 }
 
 /// Hello and parameters: the server's software and its answer, checked against the test.
-fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
+fn negotiate(
+    ctl: &Control,
+    test: &TestParams,
+    auth: Option<&crate::auth::ClientAuth>,
+) -> Result<(String, Accept)> {
     let peer = ctl.peer;
     ctl.send(&ControlMsg::Hello {
         version: PROTOCOL_VERSION,
@@ -210,6 +214,7 @@ fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "welcome", &other)),
     };
+    crate::auth::client_step(ctl, auth, test, recv_step)?;
     ctl.send(&ControlMsg::Params(test.clone()))?;
     let accept = match recv_step(ctl)? {
         ControlMsg::Accept(a) => a,

@@ -6,6 +6,9 @@
 //! `signals` (client modes: takes SIGINT/SIGTERM/SIGHUP, see [`signals`]).
 //! `unsafe` is denied here and allowed only in `sys`.
 
+pub mod admission;
+pub mod allow;
+pub mod auth;
 pub(crate) mod choices;
 pub(crate) mod cli;
 pub(crate) mod client;
@@ -22,7 +25,8 @@ pub(crate) mod params;
 pub(crate) mod pin;
 pub mod protocol;
 pub mod report;
-pub(crate) mod server;
+pub mod server;
+pub(crate) mod serverlog;
 pub(crate) mod signals;
 pub mod stream;
 pub(crate) mod sys;

@@ -69,16 +69,40 @@ pub struct ReceiverDone {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControlMsg {
-    Hello { version: u32, software: String },
-    Welcome { version: u32, software: String },
-    Refuse { reason: String },
+    Hello {
+        version: u32,
+        software: String,
+    },
+    Welcome {
+        version: u32,
+        software: String,
+    },
+    Refuse {
+        reason: String,
+    },
     Params(TestParams),
     Accept(Accept),
     Start,
     Row(ReceiverRow),
     Done(ReceiverDone),
-    Error { reason: String },
+    Error {
+        reason: String,
+    },
     Bye,
+    /// Client → server, after Welcome (with `--auth`): who, and the client's nonce (hex).
+    AuthRequest {
+        user: String,
+        nonce: String,
+    },
+    /// Server → client: the server's fresh nonce (hex).
+    Challenge {
+        nonce: String,
+    },
+    /// Client → server: HMAC-SHA256 over both nonces and the Params that follow (hex);
+    /// see [`crate::auth`].
+    AuthProof {
+        mac: String,
+    },
 }
 
 impl ControlMsg {
@@ -95,6 +119,9 @@ impl ControlMsg {
             ControlMsg::Done(_) => "done",
             ControlMsg::Error { .. } => "error",
             ControlMsg::Bye => "bye",
+            ControlMsg::AuthRequest { .. } => "auth_request",
+            ControlMsg::Challenge { .. } => "challenge",
+            ControlMsg::AuthProof { .. } => "auth_proof",
         }
     }
 }
@@ -108,8 +135,20 @@ pub fn encode(msg: &ControlMsg) -> Vec<u8> {
     frame
 }
 
+/// The body of the Params frame for `test`, byte for byte as [`encode`] sends it (what
+/// the authentication MAC covers).
+pub fn params_body(test: &TestParams) -> Vec<u8> {
+    let frame = encode(&ControlMsg::Params(test.clone()));
+    frame[4..].to_vec()
+}
+
 /// Reads one frame. `peer` names the other side in errors.
 pub fn read_frame(reader: &mut impl Read, peer: SocketAddr) -> Result<ControlMsg> {
+    read_frame_raw(reader, peer).map(|(msg, _)| msg)
+}
+
+/// Reads one frame and returns it with its body as received.
+pub fn read_frame_raw(reader: &mut impl Read, peer: SocketAddr) -> Result<(ControlMsg, Vec<u8>)> {
     let mut len = [0u8; 4];
     reader
         .read_exact(&mut len)
@@ -127,10 +166,11 @@ pub fn read_frame(reader: &mut impl Read, peer: SocketAddr) -> Result<ControlMsg
     reader
         .read_exact(&mut body)
         .map_err(|e| read_error(e, peer))?;
-    serde_json::from_slice(&body).map_err(|e| Error::Protocol {
+    let msg = serde_json::from_slice(&body).map_err(|e| Error::Protocol {
         peer,
         what: format!("unreadable control message ({e})"),
-    })
+    })?;
+    Ok((msg, body))
 }
 
 /// The peer said nothing within a step's deadline.
@@ -214,15 +254,20 @@ impl Control {
     /// Waits up to `timeout` for the next message. An `Error` message from the peer becomes
     /// [`Error::Test`] carrying its reason.
     pub(crate) fn recv(&self, timeout: Duration) -> Result<ControlMsg> {
+        self.recv_raw(timeout).map(|(msg, _)| msg)
+    }
+
+    /// Like [`Control::recv`], with the frame's body as received.
+    pub(crate) fn recv_raw(&self, timeout: Duration) -> Result<(ControlMsg, Vec<u8>)> {
         let mut reader = self.reader.lock();
         reader
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(|e| Error::io("set control timeout", e))?;
-        match read_frame(&mut *reader, self.peer)? {
-            ControlMsg::Error { reason } => {
+        match read_frame_raw(&mut *reader, self.peer)? {
+            (ControlMsg::Error { reason }, _) => {
                 Err(Error::Test(format!("{} reported: {reason}", self.peer)))
             }
-            msg => Ok(msg),
+            pair => Ok(pair),
         }
     }
 
@@ -303,17 +348,11 @@ impl DataHello {
     }
 }
 
-/// A fresh random test cookie (std's per-process random hash keys; no extra crate).
-pub(crate) fn new_cookie() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
+/// A fresh test cookie: the per-test secret the data and echo connections open with, 64
+/// bits from the operating system's random source (unguessable, unlike a counter or a
+/// clock), told only to the client that passed the handshake.
+pub(crate) fn new_cookie() -> Result<u64> {
+    crate::auth::random_bytes::<8>().map(u64::from_le_bytes)
 }
 
 #[cfg(test)]
@@ -385,6 +424,6 @@ mod tests {
         .to_bytes();
         bad[10] = 7;
         assert_eq!(DataHello::from_bytes(bad), None);
-        assert_ne!(new_cookie(), new_cookie());
+        assert_ne!(new_cookie().unwrap(), new_cookie().unwrap());
     }
 }
