@@ -182,7 +182,7 @@ mod tests {
             ("::/129", "--allow ::/129: prefix length must be 0 to 128"),
             (
                 "10.0.0/8",
-                "--allow \"10.0.0\" is not an address or CIDR (e.g. 192.0.2.0/24, 2001:db8::/32)",
+                "--allow \"10.0.0/8\" is not an address or CIDR (e.g. 192.0.2.0/24, 2001:db8::/32)",
             ),
             (
                 "",
