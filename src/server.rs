@@ -144,6 +144,7 @@ impl Server {
             waiters: AtomicUsize::new(0),
             pending: Handshakes::new(MAX_HANDSHAKES),
             rate: Mutex::new(Rate::default()),
+            threads: AtomicUsize::new(0),
         });
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<()>>(1);
         let done_tx = cfg.one_off.then_some(done_tx);
@@ -246,6 +247,18 @@ impl Server {
                     "pinperf: file descriptors are free again ({refused} client(s) refused meanwhile)"
                 );
             }
+            if shared.threads.load(Ordering::Acquire) >= MAX_CONTROL_THREADS {
+                // Cut handshakes whose threads have not yet ended: a hard bound on threads.
+                drop(stream);
+                log_refused(
+                    &cfg,
+                    peer,
+                    None,
+                    "handshake",
+                    "too many connections at once",
+                );
+                continue;
+            }
             let rtt = net::tcp_info(&stream).map_or(Duration::ZERO, |i| {
                 Duration::from_micros(u64::from(i.rtt_us))
             });
@@ -257,8 +270,10 @@ impl Server {
                 log_refused(&cfg, cut.peer, None, "handshake", &cut.reason);
             }
             let (cfg2, shared2, done2) = (Arc::clone(&cfg), Arc::clone(&shared), done_tx.clone());
+            shared.threads.fetch_add(1, Ordering::AcqRel);
             let control = spawn_named("control".into(), move || {
                 let result = session(stream, peer, id, &cfg2, &shared2);
+                shared2.threads.fetch_sub(1, Ordering::AcqRel);
                 match (done2, result) {
                     // `-1`: the admitted test's result is the server's.
                     (Some(done), Some(result)) => {
@@ -269,6 +284,7 @@ impl Server {
                 }
             });
             if let Err(e) = control {
+                shared.threads.fetch_sub(1, Ordering::AcqRel);
                 shared.pending.remove(id);
                 log!(cfg.quiet, "pinperf: {e}");
             }
@@ -281,6 +297,10 @@ impl Server {
 /// the threads and descriptors they cost stay bounded.
 pub(crate) const MAX_HANDSHAKES: usize = 64;
 
+/// Most `control` threads at once: the handshakes, those cut but not yet ended, and the
+/// running test's. Beyond it a new connection is closed unanswered.
+pub(crate) const MAX_CONTROL_THREADS: usize = 2 * MAX_HANDSHAKES;
+
 /// What the acceptor and the `control` threads share.
 struct Shared {
     slot: Slot,
@@ -290,6 +310,8 @@ struct Shared {
     waiters: AtomicUsize,
     pending: Handshakes,
     rate: Mutex<Rate>,
+    /// Live `control` threads (see [`MAX_CONTROL_THREADS`]).
+    threads: AtomicUsize,
 }
 
 fn log_refused(cfg: &ServerConfig, peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
