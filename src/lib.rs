@@ -2,7 +2,7 @@
 //! receiver-truth interval rows, and thrulay-shaped text output.
 //!
 //! Threads: `stream-N` (one per stream, each side), `reporter` (one per side), `control`
-//! (the server's test session), `server` (the in-process server of `--loopback`),
+//! (the server's handshake with one connection, then its test), `server` (the in-process server of `--loopback`),
 //! `signals` (client modes: takes SIGINT/SIGTERM/SIGHUP, see [`signals`]).
 //! `unsafe` is denied here and allowed only in `sys`.
 
@@ -25,7 +25,7 @@ pub(crate) mod params;
 pub(crate) mod pin;
 pub mod protocol;
 pub mod report;
-pub mod server;
+pub(crate) mod server;
 pub(crate) mod serverlog;
 pub(crate) mod signals;
 pub mod stream;

@@ -1,9 +1,12 @@
-//! The server: an acceptor (the calling thread) that hands one connection at a time to a
-//! `control` thread and answers everyone else with a clear "busy" refusal; the control
-//! thread runs one test: handshake, limits, data listener with the window set before
-//! `listen()`, pinned `stream-N` receivers, a `reporter` streaming receiver rows live, and
-//! the end: every stream read to EOF, then the totals. Every phase has a timeout; a client
-//! that vanishes ends its test and the server goes on.
+//! The server: an acceptor (the calling thread) that checks each connection's address
+//! (`--allow`, `--max-tests-per-minute`) and hands it to its own `control` thread for the
+//! handshake (see [`crate::admission`]: at most [`MAX_HANDSHAKES`] at once, each under a
+//! deadline the acceptor enforces by cutting the connection). Only an admitted test takes
+//! the slot; one that finds a test running is told "busy" with the time left. The control
+//! thread then runs the test: data listener with the window set before `listen()`, pinned
+//! `stream-N` receivers, a `reporter` streaming receiver rows live, and the end: every
+//! stream read to EOF, then the totals. Every phase has a timeout; a client that vanishes
+//! ends its test and the server goes on. Events go to [`crate::serverlog`].
 //!
 //! Without `-B` the server listens on `[::]` dual-stack (IPv4 clients arrive as
 //! `::ffff:a.b.c.d` and are named by their IPv4 address), or on one family with `-4`/`-6`;

@@ -5,7 +5,8 @@
 //! stream has a data connection and, with block RTT on, an echo connection on which the
 //! receiver returns block headers, so the data connection carries data one way only.
 //!
-//! Sequence: Hello → Welcome|Refuse; Params → Accept|Refuse; data connections; Start;
+//! Sequence: Hello → Welcome|Refuse; with authentication, AuthRequest → Challenge,
+//! AuthProof (see [`crate::auth`]); Params → Accept|Refuse; data connections; Start;
 //! Row… (receiver intervals, live); Done (receiver totals); Bye. Either side may send
 //! Error{reason} at any time to abort.
 
