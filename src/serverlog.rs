@@ -74,9 +74,13 @@ pub fn refused(peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
         "refused",
         json!({ "peer": peer.to_string(), "user": user, "why": why, "reason": reason }),
         || {
-            Some(match user {
-                Some(u) => format!("pinperf: refused client {peer} (user {u}): {reason}"),
-                None => format!("pinperf: refused client {peer}: {reason}"),
+            Some(match (why, user) {
+                // A test refused for what it asked: the words these lines always had.
+                ("params" | "version", _) => {
+                    format!("pinperf: test from {peer} failed: refused the client's test: {reason}")
+                }
+                (_, Some(u)) => format!("pinperf: refused client {peer} (user {u}): {reason}"),
+                (_, None) => format!("pinperf: refused client {peer}: {reason}"),
             })
         },
     );

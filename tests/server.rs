@@ -420,7 +420,7 @@ fn the_server_log_calls_its_peer_the_client() {
     assert_eq!(run.code(), Some(1), "{}", run.explain());
     assert!(
         server.wait_for(
-            ": -P 2: streams must be 1 to 1 (this server's --max-streams)",
+            "failed: refused the client's test: -P 2: streams must be 1 to 1 (this server's --max-streams)",
             Duration::from_secs(2)
         ),
         "{}",
