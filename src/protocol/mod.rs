@@ -353,7 +353,7 @@ impl DataHello {
 /// bits from the operating system's random source (unguessable, unlike a counter or a
 /// clock), told only to the client that passed the handshake.
 pub(crate) fn new_cookie() -> Result<u64> {
-    crate::auth::random_bytes::<8>().map(u64::from_le_bytes)
+    getrandom::u64().map_err(|e| Error::Test(format!("read the system's random source: {e}")))
 }
 
 #[cfg(test)]
