@@ -317,6 +317,41 @@ pub struct Args {
     /// Fixed port for data connections (default: an ephemeral port per test).
     #[arg(long, value_name = "PORT", help_heading = "Server")]
     pub data_port: Option<u16>,
+
+    /// Require authentication: a file of USER:SECRET lines (# comments), readable by no
+    /// one but the server's user.
+    #[arg(long, value_name = "FILE", help_heading = "Server")]
+    pub auth_keys: Option<std::path::PathBuf>,
+
+    /// Serve only these networks (IPv4 and IPv6): 192.0.2.0/24,2001:db8::/32; others are
+    /// closed at once and logged.
+    #[arg(long, value_name = "CIDR[,CIDR...]", help_heading = "Server")]
+    pub allow: Vec<String>,
+
+    /// Most tests one source (an IPv4 address, an IPv6 /64) may start per minute.
+    #[arg(long, value_name = "N", help_heading = "Server")]
+    pub max_tests_per_minute: Option<u32>,
+
+    /// Server log on stderr: text lines, or json (one object per line, for journald and
+    /// fail2ban).
+    #[arg(long, value_name = "FORMAT", default_value = "text",
+          value_parser = ["text", "json"], help_heading = "Server")]
+    pub log_format: String,
+
+    // ---- authentication (client) ----
+    /// Authenticate as USER (the server has --auth-keys); the secret comes from
+    /// $PINPERF_SECRET or --auth-secret-file.
+    #[arg(long, value_name = "USER", help_heading = "Authentication")]
+    pub auth: Option<String>,
+
+    /// File holding the secret for --auth (its first line).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "auth",
+        help_heading = "Authentication"
+    )]
+    pub auth_secret_file: Option<std::path::PathBuf>,
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
                 .clamp(crate::params::MIN_DATAGRAM, crate::params::MAX_DATAGRAM)
         }));
     }
-    let (remote_software, accept) = negotiate(&ctl, &cfg.test)?;
+    let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
     let (mut socks, local_window) = match cfg.test.udp {
         false => connect_streams(&cfg, peer, &accept).map(|(s, w)| (Socks::Tcp(s), w)),
         true => crate::udp_link::connect(
@@ -243,7 +243,11 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 }
 
 /// Hello and parameters: the server's software and its answer, checked against the test.
-fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
+fn negotiate(
+    ctl: &Control,
+    test: &TestParams,
+    auth: Option<&crate::auth::ClientAuth>,
+) -> Result<(String, Accept)> {
     let peer = ctl.peer;
     ctl.send(&ControlMsg::Hello {
         version: PROTOCOL_VERSION,
@@ -254,6 +258,7 @@ fn negotiate(ctl: &Control, test: &TestParams) -> Result<(String, Accept)> {
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
         other => return Err(unexpected(peer, "welcome", &other)),
     };
+    crate::auth::client_step(ctl, auth, test, recv_step)?;
     ctl.send(&ControlMsg::Params(test.clone()))?;
     let accept = match recv_step(ctl)? {
         ControlMsg::Accept(a) => a,

@@ -80,6 +80,8 @@ pub struct ClientConfig {
     /// The server runs in this process (`--loopback`, `compare --loopback`, the lab): CPU
     /// is counted once.
     pub same_process: bool,
+    /// `--auth USER` and its secret.
+    pub auth: Option<crate::auth::ClientAuth>,
 }
 
 impl ClientConfig {
@@ -98,6 +100,7 @@ impl ClientConfig {
             format: Format::Text,
             cpu_intervals: false,
             engine: Engine::Threads,
+            auth: None,
         })
     }
 }
@@ -114,6 +117,14 @@ pub struct ServerConfig {
     pub affinity: Affinity,
     /// No log lines on stderr (the in-process `--loopback` server).
     pub quiet: bool,
+    /// `--auth-keys`: clients must authenticate.
+    pub auth: Option<crate::auth::Keys>,
+    /// `--allow`: the networks served (empty: all).
+    pub allow: Vec<crate::allow::Cidr>,
+    /// `--max-tests-per-minute` per source.
+    pub max_tests_per_minute: Option<u32>,
+    /// `--log-format json`.
+    pub log_json: bool,
 }
 
 impl ServerConfig {
@@ -133,6 +144,10 @@ impl ServerConfig {
             data_port: None,
             affinity,
             quiet: true,
+            auth: None,
+            allow: Vec::new(),
+            max_tests_per_minute: None,
+            log_json: false,
         }
     }
 }
@@ -164,6 +179,11 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     }
     let (local_plan, remote_plan) = crate::pin::parse_plan(&args.affinity).map_err(usage)?;
     if args.server {
+        if args.auth.is_some() {
+            return Err(usage(
+                "--auth is a client option; a server requires authentication with --auth-keys FILE",
+            ));
+        }
         if remote_plan.is_some() {
             return Err(usage("-A: a server takes one CPU list, not LOCAL/REMOTE"));
         }
@@ -183,6 +203,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
+    cfg.auth = client_auth(args)?;
     if cfg.engine == Engine::Single && cfg.test.direction() != crate::params::Direction::Forward {
         return Err(Error::Usage(
             "--engine single drives the client's senders; with -R or --bidir the server sends \
@@ -254,7 +275,42 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         data_port: args.data_port,
         affinity,
         quiet: false,
+        auth: args
+            .auth_keys
+            .as_deref()
+            .map(crate::auth::Keys::load)
+            .transpose()?,
+        allow: crate::allow::parse_list(&args.allow).map_err(usage)?,
+        max_tests_per_minute: match args.max_tests_per_minute {
+            Some(0) => {
+                return Err(usage(
+                    "--max-tests-per-minute 0: must be at least 1 (leave it out for no limit)",
+                ));
+            }
+            n => n,
+        },
+        log_json: args.log_format == "json",
     })
+}
+
+/// `--auth USER` with its secret; server-only authentication flags are refused here.
+fn client_auth(args: &Args) -> Result<Option<crate::auth::ClientAuth>> {
+    if let Some(path) = &args.auth_keys {
+        return Err(usage(format!(
+            "--auth-keys {}: a server option (-s); a client authenticates with --auth USER",
+            path.display()
+        )));
+    }
+    args.auth
+        .as_deref()
+        .map(|user| {
+            crate::auth::ClientAuth::new(
+                user,
+                args.auth_secret_file.as_deref(),
+                std::env::var(crate::auth::SECRET_ENV).ok(),
+            )
+        })
+        .transpose()
 }
 
 /// `--format`, or the shortcut flags (clap rejects more than one).

@@ -2,10 +2,13 @@
 //! receiver-truth interval rows, and thrulay-shaped text output.
 //!
 //! Threads: `stream-N` (one per stream, each side), `reporter` (one per side), `control`
-//! (the server's test session), `server` (the in-process server of `--loopback`),
+//! (the server's handshake with one connection, then its test), `server` (the in-process server of `--loopback`),
 //! `signals` (client modes: takes SIGINT/SIGTERM/SIGHUP, see [`signals`]).
 //! `unsafe` is denied here and allowed only in `sys`.
 
+pub mod admission;
+pub mod allow;
+pub mod auth;
 pub(crate) mod choices;
 pub(crate) mod cli;
 pub(crate) mod client;
@@ -26,6 +29,7 @@ pub(crate) mod pin;
 pub mod protocol;
 pub mod report;
 pub(crate) mod server;
+pub(crate) mod serverlog;
 pub(crate) mod signals;
 pub mod stream;
 pub(crate) mod sys;

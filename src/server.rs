@@ -1,9 +1,12 @@
-//! The server: an acceptor (the calling thread) that hands one connection at a time to a
-//! `control` thread and answers everyone else with a clear "busy" refusal; the control
-//! thread runs one test: handshake, limits, data listener with the window set before
-//! `listen()`, pinned `stream-N` receivers, a `reporter` streaming receiver rows live, and
-//! the end: every stream read to EOF, then the totals. Every phase has a timeout; a client
-//! that vanishes ends its test and the server goes on.
+//! The server: an acceptor (the calling thread) that checks each connection's address
+//! (`--allow`, `--max-tests-per-minute`) and hands it to its own `control` thread for the
+//! handshake (see [`crate::admission`]: at most [`MAX_HANDSHAKES`] at once, each under a
+//! deadline the acceptor enforces by cutting the connection). Only an admitted test takes
+//! the slot; one that finds a test running is told "busy" with the time left. The control
+//! thread then runs the test: data listener with the window set before `listen()`, pinned
+//! `stream-N` receivers, a `reporter` streaming receiver rows live, and the end: every
+//! stream read to EOF, then the totals. Every phase has a timeout; a client that vanishes
+//! ends its test and the server goes on. Events go to [`crate::serverlog`].
 //!
 //! Without `-B` the server listens on `[::]` dual-stack (IPv4 clients arrive as
 //! `::ffff:a.b.c.d` and are named by their IPv4 address), or on one family with `-4`/`-6`;
@@ -16,30 +19,34 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
+use crate::admission::{Handshake, Handshakes, Refusal, Step, Ticket};
+use crate::allow::{self, Rate};
 use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::net::{self, Family};
-use crate::pin::{self, PinPlan};
+use crate::pin::PinPlan;
 use crate::protocol::{
-    self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, ReceiverDone, SOFTWARE,
-    TestParams,
+    self, Accept, Control, ControlMsg, DataHello, ReceiverDone, SOFTWARE, TestParams,
 };
 use crate::report::interval::IntervalCutter;
+use crate::serverlog;
 use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 use crate::units::format_size;
 use crossbeam_channel::{Receiver, Sender};
 
-/// Server log lines go to stderr, except for the in-process `--loopback` server.
+/// Server log lines go to stderr (text, or JSON `message` events with `--log-format
+/// json`; see [`serverlog`]), except for the in-process `--loopback` server.
 macro_rules! log {
     ($quiet:expr, $($arg:tt)*) => {
         if !$quiet {
-            eprintln!($($arg)*);
+            serverlog::message(format!($($arg)*));
         }
     };
 }
@@ -127,20 +134,56 @@ impl Server {
     }
 
     /// Serves tests until killed (or one test with `-1`, whose result it returns).
+    ///
+    /// The acceptor (this thread) checks `--allow` and `--max-tests-per-minute` on each
+    /// new connection's address, registers it in [`Handshakes`] (at most
+    /// [`MAX_HANDSHAKES`]; when full, the oldest is cut) and hands it to a `control`
+    /// thread for its handshake. Between accepts it cuts the handshakes past their
+    /// deadline. Only an admitted test touches the slot.
     pub fn run(self) -> Result<()> {
-        let slot = Arc::new(Slot::default());
-        let refusers = Arc::new(AtomicUsize::new(0));
-        let waiters = Arc::new(AtomicUsize::new(0));
         let cfg = Arc::new(self.cfg);
+        let shared = Arc::new(Shared {
+            slot: Slot::default(),
+            refusers: Arc::new(AtomicUsize::new(0)),
+            waiters: AtomicUsize::new(0),
+            pending: Handshakes::new(MAX_HANDSHAKES),
+            rate: Mutex::new(Rate::default()),
+            threads: AtomicUsize::new(0),
+        });
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<()>>(1);
+        let done_tx = cfg.one_off.then_some(done_tx);
+        self.listener
+            .set_nonblocking(true)
+            .op(|| "set O_NONBLOCK on the control port".into())?;
         let mut spare = self.spare;
         // While out of descriptors: how many clients were refused for it.
         let mut fd_burst: Option<u64> = None;
         loop {
+            if let Ok(result) = done_rx.try_recv() {
+                return result;
+            }
+            for cut in shared.pending.cut_expired(Instant::now()) {
+                log_refused(&cfg, cut.peer, None, "handshake", &cut.reason);
+            }
             if spare.is_none() {
                 spare = open_spare();
             }
+            let mut fds = [libc::pollfd {
+                fd: self.listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            match crate::sys::poll(&mut fds, timeouts::POLL.as_millis() as i32) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("poll the control port", e)),
+            }
+            if fds[0].revents == 0 {
+                continue;
+            }
             let accepted = match self.listener.accept() {
                 Ok(pair) => Some(pair),
+                Err(e) if crate::stream::is_timeout(&e) => None,
                 Err(e) if out_of_fds(&e) => {
                     // The spare's descriptor lets the limit be read, then the next client in
                     // to hear why it is refused.
@@ -173,6 +216,21 @@ impl Server {
                 continue;
             };
             let peer = canonical(peer);
+            if !allow::allowed(&cfg.allow, peer.ip()) {
+                // Closed at once: no byte is read or written for an address not allowed.
+                drop(stream);
+                log_refused(&cfg, peer, None, "allow", "address not in --allow");
+                continue;
+            }
+            if let Some(max) = cfg.max_tests_per_minute {
+                let checked = shared.rate.lock().check(peer.ip(), max, Instant::now());
+                if let Err(wait) = checked {
+                    let reason = rate_refusal(peer, max, wait);
+                    log_refused(&cfg, peer, None, "rate", &reason);
+                    refuse_with(stream, reason, &shared.refusers);
+                    continue;
+                }
+            }
             if let Some(refused) = fd_burst {
                 if spare.is_none() {
                     spare = open_spare();
@@ -184,7 +242,7 @@ impl Server {
                         fd_limit()
                     );
                     // Counted, not logged one by one: the burst's two lines sum them up.
-                    refuse_with(stream, peer, reason, &refusers, true);
+                    refuse_with(stream, reason, &shared.refusers);
                     continue;
                 }
                 fd_burst = None;
@@ -193,52 +251,86 @@ impl Server {
                     "pinperf: file descriptors are free again ({refused} client(s) refused meanwhile)"
                 );
             }
-            let taken = match slot.try_take() {
-                Ok(()) => true,
-                // The last test is only saying goodbye: a shell loop's next run waits for it
-                // (as many waiters at once as busy answers; beyond that, a busy answer).
-                Err(FINISHING) if waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => false,
-                Err(FINISHING) => {
-                    waiters.fetch_sub(1, Ordering::AcqRel);
-                    refuse_busy(stream, peer, &refusers, cfg.quiet);
-                    continue;
-                }
-                Err(_) => {
-                    refuse_busy(stream, peer, &refusers, cfg.quiet);
-                    continue;
-                }
-            };
-            let (cfg2, slot2, refusers2) =
-                (Arc::clone(&cfg), Arc::clone(&slot), Arc::clone(&refusers));
-            let waiters2 = Arc::clone(&waiters);
-            let control = spawn_named("control".into(), move || {
-                if !taken {
-                    let got = slot2.wait_take(timeouts::FINISHING);
-                    waiters2.fetch_sub(1, Ordering::AcqRel);
-                    if !got {
-                        refuse_busy(stream, peer, &refusers2, cfg2.quiet);
-                        return Ok(());
-                    }
-                }
-                // Released however the session ends, a panic included: a server that says
-                // "busy" forever after one bad client is a server nobody can leave running.
-                let _release = SlotGuard(&slot2);
-                session(stream, peer, &cfg2, &slot2)
+            if shared.threads.load(Ordering::Acquire) >= MAX_CONTROL_THREADS {
+                // Cut handshakes whose threads have not yet ended: a hard bound on threads.
+                drop(stream);
+                log_refused(
+                    &cfg,
+                    peer,
+                    None,
+                    "handshake",
+                    "too many connections at once",
+                );
+                continue;
+            }
+            let rtt = net::tcp_info(&stream).map_or(Duration::ZERO, |i| {
+                Duration::from_micros(u64::from(i.rtt_us))
             });
-            match control {
-                Ok(handle) if cfg.one_off && taken => return join_session(handle, peer),
-                Ok(_) => {}
-                Err(e) => {
-                    if taken {
-                        slot.release();
-                    } else {
-                        waiters.fetch_sub(1, Ordering::AcqRel);
+            let Some((id, cut)) = shared.pending.add(&stream, peer, timeouts::admission(rtt))
+            else {
+                continue;
+            };
+            if let Some(cut) = cut {
+                log_refused(&cfg, cut.peer, None, "handshake", &cut.reason);
+            }
+            let (cfg2, shared2, done2) = (Arc::clone(&cfg), Arc::clone(&shared), done_tx.clone());
+            shared.threads.fetch_add(1, Ordering::AcqRel);
+            let control = spawn_named("control".into(), move || {
+                let result = session(stream, peer, id, &cfg2, &shared2);
+                shared2.threads.fetch_sub(1, Ordering::AcqRel);
+                match (done2, result) {
+                    // `-1`: the admitted test's result is the server's.
+                    (Some(done), Some(result)) => {
+                        let _ = done.send(result);
+                        Ok(())
                     }
-                    log!(cfg.quiet, "pinperf: {e}");
+                    (_, result) => result.unwrap_or(Ok(())),
                 }
+            });
+            if let Err(e) = control {
+                shared.threads.fetch_sub(1, Ordering::AcqRel);
+                shared.pending.remove(id);
+                log!(cfg.quiet, "pinperf: {e}");
             }
         }
     }
+}
+
+/// Most handshakes in progress at once (OpenSSH's `MaxStartups`): a new connection beyond
+/// it cuts the oldest, so idle or slow peers cannot keep a real client out for long, and
+/// the threads and descriptors they cost stay bounded.
+pub(crate) const MAX_HANDSHAKES: usize = 64;
+
+/// Most `control` threads at once: the handshakes, those cut but not yet ended, and the
+/// running test's. Beyond it a new connection is closed unanswered.
+pub(crate) const MAX_CONTROL_THREADS: usize = 2 * MAX_HANDSHAKES;
+
+/// What the acceptor and the `control` threads share.
+struct Shared {
+    slot: Slot,
+    /// Refusals being written (see [`MAX_REFUSERS`]).
+    refusers: Arc<AtomicUsize>,
+    /// Admitted tests waiting for a finishing one.
+    waiters: AtomicUsize,
+    pending: Handshakes,
+    rate: Mutex<Rate>,
+    /// Live `control` threads (see [`MAX_CONTROL_THREADS`]).
+    threads: AtomicUsize,
+}
+
+fn log_refused(cfg: &ServerConfig, peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
+    if !cfg.quiet {
+        serverlog::refused(peer, user, why, reason);
+    }
+}
+
+fn rate_refusal(peer: SocketAddr, max: u32, wait: Duration) -> String {
+    format!(
+        "too many tests from {}: at most {max} per minute (this server's --max-tests-per-minute); \
+         try again in {} s",
+        peer.ip(),
+        wait.as_secs() + 1
+    )
 }
 
 const IDLE: u8 = 0;
@@ -254,74 +346,75 @@ impl Drop for SlotGuard<'_> {
     }
 }
 
-/// Whether the server is free: idle, running a test, or finishing one (results sent).
+/// Whether the server is free: idle, running a test, or finishing one (results sent);
+/// while running, when the test is due to end.
 #[derive(Default)]
-struct Slot(AtomicU8);
+struct Slot {
+    state: AtomicU8,
+    ends: Mutex<Option<Instant>>,
+}
 
 impl Slot {
-    /// Takes the slot if idle; otherwise returns the current state.
-    fn try_take(&self) -> std::result::Result<(), u8> {
-        self.0
+    /// Takes the slot if idle for a test of `run_time`; otherwise returns the current state.
+    fn try_take(&self, run_time: Duration) -> std::result::Result<(), u8> {
+        self.state
             .compare_exchange(IDLE, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| ())
+            .map(|_| *self.ends.lock() = Some(Instant::now() + run_time))
     }
 
     /// Waits while the current test is finishing, then takes the slot.
-    fn wait_take(&self, max: Duration) -> bool {
+    fn wait_take(&self, run_time: Duration, max: Duration) -> std::result::Result<(), u8> {
         let deadline = Instant::now() + max;
         loop {
-            match self.try_take() {
-                Ok(()) => return true,
+            match self.try_take(run_time) {
                 Err(FINISHING) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(5))
                 }
-                Err(_) => return false,
+                other => return other,
             }
         }
     }
 
+    /// How long the running test still has, by its parameters.
+    fn left(&self) -> Duration {
+        self.ends.lock().map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
+    }
+
     fn finishing(&self) {
-        self.0.store(FINISHING, Ordering::Release);
+        self.state.store(FINISHING, Ordering::Release);
     }
 
     fn release(&self) {
-        self.0.store(IDLE, Ordering::Release);
+        self.state.store(IDLE, Ordering::Release);
     }
 }
 
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
-    let server = Server::bind(cfg)?;
-    eprintln!(
-        "pinperf: server listening on {} ({SOFTWARE})",
-        server.local_addr()?
+    serverlog::set_json(cfg.log_json);
+    let (auth, allow) = (
+        cfg.auth.is_some(),
+        cfg.allow.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
     );
+    let server = Server::bind(cfg)?;
+    serverlog::listening(server.local_addr()?, SOFTWARE, auth, &allow);
     server.run()
 }
 
-fn join_session(handle: JoinHandle<Result<()>>, peer: SocketAddr) -> Result<()> {
-    handle.join().unwrap_or_else(|_| {
-        Err(Error::Test(format!(
-            "test from {peer}: control thread panicked"
-        )))
-    })
-}
-
-/// Answers a connection that arrives during a test with "busy".
-fn refuse_busy(stream: TcpStream, peer: SocketAddr, refusers: &Arc<AtomicUsize>, quiet: bool) {
-    let reason = "server busy: another test is running; try again when it ends".to_string();
-    refuse_with(stream, peer, reason, refusers, quiet);
+/// The reason a client hears when a test is running.
+fn busy_reason(left: Duration) -> String {
+    format!(
+        "server busy: a test is running, about {:.0} s left; try again then",
+        left.as_secs_f64().ceil()
+    )
 }
 
 /// Answers a connection the server cannot serve: preamble + Refuse with `reason`, then
 /// close after draining what the client sent (so the refusal is not lost to a reset).
-fn refuse_with(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    reason: String,
-    refusers: &Arc<AtomicUsize>,
-    quiet: bool,
-) {
+/// The caller logs it.
+fn refuse_with(mut stream: TcpStream, reason: String, refusers: &Arc<AtomicUsize>) {
     if refusers.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSERS {
         refusers.fetch_sub(1, Ordering::AcqRel);
         return;
@@ -334,7 +427,6 @@ fn refuse_with(
             let deadline = Instant::now() + timeouts::BUSY_ANSWER;
             let _ = stream.set_write_timeout(Some(timeouts::BUSY_ANSWER));
             let mut msg = protocol::PREAMBLE.to_vec();
-            let short = reason.split(':').next().unwrap_or_default().to_string();
             msg.extend(protocol::encode(&ControlMsg::Refuse { reason }));
             if stream.write_all(&msg).is_ok() {
                 let _ = stream.shutdown(std::net::Shutdown::Write);
@@ -349,7 +441,6 @@ fn refuse_with(
                     }
                 }
             }
-            log!(quiet, "pinperf: refused client {peer}: {short}");
             counter.fetch_sub(1, Ordering::AcqRel);
         });
     if spawned.is_err() {
@@ -358,33 +449,122 @@ fn refuse_with(
     }
 }
 
-/// One test, on the `control` thread.
-fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, slot: &Slot) -> Result<()> {
+/// One connection, on its `control` thread: the handshake under its deadline, then (once
+/// admitted and the slot taken) the test. `None` when no test was admitted; otherwise the
+/// test's result.
+fn session(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    cfg: &ServerConfig,
+    shared: &Shared,
+) -> Option<Result<()>> {
+    let deadline = shared.pending.deadline(id).unwrap_or_else(Instant::now);
+    // A handshake that was cut was logged by the acceptor; any other failure is logged here.
+    let failed = |why: &str, e: &Error| {
+        if shared.pending.remove(id) {
+            log_refused(cfg, peer, None, why, &e.to_string());
+        }
+    };
     let _ = stream.set_nodelay(true);
-    if let Err(e) = protocol::exchange_preamble(&mut stream, peer, timeouts::HANDSHAKE) {
-        log!(
-            cfg.quiet,
-            "pinperf: control connection from {peer} dropped: {e}"
-        );
-        // Finishing before the connection closes: whoever the peer sends next waits for us.
-        slot.finishing();
-        return Err(e);
+    let left = deadline.saturating_duration_since(Instant::now());
+    if let Err(e) =
+        protocol::exchange_preamble(&mut stream, peer, left.max(Duration::from_millis(1)))
+    {
+        failed("handshake", &e);
+        return None;
     }
     // The data listener sits on the address the client reached (an IPv4 client of the
     // dual-stack listener: on that IPv4 address), so the data connections take its path.
-    let local = canonical(stream.local_addr().op(|| "read control address".into())?);
+    let local = match stream.local_addr().op(|| "read control address".into()) {
+        Ok(a) => canonical(a),
+        Err(e) => {
+            failed("handshake", &e);
+            return None;
+        }
+    };
     // Watched while the data connections arrive; valid while `ctl` owns the socket.
     let ctl_fd = stream.as_raw_fd();
-    let ctl = Arc::new(Control::new(stream, peer)?);
-    let result =
-        handshake(&ctl, local, cfg, slot).and_then(|test| run_test(&ctl, ctl_fd, test, cfg, slot));
-    slot.finishing();
+    let ctl = match Control::new(stream, peer) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            failed("handshake", &e);
+            return None;
+        }
+    };
+    let (test, user) = match handshake(&ctl, local, cfg, deadline) {
+        Ok(pair) => pair,
+        Err(Turned::Refused(r)) => {
+            if shared.pending.remove(id) {
+                let _ = ctl.send(&ControlMsg::Refuse {
+                    reason: r.to_client,
+                });
+                log_refused(cfg, peer, r.user.as_deref(), r.why, &r.to_log);
+            }
+            return None;
+        }
+        Err(Turned::Broken(e)) => {
+            failed("handshake", &e);
+            return None;
+        }
+    };
+    if !shared.pending.remove(id) {
+        return None;
+    }
+    let user = user.as_deref();
+    // The slot: free, or soon free (the last test is saying goodbye: a shell loop's next
+    // run waits for it, as many at once as busy answers), else "busy" with the time left.
+    let run_time = test.params.run_time();
+    let taken = match shared.slot.try_take(run_time) {
+        Err(FINISHING) if shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => {
+            let got = shared.slot.wait_take(run_time, timeouts::FINISHING);
+            shared.waiters.fetch_sub(1, Ordering::AcqRel);
+            got
+        }
+        Err(FINISHING) => {
+            shared.waiters.fetch_sub(1, Ordering::AcqRel);
+            Err(FINISHING)
+        }
+        other => other,
+    };
+    if taken.is_err() {
+        let reason = busy_reason(shared.slot.left());
+        let _ = ctl.send(&ControlMsg::Refuse {
+            reason: reason.clone(),
+        });
+        log_refused(cfg, peer, user, "busy", &reason);
+        return None;
+    }
+    // Released however the session ends, a panic included: a server that says "busy"
+    // forever after one bad client is a server nobody can leave running.
+    let _release = SlotGuard(&shared.slot);
+    if let Some(max) = cfg.max_tests_per_minute {
+        // Counted here, atomically: several handshakes from one source may have passed
+        // the acceptor's check at once.
+        let took = shared.rate.lock().take(peer.ip(), max, Instant::now());
+        if let Err(wait) = took {
+            let reason = rate_refusal(peer, max, wait);
+            let _ = ctl.send(&ControlMsg::Refuse {
+                reason: reason.clone(),
+            });
+            log_refused(cfg, peer, user, "rate", &reason);
+            return None;
+        }
+    }
+    if !cfg.quiet {
+        serverlog::set_user(user);
+        serverlog::test_start(peer, user, &test.params);
+    }
+    let result = run_test(&ctl, ctl_fd, test, cfg, &shared.slot);
+    shared.slot.finishing();
     if let Err(e) = &result {
         ctl.abort(&e.to_string());
-        log!(cfg.quiet, "pinperf: test from {peer} failed: {e}");
+        if !cfg.quiet {
+            serverlog::error(Some(peer), user, &e.to_string());
+        }
     }
     drop(ctl);
-    result
+    Some(result)
 }
 
 /// Refuses the client's test; the error, logged by the server, says so in its words.
@@ -406,53 +586,52 @@ struct Admitted {
     cookie: u64,
 }
 
-/// The handshake of one test: hello, parameters validated against this server's limits,
-/// the pin plan. Anything the client may not run is refused here.
+/// How a handshake ended without a test.
+enum Turned {
+    /// Refused with a reason the client hears.
+    Refused(Refusal),
+    /// Not the protocol, gone, or out of time.
+    Broken(Error),
+}
+
+/// The handshake of one connection, by [`Handshake`], each message read within what is
+/// left before `deadline` (the acceptor cuts the connection at the deadline itself, so a
+/// trickling peer cannot stretch a read). Returns the admitted test and its user.
 fn handshake(
     ctl: &Control,
     local: SocketAddr,
     cfg: &ServerConfig,
-    slot: &Slot,
-) -> Result<Admitted> {
+    deadline: Instant,
+) -> std::result::Result<(Admitted, Option<String>), Turned> {
     let peer = ctl.peer;
-    match ctl.recv(timeouts::HANDSHAKE)? {
-        ControlMsg::Hello { version, .. } if version == PROTOCOL_VERSION => {
-            ctl.send(&ControlMsg::Welcome {
-                version: PROTOCOL_VERSION,
-                software: SOFTWARE.into(),
-            })?
+    let mut machine = Handshake::new(cfg.auth.clone(), cfg.limits, cfg.affinity.clone())
+        .map_err(Turned::Broken)?;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Turned::Broken(protocol::no_answer(peer)));
         }
-        ControlMsg::Hello { version, software } => {
-            return Err(refuse(
-                ctl,
-                slot,
-                format!(
-                    "{software} speaks protocol {version}; this server ({SOFTWARE}) speaks {PROTOCOL_VERSION}"
-                ),
-            ));
+        let (msg, body) = ctl.recv_raw(left).map_err(Turned::Broken)?;
+        match machine.input(msg, &body) {
+            Step::Reply(msg) => ctl.send(&msg).map_err(Turned::Broken)?,
+            Step::Wait => {}
+            Step::Refuse(r) => return Err(Turned::Refused(r)),
+            Step::Broken(what) => return Err(Turned::Broken(Error::Protocol { peer, what })),
+            Step::Admit(ticket) => {
+                let Ticket { params, plan, user } = *ticket;
+                let cookie = protocol::new_cookie().map_err(Turned::Broken)?;
+                return Ok((
+                    Admitted {
+                        params,
+                        plan,
+                        local,
+                        cookie,
+                    },
+                    user,
+                ));
+            }
         }
-        other => return Err(unexpected(peer, "hello", &other)),
     }
-    let params = match ctl.recv(timeouts::HANDSHAKE)? {
-        ControlMsg::Params(p) => p,
-        other => return Err(unexpected(peer, "params", &other)),
-    };
-    params
-        .validate(&cfg.limits)
-        .map_err(|reason| refuse(ctl, slot, reason))?;
-    let n = params.threads();
-    let allowed = pin::allowed_cpus();
-    let plan = match &params.pin {
-        Some(affinity) => pin::plan(affinity, n, &allowed),
-        None => pin::plan(&cfg.affinity, n, &allowed),
-    }
-    .map_err(|reason| refuse(ctl, slot, format!("remote -A: {reason}")))?;
-    Ok(Admitted {
-        params,
-        plan,
-        local,
-        cookie: protocol::new_cookie(),
-    })
 }
 
 /// The admitted test: data listener, streams, reporter, the end and the totals.
@@ -630,21 +809,21 @@ fn run_test(
     // run) may connect the moment they arrive, and must wait rather than be refused.
     slot.finishing();
     ctl.send(&ControlMsg::Done(done))?;
-    let mut what = Vec::new();
-    if params.direction() != crate::params::Direction::Reverse {
-        what.push(format!(
-            "received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
-            crate::units::mbps(received, secs)
-        ));
+    if !cfg.quiet {
+        serverlog::test_end(peer, received, sent, secs, || {
+            let mut what = Vec::new();
+            if params.direction() != crate::params::Direction::Reverse {
+                what.push(format!(
+                    "received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
+                    crate::units::mbps(received, secs)
+                ));
+            }
+            if params.direction() != crate::params::Direction::Forward {
+                what.push(format!("sent {sent} bytes"));
+            }
+            format!("pinperf: test from {peer}: done, {}", what.join(", "))
+        });
     }
-    if params.direction() != crate::params::Direction::Forward {
-        what.push(format!("sent {sent} bytes"));
-    }
-    log!(
-        cfg.quiet,
-        "pinperf: test from {peer}: done, {}",
-        what.join(", ")
-    );
     // The client says Bye once it has everything; don't hold the server long for it.
     let _ = ctl.poll(timeouts::GOODBYE);
     Ok(())

@@ -10,6 +10,22 @@ use std::time::{Duration, Instant};
 /// well under a second; ten leave room for DNS, SYN retries and a loaded host.
 pub const HANDSHAKE: Duration = Duration::from_secs(10);
 
+/// A new control connection's whole handshake, preamble to valid parameters: a real
+/// client needs a few round trips (four with authentication) and microseconds of work.
+/// Two seconds, plus those round trips at the connection's RTT as the kernel measured it
+/// at accept (each counted at most [`ADMISSION_RTT_CAP`], so a peer that delays its ACKs
+/// buys little). Until its handshake is complete a connection holds no test slot; past
+/// this it is cut.
+pub const ADMISSION_BASE: Duration = Duration::from_secs(2);
+
+/// The most one round trip adds to [`admission`].
+pub const ADMISSION_RTT_CAP: Duration = Duration::from_secs(4);
+
+/// The deadline of a new connection's handshake (see [`ADMISSION_BASE`]).
+pub fn admission(rtt: Duration) -> Duration {
+    ADMISSION_BASE + rtt.min(ADMISSION_RTT_CAP) * 4
+}
+
 /// Writing one control message: the peer's kernel takes small frames at once unless the
 /// peer is frozen or gone.
 pub const CONTROL_WRITE: Duration = Duration::from_secs(10);
@@ -110,6 +126,16 @@ mod tests {
             streams_arrive(2, Duration::from_secs(4)),
             HANDSHAKE + Duration::from_secs(16)
         );
+    }
+
+    #[test]
+    fn a_handshake_gets_two_seconds_and_four_capped_round_trips() {
+        assert_eq!(admission(Duration::ZERO), Duration::from_secs(2));
+        assert_eq!(
+            admission(Duration::from_millis(60)),
+            Duration::from_millis(2240)
+        );
+        assert_eq!(admission(Duration::from_secs(30)), Duration::from_secs(18));
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! stream has a data connection and, with block RTT on, an echo connection on which the
 //! receiver returns block headers, so the data connection carries data one way only.
 //!
-//! Sequence: Hello → Welcome|Refuse; Params → Accept|Refuse; data connections; Start;
-//! Row… (the server's receiver intervals, live) and, when the server sends (`-R`,
-//! `--bidir`), SenderInterval… (its sender intervals); Done (the server's totals); Bye. Either side may send
+//! Sequence: Hello → Welcome|Refuse; with authentication, AuthRequest → Challenge,
+//! AuthProof (see [`crate::auth`]); Params → Accept|Refuse; data connections (with `-u`:
+//! UDP hellos, then UdpReady); Start; Row… (the server's receiver intervals, live) and,
+//! when the server sends (`-R`, `--bidir`), SenderInterval… (its sender intervals); Done
+//! (the server's totals); Bye. Either side may send
 //! Error{reason} at any time to abort.
 
 use std::io::{self, Read, Write};
@@ -104,6 +106,20 @@ pub enum ControlMsg {
         reason: String,
     },
     Bye,
+    /// Client → server, after Welcome (with `--auth`): who, and the client's nonce (hex).
+    AuthRequest {
+        user: String,
+        nonce: String,
+    },
+    /// Server → client: the server's fresh nonce (hex).
+    Challenge {
+        nonce: String,
+    },
+    /// Client → server: HMAC-SHA256 over both nonces and the Params that follow (hex);
+    /// see [`crate::auth`].
+    AuthProof {
+        mac: String,
+    },
 }
 
 impl ControlMsg {
@@ -122,6 +138,9 @@ impl ControlMsg {
             ControlMsg::Done(_) => "done",
             ControlMsg::Error { .. } => "error",
             ControlMsg::Bye => "bye",
+            ControlMsg::AuthRequest { .. } => "auth_request",
+            ControlMsg::Challenge { .. } => "challenge",
+            ControlMsg::AuthProof { .. } => "auth_proof",
         }
     }
 }
@@ -135,8 +154,20 @@ pub fn encode(msg: &ControlMsg) -> Vec<u8> {
     frame
 }
 
+/// The body of the Params frame for `test`, byte for byte as [`encode`] sends it (what
+/// the authentication MAC covers).
+pub fn params_body(test: &TestParams) -> Vec<u8> {
+    let frame = encode(&ControlMsg::Params(test.clone()));
+    frame[4..].to_vec()
+}
+
 /// Reads one frame. `peer` names the other side in errors.
 pub fn read_frame(reader: &mut impl Read, peer: SocketAddr) -> Result<ControlMsg> {
+    read_frame_raw(reader, peer).map(|(msg, _)| msg)
+}
+
+/// Reads one frame and returns it with its body as received.
+pub fn read_frame_raw(reader: &mut impl Read, peer: SocketAddr) -> Result<(ControlMsg, Vec<u8>)> {
     let mut len = [0u8; 4];
     reader
         .read_exact(&mut len)
@@ -154,10 +185,11 @@ pub fn read_frame(reader: &mut impl Read, peer: SocketAddr) -> Result<ControlMsg
     reader
         .read_exact(&mut body)
         .map_err(|e| read_error(e, peer))?;
-    serde_json::from_slice(&body).map_err(|e| Error::Protocol {
+    let msg = serde_json::from_slice(&body).map_err(|e| Error::Protocol {
         peer,
         what: format!("unreadable control message ({e})"),
-    })
+    })?;
+    Ok((msg, body))
 }
 
 /// The peer said nothing within a step's deadline.
@@ -241,15 +273,20 @@ impl Control {
     /// Waits up to `timeout` for the next message. An `Error` message from the peer becomes
     /// [`Error::Test`] carrying its reason.
     pub(crate) fn recv(&self, timeout: Duration) -> Result<ControlMsg> {
+        self.recv_raw(timeout).map(|(msg, _)| msg)
+    }
+
+    /// Like [`Control::recv`], with the frame's body as received.
+    pub(crate) fn recv_raw(&self, timeout: Duration) -> Result<(ControlMsg, Vec<u8>)> {
         let mut reader = self.reader.lock();
         reader
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(|e| Error::io("set control timeout", e))?;
-        match read_frame(&mut *reader, self.peer)? {
-            ControlMsg::Error { reason } => {
+        match read_frame_raw(&mut *reader, self.peer)? {
+            (ControlMsg::Error { reason }, _) => {
                 Err(Error::Test(format!("{} reported: {reason}", self.peer)))
             }
-            msg => Ok(msg),
+            pair => Ok(pair),
         }
     }
 
@@ -332,17 +369,11 @@ impl DataHello {
     }
 }
 
-/// A fresh random test cookie (std's per-process random hash keys; no extra crate).
-pub(crate) fn new_cookie() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
+/// A fresh test cookie: the per-test secret the data and echo connections open with, 64
+/// bits from the operating system's random source (unguessable, unlike a counter or a
+/// clock), told only to the client that passed the handshake.
+pub(crate) fn new_cookie() -> Result<u64> {
+    getrandom::u64().map_err(|e| Error::Test(format!("read the system's random source: {e}")))
 }
 
 #[cfg(test)]
@@ -417,6 +448,6 @@ mod tests {
         .to_bytes();
         bad[10] = 7;
         assert_eq!(DataHello::from_bytes(bad), None);
-        assert_ne!(new_cookie(), new_cookie());
+        assert_ne!(new_cookie().unwrap(), new_cookie().unwrap());
     }
 }

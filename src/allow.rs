@@ -1,0 +1,218 @@
+//! The server's address allow-list (`--allow CIDR[,CIDR…]`, IPv4 and IPv6) and its
+//! per-source test rate (`--max-tests-per-minute`). Both are checked by the acceptor on
+//! the connection's address before any handshake work; the rate is counted again, atomically,
+//! when a test takes the slot. Plain data, no sockets.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// One `ADDR/LEN` network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl Cidr {
+    /// `127.0.0.0/8`, `::1/128`, or an address alone (a host).
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (a, len) = match text.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (text, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| {
+            format!("{text:?} is not an address or CIDR (e.g. 192.0.2.0/24, 2001:db8::/32)")
+        })?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            None => max,
+            Some(l) => l
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&l| l <= max)
+                .ok_or_else(|| format!("{text}: prefix length must be 0 to {max}"))?,
+        };
+        Ok(Cidr { addr, len })
+    }
+
+    /// True when `ip` is inside this network (an IPv4-mapped IPv6 address counts as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(
+                u128::from(net.to_bits()),
+                u128::from(ip.to_bits()),
+                32,
+                self.len,
+            ),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_eq(net.to_bits(), ip.to_bits(), 128, self.len)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(a: u128, b: u128, bits: u32, len: u8) -> bool {
+    let shift = bits - u32::from(len);
+    shift >= bits || (a >> shift) == (b >> shift)
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// `--allow` lists, comma-separated, the flag possibly repeated.
+pub fn parse_list(values: &[String]) -> Result<Vec<Cidr>, String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(|item| Cidr::parse(item.trim()).map_err(|why| format!("--allow {why}")))
+        .collect()
+}
+
+/// True when `ip` may connect: an empty list allows every address.
+pub fn allowed(list: &[Cidr], ip: IpAddr) -> bool {
+    list.is_empty() || list.iter().any(|c| c.contains(ip))
+}
+
+/// The window `--max-tests-per-minute` counts in.
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Tests started per source in the last minute. A source is an IPv4 address or an IPv6
+/// /64 (one host commonly holds a whole /64).
+#[derive(Debug, Default)]
+pub struct Rate {
+    started: HashMap<u128, VecDeque<Instant>>,
+}
+
+impl Rate {
+    fn source(ip: IpAddr) -> u128 {
+        match ip {
+            IpAddr::V4(v4) => u128::from(v4.to_bits()),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => u128::from(v4.to_bits()),
+                None => v6.to_bits() & !((1u128 << 64) - 1),
+            },
+        }
+    }
+
+    /// `Err(wait)` when `ip` already started `max` tests within the last minute: the time
+    /// until the oldest of them leaves the window.
+    pub fn check(&mut self, ip: IpAddr, max: u32, now: Instant) -> Result<(), Duration> {
+        self.prune(now);
+        match self.started.get(&Self::source(ip)) {
+            Some(q) if q.len() >= max as usize => Err(q.front().map_or(RATE_WINDOW, |&t| {
+                (t + RATE_WINDOW).saturating_duration_since(now)
+            })),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks, and when allowed counts a test from `ip` started at `now`.
+    pub fn take(&mut self, ip: IpAddr, max: u32, now: Instant) -> Result<(), Duration> {
+        self.check(ip, max, now)?;
+        self.started
+            .entry(Self::source(ip))
+            .or_default()
+            .push_back(now);
+        Ok(())
+    }
+
+    fn prune(&mut self, now: Instant) {
+        self.started.retain(|_, q| {
+            while q
+                .front()
+                .is_some_and(|&t| now.saturating_duration_since(t) >= RATE_WINDOW)
+            {
+                q.pop_front();
+            }
+            !q.is_empty()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn cidrs_match_their_networks_only() {
+        let list = parse_list(&["127.0.0.0/8, 2001:db8::/32".into(), "192.0.2.7".into()]).unwrap();
+        for (addr, expected) in [
+            ("127.0.0.1", true),
+            ("127.255.0.9", true),
+            ("128.0.0.1", false),
+            ("::ffff:127.0.0.1", true),
+            ("2001:db8:1::5", true),
+            ("2001:db9::5", false),
+            ("192.0.2.7", true),
+            ("192.0.2.8", false),
+            ("::1", false),
+        ] {
+            assert_eq!(allowed(&list, ip(addr)), expected, "{addr}");
+        }
+        assert!(allowed(&[], ip("203.0.113.1")), "no list: everyone");
+        let all = parse_list(&["0.0.0.0/0,::/0".into()]).unwrap();
+        assert!(allowed(&all, ip("203.0.113.1")) && allowed(&all, ip("2001:db8::1")));
+        assert_eq!(
+            Cidr::parse("127.0.0.2/32").unwrap().to_string(),
+            "127.0.0.2/32"
+        );
+    }
+
+    #[test]
+    fn bad_cidrs_name_the_flag_and_the_rule() {
+        for (text, err) in [
+            (
+                "10.0.0.0/33",
+                "--allow 10.0.0.0/33: prefix length must be 0 to 32",
+            ),
+            ("::/129", "--allow ::/129: prefix length must be 0 to 128"),
+            (
+                "10.0.0/8",
+                "--allow \"10.0.0/8\" is not an address or CIDR (e.g. 192.0.2.0/24, 2001:db8::/32)",
+            ),
+            (
+                "",
+                "--allow \"\" is not an address or CIDR (e.g. 192.0.2.0/24, 2001:db8::/32)",
+            ),
+        ] {
+            assert_eq!(parse_list(&[text.into()]).unwrap_err(), err, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_rate_counts_per_source_per_minute() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut r = Rate::default();
+        assert_eq!(r.take(ip("192.0.2.1"), 2, at(0)), Ok(()));
+        assert_eq!(r.take(ip("192.0.2.1"), 2, at(10)), Ok(()));
+        assert_eq!(
+            r.take(ip("192.0.2.1"), 2, at(20)),
+            Err(Duration::from_secs(40))
+        );
+        assert_eq!(r.take(ip("192.0.2.2"), 2, at(20)), Ok(()), "another source");
+        assert_eq!(
+            r.take(ip("192.0.2.1"), 2, at(60)),
+            Ok(()),
+            "the first left the window"
+        );
+        // One IPv6 /64 is one source.
+        assert_eq!(r.take(ip("2001:db8::1"), 1, at(0)), Ok(()));
+        assert!(r.take(ip("2001:db8::2"), 1, at(1)).is_err());
+        assert_eq!(r.take(ip("2001:db8:0:1::1"), 1, at(1)), Ok(()));
+    }
+}

@@ -1,0 +1,133 @@
+//! The server's log on stderr: human lines (`pinperf: …`, the default) or, with
+//! `--log-format json`, one JSON object per line for journald and fail2ban. Every line has
+//! `time` (Unix seconds) and `event`: `listening`, `refused` (with `why`, a fixed word a
+//! filter can match: `allow`, `rate`, `busy`, `auth`, `params`, `version`, `handshake`,
+//! `fds`), `test_start` (peer, user, parameters), `test_end` (peer, user, totals),
+//! `error`, and `message` for anything else. Any thread may log; each line is written
+//! whole. The format is the process's (one `-s` server per process; in-process servers
+//! are quiet).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Value, json};
+
+static JSON: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The authenticated user of the test this `control` thread runs, for its events.
+    static USER: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Names the user of the test on this thread (none without `--auth-keys`).
+pub fn set_user(user: Option<&str>) {
+    USER.with(|u| *u.borrow_mut() = user.map(str::to_string));
+}
+
+/// Chooses the format for the rest of the process (`--log-format`).
+pub fn set_json(json: bool) {
+    JSON.store(json, Ordering::Relaxed);
+}
+
+fn is_json() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| (d.as_micros() as f64) / 1e6)
+}
+
+/// Writes one event: `text` as it is, or the JSON object `fields` with `time` and `event`.
+/// In text, `text` may be `None`: the event has no line of its own there.
+fn emit(event: &str, fields: Value, text: impl FnOnce() -> Option<String>) {
+    if is_json() {
+        let mut obj = serde_json::Map::new();
+        obj.insert("time".into(), json!(now()));
+        obj.insert("event".into(), json!(event));
+        if let Value::Object(rest) = fields {
+            obj.extend(rest);
+        }
+        eprintln!("{}", Value::Object(obj));
+    } else if let Some(line) = text() {
+        eprintln!("{line}");
+    }
+}
+
+/// A free-form line (`pinperf: …`): in JSON, `{"event":"message","text":…}`.
+pub fn message(text: String) {
+    emit("message", json!({ "text": text }), || Some(text.clone()));
+}
+
+pub fn listening(addr: SocketAddr, software: &str, auth: bool, allow: &[String]) {
+    emit(
+        "listening",
+        json!({ "address": addr.to_string(), "software": software, "auth": auth, "allow": allow }),
+        || Some(format!("pinperf: server listening on {addr} ({software})")),
+    );
+}
+
+/// A connection or a test the server turned away; `why` is one fixed word.
+pub fn refused(peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
+    emit(
+        "refused",
+        json!({ "peer": peer.to_string(), "user": user, "why": why, "reason": reason }),
+        || {
+            Some(match (why, user) {
+                // A test refused for what it asked: the words these lines always had.
+                ("params" | "version", _) => {
+                    format!("pinperf: test from {peer} failed: refused the client's test: {reason}")
+                }
+                (_, Some(u)) => format!("pinperf: refused client {peer} (user {u}): {reason}"),
+                (_, None) => format!("pinperf: refused client {peer}: {reason}"),
+            })
+        },
+    );
+}
+
+pub fn test_start(peer: SocketAddr, user: Option<&str>, params: &crate::params::TestParams) {
+    let params = serde_json::to_value(params).unwrap_or(Value::Null);
+    emit(
+        "test_start",
+        json!({ "peer": peer.to_string(), "user": user, "params": params }),
+        || user.map(|u| format!("pinperf: test from {peer}: user {u}")),
+    );
+}
+
+/// A test's end with its totals; `text` is the human line. The user is the one
+/// [`set_user`] named on this thread.
+pub fn test_end(
+    peer: SocketAddr,
+    received_bytes: u64,
+    sent_bytes: u64,
+    seconds: f64,
+    text: impl FnOnce() -> String,
+) {
+    let user = USER.with(|u| u.borrow().clone());
+    emit(
+        "test_end",
+        json!({
+            "peer": peer.to_string(),
+            "user": user,
+            "received_bytes": received_bytes,
+            "sent_bytes": sent_bytes,
+            "seconds": seconds,
+            "bits_per_second": if seconds > 0.0 { received_bytes as f64 * 8.0 / seconds } else { 0.0 },
+        }),
+        || Some(text()),
+    );
+}
+
+pub fn error(peer: Option<SocketAddr>, user: Option<&str>, what: &str) {
+    emit(
+        "error",
+        json!({ "peer": peer.map(|p| p.to_string()), "user": user, "error": what }),
+        || {
+            Some(match peer {
+                Some(p) => format!("pinperf: test from {p} failed: {what}"),
+                None => format!("pinperf: {what}"),
+            })
+        },
+    );
+}
