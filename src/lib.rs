@@ -13,6 +13,7 @@ pub mod compare;
 pub(crate) mod config;
 pub(crate) mod cpu;
 pub mod error;
+pub(crate) mod html;
 pub(crate) mod kstat;
 #[cfg(target_os = "linux")]
 pub(crate) mod lab;
@@ -20,8 +21,11 @@ pub(crate) mod net;
 pub(crate) mod netinfo;
 pub(crate) mod params;
 pub(crate) mod pin;
+pub(crate) mod plot;
 pub mod protocol;
+pub(crate) mod render;
 pub mod report;
+pub(crate) mod saved;
 pub(crate) mod server;
 pub(crate) mod signals;
 pub mod stream;
@@ -60,6 +64,13 @@ pub(crate) fn run(args: &cli::Args) -> Result<()> {
         signals::take_over()?;
         return compare::run(c);
     }
+    match &args.command {
+        Some(cli::Command::Plot(a)) => return render::run_plot(a),
+        Some(cli::Command::Report(a)) => return render::run_report(a),
+        Some(cli::Command::Completions(a)) => return render::run_completions(a),
+        Some(cli::Command::Man) => return render::run_man(),
+        _ => {}
+    }
     if let Some(cli::Command::Lab(l)) = &args.command {
         #[cfg(target_os = "linux")]
         return lab::run(l);
@@ -72,7 +83,7 @@ pub(crate) fn run(args: &cli::Args) -> Result<()> {
         config::Mode::Server(cfg) => server::serve(cfg),
         config::Mode::Client(cfg) => {
             signals::take_over()?;
-            client::run(cfg)
+            render::run_client(cfg, &args.output)
         }
     }
 }

@@ -12,12 +12,28 @@ use super::model::{Header, IntervalReport, Summary};
 /// The whole-test document of `-J`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Document {
+    /// `-T TITLE` (as iperf3's `"title"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     pub start: Header,
     pub intervals: Vec<IntervalReport>,
     pub end: Option<Summary>,
     /// Why the test failed; `end` is then null and `intervals` hold what was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl Document {
+    /// A test's document before its first interval.
+    pub fn new(title: Option<String>, start: Header) -> Document {
+        Document {
+            title,
+            start,
+            intervals: Vec::new(),
+            end: None,
+            error: None,
+        }
+    }
 }
 
 /// One line of `--json-lines`.
@@ -40,22 +56,28 @@ pub enum Event {
 pub struct JsonFormatter<W: Write> {
     out: W,
     doc: Option<Document>,
+    title: Option<String>,
 }
 
 impl<W: Write> JsonFormatter<W> {
     pub fn new(out: W) -> Self {
-        JsonFormatter { out, doc: None }
+        JsonFormatter {
+            out,
+            doc: None,
+            title: None,
+        }
+    }
+
+    /// The document's `"title"` (`-T`).
+    pub fn titled(mut self, title: Option<String>) -> Self {
+        self.title = title;
+        self
     }
 }
 
 impl<W: Write + Send> Formatter for JsonFormatter<W> {
     fn header(&mut self, header: &Header) -> io::Result<()> {
-        self.doc = Some(Document {
-            start: header.clone(),
-            intervals: Vec::new(),
-            end: None,
-            error: None,
-        });
+        self.doc = Some(Document::new(self.title.clone(), header.clone()));
         Ok(())
     }
 

@@ -13,25 +13,96 @@ use super::Formatter;
 use super::model::{
     CpuSummary, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary, ThreadCpu,
 };
-use crate::choices::Engine;
+use crate::choices::{Engine, RateUnit};
 use crate::cpu::{CoreLoad, CpuReport};
 use crate::netinfo::{Buffer, Grant, WindowGrant};
 use crate::units::format_size;
+
+/// What the text format's iperf3-style flags change: the rate unit of the rows (`-f`)
+/// and the verbose lines (`-V`). (`-T` and `--timestamps` prefix lines: [`Prefixed`].)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TextOptions {
+    pub unit: RateUnit,
+    /// `-V`: each stream's `TCP_INFO` and block-RTT details under its rows.
+    pub verbose: bool,
+}
 
 /// Writes the text format to `out`.
 pub struct TextFormatter<W: Write> {
     out: W,
     streams: u16,
     echo: bool,
+    opts: TextOptions,
 }
 
 impl<W: Write> TextFormatter<W> {
     pub fn new(out: W) -> Self {
+        Self::with_options(out, TextOptions::default())
+    }
+
+    pub fn with_options(out: W, opts: TextOptions) -> Self {
         TextFormatter {
             out,
             streams: 0,
             echo: true,
+            opts,
         }
+    }
+}
+
+/// A writer that starts every line with a prefix: iperf3's `--timestamps[=FORMAT]` (the
+/// local time by strftime's FORMAT, default `"%c "`) and then `-T`'s `"TITLE:  "`, in
+/// iperf3's order.
+pub struct Prefixed<W: Write> {
+    out: W,
+    timestamps: Option<String>,
+    title: Option<String>,
+    at_line_start: bool,
+}
+
+impl<W: Write> Prefixed<W> {
+    pub fn new(out: W, timestamps: Option<String>, title: Option<String>) -> Self {
+        Prefixed {
+            out,
+            timestamps,
+            title,
+            at_line_start: true,
+        }
+    }
+
+    fn prefix(&mut self) -> io::Result<()> {
+        if let Some(fmt) = &self.timestamps {
+            let now = crate::sys::local_time(fmt)?;
+            self.out.write_all(now.as_bytes())?;
+        }
+        if let Some(title) = &self.title {
+            write!(self.out, "{title}:  ")?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for Prefixed<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.at_line_start {
+            self.prefix()?;
+            self.at_line_start = false;
+        }
+        // Up to and including the first newline; the next call prefixes the next line.
+        let n = buf
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(buf.len(), |i| i + 1);
+        self.out.write_all(&buf[..n])?;
+        self.at_line_start = buf[n - 1] == b'\n';
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 }
 
@@ -49,7 +120,7 @@ fn opt_bytes(v: Option<u32>) -> String {
     v.map_or("?".to_string(), |v| format!("{v}B"))
 }
 
-fn row(label: &str, c: &Cols) -> String {
+fn row(label: &str, c: &Cols, unit: RateUnit) -> String {
     let ms = |v: f64| format!("{:.3}", v / 1e3);
     let (min, avg, max) = match c.rtt {
         Some(r) => (ms(r.min_us), ms(r.avg_us), ms(r.max_us)),
@@ -63,7 +134,7 @@ fn row(label: &str, c: &Cols) -> String {
         "{label} {:>8.3} {:>8.3} {:>11.3} {:>8} {:>8} {:>8} {:>6} {:>9}",
         c.start,
         c.end,
-        c.bits_per_second / 1e6,
+        unit.scale(c.bits_per_second),
         min,
         avg,
         max,
@@ -232,6 +303,41 @@ impl<W: Write + Send> TextFormatter<W> {
         }
     }
 
+    /// `-V`: the stream row's details the columns leave out (`#` first, so row parsers
+    /// skip it): what the sender wrote, `TCP_INFO` at the span's end, block RTT's median.
+    fn verbose_line(&mut self, s: &StreamRow) -> io::Result<()> {
+        let ms = |us: f64| format!("{:.3} ms", us / 1e3);
+        let mut parts = vec![format!("sent {}B", s.sent_bytes)];
+        if let Some(k) = s.kernel_rtt {
+            parts.push(format!("srtt {}", ms(k.avg_us)));
+        }
+        if let Some(v) = s.rttvar {
+            parts.push(format!("rttvar {}", ms(f64::from(v))));
+        }
+        if let Some(v) = s.min_rtt {
+            parts.push(format!("min_rtt {}", ms(f64::from(v))));
+        }
+        if let Some(v) = s.delivery_rate {
+            parts.push(format!("delivery {:.3} Mb/s", v as f64 / 1e6));
+        }
+        if let Some(v) = s.pacing_rate {
+            parts.push(format!("pacing {:.3} Mb/s", v as f64 / 1e6));
+        }
+        if let Some(v) = s.notsent_bytes {
+            parts.push(format!("notsent {v}B"));
+        }
+        if let Some(v) = s.sndbuf {
+            parts.push(format!("sndbuf {v}B"));
+        }
+        if let Some(b) = s.block_rtt {
+            let median = b
+                .median_us
+                .map_or(String::new(), |m| format!("median {}, ", ms(m)));
+            parts.push(format!("block RTT {median}{} samples", b.samples));
+        }
+        writeln!(self.out, "#   {} {}", id(s.stream), parts.join(", "))
+    }
+
     fn rtt(&self, block: Option<RttSummary>, kernel: Option<RttSummary>) -> Option<RttSummary> {
         if self.echo { block } else { kernel }
     }
@@ -314,7 +420,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         }
         writeln!(
             o,
-            "#(ID)  begin, s   end, s        Mb/s  RTT, ms: min      avg      max   retr  cwnd, KiB"
+            "#(ID)  begin, s   end, s        {}  RTT, ms: min      avg      max   retr  cwnd, KiB",
+            self.opts.unit.label()
         )?;
         o.flush()
     }
@@ -327,8 +434,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
         let mark = if iv.omitted { "  (omitted)" } else { "" };
         for s in &iv.streams {
-            let line = row(&id(s.stream), &self.stream_cols(s));
+            let line = row(&id(s.stream), &self.stream_cols(s), self.opts.unit);
             writeln!(self.out, "{line}{mark}")?;
+            if self.opts.verbose {
+                self.verbose_line(s)?;
+            }
         }
         if let Some(cores) = &iv.cores {
             writeln!(
@@ -349,15 +459,18 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 retransmits: s.retransmits,
                 snd_cwnd: s.snd_cwnd,
             };
-            writeln!(self.out, "{}{mark}", row("(sum)", &cols))?;
+            writeln!(self.out, "{}{mark}", row("(sum)", &cols, self.opts.unit))?;
         }
         self.out.flush()
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         for st in &s.streams {
-            let line = row(&id(st.stream), &self.stream_cols(st));
+            let line = row(&id(st.stream), &self.stream_cols(st), self.opts.unit);
             writeln!(self.out, "#{line}")?;
+            if self.opts.verbose {
+                self.verbose_line(st)?;
+            }
         }
         let f = &s.fairness;
         let cols = Cols {
@@ -370,7 +483,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         };
         // The heading of the appended columns, over them (no `**`: `fgrep '**'` stays one
         // line).
-        let total = row("(**)", &cols);
+        let total = row("(**)", &cols, self.opts.unit);
         let heading = "fairness:";
         writeln!(
             self.out,
