@@ -512,7 +512,10 @@ fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
             .margin(8)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d((0..xs.len()).into_segmented(), 0.0..max * 1.15)?;
+            .build_cartesian_2d(
+                (0..xs.len().saturating_sub(1)).into_segmented(),
+                0.0..max * 1.15,
+            )?;
         chart
             .configure_mesh()
             .x_desc(x_dim.name())
@@ -589,8 +592,32 @@ pub(crate) fn picture_kind(path: &Path) -> Result<Picture> {
     }
 }
 
-/// Rasterises an SVG (fonts: the system's, read by `fontdb`; no system libraries).
+/// Rasterises an SVG with resvg (pure Rust: no system libraries). Text uses the system's
+/// fonts (read from the usual directories); a host without any gets the lines only.
 fn to_png(svg: &str) -> std::result::Result<Vec<u8>, String> {
-    let _ = svg;
-    Err("PNG output is not built in yet; write .svg".into())
+    use resvg::{tiny_skia, usvg};
+    let mut opt = usvg::Options::default();
+    let db = opt.fontdb_mut();
+    db.load_system_fonts();
+    let sans = [
+        "DejaVu Sans",
+        "Liberation Sans",
+        "Noto Sans",
+        "FreeSans",
+        "Arial",
+    ]
+    .into_iter()
+    .find(|name| {
+        db.faces()
+            .any(|f| f.families.iter().any(|(family, _)| family == name))
+    });
+    if let Some(name) = sans {
+        db.set_sans_serif_family(name);
+    }
+    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| e.to_string())?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| "an empty picture".to_string())?;
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap.encode_png().map_err(|e| e.to_string())
 }

@@ -289,8 +289,10 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
         (Saved::Test(t), ReportFormat::Text) => {
             let mut buf = Vec::new();
             let t_args = &a.text;
+            // The run's -T is in the document: its lines had the prefix.
+            let title = t_args.title.clone().or_else(|| t.doc.title.clone());
             let mut f = TextFormatter::with_options(
-                Prefixed::new(&mut buf, t_args.timestamps.clone(), t_args.title.clone()),
+                Prefixed::new(&mut buf, t_args.timestamps.clone(), title),
                 t_args.options(),
             );
             saved::replay(&t.doc, &mut f).map_err(|e| Error::io("render the report", e))?;
