@@ -100,3 +100,26 @@ impl RateUnit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// iperf3's `-f`: lower case decimal bits, upper case binary bytes.
+    #[test]
+    fn rate_units_scale_bits_per_second() {
+        let bps = 8.0 * 1024.0 * 1024.0 * 1024.0; // 1 GiB/s
+        for (unit, value, label) in [
+            (RateUnit::KiloBits, 8_589_934.592, "Kb/s"),
+            (RateUnit::MegaBits, 8_589.934592, "Mb/s"),
+            (RateUnit::GigaBits, 8.589934592, "Gb/s"),
+            (RateUnit::KiloBytes, 1_048_576.0, "KB/s"),
+            (RateUnit::MegaBytes, 1024.0, "MB/s"),
+            (RateUnit::GigaBytes, 1.0, "GB/s"),
+        ] {
+            assert!((unit.scale(bps) - value).abs() < 1e-6, "{unit:?}");
+            assert_eq!(unit.label(), label);
+        }
+        assert_eq!(RateUnit::default(), RateUnit::MegaBits);
+    }
+}

@@ -73,6 +73,26 @@ pub struct ReportArgs {
     pub text: TextArgs,
 }
 
+impl OutputArgs {
+    /// The first output flag given (for modes that do not carry them: the lab).
+    pub fn first_set(&self) -> Option<&'static str> {
+        let t = &self.text;
+        [
+            (t.unit != RateUnit::default(), "-f"),
+            (t.title.is_some(), "-T/--title"),
+            (t.timestamps.is_some(), "--timestamps"),
+            (t.verbose, "-V/--verbose"),
+            (self.logfile.is_some(), "--logfile"),
+            (self.forceflush, "--forceflush"),
+            (self.json_file.is_some(), "--json-file"),
+            (self.plot.is_some(), "--plot"),
+            (self.html.is_some(), "--html"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    }
+}
+
 /// `pinperf completions`.
 #[derive(Debug, clap::Args)]
 pub struct CompletionsArgs {

@@ -561,6 +561,63 @@ mod tests {
     use super::*;
     use crate::report::model::sample;
 
+    /// `-T` and `--timestamps` start every line, however the writes split the lines,
+    /// and nothing else.
+    #[test]
+    fn prefixed_starts_every_line_once() {
+        let mut out = Vec::new();
+        {
+            let mut p = Prefixed::new(&mut out, None, Some("t1".into()));
+            p.write_all(b"a\nb").unwrap();
+            p.write_all(b"c\n").unwrap();
+            p.write_all(b"\nd\n").unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "t1:  a\nt1:  bc\nt1:  \nt1:  d\n"
+        );
+        let mut out = Vec::new();
+        Prefixed::new(&mut out, Some("[x] ".into()), Some("t".into()))
+            .write_all(b"row\n")
+            .unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "[x] t:  row\n");
+    }
+
+    /// `-f` changes the rate column and its heading; `-V` adds a `#` detail line under each
+    /// stream row (the sample's stream 0: sent bytes, TCP_INFO, block RTT median).
+    #[test]
+    fn rate_unit_and_verbose_lines() {
+        let opts = TextOptions {
+            unit: RateUnit::GigaBits,
+            verbose: true,
+        };
+        let mut out = Vec::new();
+        {
+            let mut f = TextFormatter::with_options(&mut out, opts);
+            let mut h = sample::header();
+            h.streams = 3;
+            f.header(&h).unwrap();
+            f.interval(&sample::interval()).unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("end, s        Gb/s  RTT, ms"), "{text}");
+        let rate = sample::interval().streams[0].bits_per_second / 1e9;
+        assert!(
+            text.contains(&format!("( 0)    1.002    1.250 {rate:>11.3}")),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "#   ( 0) sent 3458727936B, srtt 0.081 ms, rttvar 0.020 ms, min_rtt 0.030 ms, \
+                 delivery 27571.789 Mb/s, pacing 55000.000 Mb/s, notsent 2544B, sndbuf 4194304B, \
+                 block RTT median 2.449 ms, 197 samples\n"
+            ),
+            "{text}"
+        );
+        // Stream 2 has no TCP_INFO and read nothing: only what the sender wrote.
+        assert!(text.contains("#   ( 2) sent 2B\n"), "{text}");
+    }
+
     /// The `(sum)` and `(**)` rows print the model's cwnd sum and the rtt line its min RTT;
     /// text adds nothing up itself.
     #[test]
