@@ -68,16 +68,24 @@ fn entry(label: impl Into<String>, colour: RGBAColor, mark: Mark) -> Entry {
     }
 }
 
-/// Draws a legend into its own area beside a chart, in as many columns as it needs.
-fn legend(area: &DrawingArea<SVGBackend<'_>, Shift>, entries: &[Entry]) -> Drawn {
+/// Draws a legend into its own area beside a chart: the `wide` entries one to a row,
+/// then the `grid` entries (many streams' ids) in as many columns as they need.
+fn legend(area: &DrawingArea<SVGBackend<'_>, Shift>, wide: &[Entry], grid: &[Entry]) -> Drawn {
     let (w, h) = area.dim_in_pixel();
     let row_h = 15i32;
-    let rows = ((h as i32 - 30) / row_h).max(1) as usize;
-    let cols = entries.len().div_ceil(rows).max(1);
+    let top = 30 + row_h * wide.len() as i32;
+    let rows = ((h as i32 - top) / row_h).max(1) as usize;
+    let cols = grid.len().div_ceil(rows).max(1);
     let col_w = (w as i32 - 6) / cols as i32;
-    for (k, e) in entries.iter().enumerate() {
-        let x = 4 + (k / rows) as i32 * col_w;
-        let y = 30 + (k % rows) as i32 * row_h;
+    let places = (0..wide.len())
+        .map(|k| (4, 30 + k as i32 * row_h))
+        .chain((0..grid.len()).map(|k| {
+            (
+                4 + (k / rows) as i32 * col_w,
+                top + (k % rows) as i32 * row_h,
+            )
+        }));
+    for (e, (x, y)) in wide.iter().chain(grid).zip(places) {
         let style = e.colour.stroke_width(2);
         match e.mark {
             Mark::Line(width) => {
@@ -143,7 +151,7 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         .fold(doc.start.duration_s + doc.start.omit_s, f64::max)
         .max(0.1);
     let mid_t = |start: f64, end: f64| (start + end) / 2.0;
-    let markers = ivs.len() <= 40;
+    let markers = ivs.len() <= 40 && n <= NAMED_STREAMS;
 
     // Panel 1: each stream's receiver rate, the sum on the right axis.
     let (chart_area, legend_area) = top.split_horizontally(900);
@@ -191,8 +199,12 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         }))?;
         entries.push(entry("omitted (-O)", grey, Mark::Band));
     }
+    let mut ids = Vec::new();
     for s in 0..n {
-        let c = colour(s, n);
+        let c = match n {
+            0..=NAMED_STREAMS => colour(s, n),
+            _ => colour(s, n).mix(0.75),
+        };
         let points: Vec<(f64, f64)> = ivs
             .iter()
             .filter_map(|iv| iv.streams.get(s))
@@ -205,7 +217,7 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         if n <= NAMED_STREAMS {
             entries.push(entry(format!("stream {s}"), c, Mark::Line(2)));
         } else {
-            entries.push(entry(format!("{s}"), c, Mark::Line(2)));
+            ids.push(entry(format!("{s}"), c, Mark::Line(2)));
         }
     }
     let sum_points: Vec<(f64, f64)> = ivs
@@ -263,16 +275,13 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         ));
     }
     if n > NAMED_STREAMS {
-        entries.insert(
-            0,
-            entry(
-                format!("{n} streams, by id:"),
-                WHITE.to_rgba(),
-                Mark::Line(0),
-            ),
-        );
+        entries.push(entry(
+            format!("{n} streams, by id:"),
+            WHITE.to_rgba(),
+            Mark::Line(0),
+        ));
     }
-    legend(&legend_area, &entries)?;
+    legend(&legend_area, &entries, &ids)?;
 
     // Panel 2: block RTT and kernel RTT (log scale: they can be 1000x apart).
     let (chart_area, legend_area) = mid.split_horizontally(900);
@@ -350,7 +359,7 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
     if entries.is_empty() {
         entries.push(entry("no RTT samples", black, Mark::Line(0)));
     }
-    legend(&legend_area, &entries)?;
+    legend(&legend_area, &entries, &[])?;
 
     // Panel 3: Jain's index per interval; intervals with a starved stream marked.
     let (chart_area, legend_area) = bottom.split_horizontally(900);
@@ -401,7 +410,7 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         )?;
         entries.push(entry("a stream starved", red, Mark::Cross));
     }
-    legend(&legend_area, &entries)?;
+    legend(&legend_area, &entries, &[])?;
     root.present()?;
     Ok(())
 }
@@ -552,7 +561,7 @@ fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
                 Mark::Cross,
             ));
         }
-        legend(&legend_area, &entries)?;
+        legend(&legend_area, &entries, &[])?;
     }
     root.present()?;
     Ok(())
