@@ -6,29 +6,13 @@
 mod util;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use pinperf::report::json::Document;
-use util::{Spawned, pinperf, wait_until};
+use util::{Spawned, arg, pinperf, saved, scratch, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
-
-fn arg(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn saved(path: &Path) -> Document {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("a -J document")
-}
 
 /// The rate column of the `#(**)` line.
 fn total_rate(text: &str) -> f64 {

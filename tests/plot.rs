@@ -5,26 +5,13 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pinperf::report::json::Document;
-use util::pinperf;
+use util::{arg, pinperf, saved, scratch};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// A fresh directory for one test's files.
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
-
-fn arg(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 /// One `<polyline>` of plotters' SVG: its stroke colour, width and points.
 #[derive(Debug)]
@@ -69,11 +56,6 @@ fn texts(svg: &str) -> Vec<String> {
             Some(body[..body.find("</text>")?].trim().to_string())
         })
         .collect()
-}
-
-fn saved(path: &Path) -> Document {
-    let text = std::fs::read_to_string(path).expect("read the saved document");
-    serde_json::from_str(&text).expect("a -J document")
 }
 
 /// Show item 1: a saved 8-stream test plots as eight stream lines over every interval in
