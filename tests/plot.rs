@@ -332,9 +332,9 @@ fn the_html_report_renders_in_chromium_with_its_plot_and_title() {
             "-P",
             "2",
             "-t",
-            "1",
+            "0.5",
             "-i",
-            "0.25",
+            "0.1",
             "-T",
             "ticket 4711",
             "--html",
@@ -357,6 +357,7 @@ fn the_html_report_renders_in_chromium_with_its_plot_and_title() {
         return;
     };
     let url = format!("file://{}", page.display());
+    // No sandbox: the test may run as root, where Chromium refuses one.
     let headless = [
         "--headless",
         "--no-sandbox",
