@@ -45,6 +45,12 @@ pub(crate) fn parse(text: &str) -> std::result::Result<Saved, String> {
             .map_err(|e| format!("not a pinperf compare -J document: {e}"))?;
         return Ok(Saved::Compare(doc));
     }
+    if let (false, Some(error)) = (obj.contains_key("start"), obj.get("error")) {
+        return Err(format!(
+            "the test failed before it started, nothing to show: {}",
+            error.as_str().unwrap_or("?")
+        ));
+    }
     if !obj.contains_key("start") || !obj.contains_key("intervals") {
         return Err(
             "not a pinperf -J document: it has neither \"start\" and \"intervals\" (a test) \
@@ -91,5 +97,9 @@ mod tests {
             err("{\"start\": 1, \"intervals\": []}").starts_with("not a pinperf -J document: "),
         );
         assert!(err("{\"rows\": 3}").starts_with("not a pinperf compare -J document: "));
+        assert_eq!(
+            err("{\"error\": \"connect to h:1: refused\"}"),
+            "the test failed before it started, nothing to show: connect to h:1: refused"
+        );
     }
 }
