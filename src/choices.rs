@@ -48,3 +48,78 @@ impl std::fmt::Display for Engine {
         })
     }
 }
+
+/// The text rows' rate unit (`-f`, as iperf3's): lower case bits per second, decimal
+/// (`k` = 1000 bit/s); upper case bytes per second, binary (`K` = 1024 B/s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RateUnit {
+    /// Kbit/s.
+    #[value(name = "k")]
+    KiloBits,
+    /// Mbit/s (the default).
+    #[default]
+    #[value(name = "m")]
+    MegaBits,
+    /// Gbit/s.
+    #[value(name = "g")]
+    GigaBits,
+    /// KiB/s.
+    #[value(name = "K")]
+    KiloBytes,
+    /// MiB/s.
+    #[value(name = "M")]
+    MegaBytes,
+    /// GiB/s.
+    #[value(name = "G")]
+    GigaBytes,
+}
+
+impl RateUnit {
+    /// `bits_per_second` in this unit.
+    pub fn scale(self, bits_per_second: f64) -> f64 {
+        let bytes = bits_per_second / 8.0;
+        match self {
+            RateUnit::KiloBits => bits_per_second / 1e3,
+            RateUnit::MegaBits => bits_per_second / 1e6,
+            RateUnit::GigaBits => bits_per_second / 1e9,
+            RateUnit::KiloBytes => bytes / 1024.0,
+            RateUnit::MegaBytes => bytes / (1024.0 * 1024.0),
+            RateUnit::GigaBytes => bytes / (1024.0 * 1024.0 * 1024.0),
+        }
+    }
+
+    /// The column heading: `Mb/s`, `GB/s`, ... (four characters each).
+    pub fn label(self) -> &'static str {
+        match self {
+            RateUnit::KiloBits => "Kb/s",
+            RateUnit::MegaBits => "Mb/s",
+            RateUnit::GigaBits => "Gb/s",
+            RateUnit::KiloBytes => "KB/s",
+            RateUnit::MegaBytes => "MB/s",
+            RateUnit::GigaBytes => "GB/s",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// iperf3's `-f`: lower case decimal bits, upper case binary bytes.
+    #[test]
+    fn rate_units_scale_bits_per_second() {
+        let bps = 8.0 * 1024.0 * 1024.0 * 1024.0; // 1 GiB/s
+        for (unit, value, label) in [
+            (RateUnit::KiloBits, 8_589_934.592, "Kb/s"),
+            (RateUnit::MegaBits, 8_589.934592, "Mb/s"),
+            (RateUnit::GigaBits, 8.589934592, "Gb/s"),
+            (RateUnit::KiloBytes, 1_048_576.0, "KB/s"),
+            (RateUnit::MegaBytes, 1024.0, "MB/s"),
+            (RateUnit::GigaBytes, 1.0, "GB/s"),
+        ] {
+            assert!((unit.scale(bps) - value).abs() < 1e-6, "{unit:?}");
+            assert_eq!(unit.label(), label);
+        }
+        assert_eq!(RateUnit::default(), RateUnit::MegaBits);
+    }
+}

@@ -3,11 +3,12 @@
 //! defaults that depend on each other are checked in `config`.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 
-use crate::choices::{Engine, Format, TableFormat};
+use crate::choices::{Engine, Format, RateUnit, TableFormat};
 use crate::params::{TestParams, Transport};
 use crate::units;
 
@@ -20,6 +21,135 @@ pub enum Command {
     /// Emulate a long fat path between two network namespaces (root only) and run a test
     /// over it: `pinperf lab --rtt 60ms --rate 1G -- -P 8 -t 20`.
     Lab(LabArgs),
+    /// Plot a saved result (`-J` of a test, `compare` or `lab`) as SVG or PNG: a test's
+    /// per-stream Mb/s with the sum, RTTs and fairness over time; a comparison's Gbit/s
+    /// and Gbit/s per busy core against the swept dimension.
+    Plot(PlotArgs),
+    /// Print a saved result (`-J` of a test, `compare` or `lab`) again: as the text the run
+    /// printed, CSV, JSON, or a one-file HTML report (`-o OUT.html`).
+    Report(ReportArgs),
+    /// Print a shell completion script: `pinperf completions bash > /etc/bash_completion.d/pinperf`.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): `pinperf man | man -l -`.
+    Man,
+}
+
+/// `pinperf plot`.
+#[derive(Debug, clap::Args)]
+pub struct PlotArgs {
+    /// A saved `-J` document.
+    #[arg(value_name = "FILE.json")]
+    pub file: PathBuf,
+    /// The picture to write: `.svg` or `.png`.
+    #[arg(short = 'o', long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// The plot's title (default: what was tested).
+    #[arg(short = 'T', long, value_name = "TITLE")]
+    pub title: Option<String>,
+}
+
+/// What `pinperf report` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+    Csv,
+    Html,
+}
+
+/// `pinperf report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// A saved `-J` document.
+    #[arg(value_name = "FILE.json")]
+    pub file: PathBuf,
+    /// Write here instead of stdout; `.html` (and `.csv`, `.json`) choose the format.
+    #[arg(short = 'o', long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Output format (default: from -o's extension, else text).
+    #[arg(long, value_enum)]
+    pub format: Option<ReportFormat>,
+    #[command(flatten)]
+    pub text: TextArgs,
+}
+
+impl OutputArgs {
+    /// The first output flag given (for modes that do not carry them: the lab).
+    pub fn first_set(&self) -> Option<&'static str> {
+        let t = &self.text;
+        [
+            (t.unit != RateUnit::default(), "-f"),
+            (t.title.is_some(), "-T/--title"),
+            (t.timestamps.is_some(), "--timestamps"),
+            (t.verbose, "-V/--verbose"),
+            (self.logfile.is_some(), "--logfile"),
+            (self.forceflush, "--forceflush"),
+            (self.json_file.is_some(), "--json-file"),
+            (self.plot.is_some(), "--plot"),
+            (self.html.is_some(), "--html"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    }
+}
+
+/// `pinperf completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish (also elvish, powershell).
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// iperf3's text-output flags (a test's, and `pinperf report`'s).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TextArgs {
+    /// Rate unit of the text rows, as iperf3's -f: k, m, g (Kbit/s, Mbit/s, Gbit/s) or
+    /// K, M, G (KiB/s, MiB/s, GiB/s).
+    #[arg(
+        short = 'f',
+        long = "rate-unit",
+        value_enum,
+        value_name = "UNIT",
+        default_value = "m",
+        hide_possible_values = true,
+        help_heading = "Output"
+    )]
+    pub unit: RateUnit,
+    /// Start every text line with "TITLE:  " (JSON: a "title" member; HTML: the title).
+    #[arg(short = 'T', long, value_name = "TITLE", help_heading = "Output")]
+    pub title: Option<String>,
+    /// Start every text line with the local time, by strftime's FORMAT (default "%c ").
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "%c ", help_heading = "Output")]
+    pub timestamps: Option<String>,
+    /// More detail in text: each stream's TCP_INFO (srtt, rttvar, min_rtt, delivery and
+    /// pacing rate, unsent bytes, send buffer) and block-RTT median under its rows.
+    #[arg(short = 'V', long, help_heading = "Output")]
+    pub verbose: bool,
+}
+
+/// Where a test's report goes besides stdout's format (a client's flags).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OutputArgs {
+    #[command(flatten)]
+    pub text: TextArgs,
+    /// Append the report to FILE instead of stdout (as iperf3's --logfile).
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    pub logfile: Option<PathBuf>,
+    /// Flush every line as it is written (pinperf flushes every interval anyway).
+    #[arg(long, help_heading = "Output")]
+    pub forceflush: bool,
+    /// Also save the test as the -J document in FILE when it ends, whatever stdout's format
+    /// (read it later with `pinperf report FILE` or `pinperf plot FILE`).
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    pub json_file: Option<PathBuf>,
+    /// Also plot the test into FILE (.svg or .png) when it ends.
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    pub plot: Option<PathBuf>,
+    /// Also write a one-file HTML report (header, plots, totals, CPU, diagnosis) to FILE.
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    pub html: Option<PathBuf>,
 }
 
 /// `pinperf lab`: path options, then `--` and the client's options.
@@ -144,23 +274,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "pinperf copies; compare block sizes (-l) for CPU cost instead",
     ),
     (
-        "-f",
-        "",
-        "text rows are Mb/s; --format json or csv give bits per second",
-    ),
-    (
-        "-T",
-        "--title",
-        "prefix lines yourself, e.g. `| sed 's/^/title: /'`",
-    ),
-    ("", "--logfile", "redirect the output: `pinperf ... > FILE`"),
-    ("", "--forceflush", "pinperf already flushes every row"),
-    (
-        "-V",
-        "--verbose",
-        "the report is always complete; -v prints the version",
-    ),
-    (
         "-d",
         "--debug",
         "the report and the server's log say what happened",
@@ -182,11 +295,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     ("-M", "--set-mss", "not settable yet"),
     ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
     ("-I", "--pidfile", "run `pinperf -s` under systemd"),
-    (
-        "",
-        "--timestamps",
-        "the JSON formats carry each interval's times",
-    ),
     ("", "--json-stream", "use --json-lines"),
     ("", "--cport", "use -B ADDR for the source address"),
 ];
@@ -278,6 +386,9 @@ pub struct Args {
     #[arg(long, conflicts_with = "format", help_heading = "Output")]
     pub csv: bool,
 
+    #[command(flatten)]
+    pub output: OutputArgs,
+
     /// Print each core's busy/softirq share per interval (the end of the test always
     /// reports CPU).
     #[arg(long, help_heading = "Output")]
@@ -366,11 +477,23 @@ mod tests {
                 .unwrap()
                 .starts_with("-Z/--zerocopy (an iperf3 flag) is not supported (yet): ")
         );
-        // Directions, UDP and pacing are ours now.
-        for flags in [&["-R", "--bidir"][..], &["-u", "-b", "10M", "--fq-rate=1G"]] {
-            assert_eq!(hint(flags), None, "{flags:?}");
+        assert!(hint(&["-d"]).unwrap().starts_with("-d/--debug"));
+        // Implemented now: left to clap.
+        for flag in [
+            "-V",
+            "-f",
+            "-T",
+            "--logfile",
+            "--forceflush",
+            "--timestamps=%T",
+            "-R",
+            "--bidir",
+            "-u",
+            "--fq-rate=1G",
+        ] {
+            assert_eq!(hint(&[flag]), None, "{flag}");
         }
-        assert!(hint(&["-V"]).unwrap().contains("-v prints the version"));
+        assert_eq!(hint(&["-b", "10M"]), None);
         // Ours, and anything after `--` (the lab's client options), are left to clap.
         assert_eq!(
             hint(&["-c", "h", "-P", "4", "-O", "2", "-C", "bbr", "-J"]),

@@ -25,13 +25,6 @@ use crate::server::Server;
 use crate::stream::{StreamSocks, spawn_named};
 use crate::timeouts;
 
-/// Runs one test as configured; prints the report on stdout (and, in the machine formats,
-/// a failure too: `-J` prints what it has with an `error` field, as iperf3 -J does).
-pub fn run(cfg: ClientConfig) -> Result<()> {
-    let out = report::formatter(cfg.format, std::io::stdout());
-    run_with(cfg, out).map(|_| ())
-}
-
 /// Runs one test, printing through `out`; returns the summary. A failure is also handed
 /// to `out` (by the reporter once it runs, by this function before that).
 pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Summary> {

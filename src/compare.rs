@@ -319,6 +319,35 @@ fn csv_row(r: &CompareRow) -> String {
     .line()
 }
 
+/// The text table of a saved comparison (`pinperf report`): the run's heading without its
+/// settle time (not saved), then its rows.
+pub(crate) fn text_table(doc: &CompareDoc) -> String {
+    let mut out = format!(
+        "# pinperf compare: {} configurations x {} s against {}\n{TEXT_HEADING}\n",
+        doc.rows.len(),
+        doc.seconds,
+        doc.target
+    );
+    for r in &doc.rows {
+        out.push_str(&text_row(r));
+        out.push('\n');
+    }
+    out
+}
+
+/// The CSV of a saved comparison, as `compare --csv` prints it.
+pub(crate) fn csv_table(doc: &CompareDoc) -> String {
+    let mut out = format!("{CSV_HEADER}\n");
+    for r in &doc.rows {
+        out.push_str(&csv_row(r));
+        out.push('\n');
+    }
+    out
+}
+
+const TEXT_HEADING: &str =
+    "#  block streams  window   pin  engine        Mb/s  cpu l%  cpu r%  Gb/s/core   retr   jain";
+
 /// Runs the comparison; prints text and CSV rows as they complete, JSON at the end. A stop
 /// signal (SIGINT/SIGTERM/SIGHUP) stops the run under way and ends the comparison with the
 /// rows finished so far: JSON prints its document with them and an `error` field, text a
@@ -374,11 +403,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
                 a.settle.as_secs_f64()
             )
             .map_err(io_err)?;
-            writeln!(
-                out,
-                "#  block streams  window   pin  engine        Mb/s  cpu l%  cpu r%  Gb/s/core   retr   jain"
-            )
-            .map_err(io_err)?;
+            writeln!(out, "{TEXT_HEADING}").map_err(io_err)?;
         }
         Format::Csv => writeln!(out, "{CSV_HEADER}").map_err(io_err)?,
         _ => {}

@@ -17,6 +17,7 @@ pub(crate) mod config;
 pub(crate) mod cpu;
 pub(crate) mod ends;
 pub mod error;
+pub(crate) mod html;
 pub(crate) mod kstat;
 #[cfg(target_os = "linux")]
 pub(crate) mod lab;
@@ -26,8 +27,11 @@ pub(crate) mod netinfo;
 pub(crate) mod pace;
 pub(crate) mod params;
 pub(crate) mod pin;
+pub(crate) mod plot;
 pub mod protocol;
+pub(crate) mod render;
 pub mod report;
+pub(crate) mod saved;
 pub(crate) mod server;
 pub(crate) mod serverlog;
 pub(crate) mod signals;
@@ -71,6 +75,13 @@ pub(crate) fn run(args: &cli::Args) -> Result<()> {
         signals::take_over()?;
         return compare::run(c);
     }
+    match &args.command {
+        Some(cli::Command::Plot(a)) => return render::run_plot(a),
+        Some(cli::Command::Report(a)) => return render::run_report(a),
+        Some(cli::Command::Completions(a)) => return render::run_completions(a),
+        Some(cli::Command::Man) => return render::run_man(),
+        _ => {}
+    }
     if let Some(cli::Command::Lab(l)) = &args.command {
         #[cfg(target_os = "linux")]
         return lab::run(l);
@@ -83,7 +94,7 @@ pub(crate) fn run(args: &cli::Args) -> Result<()> {
         config::Mode::Server(cfg) => server::serve(cfg),
         config::Mode::Client(cfg) => {
             signals::take_over()?;
-            client::run(cfg)
+            render::run_client(cfg, &args.output)
         }
     }
 }

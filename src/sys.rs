@@ -231,6 +231,33 @@ pub fn page_size() -> u64 {
     4096
 }
 
+/// The local time now, formatted by strftime(3)'s `format` (`--timestamps`: `"%c "`).
+/// A format with a NUL byte is refused; one that formats to more than 255 bytes is empty.
+pub fn local_time(format: &str) -> io::Result<String> {
+    let fmt = std::ffi::CString::new(format)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the format"))?;
+    // SAFETY: time(NULL) only returns the time.
+    let now = unsafe { libc::time(std::ptr::null_mut()) };
+    // SAFETY: `tm` is plain data; all-zero is a valid value that localtime_r overwrites.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals of the right types.
+    if unsafe { libc::localtime_r(&now, &mut tm) }.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` has `buf.len()` writable bytes, `fmt` is NUL-terminated, `tm` is
+    // filled; strftime writes at most `buf.len()` bytes and returns how many (without NUL).
+    let n = unsafe {
+        libc::strftime(
+            buf.as_mut_ptr().cast::<libc::c_char>(),
+            buf.len(),
+            fmt.as_ptr(),
+            &tm,
+        )
+    };
+    Ok(String::from_utf8_lossy(&buf[..n.min(buf.len())]).into_owned())
+}
+
 /// True when the process runs as root (effective uid 0).
 #[cfg(target_os = "linux")]
 pub fn is_root() -> bool {

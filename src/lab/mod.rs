@@ -196,6 +196,12 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
             "the lab path is IPv4 198.18.0.2 -> 198.18.0.1: leave -B and -6 out".into(),
         ));
     }
+    if let Some(flag) = args.output.first_set() {
+        return Err(Error::Usage(format!(
+            "{flag} is not carried through pinperf lab (yet): run the lab with -J > FILE.json, \
+             then pinperf report or pinperf plot FILE.json"
+        )));
+    }
     args.target.client = Some(SERVER_ADDR.to_string());
     match config::from_args(&args)? {
         config::Mode::Client(mut cfg) => {
@@ -829,6 +835,14 @@ mod tests {
         assert_eq!(cfg.test.streams, 8);
         assert_eq!(cfg.test.window_bytes, Some(16 << 20));
         assert_eq!(cfg.target.host.as_deref(), Some("198.18.0.1"));
+        let e = client_config(&lab_args(&["--", "--plot", "p.svg"])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--plot is not carried through pinperf lab (yet)"),
+            "{e}"
+        );
+        let e = client_config(&lab_args(&["--", "-f", "g"])).unwrap_err();
+        assert!(e.to_string().starts_with("-f is not carried"), "{e}");
         let e = client_config(&lab_args(&["--", "-c", "10.0.0.1"])).unwrap_err();
         assert!(e.to_string().contains("leave -s, -c"), "{e}");
         let e = client_config(&lab_args(&["--", "-P", "x"])).unwrap_err();

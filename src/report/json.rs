@@ -12,6 +12,9 @@ use super::model::{Direction, Header, IntervalReport, Summary};
 /// The whole-test document of `-J`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Document {
+    /// `-T TITLE` (as iperf3's `"title"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     pub start: Header,
     pub intervals: Vec<IntervalReport>,
     pub end: Option<Summary>,
@@ -21,6 +24,20 @@ pub struct Document {
     /// Why the test failed; `end` is then null and `intervals` hold what was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl Document {
+    /// A test's document before its first interval.
+    pub fn new(title: Option<String>, start: Header) -> Document {
+        Document {
+            title,
+            start,
+            intervals: Vec::new(),
+            end: None,
+            end_reverse: None,
+            error: None,
+        }
+    }
 }
 
 /// One line of `--json-lines`.
@@ -43,6 +60,7 @@ pub enum Event {
 pub struct JsonFormatter<W: Write> {
     out: W,
     doc: Option<Document>,
+    title: Option<String>,
     /// Summaries still to come before the document is whole (two with `--bidir`).
     ends_left: usize,
 }
@@ -52,8 +70,15 @@ impl<W: Write> JsonFormatter<W> {
         JsonFormatter {
             out,
             doc: None,
+            title: None,
             ends_left: 1,
         }
+    }
+
+    /// The document's `"title"` (`-T`).
+    pub fn titled(mut self, title: Option<String>) -> Self {
+        self.title = title;
+        self
     }
 
     /// Files a direction's summary: `end_reverse` for `--bidir`'s server-to-client one.
@@ -70,13 +95,7 @@ impl<W: Write> JsonFormatter<W> {
 
 impl<W: Write + Send> Formatter for JsonFormatter<W> {
     fn header(&mut self, header: &Header) -> io::Result<()> {
-        self.doc = Some(Document {
-            start: header.clone(),
-            intervals: Vec::new(),
-            end: None,
-            end_reverse: None,
-            error: None,
-        });
+        self.doc = Some(Document::new(self.title.clone(), header.clone()));
         self.ends_left = header.direction.reversed().len();
         Ok(())
     }

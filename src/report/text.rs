@@ -14,17 +14,27 @@ use super::model::{
     CpuSummary, Direction, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
     ThreadCpu, UdpFigures,
 };
-use crate::choices::Engine;
+use crate::choices::{Engine, RateUnit};
 use crate::cpu::{CoreLoad, CpuReport};
 use crate::netinfo::{Buffer, Grant, WindowGrant};
 use crate::units::format_rate;
 use crate::units::format_size;
+
+/// What the text format's iperf3-style flags change: the rate unit of the rows (`-f`)
+/// and the verbose lines (`-V`). (`-T` and `--timestamps` prefix lines: `render::Prefixed`.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TextOptions {
+    pub unit: RateUnit,
+    /// `-V`: each stream's `TCP_INFO` and block-RTT details under its rows.
+    pub verbose: bool,
+}
 
 /// Writes the text format to `out`.
 pub struct TextFormatter<W: Write> {
     out: W,
     streams: u16,
     echo: bool,
+    opts: TextOptions,
     /// `--bidir`: every row and total names its direction (`TX`: client to server).
     bidir: bool,
     direction: Direction,
@@ -32,10 +42,15 @@ pub struct TextFormatter<W: Write> {
 
 impl<W: Write> TextFormatter<W> {
     pub fn new(out: W) -> Self {
+        Self::with_options(out, TextOptions::default())
+    }
+
+    pub fn with_options(out: W, opts: TextOptions) -> Self {
         TextFormatter {
             out,
             streams: 0,
             echo: true,
+            opts,
             bidir: false,
             direction: Direction::Forward,
         }
@@ -65,14 +80,15 @@ struct Cols {
 }
 
 /// The column heading under the header (UDP rows have their own columns).
-fn heading(bidir: bool, udp: bool) -> String {
+fn heading(bidir: bool, udp: bool, unit: RateUnit) -> String {
     let pad = if bidir { "   " } else { "" };
+    let rate = unit.label();
     match udp {
         false => format!(
-            "#(ID){pad}  begin, s   end, s        Mb/s  RTT, ms: min      avg      max   retr  cwnd, KiB"
+            "#(ID){pad}  begin, s   end, s        {rate}  RTT, ms: min      avg      max   retr  cwnd, KiB"
         ),
         true => format!(
-            "#(ID){pad}  begin, s   end, s        Mb/s  jitter, ms      lost/    total   lost%    ooo"
+            "#(ID){pad}  begin, s   end, s        {rate}  jitter, ms      lost/    total   lost%    ooo"
         ),
     }
 }
@@ -81,13 +97,13 @@ fn opt_bytes(v: Option<u32>) -> String {
     v.map_or("?".to_string(), |v| format!("{v}B"))
 }
 
-fn row(label: &str, c: &Cols) -> String {
+fn row(label: &str, c: &Cols, unit: RateUnit) -> String {
     if let Some(u) = &c.udp {
         return format!(
             "{label} {:>8.3} {:>8.3} {:>11.3} {:>11.3} {:>9}/{:>9} {:>7.3} {:>6}",
             c.start,
             c.end,
-            c.bits_per_second / 1e6,
+            unit.scale(c.bits_per_second),
             u.jitter_ms,
             u.lost_packets,
             u.packets,
@@ -108,7 +124,7 @@ fn row(label: &str, c: &Cols) -> String {
         "{label} {:>8.3} {:>8.3} {:>11.3} {:>8} {:>8} {:>8} {:>6} {:>9}",
         c.start,
         c.end,
-        c.bits_per_second / 1e6,
+        unit.scale(c.bits_per_second),
         min,
         avg,
         max,
@@ -319,6 +335,42 @@ impl<W: Write + Send> TextFormatter<W> {
         }
     }
 
+    /// `-V`: the stream row's details the columns leave out (`#` first, so row parsers
+    /// skip it): what the sender wrote, `TCP_INFO` at the span's end, block RTT's median.
+    fn verbose_line(&mut self, s: &StreamRow, reverse: bool) -> io::Result<()> {
+        let ms = |us: f64| format!("{:.3} ms", us / 1e3);
+        let mut parts = vec![format!("sent {}B", s.sent_bytes)];
+        if let Some(k) = s.kernel_rtt {
+            parts.push(format!("srtt {}", ms(k.avg_us)));
+        }
+        if let Some(v) = s.rttvar {
+            parts.push(format!("rttvar {}", ms(f64::from(v))));
+        }
+        if let Some(v) = s.min_rtt {
+            parts.push(format!("min_rtt {}", ms(f64::from(v))));
+        }
+        if let Some(v) = s.delivery_rate {
+            parts.push(format!("delivery {:.3} Mb/s", v as f64 / 1e6));
+        }
+        if let Some(v) = s.pacing_rate {
+            parts.push(format!("pacing {:.3} Mb/s", v as f64 / 1e6));
+        }
+        if let Some(v) = s.notsent_bytes {
+            parts.push(format!("notsent {v}B"));
+        }
+        if let Some(v) = s.sndbuf {
+            parts.push(format!("sndbuf {v}B"));
+        }
+        if let Some(b) = s.block_rtt {
+            let median = b
+                .median_us
+                .map_or(String::new(), |m| format!("median {}, ", ms(m)));
+            parts.push(format!("block RTT {median}{} samples", b.samples));
+        }
+        let id = label(self.bidir, reverse, &s.stream.to_string());
+        writeln!(self.out, "#   {} {}", id.trim_end(), parts.join(", "))
+    }
+
     fn rtt(&self, block: Option<RttSummary>, kernel: Option<RttSummary>) -> Option<RttSummary> {
         if self.echo { block } else { kernel }
     }
@@ -436,7 +488,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         } else {
             writeln!(o, "# RTT = kernel srtt (TCP_INFO; --no-echo)")?;
         }
-        writeln!(o, "{}", heading(self.bidir, h.udp))?;
+        writeln!(o, "{}", heading(self.bidir, h.udp, self.opts.unit))?;
         o.flush()
     }
 
@@ -452,8 +504,12 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             let line = row(
                 &label(bidir, reverse, &s.stream.to_string()),
                 &self.stream_cols(s),
+                self.opts.unit,
             );
             writeln!(self.out, "{line}{mark}")?;
+            if self.opts.verbose {
+                self.verbose_line(s, reverse)?;
+            }
         }
         if let Some(cores) = &iv.cores {
             writeln!(
@@ -478,7 +534,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             writeln!(
                 self.out,
                 "{}{mark}",
-                row(&label(bidir, reverse, "sum"), &cols)
+                row(&label(bidir, reverse, "sum"), &cols, self.opts.unit)
             )?;
         }
         self.out.flush()
@@ -490,8 +546,12 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             let line = row(
                 &label(bidir, reverse, &st.stream.to_string()),
                 &self.stream_cols(st),
+                self.opts.unit,
             );
             writeln!(self.out, "#{line}")?;
+            if self.opts.verbose {
+                self.verbose_line(st, reverse)?;
+            }
         }
         let f = &s.fairness;
         let cols = Cols {
@@ -505,7 +565,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         };
         // The heading of the appended columns, over them (no `**`: `fgrep '**'` stays one
         // line).
-        let total = row(&label(bidir, reverse, "**"), &cols);
+        let total = row(&label(bidir, reverse, "**"), &cols, self.opts.unit);
         let heading = "fairness:";
         writeln!(
             self.out,
@@ -600,6 +660,41 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
 mod tests {
     use super::*;
     use crate::report::model::sample;
+
+    /// `-f` changes the rate column and its heading; `-V` adds a `#` detail line under each
+    /// stream row (the sample's stream 0: sent bytes, TCP_INFO, block RTT median).
+    #[test]
+    fn rate_unit_and_verbose_lines() {
+        let opts = TextOptions {
+            unit: RateUnit::GigaBits,
+            verbose: true,
+        };
+        let mut out = Vec::new();
+        {
+            let mut f = TextFormatter::with_options(&mut out, opts);
+            let mut h = sample::header();
+            h.streams = 3;
+            f.header(&h).unwrap();
+            f.interval(&sample::interval()).unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("end, s        Gb/s  RTT, ms"), "{text}");
+        let rate = sample::interval().streams[0].bits_per_second / 1e9;
+        assert!(
+            text.contains(&format!("( 0)    1.002    1.250 {rate:>11.3}")),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "#   ( 0) sent 3458727936B, srtt 0.081 ms, rttvar 0.020 ms, min_rtt 0.030 ms, \
+                 delivery 27571.789 Mb/s, pacing 55000.000 Mb/s, notsent 2544B, sndbuf 4194304B, \
+                 block RTT median 2.449 ms, 197 samples\n"
+            ),
+            "{text}"
+        );
+        // Stream 2 has no TCP_INFO and read nothing: only what the sender wrote.
+        assert!(text.contains("#   ( 2) sent 2B\n"), "{text}");
+    }
 
     /// The `(sum)` and `(**)` rows print the model's cwnd sum and the rtt line its min RTT;
     /// text adds nothing up itself.

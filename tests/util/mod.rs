@@ -620,3 +620,25 @@ pub fn with_default_stop_signals(mut cmd: Command) -> Command {
     default_stop_signals(&mut cmd);
     cmd
 }
+
+/// A fresh directory for one test's files, under cargo's temporary directory for
+/// integration tests (kept after the test, to look at).
+pub fn scratch(test: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// A path as a command-line argument.
+pub fn arg(p: &std::path::Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A saved `-J` document, parsed into the report's own types.
+pub fn saved(path: &std::path::Path) -> pinperf::report::json::Document {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{}: not a -J document: {e}", path.display()))
+}

@@ -1,0 +1,220 @@
+//! The one-file HTML report: the header, the plots (inline SVG), the totals, fairness, CPU
+//! and diagnosis, and the full text report, in one self-contained page that fetches
+//! nothing (no scripts, fonts or images from anywhere) — the thing to attach to a ticket.
+//! Built from the report model and the text formatter's own lines; computes nothing.
+
+use std::fmt::Write as _;
+
+use crate::compare::{self, CompareDoc};
+use crate::error::Result;
+use crate::plot;
+use crate::report::text::{TextFormatter, TextOptions};
+use crate::saved::{self, SavedTest};
+
+/// `&`, `<`, `>` and quotes as entities.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1200px}\
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}\
+pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:12px}\
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;\
+text-align:right}th{background:#eee}td.l,th.l{text-align:left}\
+.error{background:#fdd;border:1px solid #c00;padding:.5em}.plot svg{max-width:100%;height:auto}";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{t}</title>\n\
+         <style>{STYLE}</style>\n</head>\n<body>\n<h1 id=\"title\">{t}</h1>\n{body}</body>\n</html>\n",
+        t = escape(title)
+    )
+}
+
+/// The text report of a saved test, as the run printed it, in lines.
+fn text_lines(test: &SavedTest, opts: TextOptions) -> Vec<String> {
+    let mut buf = Vec::new();
+    {
+        let mut f = TextFormatter::with_options(&mut buf, opts);
+        // Writing into memory cannot fail.
+        let _ = saved::replay(&test.doc, &mut f);
+    }
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    out.push_str("<table>\n<tr>");
+    for (i, h) in head.iter().enumerate() {
+        let class = if i == 0 { " class=\"l\"" } else { "" };
+        let _ = write!(out, "<th{class}>{}</th>", escape(h));
+    }
+    out.push_str("</tr>\n");
+    for row in rows {
+        out.push_str("<tr>");
+        for (i, cell) in row.iter().enumerate() {
+            let class = if i == 0 { " class=\"l\"" } else { "" };
+            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// A test's page.
+pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Result<String> {
+    let doc = &test.doc;
+    let h = &doc.start;
+    let lines = text_lines(test, opts);
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<p>{} streams, {} blocks, {} s, congestion control {}; {} &rarr; {} ({})</p>",
+        h.streams,
+        escape(&crate::units::format_size(h.block_bytes)),
+        h.duration_s,
+        escape(&h.congestion),
+        escape(&h.local),
+        escape(&h.remote),
+        escape(&h.remote_software)
+    );
+    if let Some(e) = &doc.error {
+        let _ = writeln!(
+            body,
+            "<p class=\"error\" id=\"error\">The test failed: {}</p>",
+            escape(e)
+        );
+    }
+    let header: Vec<&String> = lines.iter().take_while(|l| !l.contains("#(ID)")).collect();
+    body.push_str("<h2>Test</h2>\n<pre id=\"header\">");
+    for l in header {
+        let _ = writeln!(body, "{}", escape(l));
+    }
+    body.push_str("</pre>\n<h2>Plots</h2>\n<div class=\"plot\" id=\"plot\">\n");
+    body.push_str(&plot::test_svg(doc, test.lab_rate_bps, title)?);
+    body.push_str("\n</div>\n");
+    match &doc.end {
+        None => body.push_str("<h2>Totals</h2>\n<p>No totals: the test ended before them.</p>\n"),
+        Some(s) => {
+            body.push_str("<h2>Totals</h2>\n");
+            let f = &s.fairness;
+            let ms = |us: Option<f64>| opt(us.map(|v| v / 1e3), 3);
+            table(
+                &mut body,
+                &[
+                    "span, s",
+                    "Mb/s (receiver)",
+                    "bytes sent",
+                    "bytes received",
+                    "retransmits",
+                    "Jain",
+                    "min share %",
+                    "max share %",
+                    "starved intervals",
+                    "block RTT avg, ms",
+                    "kernel srtt avg, ms",
+                    "path min_rtt, ms",
+                ],
+                &[vec![
+                    format!("{:.3} - {:.3}", s.sum.start, s.sum.end),
+                    format!("{:.3}", s.sum_received.bits_per_second / 1e6),
+                    s.sent_whole_run().to_string(),
+                    s.received_whole_run().to_string(),
+                    s.sum.retransmits.map_or("-".into(), |v| v.to_string()),
+                    opt(f.totals.jain, 3),
+                    opt(f.totals.min_share.map(|v| v * 100.0), 1),
+                    opt(f.totals.max_share.map(|v| v * 100.0), 1),
+                    format!("{} of {}", f.starved_intervals, f.stream_intervals),
+                    ms(s.sum.block_rtt.map(|r| r.avg_us)),
+                    ms(s.sum.kernel_rtt.map(|r| r.avg_us)),
+                    ms(s.sum.min_rtt.map(f64::from)),
+                ]],
+            );
+            body.push_str("<h2>Streams</h2>\n");
+            let total = s.sum.bytes.max(1) as f64;
+            let rows: Vec<Vec<String>> = s
+                .streams
+                .iter()
+                .map(|r| {
+                    vec![
+                        format!("stream {}", r.stream),
+                        format!("{:.3}", r.bits_per_second / 1e6),
+                        format!("{:.1}", r.bytes as f64 / total * 100.0),
+                        r.bytes.to_string(),
+                        r.retransmits.map_or("-".into(), |v| v.to_string()),
+                        ms(r.block_rtt.map(|b| b.avg_us)),
+                        ms(r.kernel_rtt.map(|b| b.avg_us)),
+                    ]
+                })
+                .collect();
+            table(
+                &mut body,
+                &[
+                    "stream",
+                    "Mb/s",
+                    "share %",
+                    "bytes",
+                    "retransmits",
+                    "block RTT avg, ms",
+                    "kernel srtt avg, ms",
+                ],
+                &rows,
+            );
+            body.push_str("<h2>CPU</h2>\n<pre id=\"cpu\">");
+            for l in lines.iter().filter(|l| l.starts_with("# CPU")) {
+                let _ = writeln!(body, "{}", escape(l));
+            }
+            body.push_str("</pre>\n<h2>Diagnosis</h2>\n<ul id=\"diagnosis\">\n");
+            if s.diagnosis.is_empty() {
+                body.push_str(
+                    "<li>Nothing to report: no queue, stall, starvation or drops.</li>\n",
+                );
+            }
+            for d in &s.diagnosis {
+                let _ = writeln!(body, "<li>{}</li>", escape(d));
+            }
+            body.push_str("</ul>\n");
+        }
+    }
+    body.push_str("<h2>Text report</h2>\n<details><summary>as printed</summary><pre id=\"text\">");
+    for l in &lines {
+        let _ = writeln!(body, "{}", escape(l));
+    }
+    body.push_str("</pre></details>\n");
+    Ok(page(title, &body))
+}
+
+/// A comparison's page: the plots and the table.
+pub(crate) fn compare_page(doc: &CompareDoc, title: &str) -> Result<String> {
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<p>{} configurations, {} s each, against {}</p>",
+        doc.rows.len(),
+        doc.seconds,
+        escape(&doc.target)
+    );
+    body.push_str("<h2>Plots</h2>\n<div class=\"plot\" id=\"plot\">\n");
+    body.push_str(&plot::compare_svg(doc, title)?);
+    body.push_str("\n</div>\n<h2>Results</h2>\n<pre id=\"text\">");
+    body.push_str(&escape(&compare::text_table(doc)));
+    body.push_str("</pre>\n");
+    Ok(page(title, &body))
+}

@@ -1,0 +1,632 @@
+//! Pictures of results, drawn with `plotters` into SVG (PNG by rasterising that SVG): a
+//! test's per-stream receiver rate over time with the sum on its own axis, block and kernel
+//! RTT, and fairness per interval; a comparison's Gbit/s and Gbit/s per busy core against
+//! the swept dimension, one curve per other combination. Runs on the caller's thread
+//! (`pinperf plot`, `report`, or the client's reporter at the end of a `--plot` run).
+//! Plots draw the report model and compute nothing beyond picking scales.
+
+use std::error::Error as StdError;
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::compare::{CompareDoc, CompareRow};
+use crate::error::{Error, Result};
+use crate::report::json::Document;
+use crate::units::format_size;
+
+type Drawn = std::result::Result<(), Box<dyn StdError>>;
+
+const FONT: &str = "sans-serif";
+/// Up to this many streams every line gets a legend entry with its name.
+const NAMED_STREAMS: usize = 16;
+
+/// Distinct colours for a few lines (Tableau 10), evenly spaced hues beyond.
+fn colour(i: usize, n: usize) -> RGBAColor {
+    const TEN: [(u8, u8, u8); 10] = [
+        (31, 119, 180),
+        (255, 127, 14),
+        (44, 160, 44),
+        (214, 39, 40),
+        (148, 103, 189),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (23, 190, 207),
+    ];
+    if n <= TEN.len() {
+        let (r, g, b) = TEN[i % TEN.len()];
+        RGBColor(r, g, b).to_rgba()
+    } else {
+        let l = if i % 2 == 0 { 0.42 } else { 0.55 };
+        HSLColor(i as f64 / n as f64 * 0.92, 0.75, l).to_rgba()
+    }
+}
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy)]
+enum Mark {
+    Line(u32),
+    Dashed,
+    Cross,
+    Band,
+}
+
+struct Entry {
+    label: String,
+    colour: RGBAColor,
+    mark: Mark,
+}
+
+fn entry(label: impl Into<String>, colour: RGBAColor, mark: Mark) -> Entry {
+    Entry {
+        label: label.into(),
+        colour,
+        mark,
+    }
+}
+
+/// Draws a legend into its own area beside a chart: the `wide` entries one to a row,
+/// then the `grid` entries (many streams' ids) in as many columns as they need.
+fn legend(area: &DrawingArea<SVGBackend<'_>, Shift>, wide: &[Entry], grid: &[Entry]) -> Drawn {
+    let (w, h) = area.dim_in_pixel();
+    let row_h = 15i32;
+    let top = 30 + row_h * wide.len() as i32;
+    let rows = ((h as i32 - top) / row_h).max(1) as usize;
+    let cols = grid.len().div_ceil(rows).max(1);
+    let col_w = (w as i32 - 6) / cols as i32;
+    let places = (0..wide.len())
+        .map(|k| (4, 30 + k as i32 * row_h))
+        .chain((0..grid.len()).map(|k| {
+            (
+                4 + (k / rows) as i32 * col_w,
+                top + (k % rows) as i32 * row_h,
+            )
+        }));
+    for (e, (x, y)) in wide.iter().chain(grid).zip(places) {
+        let style = e.colour.stroke_width(2);
+        match e.mark {
+            Mark::Line(width) => {
+                area.draw(&PathElement::new(
+                    vec![(x, y), (x + 18, y)],
+                    e.colour.stroke_width(width),
+                ))?;
+            }
+            Mark::Dashed => {
+                area.draw(&PathElement::new(vec![(x, y), (x + 6, y)], style))?;
+                area.draw(&PathElement::new(vec![(x + 12, y), (x + 18, y)], style))?;
+            }
+            Mark::Cross => area.draw(&Cross::new((x + 9, y), 4, style))?,
+            Mark::Band => area.draw(&Rectangle::new(
+                [(x, y - 5), (x + 18, y + 5)],
+                e.colour.filled(),
+            ))?,
+        }
+        area.draw(&Text::new(
+            e.label.clone(),
+            (x + 22, y - 6),
+            (FONT, 12).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
+/// A rate axis's unit for values up to `max_bps`: (divisor, name).
+fn rate_unit(max_bps: f64) -> (f64, &'static str) {
+    if max_bps >= 2e9 {
+        (1e9, "Gbit/s")
+    } else if max_bps >= 2e6 {
+        (1e6, "Mbit/s")
+    } else {
+        (1e3, "kbit/s")
+    }
+}
+
+/// The test's picture: three panels over the test's time.
+pub(crate) fn test_svg(doc: &Document, lab_rate_bps: Option<u64>, title: &str) -> Result<String> {
+    let mut svg = String::new();
+    draw_test(&mut svg, doc, lab_rate_bps, title)
+        .map_err(|e| Error::Test(format!("draw the plot: {e}")))?;
+    Ok(svg)
+}
+
+fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title: &str) -> Drawn {
+    let ivs = &doc.intervals;
+    let n = usize::from(doc.start.streams).max(ivs.first().map_or(0, |iv| iv.streams.len()));
+    let legend_w = match n {
+        0..=NAMED_STREAMS => 170,
+        _ => 60 * n.div_ceil(22) as u32 + 10,
+    };
+    let root = SVGBackend::with_string(svg, (900 + legend_w, 940)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, (FONT, 20))?;
+    let (top, rest) = root.split_vertically(440);
+    let (mid, bottom) = rest.split_vertically(250);
+
+    let t_end = ivs
+        .iter()
+        .map(|iv| iv.sum.end)
+        .fold(doc.start.duration_s + doc.start.omit_s, f64::max)
+        .max(0.1);
+    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
+    let markers = ivs.len() <= 40 && n <= NAMED_STREAMS;
+
+    // Panel 1: each stream's receiver rate, the sum on the right axis.
+    let (chart_area, legend_area) = top.split_horizontally(900);
+    let max_stream = ivs
+        .iter()
+        .flat_map(|iv| iv.streams.iter().map(|s| s.bits_per_second))
+        .fold(0.0, f64::max);
+    let max_sum = ivs
+        .iter()
+        .map(|iv| iv.sum.bits_per_second)
+        .chain(lab_rate_bps.map(|r| r as f64))
+        .fold(0.0, f64::max);
+    let (sdiv, sunit) = rate_unit(max_stream);
+    let (tdiv, tunit) = rate_unit(max_sum);
+    let mut chart = ChartBuilder::on(&chart_area)
+        .caption(
+            format!("Receiver rate per stream ({n} streams) and their sum"),
+            (FONT, 16),
+        )
+        .margin(8)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .right_y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_end, 0.0..(max_stream / sdiv * 1.1).max(1e-3))?
+        .set_secondary_coord(0.0..t_end, 0.0..(max_sum / tdiv * 1.1).max(1e-3));
+    chart
+        .configure_mesh()
+        .x_desc("time, s")
+        .y_desc(format!("per stream, {sunit}"))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    chart
+        .configure_secondary_axes()
+        .y_desc(format!("sum, {tunit}"))
+        .draw()?;
+    let mut entries = Vec::new();
+    let grey = RGBColor(225, 225, 225).to_rgba();
+    let omitted: Vec<_> = ivs.iter().filter(|iv| iv.omitted).collect();
+    if !omitted.is_empty() {
+        chart.draw_series(omitted.iter().map(|iv| {
+            Rectangle::new(
+                [(iv.sum.start, 0.0), (iv.sum.end, max_stream / sdiv * 1.1)],
+                grey.filled(),
+            )
+        }))?;
+        entries.push(entry("omitted (-O)", grey, Mark::Band));
+    }
+    let mut ids = Vec::new();
+    for s in 0..n {
+        let c = match n {
+            0..=NAMED_STREAMS => colour(s, n),
+            _ => colour(s, n).mix(0.75),
+        };
+        let points: Vec<(f64, f64)> = ivs
+            .iter()
+            .filter_map(|iv| iv.streams.get(s))
+            .map(|r| (mid_t(r.start, r.end), r.bits_per_second / sdiv))
+            .collect();
+        chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(1)))?;
+        if markers {
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
+        }
+        if n <= NAMED_STREAMS {
+            entries.push(entry(format!("stream {s}"), c, Mark::Line(2)));
+        } else {
+            ids.push(entry(format!("{s}"), c, Mark::Line(2)));
+        }
+    }
+    let sum_points: Vec<(f64, f64)> = ivs
+        .iter()
+        .map(|iv| {
+            (
+                mid_t(iv.sum.start, iv.sum.end),
+                iv.sum.bits_per_second / tdiv,
+            )
+        })
+        .collect();
+    let black = BLACK.to_rgba();
+    chart.draw_secondary_series(LineSeries::new(sum_points.clone(), black.stroke_width(3)))?;
+    if markers {
+        chart.draw_secondary_series(
+            sum_points
+                .iter()
+                .map(|&p| Circle::new(p, 3, black.filled())),
+        )?;
+    }
+    entries.insert(0, entry("sum (right axis)", black, Mark::Line(3)));
+    if let Some(rate) = lab_rate_bps {
+        let red = RGBColor(200, 0, 0).to_rgba();
+        let y = rate as f64 / tdiv;
+        chart.draw_secondary_series(DashedLineSeries::new(
+            [(0.0, y), (t_end, y)],
+            8,
+            5,
+            red.stroke_width(2),
+        ))?;
+        entries.insert(1, entry("lab bottleneck", red, Mark::Dashed));
+    }
+    // A stream that read nothing while others read: a red cross on the axis.
+    let starved: Vec<(f64, f64)> = ivs
+        .iter()
+        .filter(|iv| iv.sum.bytes > 0)
+        .flat_map(|iv| {
+            iv.streams
+                .iter()
+                .filter(|r| r.bytes == 0)
+                .map(|r| (mid_t(r.start, r.end), 0.0))
+        })
+        .collect();
+    let red = RED.to_rgba();
+    if !starved.is_empty() {
+        chart.draw_series(
+            starved
+                .iter()
+                .map(|&p| Cross::new(p, 5, red.stroke_width(2))),
+        )?;
+        entries.push(entry(
+            format!("starved ({})", starved.len()),
+            red,
+            Mark::Cross,
+        ));
+    }
+    if n > NAMED_STREAMS {
+        entries.push(entry(
+            format!("{n} streams, by id:"),
+            WHITE.to_rgba(),
+            Mark::Line(0),
+        ));
+    }
+    legend(&legend_area, &entries, &ids)?;
+
+    // Panel 2: block RTT and kernel RTT (log scale: they can be 1000x apart).
+    let (chart_area, legend_area) = mid.split_horizontally(900);
+    let ms = |us: f64| us / 1e3;
+    type Series = (&'static str, RGBAColor, u32, Vec<(f64, f64)>);
+    let pick = |f: &dyn Fn(&crate::report::model::SumRow) -> Option<f64>| -> Vec<(f64, f64)> {
+        ivs.iter()
+            .filter_map(|iv| {
+                f(&iv.sum)
+                    .filter(|v| *v > 0.0)
+                    .map(|v| (mid_t(iv.sum.start, iv.sum.end), ms(v)))
+            })
+            .collect()
+    };
+    let rtts: Vec<Series> = vec![
+        (
+            "block RTT max",
+            colour(1, 4),
+            1,
+            pick(&|s| s.block_rtt.map(|r| r.max_us)),
+        ),
+        (
+            "block RTT avg",
+            colour(0, 4),
+            2,
+            pick(&|s| s.block_rtt.map(|r| r.avg_us)),
+        ),
+        (
+            "kernel srtt avg",
+            colour(2, 4),
+            2,
+            pick(&|s| s.kernel_rtt.map(|r| r.avg_us)),
+        ),
+        (
+            "path (min_rtt)",
+            colour(3, 4),
+            1,
+            pick(&|s| s.min_rtt.map(f64::from)),
+        ),
+    ];
+    let all = rtts.iter().flat_map(|s| s.3.iter().map(|p| p.1));
+    let (lo, hi) = all.fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = if hi > 0.0 {
+        (lo * 0.7, hi * 1.5)
+    } else {
+        (0.001, 1.0)
+    };
+    let mut chart = ChartBuilder::on(&chart_area)
+        .caption(
+            "RTT: block (every queue a block met) and kernel (the path)",
+            (FONT, 16),
+        )
+        .margin(8)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .right_y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_end, (lo..hi).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("time, s")
+        .y_desc("ms (log scale)")
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    let mut entries = Vec::new();
+    for (label, c, width, points) in rtts {
+        if points.is_empty() {
+            continue;
+        }
+        chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(width)))?;
+        if markers {
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
+        }
+        entries.push(entry(label, c, Mark::Line(width)));
+    }
+    if entries.is_empty() {
+        entries.push(entry("no RTT samples", black, Mark::Line(0)));
+    }
+    legend(&legend_area, &entries, &[])?;
+
+    // Panel 3: Jain's index per interval; intervals with a starved stream marked.
+    let (chart_area, legend_area) = bottom.split_horizontally(900);
+    let mut chart = ChartBuilder::on(&chart_area)
+        .caption(
+            "Fairness per interval (Jain's index: 1 = equal shares)",
+            (FONT, 16),
+        )
+        .margin(8)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .right_y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_end, 0.0..1.05)?;
+    chart
+        .configure_mesh()
+        .x_desc("time, s")
+        .y_desc("Jain's index")
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    let jain: Vec<(f64, f64)> = ivs
+        .iter()
+        .filter_map(|iv| {
+            iv.sum
+                .fairness
+                .jain
+                .map(|j| (mid_t(iv.sum.start, iv.sum.end), j))
+        })
+        .collect();
+    let blue = colour(0, 1);
+    chart.draw_series(LineSeries::new(jain.clone(), blue.stroke_width(2)))?;
+    if markers {
+        chart.draw_series(jain.iter().map(|&p| Circle::new(p, 2, blue.filled())))?;
+    }
+    let mut entries = vec![entry("Jain's index", blue, Mark::Line(2))];
+    let hungry: Vec<(f64, f64)> = ivs
+        .iter()
+        .filter(|iv| iv.sum.fairness.starved > 0 && iv.sum.bytes > 0)
+        .map(|iv| {
+            let j = iv.sum.fairness.jain.unwrap_or(0.0);
+            (mid_t(iv.sum.start, iv.sum.end), j)
+        })
+        .collect();
+    if !hungry.is_empty() {
+        chart.draw_series(
+            hungry
+                .iter()
+                .map(|&p| Cross::new(p, 5, red.stroke_width(2))),
+        )?;
+        entries.push(entry("a stream starved", red, Mark::Cross));
+    }
+    legend(&legend_area, &entries, &[])?;
+    root.present()?;
+    Ok(())
+}
+
+/// The dimensions a comparison sweeps, in the order the x axis is chosen from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dim {
+    Block,
+    Streams,
+    Window,
+    Pin,
+    Engine,
+}
+
+impl Dim {
+    const ALL: [Dim; 5] = [Dim::Block, Dim::Streams, Dim::Window, Dim::Pin, Dim::Engine];
+
+    fn name(self) -> &'static str {
+        match self {
+            Dim::Block => "block size",
+            Dim::Streams => "streams",
+            Dim::Window => "window",
+            Dim::Pin => "pinning",
+            Dim::Engine => "engine",
+        }
+    }
+
+    /// The value's label, and a key that sorts it (sizes and counts by number).
+    fn of(self, r: &CompareRow) -> (String, u64) {
+        let p = &r.point;
+        match self {
+            Dim::Block => (format_size(p.block_bytes), p.block_bytes),
+            Dim::Streams => (p.streams.to_string(), u64::from(p.streams)),
+            Dim::Window => (
+                p.window_bytes.map_or("auto".into(), format_size),
+                p.window_bytes.unwrap_or(0),
+            ),
+            Dim::Pin => (p.pin.clone(), u64::from(p.pin != "auto")),
+            Dim::Engine => (
+                p.engine.to_string(),
+                u64::from(p.engine.to_string() != "threads"),
+            ),
+        }
+    }
+
+    fn values(self, rows: &[CompareRow]) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = rows.iter().map(|r| self.of(r)).collect();
+        v.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        v.dedup();
+        v
+    }
+}
+
+/// A comparison's picture: Gbit/s and Gbit/s per busy core against the swept dimension.
+pub(crate) fn compare_svg(doc: &CompareDoc, title: &str) -> Result<String> {
+    let mut svg = String::new();
+    draw_compare(&mut svg, doc, title).map_err(|e| Error::Test(format!("draw the plot: {e}")))?;
+    Ok(svg)
+}
+
+fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
+    let rows = &doc.rows;
+    let varying: Vec<Dim> = Dim::ALL
+        .into_iter()
+        .filter(|d| d.values(rows).len() > 1)
+        .collect();
+    // The x axis: the first swept size or count, else the first swept choice.
+    let x_dim = varying.first().copied().unwrap_or(Dim::Block);
+    let others: Vec<Dim> = varying.iter().copied().filter(|d| *d != x_dim).collect();
+    let xs = x_dim.values(rows);
+    let x_of = |r: &CompareRow| xs.iter().position(|v| *v == x_dim.of(r)).unwrap_or(0);
+    let curve_of = |r: &CompareRow| -> String {
+        let parts: Vec<String> = others
+            .iter()
+            .map(|d| format!("{} {}", d.name(), d.of(r).0))
+            .collect();
+        match parts.is_empty() {
+            true => "pinperf".into(),
+            false => parts.join(", "),
+        }
+    };
+    let mut curves: Vec<String> = Vec::new();
+    for r in rows {
+        let c = curve_of(r);
+        if !curves.contains(&c) {
+            curves.push(c);
+        }
+    }
+    let legend_w = 260;
+    let root = SVGBackend::with_string(svg, (820 + legend_w, 760)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, (FONT, 20))?;
+    let (top, bottom) = root.split_vertically(360);
+    type Metric = fn(&CompareRow) -> Option<f64>;
+    let panels: [(&DrawingArea<SVGBackend<'_>, Shift>, &str, &str, Metric); 2] = [
+        (&top, "Throughput (receiver)", "Gbit/s", |r| {
+            r.bits_per_second.map(|b| b / 1e9)
+        }),
+        (&bottom, "CPU efficiency", "Gbit/s per busy core", |r| {
+            r.gbps_per_busy_core
+        }),
+    ];
+    for (area, caption, unit, metric) in panels {
+        let (chart_area, legend_area) = area.split_horizontally(820);
+        let max = rows.iter().filter_map(metric).fold(0.0, f64::max).max(1e-3);
+        let mut chart = ChartBuilder::on(&chart_area)
+            .caption(format!("{caption} against {}", x_dim.name()), (FONT, 16))
+            .margin(8)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(
+                (0..xs.len().saturating_sub(1)).into_segmented(),
+                0.0..max * 1.15,
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc(x_dim.name())
+            .y_desc(unit)
+            .x_labels(xs.len() + 1)
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => xs.get(*i).map_or(String::new(), |x| x.0.clone()),
+                _ => String::new(),
+            })
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        let mut entries = Vec::new();
+        for (k, name) in curves.iter().enumerate() {
+            let c = colour(k, curves.len());
+            let mut points: Vec<(usize, f64)> = rows
+                .iter()
+                .filter(|r| curve_of(r) == *name)
+                .filter_map(|r| metric(r).map(|v| (x_of(r), v)))
+                .collect();
+            points.sort_by_key(|p| p.0);
+            let points: Vec<(SegmentValue<usize>, f64)> = points
+                .into_iter()
+                .map(|(i, v)| (SegmentValue::CenterOf(i), v))
+                .collect();
+            chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
+            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
+            entries.push(entry(name.clone(), c, Mark::Line(2)));
+        }
+        let failed = rows.iter().filter(|r| metric(r).is_none()).count();
+        if failed > 0 {
+            entries.push(entry(
+                format!("{failed} run(s) without a value"),
+                RED.to_rgba(),
+                Mark::Cross,
+            ));
+        }
+        legend(&legend_area, &entries, &[])?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// Writes `svg` to `path`: as it is for `.svg`, rasterised for `.png`.
+pub(crate) fn write(path: &Path, svg: &str) -> Result<()> {
+    let bytes = match picture_kind(path)? {
+        Picture::Svg => svg.as_bytes().to_vec(),
+        Picture::Png => to_png(svg)
+            .map_err(|e| Error::Test(format!("{}: render the plot as PNG: {e}", path.display())))?,
+    };
+    std::fs::write(path, bytes).map_err(|e| Error::io(format!("write {}", path.display()), e))
+}
+
+/// What a plot file's extension asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Picture {
+    Svg,
+    Png,
+}
+
+/// `.svg` or `.png`, else a usage error naming the file.
+pub(crate) fn picture_kind(path: &Path) -> Result<Picture> {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_lowercase)
+        .as_deref()
+    {
+        Some("svg") => Ok(Picture::Svg),
+        Some("png") => Ok(Picture::Png),
+        _ => Err(Error::Usage(format!(
+            "{}: a plot is written as .svg or .png",
+            path.display()
+        ))),
+    }
+}
+
+/// Rasterises an SVG with resvg (pure Rust: no system libraries). Text uses the system's
+/// fonts (read from the usual directories); a host without any gets the lines only.
+fn to_png(svg: &str) -> std::result::Result<Vec<u8>, String> {
+    use resvg::{tiny_skia, usvg};
+    let mut opt = usvg::Options::default();
+    let db = opt.fontdb_mut();
+    db.load_system_fonts();
+    let sans = [
+        "DejaVu Sans",
+        "Liberation Sans",
+        "Noto Sans",
+        "FreeSans",
+        "Arial",
+    ]
+    .into_iter()
+    .find(|name| {
+        db.faces()
+            .any(|f| f.families.iter().any(|(family, _)| family == name))
+    });
+    if let Some(name) = sans {
+        db.set_sans_serif_family(name);
+    }
+    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| e.to_string())?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| "an empty picture".to_string())?;
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap.encode_png().map_err(|e| e.to_string())
+}

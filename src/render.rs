@@ -1,0 +1,435 @@
+//! Where reports go and what they become: a test's output with iperf3's text flags
+//! (`-f`, `-T`, `--timestamps`, `-V`, `--logfile`, `--forceflush`) and the pictures a run
+//! leaves behind (`--plot`, `--html`); and the commands that render saved results again
+//! (`pinperf plot`, `pinperf report`) or describe the tool (`completions`, `man`).
+//! The capture below runs on the client's `reporter` thread; the rest on the main thread.
+
+use std::fs::File;
+use std::io::{self, BufWriter, LineWriter, Write};
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+
+use crate::choices::Format;
+use crate::cli::{Args, CompletionsArgs, OutputArgs, PlotArgs, ReportArgs, ReportFormat, TextArgs};
+use crate::config::ClientConfig;
+use crate::error::{Error, Result};
+use crate::report::json::{Document, JsonFormatter};
+use crate::report::model::{Header, IntervalReport, Summary};
+use crate::report::text::{TextFormatter, TextOptions};
+use crate::report::{self, Formatter};
+use crate::saved::{self, Saved, SavedTest};
+use crate::{html, plot};
+
+impl TextArgs {
+    fn options(&self) -> TextOptions {
+        TextOptions {
+            unit: self.unit,
+            verbose: self.verbose,
+        }
+    }
+}
+
+/// The title a picture or page gets when `-T` gave none: what was tested.
+fn default_title(h: &Header) -> String {
+    format!(
+        "pinperf {} -> {}: {} stream{}, {} blocks, {} s",
+        h.local,
+        h.remote,
+        h.streams,
+        if h.streams == 1 { "" } else { "s" },
+        crate::units::format_size(h.block_bytes),
+        h.duration_s
+    )
+}
+
+/// A writer for the report: `--logfile` (appended to, as iperf3 does) or stdout; a
+/// file is buffered and flushed where the formatter flushes (every interval), or at every
+/// line with `--forceflush`.
+fn report_writer(o: &OutputArgs) -> Result<Box<dyn Write + Send>> {
+    let Some(path) = &o.logfile else {
+        return Ok(Box::new(io::stdout()));
+    };
+    let file = File::options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("--logfile {}: open", path.display()), e))?;
+    Ok(match o.forceflush {
+        true => Box::new(LineWriter::new(file)),
+        false => Box::new(BufWriter::new(file)),
+    })
+}
+
+/// The formatter of a client run: the chosen format with the text flags, and a capture
+/// that writes `--plot` / `--html` when the test ends.
+pub(crate) fn client_output(format: Format, o: &OutputArgs) -> Result<Box<dyn Formatter>> {
+    let out = report_writer(o)?;
+    let t = &o.text;
+    let inner: Box<dyn Formatter> = match format {
+        Format::Text => Box::new(TextFormatter::with_options(
+            Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
+            t.options(),
+        )),
+        Format::Json => Box::new(JsonFormatter::new(out).titled(t.title.clone())),
+        other => report::formatter(other, out),
+    };
+    if o.plot.is_none() && o.html.is_none() && o.json_file.is_none() {
+        return Ok(inner);
+    }
+    // Checked and created now, so a wrong name or directory stops the run before it starts.
+    let plot = match &o.plot {
+        Some(path) => {
+            plot::picture_kind(path)?;
+            Some(create(path, "--plot")?)
+        }
+        None => None,
+    };
+    let html = match &o.html {
+        Some(path) => Some(create(path, "--html")?),
+        None => None,
+    };
+    let json = match &o.json_file {
+        Some(path) => Some(create(path, "--json-file")?),
+        None => None,
+    };
+    Ok(Box::new(Capture {
+        inner,
+        doc: None,
+        plot,
+        html,
+        json,
+        title: t.title.clone(),
+        options: t.options(),
+    }))
+}
+
+fn create(path: &Path, flag: &str) -> Result<(PathBuf, File)> {
+    let file = File::create(path)
+        .map_err(|e| Error::io(format!("{flag} {}: create", path.display()), e))?;
+    Ok((path.to_path_buf(), file))
+}
+
+/// Runs one test as configured; prints the report on stdout (or `--logfile`), and in the
+/// machine formats a failure too (`-J` prints what it has with an `error` field, as iperf3
+/// -J does). (Was `client::run`; it lives here so `client` does not depend on the plots.)
+pub(crate) fn run_client(cfg: ClientConfig, o: &OutputArgs) -> Result<()> {
+    let out = client_output(cfg.format, o)?;
+    crate::client::run_with(cfg, out).map(|_| ())
+}
+
+/// Passes everything to the run's formatter and keeps the document, to draw it when the
+/// test ends (with its totals, or with what it measured and why it failed).
+struct Capture {
+    inner: Box<dyn Formatter>,
+    doc: Option<Document>,
+    plot: Option<(PathBuf, File)>,
+    html: Option<(PathBuf, File)>,
+    json: Option<(PathBuf, File)>,
+    title: Option<String>,
+    options: TextOptions,
+}
+
+impl Capture {
+    fn finish(&mut self) -> io::Result<()> {
+        let Some(doc) = self.doc.take() else {
+            // Nothing was measured: no picture, and no empty file left behind.
+            let files = [self.plot.take(), self.html.take(), self.json.take()];
+            for (path, _) in files.into_iter().flatten() {
+                let _ = std::fs::remove_file(path);
+            }
+            return Ok(());
+        };
+        let title = self
+            .title
+            .clone()
+            .unwrap_or_else(|| default_title(&doc.start));
+        let test = SavedTest {
+            doc,
+            lab_rate_bps: None,
+        };
+        let failed = |path: &Path, e: Error| io::Error::other(format!("{}: {e}", path.display()));
+        let write_err = |path: &Path, e: io::Error| {
+            io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        };
+        if let Some((path, mut file)) = self.json.take() {
+            // As `-J` prints it.
+            serde_json::to_writer_pretty(&mut file, &test.doc)
+                .map_err(io::Error::from)
+                .and_then(|()| writeln!(file))
+                .map_err(|e| write_err(&path, e))?;
+        }
+        if let Some((path, _)) = self.plot.take() {
+            plot::test_svg(&test.doc, None, &title)
+                .and_then(|svg| plot::write(&path, &svg))
+                .map_err(|e| failed(&path, e))?;
+        }
+        if let Some((path, mut file)) = self.html.take() {
+            let page =
+                html::test_page(&test, &title, self.options).map_err(|e| failed(&path, e))?;
+            file.write_all(page.as_bytes())
+                .map_err(|e| write_err(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Formatter for Capture {
+    fn header(&mut self, header: &Header) -> io::Result<()> {
+        self.doc = Some(Document::new(self.title.clone(), header.clone()));
+        self.inner.header(header)
+    }
+
+    fn interval(&mut self, interval: &IntervalReport) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.intervals.push(interval.clone());
+        }
+        self.inner.interval(interval)
+    }
+
+    fn summary(&mut self, summary: &Summary) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.end = Some(summary.clone());
+        }
+        let r = self.inner.summary(summary);
+        self.finish()?;
+        r
+    }
+
+    fn failed(&mut self, error: &str) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.error = Some(error.to_string());
+        }
+        let r = self.inner.failed(error);
+        self.finish()?;
+        r
+    }
+
+    fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.end = Some(summary.clone());
+            doc.error = Some(error.to_string());
+        }
+        let r = self.inner.cut_short(summary, error);
+        self.finish()?;
+        r
+    }
+
+    fn stream_failed(&mut self, at: f64, error: &str) -> io::Result<()> {
+        self.inner.stream_failed(at, error)
+    }
+}
+
+/// Writes `bytes` to `path`, or to stdout (a closed pipe is quiet).
+fn emit(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
+    match path {
+        Some(path) => std::fs::write(path, bytes)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e)),
+        None => {
+            let mut out = io::stdout().lock();
+            out.write_all(bytes)
+                .and_then(|()| out.flush())
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::BrokenPipe => Error::OutputClosed,
+                    _ => Error::io("write to stdout", e),
+                })
+        }
+    }
+}
+
+/// `pinperf plot FILE.json -o OUT.svg|png`.
+pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
+    plot::picture_kind(&a.output)?;
+    let svg = match saved::load(&a.file)? {
+        Saved::Test(t) => {
+            let title = a
+                .title
+                .clone()
+                .unwrap_or_else(|| default_title(&t.doc.start));
+            plot::test_svg(&t.doc, t.lab_rate_bps, &title)?
+        }
+        Saved::Compare(c) => {
+            let title = a.title.clone().unwrap_or_else(|| compare_title(&c));
+            plot::compare_svg(&c, &title)?
+        }
+    };
+    plot::write(&a.output, &svg)
+}
+
+fn compare_title(c: &crate::compare::CompareDoc) -> String {
+    format!(
+        "pinperf compare against {}: {} configurations, {} s each",
+        c.target,
+        c.rows.len(),
+        c.seconds
+    )
+}
+
+/// What `pinperf report` writes: `--format`, else `-o`'s extension, else text.
+fn report_format(a: &ReportArgs) -> ReportFormat {
+    let ext = a
+        .output
+        .as_ref()
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str())
+        .map(str::to_lowercase);
+    a.format.unwrap_or(match ext.as_deref() {
+        Some("html" | "htm") => ReportFormat::Html,
+        Some("csv") => ReportFormat::Csv,
+        Some("json") => ReportFormat::Json,
+        _ => ReportFormat::Text,
+    })
+}
+
+/// `pinperf report FILE.json [-o OUT] [--format ...]`.
+pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
+    let format = report_format(a);
+    let saved = saved::load(&a.file)?;
+    let bytes = match (&saved, format) {
+        (Saved::Test(t), ReportFormat::Text) => {
+            let mut buf = Vec::new();
+            let t_args = &a.text;
+            // The run's -T is in the document: its lines had the prefix.
+            let title = t_args.title.clone().or_else(|| t.doc.title.clone());
+            let mut f = TextFormatter::with_options(
+                Prefixed::new(&mut buf, t_args.timestamps.clone(), title),
+                t_args.options(),
+            );
+            saved::replay(&t.doc, &mut f).map_err(|e| Error::io("render the report", e))?;
+            drop(f);
+            if let Some(e) = &t.doc.error {
+                eprintln!("pinperf: note: {}: the test failed: {e}", a.file.display());
+            }
+            buf
+        }
+        (Saved::Test(t), ReportFormat::Csv) => {
+            let mut buf = Vec::new();
+            saved::replay(&t.doc, &mut report::csv::CsvFormatter::new(&mut buf))
+                .map_err(|e| Error::io("render the report", e))?;
+            buf
+        }
+        (Saved::Test(t), ReportFormat::Json) => json(&t.doc)?,
+        (Saved::Test(t), ReportFormat::Html) => {
+            let title = a
+                .text
+                .title
+                .clone()
+                .or_else(|| t.doc.title.clone())
+                .unwrap_or_else(|| default_title(&t.doc.start));
+            html::test_page(t, &title, a.text.options())?.into_bytes()
+        }
+        (Saved::Compare(c), ReportFormat::Text) => crate::compare::text_table(c).into_bytes(),
+        (Saved::Compare(c), ReportFormat::Csv) => crate::compare::csv_table(c).into_bytes(),
+        (Saved::Compare(c), ReportFormat::Json) => json(c)?,
+        (Saved::Compare(c), ReportFormat::Html) => {
+            let title = a.text.title.clone().unwrap_or_else(|| compare_title(c));
+            html::compare_page(c, &title)?.into_bytes()
+        }
+    };
+    emit(a.output.as_deref(), &bytes)
+}
+
+/// A saved document as pretty JSON, as `-J` wrote it.
+fn json(v: &impl serde::Serialize) -> Result<Vec<u8>> {
+    let mut buf = serde_json::to_vec_pretty(v).map_err(|e| Error::Test(format!("JSON: {e}")))?;
+    buf.push(b'\n');
+    Ok(buf)
+}
+
+/// `pinperf completions SHELL`.
+pub(crate) fn run_completions(a: &CompletionsArgs) -> Result<()> {
+    let mut buf = Vec::new();
+    clap_complete::generate(a.shell, &mut Args::command(), "pinperf", &mut buf);
+    emit(None, &buf)
+}
+
+/// `pinperf man`: the man page in roff.
+pub(crate) fn run_man() -> Result<()> {
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(Args::command())
+        .render(&mut buf)
+        .map_err(|e| Error::io("render the man page", e))?;
+    emit(None, &buf)
+}
+/// A writer that starts every line with a prefix: iperf3's `--timestamps[=FORMAT]` (the
+/// local time by strftime's FORMAT, default `"%c "`) and then `-T`'s `"TITLE:  "`, in
+/// iperf3's order.
+pub struct Prefixed<W: Write> {
+    out: W,
+    timestamps: Option<String>,
+    title: Option<String>,
+    at_line_start: bool,
+}
+
+impl<W: Write> Prefixed<W> {
+    pub fn new(out: W, timestamps: Option<String>, title: Option<String>) -> Self {
+        Prefixed {
+            out,
+            timestamps,
+            title,
+            at_line_start: true,
+        }
+    }
+
+    fn prefix(&mut self) -> io::Result<()> {
+        if let Some(fmt) = &self.timestamps {
+            let now = crate::sys::local_time(fmt)?;
+            self.out.write_all(now.as_bytes())?;
+        }
+        if let Some(title) = &self.title {
+            write!(self.out, "{title}:  ")?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for Prefixed<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.at_line_start {
+            self.prefix()?;
+            self.at_line_start = false;
+        }
+        // Up to and including the first newline; the next call prefixes the next line.
+        let n = buf
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(buf.len(), |i| i + 1);
+        self.out.write_all(&buf[..n])?;
+        self.at_line_start = buf[n - 1] == b'\n';
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `-T` and `--timestamps` start every line, however the writes split the lines,
+    /// and nothing else.
+    #[test]
+    fn prefixed_starts_every_line_once() {
+        let mut out = Vec::new();
+        {
+            let mut p = Prefixed::new(&mut out, None, Some("t1".into()));
+            p.write_all(b"a\nb").unwrap();
+            p.write_all(b"c\n").unwrap();
+            p.write_all(b"\nd\n").unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "t1:  a\nt1:  bc\nt1:  \nt1:  d\n"
+        );
+        let mut out = Vec::new();
+        Prefixed::new(&mut out, Some("[x] ".into()), Some("t".into()))
+            .write_all(b"row\n")
+            .unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "[x] t:  row\n");
+    }
+}

@@ -1,0 +1,105 @@
+//! Saved results: reads a `-J` document back (a test's, a `lab`'s, or a `compare`'s)
+//! through the same serde types that wrote it, so `pinperf report` and `pinperf plot`
+//! render exactly what the run measured. Every failure names the file. Runs on the main
+//! thread of `pinperf plot` / `pinperf report`.
+
+use std::path::Path;
+
+use crate::compare::CompareDoc;
+use crate::error::{Error, Result};
+use crate::report::Formatter;
+use crate::report::json::Document;
+
+/// A saved test: the client's document, and the lab's bottleneck rate when a `pinperf
+/// lab` run wrote it.
+#[derive(Debug, Clone)]
+pub(crate) struct SavedTest {
+    pub doc: Document,
+    pub lab_rate_bps: Option<u64>,
+}
+
+/// What a saved file holds.
+#[derive(Debug, Clone)]
+pub(crate) enum Saved {
+    Test(Box<SavedTest>),
+    Compare(CompareDoc),
+}
+
+/// Reads and parses `path`.
+pub(crate) fn load(path: &Path) -> Result<Saved> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read {name}"), e))?;
+    parse(&text).map_err(|why| Error::Usage(format!("{name}: {why}")))
+}
+
+/// Parses a saved document; the error says what is wrong with it (the caller adds the
+/// file's name).
+pub(crate) fn parse(text: &str) -> std::result::Result<Saved, String> {
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| format!("not a pinperf -J document: not JSON ({e})"))?;
+    let Some(obj) = value.as_object() else {
+        return Err("not a pinperf -J document: not a JSON object".into());
+    };
+    if obj.contains_key("rows") {
+        let doc: CompareDoc = serde_json::from_value(value)
+            .map_err(|e| format!("not a pinperf compare -J document: {e}"))?;
+        return Ok(Saved::Compare(doc));
+    }
+    if let (false, Some(error)) = (obj.contains_key("start"), obj.get("error")) {
+        return Err(format!(
+            "the test failed before it started, nothing to show: {}",
+            error.as_str().unwrap_or("?")
+        ));
+    }
+    if !obj.contains_key("start") || !obj.contains_key("intervals") {
+        return Err(
+            "not a pinperf -J document: it has neither \"start\" and \"intervals\" (a test) \
+             nor \"rows\" (a comparison); --json-lines and CSV output cannot be read back"
+                .into(),
+        );
+    }
+    let lab_rate_bps = value
+        .pointer("/lab/path/rate_bps")
+        .and_then(serde_json::Value::as_u64);
+    let doc: Document =
+        serde_json::from_value(value).map_err(|e| format!("not a pinperf -J document: {e}"))?;
+    Ok(Saved::Test(Box::new(SavedTest { doc, lab_rate_bps })))
+}
+
+/// Feeds a saved test to a formatter in the order the run did: the header, each interval,
+/// then the totals (with the error beside them when the test was cut short), or only the
+/// error when the test failed before its totals. Live-only lines (a stream's `# failed at`)
+/// are not in the document and are not repeated.
+pub(crate) fn replay(doc: &Document, out: &mut dyn Formatter) -> std::io::Result<()> {
+    out.header(&doc.start)?;
+    for iv in &doc.intervals {
+        out.interval(iv)?;
+    }
+    match (&doc.end, &doc.error) {
+        (Some(end), None) => out.summary(end),
+        (Some(end), Some(e)) => out.cut_short(end, e),
+        (None, Some(e)) => out.failed(e),
+        (None, None) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_documents_say_what_is_wrong() {
+        let err = |t: &str| parse(t).unwrap_err();
+        assert!(err("{").starts_with("not a pinperf -J document: not JSON"));
+        assert_eq!(err("[1]"), "not a pinperf -J document: not a JSON object");
+        assert!(err("{\"a\": 1}").contains("neither \"start\""));
+        assert!(
+            err("{\"start\": 1, \"intervals\": []}").starts_with("not a pinperf -J document: "),
+        );
+        assert!(err("{\"rows\": 3}").starts_with("not a pinperf compare -J document: "));
+        assert_eq!(
+            err("{\"error\": \"connect to h:1: refused\"}"),
+            "the test failed before it started, nothing to show: connect to h:1: refused"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! End-to-end tests of the habits users bring (issue 14): iperf3's text flags (`-f`,
+//! `-T`, `--timestamps`, `-V`, `--logfile`, `--forceflush`), the one still refused
+//! (`--get-server-output`), shell completions and the man page. The real binary over
+//! loopback; numbers are checked against the run's own saved document.
+
+mod util;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use pinperf::report::json::Document;
+use util::{Spawned, arg, pinperf, saved, scratch, wait_until};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The rate column of the `#(**)` line.
+fn total_rate(text: &str) -> f64 {
+    let line = text.lines().find(|l| l.contains("#(**)")).expect("a total");
+    let after = &line[line.find("#(**)").unwrap() + 5..];
+    after.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// `-f g` prints Gbit/s (decimal, as iperf3); `report -f M` the same run in MiB/s
+/// (binary bytes); both against the saved bits per second.
+#[test]
+fn rate_units_follow_iperf3s_f() {
+    let dir = scratch("rate_units");
+    let json = dir.join("r.json");
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-t",
+            "0.5",
+            "-f",
+            "g",
+            "--json-file",
+            arg(&json),
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    assert!(text.contains(" Gb/s  RTT, ms:"), "{}", run.explain());
+    let bps = saved(&json).end.expect("totals").sum.bits_per_second;
+    assert_eq!(total_rate(&text), (bps / 1e9 * 1000.0).round() / 1000.0);
+    let mib = pinperf(&["report", arg(&json), "-f", "M"], LIMIT);
+    mib.assert_ok();
+    assert!(mib.stdout().contains(" MB/s  RTT, ms:"));
+    let want = bps / 8.0 / 1048576.0;
+    assert!((total_rate(&mib.stdout()) - want).abs() < 0.001, "{want}");
+    let bad = pinperf(&["--loopback", "-f", "x"], LIMIT);
+    assert_eq!(bad.code(), Some(2), "{}", bad.explain());
+}
+
+/// `-T` starts every text line with "TITLE:  " (iperf3's shape) after `--timestamps`'
+/// time, `fgrep '**'` still gives one line, and `-J`'s document carries the title.
+#[test]
+fn title_and_timestamps_prefix_every_line() {
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-t",
+            "0.5",
+            "-T",
+            "lab 1",
+            "--timestamps=%H:%M:%S ",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    assert!(text.lines().count() > 10, "{}", run.explain());
+    for line in text.lines() {
+        let (time, rest) = line.split_at(9);
+        let clock: Vec<&str> = time.trim_end().split(':').collect();
+        assert!(
+            clock.len() == 3
+                && clock
+                    .iter()
+                    .all(|c| c.len() == 2 && c.parse::<u8>().is_ok()),
+            "{line}"
+        );
+        assert!(
+            rest.starts_with("lab 1:  #") || rest.starts_with("lab 1:  ("),
+            "{line}"
+        );
+    }
+    assert_eq!(text.lines().filter(|l| l.contains("**")).count(), 1);
+
+    // The default format is "%c ": the date and time, as iperf3's.
+    let run = pinperf(&["--loopback", "-t", "0.3", "--timestamps"], LIMIT);
+    run.assert_ok();
+    for line in run.stdout().lines() {
+        let fields: Vec<&str> = line.split_whitespace().take(5).collect();
+        assert!(
+            fields.len() == 5 && fields[3].matches(':').count() == 2,
+            "{line}"
+        );
+    }
+
+    let run = pinperf(&["--loopback", "-t", "0.3", "-T", "lab 1", "-J"], LIMIT);
+    run.assert_ok();
+    let doc: Document = serde_json::from_slice(&run.output.stdout).expect("a document");
+    assert_eq!(doc.title.as_deref(), Some("lab 1"));
+}
+
+/// `-V` adds each stream's details under its rows: what the sender wrote (equal to the
+/// saved document's sent bytes), srtt and the rest of `TCP_INFO`.
+#[test]
+fn verbose_adds_each_streams_details() {
+    let dir = scratch("verbose");
+    let json = dir.join("r.json");
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-P",
+            "2",
+            "-t",
+            "0.5",
+            "-V",
+            "--json-file",
+            arg(&json),
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    let end = saved(&json).end.expect("totals");
+    for s in &end.streams {
+        let want = format!("#   ({:>2}) sent {}B, srtt ", s.stream, s.sent_bytes);
+        assert!(text.contains(&want), "{want}\n{}", run.explain());
+    }
+    let plain = pinperf(&["report", arg(&json)], LIMIT);
+    assert!(!plain.stdout().contains(" sent "), "only with -V");
+}
+
+/// `--logfile` appends the report to the file (stdout stays empty), rows as they come:
+/// the first interval is in the file while the test still runs (`--forceflush`).
+#[test]
+fn logfile_appends_live() {
+    let dir = scratch("logfile");
+    let log = dir.join("run.log");
+    std::fs::write(&log, "earlier\n").unwrap();
+    let mut run = Spawned::start(&[
+        "--loopback",
+        "-t",
+        "1.5",
+        "-i",
+        "0.25",
+        "--logfile",
+        arg(&log),
+        "--forceflush",
+    ]);
+    wait_until(
+        "the first interval row in the logfile",
+        Duration::from_secs(10),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.lines().any(|l| l.starts_with("( 0)")).then_some(())
+        },
+        || std::fs::read_to_string(&log).unwrap_or_default(),
+    );
+    assert!(run.is_running(), "the row came before the test ended");
+    let done = run.finish(LIMIT);
+    done.assert_ok();
+    assert_eq!(done.stdout(), "", "the report went to the file");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.starts_with("earlier\n# pinperf"), "appended: {text}");
+    assert_eq!(text.lines().filter(|l| l.contains("**")).count(), 1);
+    let bad = pinperf(&["--loopback", "--logfile", "/nonexistent/x.log"], LIMIT);
+    assert_eq!(bad.code(), Some(1));
+    assert!(bad.stderr().contains("--logfile /nonexistent/x.log: open"));
+}
+
+/// `--get-server-output` needs the server's own log over the control protocol, which it
+/// does not carry yet: refused with what to do instead.
+#[test]
+fn get_server_output_is_refused_with_a_hint() {
+    let run = pinperf(&["--loopback", "--get-server-output"], LIMIT);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("--get-server-output (an iperf3 flag) is not supported (yet)"),
+        "{}",
+        run.explain()
+    );
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Feeds `input` to `cmd`'s stdin; its status and stdout.
+fn pipe(cmd: &mut Command, input: &[u8]) -> (bool, String, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `pinperf completions bash | bash -n` passes and the script completes pinperf's own
+/// flags and subcommands; zsh and fish scripts are checked by their shells when present.
+#[test]
+fn completion_scripts_parse_in_their_shells() {
+    let bash = pinperf(&["completions", "bash"], LIMIT);
+    bash.assert_ok();
+    let script = bash.stdout();
+    for word in ["--plot", "--logfile", "report", "completions"] {
+        assert!(script.contains(word), "{word}");
+    }
+    let (ok, _, err) = pipe(Command::new("bash").arg("-n"), script.as_bytes());
+    assert!(ok, "bash -n: {err}");
+    // Broken on purpose, to show `bash -n` would catch a bad script.
+    let (ok, _, _) = pipe(Command::new("bash").arg("-n"), b"_pinperf() { if; }");
+    assert!(!ok);
+    for (shell, plot, check) in [
+        ("zsh", "--plot", vec!["zsh", "-n"]),
+        ("fish", "-l plot", vec!["fish", "--no-execute"]),
+    ] {
+        let run = pinperf(&["completions", shell], LIMIT);
+        run.assert_ok();
+        assert!(run.stdout().contains(plot), "{shell}");
+        if !have(check[0]) {
+            util::skipped(
+                "completion_scripts_parse_in_their_shells",
+                &format!("no {shell} here"),
+            );
+            continue;
+        }
+        let (ok, _, err) = pipe(
+            Command::new(check[0]).args(&check[1..]),
+            run.output.stdout.as_slice(),
+        );
+        assert!(ok, "{shell}: {err}");
+    }
+}
+
+/// `pinperf man | man -l -` renders a page with the name, the options and the
+/// subcommands.
+#[test]
+fn the_man_page_renders() {
+    let page = pinperf(&["man"], LIMIT);
+    page.assert_ok();
+    let roff = page.stdout();
+    assert!(roff.starts_with(".ie \\n(.g .ds Aq"), "{roff:.200}");
+    if !have("man") {
+        util::skipped(
+            "the_man_page_renders",
+            "no man(1) here (apt-get install man-db)",
+        );
+        return;
+    }
+    let (ok, text, err) = pipe(
+        Command::new("man")
+            .args(["-l", "-"])
+            .env("MANPAGER", "cat")
+            .env("MANWIDTH", "100"),
+        roff.as_bytes(),
+    );
+    assert!(ok, "man -l -: {err}");
+    for want in [
+        "NAME",
+        "pinperf",
+        "SUBCOMMANDS",
+        "--plot",
+        "--timestamps",
+        "completions",
+    ] {
+        assert!(
+            text.contains(want),
+            "{want} in the rendered page:\n{text:.2000}"
+        );
+    }
+}

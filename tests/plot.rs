@@ -1,0 +1,398 @@
+//! End-to-end tests of the pictures (issue 14): `pinperf plot` of a saved test and of a
+//! saved comparison, `--plot` as PNG, the HTML report in a real browser (headless
+//! Chromium, where installed), and `pinperf report` replaying the text a run printed.
+//! The real binary over loopback; the SVG is read back element by element.
+
+mod util;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use util::{arg, pinperf, saved, scratch};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// One `<polyline>` of plotters' SVG: its stroke colour, width and points.
+#[derive(Debug)]
+struct Line {
+    stroke: String,
+    width: String,
+    points: Vec<(f64, f64)>,
+}
+
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = tag[start..].find('"')?;
+    Some(&tag[start..start + len])
+}
+
+fn polylines(svg: &str) -> Vec<Line> {
+    svg.split("<polyline")
+        .skip(1)
+        .filter_map(|rest| {
+            let tag = &rest[..rest.find("/>")?];
+            let points = attr(tag, "points")?
+                .split_whitespace()
+                .filter_map(|p| {
+                    let (x, y) = p.split_once(',')?;
+                    Some((x.parse().ok()?, y.parse().ok()?))
+                })
+                .collect();
+            Some(Line {
+                stroke: attr(tag, "stroke")?.to_string(),
+                width: attr(tag, "stroke-width")?.to_string(),
+                points,
+            })
+        })
+        .collect()
+}
+
+fn texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|rest| {
+            let body = &rest[rest.find('>')? + 1..];
+            Some(body[..body.find("</text>")?].trim().to_string())
+        })
+        .collect()
+}
+
+/// Show item 1: a saved 8-stream test plots as eight stream lines over every interval in
+/// the top panel, each its own colour and legend entry, and the sum (black, on its own axis).
+#[test]
+fn a_saved_test_plots_a_line_per_stream_and_the_sum() {
+    let dir = scratch("plot_test");
+    let json = dir.join("r.json");
+    let run = pinperf(
+        &["--loopback", "-P", "8", "-t", "1", "-i", "0.25", "-J"],
+        LIMIT,
+    );
+    run.assert_ok();
+    std::fs::write(&json, run.output.stdout.as_slice()).unwrap();
+    let intervals = saved(&json).intervals.len();
+    assert!(intervals >= 4, "{}", run.explain());
+
+    let svg = dir.join("r.svg");
+    pinperf(&["plot", arg(&json), "-o", arg(&svg)], LIMIT).assert_ok();
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+    let labels = texts(&svg);
+    for s in 0..8 {
+        assert!(labels.contains(&format!("stream {s}")), "{labels:?}");
+    }
+    assert!(
+        labels.contains(&"sum (right axis)".to_string()),
+        "{labels:?}"
+    );
+    // The top panel (above y = 470): one thin line per stream over every interval.
+    let lines = polylines(&svg);
+    let mut streams: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.width == "1" && l.points.len() == intervals)
+        .filter(|l| l.points.iter().all(|p| p.1 < 470.0))
+        .map(|l| l.stroke.as_str())
+        .collect();
+    streams.sort_unstable();
+    streams.dedup();
+    assert_eq!(streams.len(), 8, "eight coloured stream lines: {streams:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.stroke == "#000000" && l.width == "3" && l.points.len() == intervals),
+        "the sum's line"
+    );
+}
+
+/// A comparison of 5 block sizes x 2 engines (saved as `compare -J` writes it) plots
+/// throughput and efficiency against block size: two curves (one per engine) of five
+/// points in each panel, the sizes on the x axis.
+#[test]
+fn a_saved_comparison_plots_a_curve_per_engine_against_block_size() {
+    let dir = scratch("plot_compare");
+    let mut rows = Vec::new();
+    for (i, block) in ["8192", "16384", "32768", "65536", "131072"]
+        .iter()
+        .enumerate()
+    {
+        for (engine, gbps) in [("threads", 20.0), ("single", 10.0)] {
+            let g = gbps + i as f64;
+            rows.push(format!(
+                r#"{{"block_bytes":{block},"streams":1,"window_bytes":null,"pin":"auto","engine":"{engine}","bits_per_second":{},"local_cpu_percent":100.0,"remote_cpu_percent":null,"gbps_per_busy_core":{},"cpu_seconds_per_gb":0.3,"retransmits":0,"jain":1.0,"block_rtt_avg_us":1000.0,"error":null}}"#,
+                g * 1e9,
+                g / 2.0
+            ));
+        }
+    }
+    let json = dir.join("c.json");
+    std::fs::write(
+        &json,
+        format!(
+            r#"{{"target":"127.0.0.1:5301","seconds":2.0,"rows":[{}]}}"#,
+            rows.join(",")
+        ),
+    )
+    .unwrap();
+    let out = dir.join("c.svg");
+    pinperf(&["plot", arg(&json), "-o", arg(&out)], LIMIT).assert_ok();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let labels = texts(&svg);
+    for label in [
+        "engine threads",
+        "engine single",
+        "8k",
+        "16k",
+        "32k",
+        "64k",
+        "128k",
+    ] {
+        assert!(labels.iter().any(|t| t == label), "{label}: {labels:?}");
+    }
+    let curves = polylines(&svg)
+        .into_iter()
+        .filter(|l| l.width == "2" && l.points.len() == 5)
+        .count();
+    assert_eq!(curves, 4, "two engines x two panels");
+
+    // And the same document re-renders as compare's table.
+    let table = pinperf(&["report", arg(&json)], LIMIT);
+    table.assert_ok();
+    assert_eq!(
+        table
+            .stdout()
+            .lines()
+            .filter(|l| l.contains("single"))
+            .count(),
+        5,
+        "{}",
+        table.explain()
+    );
+}
+
+/// `--plot OUT.png` on a run writes a PNG of the test (rasterised in-process).
+#[test]
+fn plot_on_a_run_writes_a_png() {
+    let dir = scratch("plot_png");
+    let png = dir.join("run.png");
+    let run = pinperf(
+        &["--loopback", "-t", "0.5", "-i", "0.1", "--plot", arg(&png)],
+        LIMIT,
+    );
+    run.assert_ok();
+    let (w, h, colours) = decode(&png);
+    assert!(w >= 800 && h >= 800, "{w}x{h}");
+    assert!(colours > 500, "coloured pixels: {colours}");
+}
+
+/// A wrong file gets a clear error naming it, never a panic; a picture type we cannot
+/// write is refused before anything runs.
+#[test]
+fn malformed_input_is_named_not_a_panic() {
+    let dir = scratch("plot_malformed");
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        "{\"start\": {\"streams\": \"eight\"}, \"intervals\": [}",
+    )
+    .unwrap();
+    for args in [
+        vec!["plot", arg(&bad), "-o", "x.svg"],
+        vec!["report", arg(&bad)],
+    ] {
+        let run = pinperf(&args, LIMIT);
+        assert_eq!(run.code(), Some(2), "{}", run.explain());
+        let err = run.stderr();
+        assert!(
+            err.starts_with(&format!(
+                "pinperf: {}: not a pinperf -J document",
+                bad.display()
+            )),
+            "{}",
+            run.explain()
+        );
+        assert!(!err.contains("panicked"), "{}", run.explain());
+    }
+    let missing = pinperf(&["report", "/nonexistent/r.json"], LIMIT);
+    assert_eq!(missing.code(), Some(1), "{}", missing.explain());
+    assert!(
+        missing
+            .stderr()
+            .contains("read /nonexistent/r.json: No such file"),
+        "{}",
+        missing.explain()
+    );
+    let run = pinperf(&["plot", arg(&bad), "-o", "x.gif"], LIMIT);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("x.gif: a plot is written as .svg or .png")
+    );
+    let run = pinperf(&["--loopback", "--plot", "/nonexistent/p.svg"], LIMIT);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(run.stderr().contains("--plot /nonexistent/p.svg: create"));
+    assert!(run.stdout().is_empty(), "nothing ran: {}", run.explain());
+}
+
+/// Show item 3: `pinperf report` of the document saved by a text run prints exactly the
+/// text that run printed (its -T included); a closed stdout is quiet.
+#[test]
+fn report_replays_the_text_the_run_printed() {
+    let dir = scratch("report_text");
+    let json = dir.join("r.json");
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-P",
+            "2",
+            "-t",
+            "1",
+            "-i",
+            "0.5",
+            "-T",
+            "t1",
+            "--json-file",
+            arg(&json),
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let printed = run.stdout();
+    assert!(printed.contains("t1:  #(**)"), "{}", run.explain());
+    let again = pinperf(&["report", arg(&json)], LIMIT);
+    again.assert_ok();
+    assert_eq!(again.stdout(), printed);
+    // CSV of the same document has a row per stream per interval and one total.
+    let csv = pinperf(&["report", arg(&json), "--format", "csv"], LIMIT);
+    csv.assert_ok();
+    let out = csv.stdout();
+    let stream_rows = out.lines().filter(|l| l.starts_with("stream,")).count();
+    assert_eq!(stream_rows, 2 * saved(&json).intervals.len(), "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("total_sum,")).count(),
+        1
+    );
+
+    // `| head -1`: quiet, exit 0.
+    let mut child = Command::new(util::bin())
+        .args(["report", arg(&json)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+/// Width, height and the number of clearly coloured pixels (not white, grey or black:
+/// the plot's lines) of a PNG.
+fn decode(path: &Path) -> (u32, u32, usize) {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(file));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let channels = info.color_type.samples();
+    let colours = buf[..info.buffer_size()]
+        .chunks(channels)
+        .filter(|p| {
+            let (r, g, b) = (i32::from(p[0]), i32::from(p[1]), i32::from(p[2]));
+            (r - g).abs().max((g - b).abs()).max((r - b).abs()) > 60
+        })
+        .count();
+    (info.width, info.height, colours)
+}
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+}
+
+/// Show item 2: the HTML report of a run, opened by headless Chromium, shows the title
+/// (in the DOM, from the page itself) and the plot (the screenshot has the plot's
+/// coloured lines); the page fetches nothing. The screenshot is kept in the test's
+/// directory (printed).
+#[test]
+fn the_html_report_renders_in_chromium_with_its_plot_and_title() {
+    let dir = scratch("html_report");
+    let page = dir.join("report.html");
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-P",
+            "2",
+            "-t",
+            "0.5",
+            "-i",
+            "0.1",
+            "-T",
+            "ticket 4711",
+            "--html",
+            arg(&page),
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<title>ticket 4711</title>"));
+    let own = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    for fetch in ["http://", "https://", "src=", "@import", "url("] {
+        assert!(!own.contains(fetch), "the page would fetch: {fetch}");
+    }
+    let Some(browser) = chromium() else {
+        util::skipped(
+            "the_html_report_renders_in_chromium_with_its_plot_and_title",
+            "no chromium (apt-get install chromium)",
+        );
+        return;
+    };
+    let url = format!("file://{}", page.display());
+    // No sandbox: the test may run as root, where Chromium refuses one.
+    let headless = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+    ];
+    let dom = Command::new(browser)
+        .args(headless)
+        .args(["--dump-dom", &url])
+        .output()
+        .expect("run chromium");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains("<h1 id=\"title\">ticket 4711</h1>"),
+        "the title as rendered: {dom:.400}"
+    );
+    assert!(dom.contains("<svg"), "the plot in the DOM");
+    let shot = dir.join("report.png");
+    let status = Command::new(browser)
+        .args(headless)
+        .arg("--window-size=1280,1400")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run chromium");
+    assert!(status.success());
+    let (w, h, colours) = decode(&shot);
+    assert_eq!((w, h), (1280, 1400));
+    // The plot's stream lines, sum and RTT curves: thousands of coloured pixels; a blank
+    // or text-only page has none.
+    assert!(
+        colours > 1000,
+        "coloured pixels in the screenshot: {colours}"
+    );
+    eprintln!("screenshot: {}", shot.display());
+}
