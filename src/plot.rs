@@ -126,6 +126,18 @@ fn rate_unit(max_bps: f64) -> (f64, &'static str) {
 
 /// The test's picture: three panels over the test's time.
 pub(crate) fn test_svg(doc: &Document, lab_rate_bps: Option<u64>, title: &str) -> Result<String> {
+    // `--bidir`: the client-to-server direction's streams (the other direction's rows
+    // would share the time axis with them and their fairness means nothing across both).
+    let one_way;
+    let (doc, title) = match doc.start.direction {
+        crate::params::Direction::Bidir => {
+            let mut d = doc.clone();
+            d.intervals.retain(|iv| !iv.reverse);
+            one_way = (d, format!("{title} (client to server of --bidir)"));
+            (&one_way.0, one_way.1.as_str())
+        }
+        _ => (doc, title),
+    };
     let mut svg = String::new();
     draw_test(&mut svg, doc, lab_rate_bps, title)
         .map_err(|e| Error::Test(format!("draw the plot: {e}")))?;

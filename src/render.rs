@@ -188,11 +188,12 @@ impl Formatter for Capture {
     }
 
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
-        if let Some(doc) = &mut self.doc {
-            doc.end = Some(summary.clone());
-        }
+        // With `--bidir` the document is whole after the second direction's totals.
+        let whole = self.doc.as_mut().is_none_or(|doc| doc.file(summary));
         let r = self.inner.summary(summary);
-        self.finish()?;
+        if whole {
+            self.finish()?;
+        }
         r
     }
 
@@ -207,7 +208,7 @@ impl Formatter for Capture {
 
     fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
         if let Some(doc) = &mut self.doc {
-            doc.end = Some(summary.clone());
+            doc.file(summary);
             doc.error = Some(error.to_string());
         }
         let r = self.inner.cut_short(summary, error);

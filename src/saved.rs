@@ -75,9 +75,20 @@ pub(crate) fn replay(doc: &Document, out: &mut dyn Formatter) -> std::io::Result
     for iv in &doc.intervals {
         out.interval(iv)?;
     }
-    match (&doc.end, &doc.error) {
-        (Some(end), None) => out.summary(end),
-        (Some(end), Some(e)) => out.cut_short(end, e),
+    // Every direction's totals in the order the run printed them (`--bidir`: the
+    // client's, then `end_reverse`); a cut-short test's error beside the last.
+    let ends: Vec<&crate::report::model::Summary> =
+        doc.end.iter().chain(doc.end_reverse.iter()).collect();
+    match (ends.split_last(), &doc.error) {
+        (Some((last, rest)), error) => {
+            for s in rest {
+                out.summary(s)?;
+            }
+            match error {
+                Some(e) => out.cut_short(last, e),
+                None => out.summary(last),
+            }
+        }
         (None, Some(e)) => out.failed(e),
         (None, None) => Ok(()),
     }

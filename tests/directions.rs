@@ -178,6 +178,20 @@ fn bidir_reports_each_direction_on_its_own() {
         ]
     );
 
+    // A saved --bidir document replays both directions' totals.
+    let saved = std::env::temp_dir().join(format!("pinperf-bidir-{}.json", std::process::id()));
+    std::fs::write(&saved, run.stdout()).unwrap();
+    let replay = pinperf(&["report", saved.to_str().unwrap()], LIMIT);
+    let _ = std::fs::remove_file(&saved);
+    replay.assert_ok();
+    let totals: Vec<String> = replay
+        .stdout()
+        .lines()
+        .filter(|l| l.contains("**"))
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(totals, ["#(TX**)", "#(RX**)"], "{}", replay.explain());
+
     let run = pinperf(&["--loopback", "--bidir", "-t", "1"], LIMIT);
     run.assert_ok();
     let text = run.stdout();

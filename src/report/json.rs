@@ -27,6 +27,17 @@ pub struct Document {
 }
 
 impl Document {
+    /// Files a direction's summary: `end_reverse` for `--bidir`'s server-to-client one,
+    /// `end` otherwise. True once every direction's is in.
+    pub fn file(&mut self, summary: &Summary) -> bool {
+        let bidir = self.start.direction == Direction::Bidir;
+        match summary.reverse && bidir {
+            true => self.end_reverse = Some(summary.clone()),
+            false => self.end = Some(summary.clone()),
+        }
+        self.end.is_some() && (!bidir || self.end_reverse.is_some())
+    }
+
     /// A test's document before its first interval.
     pub fn new(title: Option<String>, start: Header) -> Document {
         Document {
@@ -81,13 +92,10 @@ impl<W: Write> JsonFormatter<W> {
         self
     }
 
-    /// Files a direction's summary: `end_reverse` for `--bidir`'s server-to-client one.
+    /// Files a direction's summary in the document.
     fn file(&mut self, summary: &Summary) {
         if let Some(doc) = &mut self.doc {
-            match summary.reverse && doc.start.direction == Direction::Bidir {
-                true => doc.end_reverse = Some(summary.clone()),
-                false => doc.end = Some(summary.clone()),
-            }
+            doc.file(summary);
         }
         self.ends_left = self.ends_left.saturating_sub(1);
     }
