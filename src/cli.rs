@@ -205,6 +205,14 @@ pub struct CompareArgs {
     /// Sender engines: threads,single.
     #[arg(long, value_name = "LIST", default_value = "threads")]
     pub engines: String,
+
+    /// Protocols to compare: tcp, udp (UDP needs --blocks of at most 65507 bytes).
+    #[arg(long, value_name = "LIST", default_value = "tcp")]
+    pub protocols: String,
+
+    /// Rates per stream (-b) to compare: 100M,1G; 0 = as fast as possible [default: 0].
+    #[arg(long, value_name = "LIST")]
+    pub rates: Option<String>,
     /// Seconds each configuration runs but leaves out of its row (as -O).
     #[arg(short = 'O', long, value_name = "SECS", default_value = "0", value_parser = units::parse_duration)]
     pub omit: Duration,

@@ -88,6 +88,12 @@ pub struct Point {
     /// `auto` or `none` (both ends).
     pub pin: String,
     pub engine: Engine,
+    /// `-u`.
+    #[serde(default)]
+    pub udp: bool,
+    /// `-b` per stream, bits/s (absent: as fast as possible).
+    #[serde(default)]
+    pub rate_bps: Option<u64>,
 }
 
 /// One row of the comparison: the point and what it measured, or why it failed.
@@ -103,6 +109,11 @@ pub struct CompareRow {
     pub retransmits: Option<u64>,
     pub jain: Option<f64>,
     pub block_rtt_avg_us: Option<f64>,
+    /// UDP points: datagrams lost and jitter (iperf3's names).
+    #[serde(default)]
+    pub lost_percent: Option<f64>,
+    #[serde(default)]
+    pub jitter_ms: Option<f64>,
     pub error: Option<String>,
 }
 
@@ -144,19 +155,46 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
         },
         "threads, single",
     )?;
+    let protocols = parse_words(
+        "--protocols",
+        &a.protocols,
+        |w| match w {
+            "tcp" => Some(false),
+            "udp" => Some(true),
+            _ => None,
+        },
+        "tcp, udp",
+    )?;
+    let rates: Vec<Option<u64>> = match &a.rates {
+        None => vec![None],
+        Some(text) => text
+            .split(',')
+            .map(|r| match crate::units::parse_rate_or_zero(r) {
+                Ok(0) => Ok(None),
+                Ok(bps) => Ok(Some(bps)),
+                Err(e) => Err(Error::Usage(format!("--rates {text}: {e}"))),
+            })
+            .collect::<Result<_>>()?,
+    };
     let mut out = Vec::new();
-    for &block in &blocks {
-        for &n in &streams {
-            for &window in &windows {
-                for pin in &pins {
-                    for &engine in &engines {
-                        out.push(Point {
-                            block_bytes: block,
-                            streams: u16::try_from(n).unwrap_or(u16::MAX),
-                            window_bytes: window,
-                            pin: pin.clone(),
-                            engine,
-                        });
+    for &udp in &protocols {
+        for &rate_bps in &rates {
+            for &block in &blocks {
+                for &n in &streams {
+                    for &window in &windows {
+                        for pin in &pins {
+                            for &engine in &engines {
+                                out.push(Point {
+                                    block_bytes: block,
+                                    streams: u16::try_from(n).unwrap_or(u16::MAX),
+                                    window_bytes: window,
+                                    pin: pin.clone(),
+                                    engine,
+                                    udp,
+                                    rate_bps,
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -187,6 +225,9 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         omit: a.omit,
         transport: a.transport.clone(),
         pin: Some(pin.clone()),
+        udp: p.udp,
+        // UDP at "as fast as possible" is asked for as -b 0, not left to UDP's default.
+        rate_bps: Some(p.rate_bps.unwrap_or(0)),
         ..TestParams::defaults()
     };
     // The rule is the single test's; the flag named is compare's axis.
@@ -196,6 +237,8 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
             ("-l ", "--blocks "),
             ("-P ", "--streams "),
             ("-w ", "--windows "),
+            ("-b ", "--rates "),
+            ("-u", "--protocols udp"),
         ]
         .into_iter()
         .find_map(|(flag, axis)| msg.strip_prefix(flag).map(|rest| format!("{axis}{rest}")));
@@ -231,6 +274,8 @@ fn row(point: Point, result: Result<Summary>) -> CompareRow {
         retransmits: None,
         jain: None,
         block_rtt_avg_us: None,
+        lost_percent: None,
+        jitter_ms: None,
         error: None,
     };
     match result {
@@ -243,6 +288,8 @@ fn row(point: Point, result: Result<Summary>) -> CompareRow {
             r.retransmits = s.sum.retransmits;
             r.jain = s.fairness.totals.jain;
             r.block_rtt_avg_us = s.sum.block_rtt.map(|b| b.avg_us);
+            r.lost_percent = s.sum.udp.map(|u| u.lost_percent);
+            r.jitter_ms = s.sum.udp.map(|u| u.jitter_ms);
         }
         Err(e) => r.error = Some(e.to_string()),
     }
@@ -256,7 +303,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 fn text_row(r: &CompareRow) -> String {
     let p = &r.point;
     let line = format!(
-        "{:>8} {:>7} {:>7} {:>5} {:>7} {:>11} {:>7} {:>7} {:>9} {:>6} {:>6}",
+        "{:>8} {:>7} {:>7} {:>5} {:>7} {:>11} {:>7} {:>7} {:>9} {:>6} {:>6} {:>7} {:>5} {:>7}",
         format_size(p.block_bytes),
         p.streams,
         p.window_bytes.map_or("auto".into(), format_size),
@@ -268,6 +315,9 @@ fn text_row(r: &CompareRow) -> String {
         opt(r.gbps_per_busy_core, 2),
         r.retransmits.map_or("-".into(), |v| v.to_string()),
         opt(r.jain, 3),
+        opt(r.lost_percent, 3),
+        if p.udp { "udp" } else { "tcp" },
+        p.rate_bps.map_or("max".into(), crate::units::format_rate),
     );
     match &r.error {
         Some(e) => format!("{line}  FAILED: {e}"),
@@ -291,6 +341,10 @@ crate::report::csv::csv_record! {
         retransmits,
         jain,
         block_rtt_avg_us,
+        lost_percent,
+        jitter_ms,
+        protocol,
+        rate_bps,
         error,
     }
 }
@@ -301,6 +355,8 @@ fn csv_row(r: &CompareRow) -> String {
     let o = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_default();
     let p = &r.point;
     CsvRow {
+        protocol: if p.udp { "udp" } else { "tcp" }.into(),
+        rate_bps: p.rate_bps.map(|r| r.to_string()).unwrap_or_default(),
         block_bytes: p.block_bytes.to_string(),
         streams: p.streams.to_string(),
         window_bytes: p.window_bytes.map(|w| w.to_string()).unwrap_or_default(),
@@ -314,6 +370,8 @@ fn csv_row(r: &CompareRow) -> String {
         retransmits: r.retransmits.map(|v| v.to_string()).unwrap_or_default(),
         jain: o(r.jain),
         block_rtt_avg_us: o(r.block_rtt_avg_us),
+        lost_percent: o(r.lost_percent),
+        jitter_ms: o(r.jitter_ms),
         error: r.error.clone().unwrap_or_default(),
     }
     .line()
@@ -345,8 +403,7 @@ pub(crate) fn csv_table(doc: &CompareDoc) -> String {
     out
 }
 
-const TEXT_HEADING: &str =
-    "#  block streams  window   pin  engine        Mb/s  cpu l%  cpu r%  Gb/s/core   retr   jain";
+const TEXT_HEADING: &str = "#  block streams  window   pin  engine        Mb/s  cpu l%  cpu r%  Gb/s/core   retr   jain   lost% proto    rate";
 
 /// Runs the comparison; prints text and CSV rows as they complete, JSON at the end. A stop
 /// signal (SIGINT/SIGTERM/SIGHUP) stops the run under way and ends the comparison with the
@@ -542,6 +599,8 @@ mod tests {
             window_bytes: None,
             pin: "auto".into(),
             engine: Engine::Threads,
+            udp: true,
+            rate_bps: Some(500_000_000),
         };
         let error = "connect 10.0.0.1:5201: \"refused\", twice\nthen gave up";
         let measured = CompareRow {
@@ -554,6 +613,8 @@ mod tests {
             retransmits: Some(12),
             jain: Some(0.99),
             block_rtt_avg_us: None,
+            lost_percent: Some(0.25),
+            jitter_ms: Some(0.012),
             error: None,
         };
         let failed = row(point, Err(Error::Test(error.into())));
@@ -568,19 +629,25 @@ mod tests {
         let col = |name: &str| CsvRow::NAMES.iter().position(|c| *c == name).unwrap();
         for (r, cells) in records[1..].iter().zip([
             [
+                ("protocol", "udp"),
+                ("rate_bps", "500000000"),
                 ("block_bytes", "65536"),
                 ("window_bytes", ""),
                 ("bits_per_second", "9410000000.0000"),
                 ("local_cpu_percent", "35.1235"),
                 ("retransmits", "12"),
+                ("lost_percent", "0.2500"),
                 ("error", ""),
             ],
             [
+                ("protocol", "udp"),
+                ("rate_bps", "500000000"),
                 ("block_bytes", "65536"),
                 ("window_bytes", ""),
                 ("bits_per_second", ""),
                 ("local_cpu_percent", ""),
                 ("retransmits", ""),
+                ("lost_percent", ""),
                 ("error", error),
             ],
         ]) {
