@@ -733,8 +733,9 @@ fn run_test(
         ends.0.push(threads);
         let cutter = IntervalCutter::for_test(n, &params);
         let ctl2 = Arc::clone(ctl);
+        let udp = params.udp;
         reporters.push(spawn_named("reporter".into(), move || {
-            run_reporter(rx, free, cutter, reverse, ctl2)
+            run_reporter(rx, free, cutter, reverse, udp, ctl2)
         })?);
     }
 
@@ -851,13 +852,14 @@ fn run_reporter(
     free: Sender<Batch>,
     mut cutter: IntervalCutter,
     sends: bool,
+    udp: bool,
     control: Arc<Control>,
 ) -> Result<ReceiverTotals> {
     let send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
         while let Some(iv) = cutter.pop_ready() {
             control.send(&match sends {
                 true => ControlMsg::SenderInterval(iv),
-                false => ControlMsg::Row(crate::report::receiver_row(&iv)),
+                false => ControlMsg::Row(crate::report::receiver_row(&iv, udp)),
             })?;
         }
         Ok(())

@@ -212,6 +212,8 @@ struct Totals {
 /// One direction's halves waiting to be joined, and its totals.
 struct Direction {
     reverse: bool,
+    /// `-u`: receiver rows carry every stream's datagram counts.
+    udp: bool,
     cutter: IntervalCutter,
     /// Local batches still coming.
     open: bool,
@@ -231,9 +233,10 @@ struct Direction {
 }
 
 impl Direction {
-    fn new(feed_reverse: bool, cutter: IntervalCutter, streams: usize) -> Self {
+    fn new(feed_reverse: bool, cutter: IntervalCutter, streams: usize, udp: bool) -> Self {
         Direction {
             reverse: feed_reverse,
+            udp,
             cutter,
             open: true,
             senders: BTreeMap::new(),
@@ -271,7 +274,7 @@ impl Direction {
     fn pop_local(&mut self, cores: &mut impl FnMut() -> Option<Vec<cpu::CoreTicks>>) {
         while let Some(iv) = self.cutter.pop_ready() {
             if self.reverse {
-                self.add_row(receiver_row(&iv));
+                self.add_row(receiver_row(&iv, self.udp));
             } else {
                 self.add_sender(iv, cores());
             }
@@ -320,13 +323,22 @@ fn next_in_order(
 }
 
 /// A receiver's closed interval as the row it sends: bytes per stream over its span.
-pub(crate) fn receiver_row(iv: &ClosedInterval) -> ReceiverRow {
+/// With `udp`, every stream has its datagram counts, zeros for one that has received
+/// nothing yet (the rows stay in stream order).
+pub(crate) fn receiver_row(iv: &ClosedInterval, udp: bool) -> ReceiverRow {
     ReceiverRow {
         index: iv.index,
         begin_us: iv.begin_ns / 1000,
         end_us: iv.end_ns / 1000,
         bytes: iv.streams.iter().map(|s| s.bytes).collect(),
-        udp: iv.streams.iter().filter_map(|s| s.udp).collect(),
+        udp: match udp {
+            true => iv
+                .streams
+                .iter()
+                .map(|s| s.udp.unwrap_or_default())
+                .collect(),
+            false => Vec::new(),
+        },
     }
 }
 
@@ -345,7 +357,7 @@ pub(crate) fn run_reporter(
     let mut dirs = Vec::with_capacity(feeds.len());
     let mut inputs = Vec::with_capacity(feeds.len());
     for f in feeds {
-        dirs.push(Direction::new(f.reverse, f.cutter, streams));
+        dirs.push(Direction::new(f.reverse, f.cutter, streams, header.udp));
         inputs.push((f.batches, f.free));
     }
     let never = crossbeam_channel::never();
@@ -1114,5 +1126,33 @@ mod tests {
             "{:?}",
             s.diagnosis
         );
+    }
+
+    /// A UDP stream that has received nothing yet still has its place in the row: the
+    /// counts stay with their streams (review: a filter shifted stream 1's to stream 0).
+    #[test]
+    fn udp_rows_keep_every_stream_in_order() {
+        use crate::measure::{StreamSlice, UdpSlice};
+        let slice = |udp: Option<UdpSlice>| StreamSlice {
+            bytes: 0,
+            srtt: None,
+            block_rtt: None,
+            retransmits: None,
+            last: None,
+            udp,
+        };
+        let got = UdpSlice {
+            packets: 7,
+            ..UdpSlice::default()
+        };
+        let iv = ClosedInterval {
+            index: 0,
+            omitted: false,
+            begin_ns: 0,
+            end_ns: 1,
+            streams: vec![slice(None), slice(Some(got))],
+        };
+        assert_eq!(receiver_row(&iv, true).udp, [UdpSlice::default(), got]);
+        assert!(receiver_row(&iv, false).udp.is_empty());
     }
 }
