@@ -21,6 +21,29 @@ use crate::timeouts;
 /// How often the client resends a hello that has no answer yet.
 const RESEND: Duration = Duration::from_millis(100);
 
+/// Without `-w`, a UDP receive buffer holds this long at the stream's rate (as fast as
+/// possible: as much as the host allows), so a receiving thread that the scheduler holds
+/// off for a few milliseconds loses nothing in its own socket; the kernel caps it at
+/// `net.core.rmem_max`, and the header reports what it granted.
+const UDP_RECEIVE_HOLDS: Duration = Duration::from_millis(50);
+
+/// `-w`, or the receive buffer [`UDP_RECEIVE_HOLDS`] asks for.
+fn configure(sock: &UdpSocket, test: &TestParams) -> Result<WindowGrant> {
+    let mut grant = crate::udp::configure(sock, test.window_bytes, test.force_window)?.window;
+    if test.window_bytes.is_none() {
+        let want = match test.rate() {
+            Some(bps) => (bps as f64 / 8.0 * UDP_RECEIVE_HOLDS.as_secs_f64()) as u64,
+            None => u64::MAX,
+        }
+        .clamp(256 << 10, 256 << 20);
+        let sock = socket2::SockRef::from(sock);
+        // Best effort: a host whose rmem_max is lower grants that.
+        let _ = sock.set_recv_buffer_size(usize::try_from(want).unwrap_or(usize::MAX));
+        grant.rcvbuf = sock.recv_buffer_size().map_or(grant.rcvbuf, |b| b as u64);
+    }
+    Ok(grant)
+}
+
 /// The hello that belongs to socket `i` of a test: direction `i / n`, stream `i % n`.
 fn hello_of(test: &TestParams, cookie: u64, i: usize) -> DataHello {
     let n = usize::from(test.streams);
@@ -44,8 +67,7 @@ pub(crate) fn bind(
     for _ in 0..test.threads() {
         let sock =
             UdpSocket::bind(SocketAddr::new(ip, 0)).op(|| format!("bind a UDP socket on {ip}"))?;
-        let setup = crate::udp::configure(&sock, test.window_bytes, test.force_window)?;
-        grant.get_or_insert(setup.window);
+        grant.get_or_insert(configure(&sock, test)?);
         ports.push(sock.local_addr().op(|| "read UDP port".into())?.port());
         socks.push(sock);
     }
@@ -181,8 +203,7 @@ pub(crate) fn connect(
             .op(|| format!("bind a UDP socket on {local}"))?;
         sock.connect(to)
             .op(|| format!("connect a UDP socket to {to}"))?;
-        let setup = crate::udp::configure(&sock, test.window_bytes, test.force_window)?;
-        grant.get_or_insert(setup.window);
+        grant.get_or_insert(configure(&sock, test)?);
         sock.set_nonblocking(true)
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;
         socks.push(sock);

@@ -419,7 +419,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 local_window,
                 remote_window,
                 match h.udp {
-                    true => "the system's default socket buffers",
+                    true =>
+                        "UDP receive buffers sized to hold 50 ms at -b, up to net.core.rmem_max",
                     false => "kernel autotuning, sizes at start",
                 }
             )?,
