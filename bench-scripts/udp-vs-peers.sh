@@ -11,6 +11,7 @@
 #
 #   bench-scripts/udp-vs-peers.sh                      # defaults: SECS=3 ROUNDS=1
 #   SECS=2 SIZES="1472" STREAMS="1" bench-scripts/udp-vs-peers.sh
+#   PINPERF_ARGS=--no-gsro bench-scripts/udp-vs-peers.sh   # like for like: no GSO/GRO
 #
 # Needs `pinperf --loopback -u -b RATE -l SIZE -P N -t T -J` (its JSON read in
 # pinperf_point below: adjust there if the field names move).
@@ -27,9 +28,11 @@ START=${START:-500}      # Mbit/s per stream, first probe
 CAP=${CAP:-64000}        # Mbit/s per stream, never probed above
 STEP=${STEP:-1.10}       # bisect until hi / lo <= STEP
 PROBES=${PROBES:-12}     # at most this many runs per tool and point
+PINPERF_ARGS=${PINPERF_ARGS:-}  # extra pinperf options (e.g. --no-gsro), recorded in env.txt
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
 ensure_peers
 start_run udp-vs-peers
+echo "pinperf options: ${PINPERF_ARGS:-(none)}" >> "$out/env.txt"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -45,7 +48,8 @@ sleep 0.5
 pinperf_point() {
   # ADJUST HERE if the lead's JSON differs: loss from end.sum.lost_percent, rate from
   # end.sum_received.bits_per_second.
-  "$PINPERF" --loopback -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" -J 2>/dev/null |
+  # shellcheck disable=SC2086
+  "$PINPERF" --loopback -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" $PINPERF_ARGS -J 2>/dev/null |
     python3 -c '
 import json, sys
 e = json.load(sys.stdin)["end"]

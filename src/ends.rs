@@ -115,6 +115,7 @@ impl Threads {
                     rate_bps: rate,
                     datagram: block,
                     run_time,
+                    gso: !test.no_gsro,
                 };
                 let (set, rx, free) =
                     StreamSet::spawn(udp_socks(socks), plan, block, move |ctx, s| {

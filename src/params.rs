@@ -100,6 +100,13 @@ pub struct TestParams {
     #[serde(default)]
     pub rate_bps: Option<u64>,
 
+    /// UDP without the kernel's segmentation and receive offloads (GSO, GRO): one datagram
+    /// per message each way, as most tools send (a like-for-like comparison, or a NIC
+    /// whose offloads misbehave).
+    #[arg(long, requires = "udp")]
+    #[serde(default)]
+    pub no_gsro: bool,
+
     /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G.
     #[arg(long = "fq-rate", value_name = "RATE", value_parser = units::parse_rate_bps)]
     #[serde(default)]

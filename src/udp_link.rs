@@ -29,7 +29,9 @@ const UDP_RECEIVE_HOLDS: Duration = Duration::from_millis(50);
 
 /// `-w`, or the receive buffer [`UDP_RECEIVE_HOLDS`] asks for.
 fn configure(sock: &UdpSocket, test: &TestParams) -> Result<WindowGrant> {
-    let mut grant = crate::udp::configure(sock, test.window_bytes, test.force_window)?.window;
+    let gro = !test.no_gsro;
+    let mut grant =
+        crate::udp::configure_with(sock, test.window_bytes, test.force_window, gro)?.window;
     if test.window_bytes.is_none() {
         let want = match test.rate() {
             Some(bps) => (bps as f64 / 8.0 * UDP_RECEIVE_HOLDS.as_secs_f64()) as u64,

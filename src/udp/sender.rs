@@ -28,6 +28,8 @@ pub struct UdpSend {
     pub datagram: usize,
     /// Stop sending this long after the start.
     pub run_time: Duration,
+    /// Use UDP GSO where the kernel has it (off: one datagram per message, `--no-gsro`).
+    pub gso: bool,
 }
 
 /// What a UDP sender did.
@@ -71,7 +73,7 @@ pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOut
     }
     // GSO: as many datagrams per message as fit 64 segments and one IP packet.
     let segs = (MAX_DATAGRAM / dg).min(64);
-    let mut gso = segs > 1 && sys::udp_gso_supported(sock.as_fd());
+    let mut gso = plan.gso && segs > 1 && sys::udp_gso_supported(sock.as_fd());
     let per_batch = match plan.rate_bps {
         Some(r) => (Pacer::bytes_in(r, pace::QUANTUM) as usize / dg).max(1),
         None => (UNPACED_BATCH_BYTES / dg).max(1),

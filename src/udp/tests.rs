@@ -42,6 +42,7 @@ fn run_pair(
         rate_bps: rate,
         datagram,
         run_time: run,
+        gso: true,
     };
     let sender = std::thread::spawn(move || send(sctx, tx, plan));
     let t0 = Instant::now();
@@ -162,6 +163,7 @@ fn a_closed_port_is_counted_and_does_not_fail_the_sender() {
         rate_bps: Some(50_000_000),
         datagram: 1472,
         run_time: Duration::from_millis(300),
+        gso: true,
     };
     let h = std::thread::spawn(move || send(ctx, tx, plan));
     start.send(Instant::now()).unwrap();
@@ -179,6 +181,7 @@ fn a_datagram_smaller_than_the_header_is_a_usage_error() {
         rate_bps: None,
         datagram: HEADER_BYTES - 1,
         run_time: Duration::from_secs(1),
+        gso: true,
     };
     let e = send(ctx, tx, plan).unwrap_err();
     assert!(matches!(e, crate::error::Error::Usage(_)), "{e}");
