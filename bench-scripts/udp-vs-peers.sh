@@ -3,7 +3,9 @@
 # each carries with at most MAXLOSS % loss (default 0.1), for 1 and 2 streams and for
 # 1472-byte and 8 KiB datagrams. Each point is a search per tool: double the per-stream
 # rate from START Mbit/s until a run loses more than MAXLOSS, then bisect until the bounds
-# are within STEP (10 %) or PROBES runs were spent. The tools' probes are interleaved (one
+# are within STEP (10 %) or PROBES runs were spent. A probe passes when its loss is at
+# most MAXLOSS and the receiver got at least 95 % of the asked rate (a sender that cannot
+# reach a rate loses nothing, and that rate must not count as carried). The tools' probes are interleaved (one
 # probe of each tool per step, their order rotated), so a noisy moment hits all of them.
 # Loss and rate are the receiver's as each tool reports them (pinperf and iperf3 from
 # their JSON, iperf 2 from its server reports; a run iperf 2 ends without a server report
@@ -108,7 +110,11 @@ for ((r = 0; r < ROUNDS; r++)); do
           res=$("${t}_point" "$size" "$p" "$rate" || true)
           read -r loss gbps <<<"${res:-NA NA}"
           ok=0
-          [ "$loss" != NA ] && awk -v l="$loss" -v m="$MAXLOSS" 'BEGIN {exit !(l <= m)}' && ok=1
+          # A probe passes when it lost at most MAXLOSS and the receiver really got (within
+          # 5 %) the rate asked for: a sender that cannot reach it loses nothing, and its
+          # asked rate must not count as carried.
+          [ "$loss" != NA ] && awk -v l="$loss" -v m="$MAXLOSS" -v g="$gbps" -v want="$((rate * p))" \
+            'BEGIN {exit !(l <= m && g * 1000 >= 0.95 * want)}' && ok=1
           n[$t]=$((n[$t] + 1))
           echo "$r,$size,$p,$t,${n[$t]},$rate,$loss,$gbps,$ok" | tee -a "$raw" >&2
           if [ $ok = 1 ]; then lo[$t]=$rate; got[$t]=$gbps; else hi[$t]=$rate; fi
