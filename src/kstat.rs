@@ -68,12 +68,16 @@ pub struct KernelReport {
     pub tcp_pages_start: Option<u64>,
     #[serde(default)]
     pub tcp_pages_peak: Option<u64>,
+    /// The namespace's UDP counters over the test (`/proc/net/snmp`).
+    #[serde(default)]
+    pub udp: Option<UdpDrops>,
 }
 
 /// Counters at the start of a test, and the host's TCP memory seen since.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelMark {
     start: Option<TcpDrops>,
+    udp_start: Option<UdpDrops>,
     pages_start: Option<u64>,
     pages_peak: Option<u64>,
 }
@@ -83,6 +87,7 @@ impl KernelMark {
         let pages = tcp_pages();
         KernelMark {
             start: read(),
+            udp_start: read_udp(),
             pages_start: pages,
             pages_peak: pages,
         }
@@ -110,6 +115,9 @@ impl KernelMark {
             tcp_mem_pages: tcp_mem(),
             tcp_pages_start: self.pages_start,
             tcp_pages_peak: self.pages_peak,
+            udp: self
+                .udp_start
+                .and_then(|start| Some(read_udp()?.minus(start))),
         })
     }
 }
@@ -235,23 +243,6 @@ impl UdpDrops {
             in_errors: self.in_errors.saturating_sub(e.in_errors),
             sndbuf_errors: self.sndbuf_errors.saturating_sub(e.sndbuf_errors),
         }
-    }
-}
-
-/// UDP counters at the start of a test ([`UdpMark::report`] gives the change since).
-#[derive(Debug, Clone, Copy)]
-#[allow(dead_code)] // until the client and the server mark UDP tests (the lead wires it)
-pub struct UdpMark(Option<UdpDrops>);
-
-#[allow(dead_code)]
-impl UdpMark {
-    pub fn now() -> UdpMark {
-        UdpMark(read_udp())
-    }
-
-    /// The change since the mark; `None` when the counters cannot be read.
-    pub fn report(&self) -> Option<UdpDrops> {
-        Some(read_udp()?.minus(self.0?))
     }
 }
 
@@ -420,13 +411,13 @@ mod tests {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         socket2::SockRef::from(&rx).set_recv_buffer_size(1).unwrap();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mark = UdpMark::now();
+        let mut mark = KernelMark::now();
         let payload = [0u8; 8000];
         for _ in 0..50 {
             tx.send_to(&payload, rx.local_addr().unwrap()).unwrap();
         }
         // Other tests of this process may drop datagrams too: at least ours show.
-        let d = mark.report().unwrap();
+        let d = mark.report().and_then(|k| k.udp).unwrap();
         assert!(d.rcvbuf_errors >= 40, "{d:?}");
         assert!(d.in_errors >= d.rcvbuf_errors, "{d:?}");
     }

@@ -171,3 +171,39 @@ fn a_server_refuses_udp_and_rates_over_its_limit() {
     );
     run.assert_ok();
 }
+
+/// CSV: the datagram columns on stream and sum rows, named as in JSON, empty for TCP.
+#[test]
+fn udp_csv_rows_carry_the_datagram_columns() {
+    let run = pinperf(
+        &["--loopback", "-u", "-b", "10M", "-t", "0.5", "--csv"],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|c| *c == name)
+            .unwrap_or_else(|| panic!("no {name} column in {header:?}"))
+    };
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let total = rows
+        .iter()
+        .find(|r| r[0] == "total_sum")
+        .unwrap_or_else(|| panic!("no total_sum row{}", run.explain()));
+    let sent: u64 = total[col("packets")].parse().unwrap();
+    let lost: u64 = total[col("lost_packets")].parse().unwrap();
+    assert!(sent > 0 && lost <= sent, "{total:?}");
+    assert!(total[col("jitter_ms")].parse::<f64>().is_ok(), "{total:?}");
+    assert_eq!(total[col("direction")], "client_to_server");
+    // Every stream row of an interval has its counts.
+    assert!(
+        rows.iter()
+            .filter(|r| r[0] == "stream")
+            .all(|r| r[col("packets")].parse::<u64>().is_ok()),
+        "{text}"
+    );
+}

@@ -15,7 +15,7 @@ use std::io::{self, Write};
 
 use super::Formatter;
 use super::model::{
-    Fairness, Header, IntervalReport, RttSummary, StreamRow, SumRow, Summary, ThreadCpu,
+    Fairness, Header, IntervalReport, RttSummary, StreamRow, SumRow, Summary, ThreadCpu, UdpFigures,
 };
 use crate::cpu::{CoreLoad, CpuReport};
 
@@ -103,7 +103,26 @@ csv_record! {
         gbps_per_busy_core,
         cpu_seconds_per_gb,
         direction,
+        packets,
+        lost_packets,
+        lost_percent,
+        out_of_order,
+        duplicates,
+        jitter_ms,
     }
+}
+
+/// `-u`: a row's datagram cells (empty for TCP).
+fn udp_cells(mut row: Record, u: Option<UdpFigures>) -> Record {
+    if let Some(u) = u {
+        row.packets = u.packets.to_string();
+        row.lost_packets = u.lost_packets.to_string();
+        row.lost_percent = fixed(Some(u.lost_percent), 4);
+        row.out_of_order = u.out_of_order.to_string();
+        row.duplicates = u.duplicates.to_string();
+        row.jitter_ms = fixed(Some(u.jitter_ms), 4);
+    }
+    row
 }
 
 /// The `direction` cell of a row that belongs to one: who sent its bytes.
@@ -181,7 +200,7 @@ fn stream_row(kind: &str, interval: &str, r: &StreamRow) -> Record {
         notsent_bytes: opt(r.notsent_bytes),
         ..Record::default()
     };
-    block_rtt(row, r.block_rtt)
+    udp_cells(block_rtt(row, r.block_rtt), r.udp)
 }
 
 /// A `sum` or `total_sum` row.
@@ -204,7 +223,7 @@ fn sum_row(kind: &str, interval: &str, s: &SumRow, f: &Fairness, starved: u32) -
         starved: starved.to_string(),
         ..Record::default()
     };
-    block_rtt(row, s.block_rtt)
+    udp_cells(block_rtt(row, s.block_rtt), s.udp)
 }
 
 /// `cpu_core` rows: one per core of `side`, over an interval or (interval empty) the test.
@@ -363,7 +382,7 @@ mod tests {
     #[test]
     fn the_header_is_the_column_list() {
         assert_eq!(COLUMNS, Record::NAMES.join(","));
-        assert_eq!(Record::NAMES.len(), 34);
+        assert_eq!(Record::NAMES.len(), 40);
         assert_eq!(parse(COLUMNS), [Record::NAMES]);
     }
 

@@ -536,6 +536,20 @@ pub fn udp_receiver_drops(u: &UdpFigures, header: &Header) -> Option<String> {
     ))
 }
 
+/// The receiving end's kernel counted UDP datagrams it dropped for full socket buffers
+/// (`RcvbufErrors` of `/proc/net/snmp`, for its whole namespace: other programs' sockets
+/// count too).
+pub fn udp_kernel_drops(k: &KernelSummary) -> Option<String> {
+    let udp = k.receiver.unwrap_or(k.sender).udp?;
+    (udp.rcvbuf_errors > 0).then(|| {
+        format!(
+            "diagnosis: the receiving host's kernel dropped {} UDP datagrams for full socket \
+             buffers during the test (RcvbufErrors, {} in errors in all; namespace-wide)",
+            udp.rcvbuf_errors, udp.in_errors
+        )
+    })
+}
+
 /// `omit_s` and `duration_s` are `-O` and `-t` as given: the planned end is their sum.
 pub fn long_drain(omit_s: f64, duration_s: f64, end_s: f64, queued_bytes: u64) -> Option<String> {
     let late = end_s - omit_s - duration_s;
@@ -735,6 +749,7 @@ mod tests {
                 tcp_mem_pages: Some([4000, 6000, 8000]),
                 tcp_pages_start: Some(100),
                 tcp_pages_peak: Some(3000),
+                udp: None,
             },
             receiver: Some(KernelReport {
                 netns: Some(2),
@@ -745,6 +760,11 @@ mod tests {
                 tcp_mem_pages: Some([4000, 6000, 8000]),
                 tcp_pages_start: Some(100),
                 tcp_pages_peak: Some(3000),
+                udp: Some(crate::kstat::UdpDrops {
+                    rcvbuf_errors: 7,
+                    in_errors: 9,
+                    ..Default::default()
+                }),
             }),
             shared_namespace: false,
         }
@@ -1169,5 +1189,18 @@ mod tests {
         assert!(few(1_000_000_000, 7_000), "1.0 %");
         assert!(!few(14_480, 9), "9 of 10 segments");
         assert!(few(14_480, 10));
+    }
+
+    /// A UDP test names the receiving kernel's buffer drops from its namespace counters.
+    #[test]
+    fn udp_drops_in_the_receiving_kernel_are_named() {
+        let line = udp_kernel_drops(&kernel(0, 0)).unwrap();
+        assert!(
+            line.contains("dropped 7 UDP datagrams for full socket buffers"),
+            "{line}"
+        );
+        let mut quiet = kernel(0, 0);
+        quiet.receiver = None;
+        assert_eq!(udp_kernel_drops(&quiet), None);
     }
 }

@@ -759,6 +759,9 @@ fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>
     let retransmits = s.sum_sent.retransmits.unwrap_or(0);
     s.diagnosis
         .extend(diagnosis::kernel_drops(&k, retransmits, s.streams.len()));
+    if s.sum.udp.is_some() {
+        s.diagnosis.extend(diagnosis::udp_kernel_drops(&k));
+    }
     s.kernel = Some(k);
 }
 
