@@ -286,11 +286,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--debug",
         "the report and the server's log say what happened",
     ),
-    (
-        "",
-        "--get-server-output",
-        "the report already holds the server's rows, CPU and counters",
-    ),
     ("-n", "--bytes", "use -t SECS"),
     ("-k", "--blockcount", "use -t SECS"),
     ("-F", "--file", "pinperf sends generated blocks"),

@@ -107,6 +107,12 @@ pub struct TestParams {
     #[serde(default)]
     pub no_gsro: bool,
 
+    /// Ask the server for its own view of the test (its log lines and what its stream
+    /// threads counted per interval), printed after the client's report (iperf3's flag).
+    #[arg(long)]
+    #[serde(default)]
+    pub get_server_output: bool,
+
     /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G.
     #[arg(long = "fq-rate", value_name = "RATE", value_parser = units::parse_rate_bps)]
     #[serde(default)]

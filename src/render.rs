@@ -219,6 +219,13 @@ impl Formatter for Capture {
     fn stream_failed(&mut self, at: f64, error: &str) -> io::Result<()> {
         self.inner.stream_failed(at, error)
     }
+
+    fn server_output(&mut self, text: &str) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.server_output_text = Some(text.to_string());
+        }
+        self.inner.server_output(text)
+    }
 }
 
 /// Writes `bytes` to `path`, or to stdout (a closed pipe is quiet).

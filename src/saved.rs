@@ -75,6 +75,9 @@ pub(crate) fn replay(doc: &Document, out: &mut dyn Formatter) -> std::io::Result
     for iv in &doc.intervals {
         out.interval(iv)?;
     }
+    if let Some(text) = &doc.server_output_text {
+        out.server_output(text)?;
+    }
     // Every direction's totals in the order the run printed them (`--bidir`: the
     // client's, then `end_reverse`); a cut-short test's error beside the last.
     let ends: Vec<&crate::report::model::Summary> =

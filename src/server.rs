@@ -677,8 +677,7 @@ fn run_test(
         ),
         Data::Udp(_, ports) => (0, ports.clone()),
     };
-    log!(
-        cfg.quiet,
+    let started = format!(
         "pinperf: test from {peer}: {n} {} stream(s){}, {} {}, window {}, {} s",
         if params.udp { "UDP" } else { "TCP" },
         match params.direction() {
@@ -691,6 +690,9 @@ fn run_test(
         params.window_bytes.map_or("auto".into(), format_size),
         params.duration().as_secs_f64()
     );
+    log!(cfg.quiet, "{started}");
+    // `--get-server-output`: this server's own lines about the test, for the client.
+    let mut told = params.get_server_output.then(|| vec![started]);
     ctl.send(&ControlMsg::Accept(Accept {
         data_port,
         udp_ports,
@@ -734,8 +736,9 @@ fn run_test(
         let cutter = IntervalCutter::for_test(n, &params);
         let ctl2 = Arc::clone(ctl);
         let udp = params.udp;
+        let tell = params.get_server_output;
         reporters.push(spawn_named("reporter".into(), move || {
-            run_reporter(rx, free, cutter, reverse, udp, ctl2)
+            run_reporter(rx, free, cutter, reverse, udp, tell, ctl2)
         })?);
     }
 
@@ -782,6 +785,7 @@ fn run_test(
         path,
         cpu: Some(cpu),
         kernel: None,
+        server_output: None,
     };
     let mut reporter_error = None;
     for (reporter, &reverse) in reporters.into_iter().zip(params.direction().reversed()) {
@@ -789,10 +793,17 @@ fn run_test(
             .join()
             .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())))
         {
-            Ok(totals) if reverse => done.sent = totals.bytes,
             Ok(totals) => {
-                done.bytes = totals.bytes;
-                done.elapsed_us = totals.last_ns / 1000;
+                if let Some(lines) = told.as_mut() {
+                    lines.extend(totals.lines);
+                }
+                match reverse {
+                    true => done.sent = totals.bytes,
+                    false => {
+                        done.bytes = totals.bytes;
+                        done.elapsed_us = totals.last_ns / 1000;
+                    }
+                }
             }
             Err(e) => {
                 reporter_error.get_or_insert(e);
@@ -806,24 +817,27 @@ fn run_test(
     let received: u64 = done.bytes.iter().sum();
     let sent: u64 = done.sent.iter().sum();
     let secs = done.elapsed_us as f64 / 1e6;
+    let mut what = Vec::new();
+    if params.direction() != crate::params::Direction::Reverse {
+        what.push(format!(
+            "received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
+            crate::units::mbps(received, secs)
+        ));
+    }
+    if params.direction() != crate::params::Direction::Forward {
+        what.push(format!("sent {sent} bytes"));
+    }
+    let ended = format!("pinperf: test from {peer}: done, {}", what.join(", "));
+    done.server_output = told.map(|mut lines| {
+        lines.push(ended.clone());
+        lines.join("\n")
+    });
     // Finishing before the client can see the totals: its next test (a shell loop's next
     // run) may connect the moment they arrive, and must wait rather than be refused.
     slot.finishing();
     ctl.send(&ControlMsg::Done(done))?;
     if !cfg.quiet {
-        serverlog::test_end(peer, received, sent, secs, || {
-            let mut what = Vec::new();
-            if params.direction() != crate::params::Direction::Reverse {
-                what.push(format!(
-                    "received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
-                    crate::units::mbps(received, secs)
-                ));
-            }
-            if params.direction() != crate::params::Direction::Forward {
-                what.push(format!("sent {sent} bytes"));
-            }
-            format!("pinperf: test from {peer}: done, {}", what.join(", "))
-        });
+        serverlog::test_end(peer, received, sent, secs, || ended);
     }
     // The client says Bye once it has everything; don't hold the server long for it.
     let _ = ctl.poll(timeouts::GOODBYE);
@@ -841,6 +855,8 @@ enum Data {
 struct ReceiverTotals {
     bytes: Vec<u64>,
     last_ns: u64,
+    /// `--get-server-output`: a line per stream per interval, as this end counted it.
+    lines: Vec<String>,
 }
 
 /// A server `reporter` thread: cuts one direction's records into intervals and sends each
@@ -853,10 +869,23 @@ fn run_reporter(
     mut cutter: IntervalCutter,
     sends: bool,
     udp: bool,
+    tell: bool,
     control: Arc<Control>,
 ) -> Result<ReceiverTotals> {
-    let send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
+    let mut lines = Vec::new();
+    let mut send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
         while let Some(iv) = cutter.pop_ready() {
+            if tell {
+                let (b, e) = (iv.begin_ns as f64 / 1e9, iv.end_ns as f64 / 1e9);
+                for (id, s) in iv.streams.iter().enumerate() {
+                    lines.push(format!(
+                        "stream-{id} {b:.3}-{e:.3} s: {} {} bytes, {:.3} Mb/s",
+                        if sends { "sent" } else { "received" },
+                        s.bytes,
+                        crate::units::mbps(s.bytes, (e - b).max(1e-9))
+                    ));
+                }
+            }
             control.send(&match sends {
                 true => ControlMsg::SenderInterval(iv),
                 false => ControlMsg::Row(crate::report::receiver_row(&iv, udp)),
@@ -875,6 +904,7 @@ fn run_reporter(
     Ok(ReceiverTotals {
         bytes: cutter.totals().to_vec(),
         last_ns: cutter.last_record_ns(),
+        lines,
     })
 }
 

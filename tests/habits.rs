@@ -1,6 +1,6 @@
 //! End-to-end tests of the habits users bring (issue 14): iperf3's text flags (`-f`,
-//! `-T`, `--timestamps`, `-V`, `--logfile`, `--forceflush`), the one still refused
-//! (`--get-server-output`), shell completions and the man page. The real binary over
+//! `-T`, `--timestamps`, `-V`, `--logfile`, `--forceflush`, `--get-server-output`), shell
+//! completions and the man page. The real binary over
 //! loopback; numbers are checked against the run's own saved document.
 
 mod util;
@@ -173,18 +173,75 @@ fn logfile_appends_live() {
     assert!(bad.stderr().contains("--logfile /nonexistent/x.log: open"));
 }
 
-/// `--get-server-output` needs the server's own log over the control protocol, which it
-/// does not carry yet: refused with what to do instead.
+/// `--get-server-output`: a separate server's own lines about the test (its start and end
+/// log lines, and what its stream threads counted per interval) after the client's
+/// totals in text and as `server_output_text` in `-J`; its byte counts are the report's.
 #[test]
-fn get_server_output_is_refused_with_a_hint() {
-    let run = pinperf(&["--loopback", "--get-server-output"], LIMIT);
-    assert_eq!(run.code(), Some(2), "{}", run.explain());
+fn get_server_output_brings_the_servers_own_lines() {
+    let server = util::Server::start(&[]);
+    let port = server.port_arg();
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1",
+        "-P",
+        "2",
+        "--get-server-output",
+    ];
+    let run = pinperf(&args, LIMIT);
+    run.assert_ok();
+    let text = run.stdout();
+    let at = text
+        .find("# server output (--get-server-output):")
+        .unwrap_or_else(|| panic!("no server output{}", run.explain()));
     assert!(
-        run.stderr()
-            .contains("--get-server-output (an iperf3 flag) is not supported (yet)"),
+        text[..at].contains("#(**)"),
+        "after the totals{}",
+        run.explain()
+    );
+    let server_lines: Vec<&str> = text[at..].lines().skip(1).collect();
+    assert!(
+        server_lines[0].starts_with("#   pinperf: test from 127.0.0.1:"),
+        "{text}"
+    );
+    assert!(
+        server_lines.last().unwrap().contains(": done, received "),
+        "{text}"
+    );
+    // Its per-interval counts add up to what the report says the receiver read.
+    let counted: u64 = server_lines
+        .iter()
+        .filter(|l| l.starts_with("#   stream-"))
+        .filter_map(|l| {
+            l.split(" received ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    let (_, received) = util::byte_totals(&text).expect("a bytes line");
+    assert_eq!(counted, received, "{text}");
+
+    let mut json = args.to_vec();
+    json.push("-J");
+    let run = pinperf(&json, LIMIT);
+    run.assert_ok();
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let server_text = doc["server_output_text"].as_str().unwrap_or_default();
+    assert!(
+        server_text.contains(": done, received "),
         "{}",
         run.explain()
     );
+    // Without the flag the document has no such member.
+    let run = pinperf(&["--loopback", "-t", "0.5", "-J"], LIMIT);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert!(doc.get("server_output_text").is_none());
 }
 
 fn have(tool: &str) -> bool {

@@ -77,6 +77,9 @@ pub struct ReceiverDone {
     /// The server's kernel TCP drop counters over the test (absent from older servers).
     #[serde(default)]
     pub kernel: Option<crate::kstat::KernelReport>,
+    /// `--get-server-output`: the server's own lines about the test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output: Option<String>,
 }
 
 /// Every control message.

@@ -21,6 +21,9 @@ pub struct Document {
     /// `--bidir`: the server-to-client direction's totals (`end` holds the client's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_reverse: Option<Summary>,
+    /// `--get-server-output`: the server's own lines (iperf3's name for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output_text: Option<String>,
     /// Why the test failed; `end` is then null and `intervals` hold what was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -46,6 +49,7 @@ impl Document {
             intervals: Vec::new(),
             end: None,
             end_reverse: None,
+            server_output_text: None,
             error: None,
         }
     }
@@ -65,6 +69,8 @@ pub enum Event {
         at: f64,
         error: String,
     },
+    /// `--get-server-output`: the server's own lines.
+    ServerOutput(String),
 }
 
 /// `-J`: collects, prints once.
@@ -128,6 +134,13 @@ impl<W: Write + Send> Formatter for JsonFormatter<W> {
         self.out.flush()
     }
 
+    fn server_output(&mut self, text: &str) -> io::Result<()> {
+        if let Some(doc) = &mut self.doc {
+            doc.server_output_text = Some(text.to_string());
+        }
+        Ok(())
+    }
+
     /// One document with both the totals so far and why the test stopped (as iperf3 -J
     /// keeps its end sums when interrupted).
     fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
@@ -187,5 +200,9 @@ impl<W: Write + Send> Formatter for JsonLinesFormatter<W> {
             at,
             error: error.to_string(),
         })
+    }
+
+    fn server_output(&mut self, text: &str) -> io::Result<()> {
+        self.emit(&Event::ServerOutput(text.to_string()))
     }
 }

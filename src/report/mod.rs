@@ -51,6 +51,11 @@ pub(crate) trait Formatter: Send {
     fn stream_failed(&mut self, _at: f64, _error: &str) -> io::Result<()> {
         Ok(())
     }
+    /// `--get-server-output`: the server's own lines about the test, handed over before
+    /// the totals (a format prints them where its readers look: text after the totals).
+    fn server_output(&mut self, _text: &str) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Whether the report could be written: shared by the reporter, which writes it, and the
@@ -526,6 +531,12 @@ pub(crate) fn run_reporter(
             }
         }
         summaries.push(s);
+    }
+    if let (Some(text), true) = (
+        done.as_ref().and_then(|d| d.server_output.as_ref()),
+        output_ok,
+    ) {
+        output_ok = output.check(out.server_output(text));
     }
     if output_ok {
         // A test cut short says why after its last totals.

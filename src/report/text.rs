@@ -38,6 +38,8 @@ pub struct TextFormatter<W: Write> {
     /// `--bidir`: every row and total names its direction (`TX`: client to server).
     bidir: bool,
     direction: Direction,
+    /// `--get-server-output`: printed after the last totals.
+    server_output: Option<String>,
 }
 
 impl<W: Write> TextFormatter<W> {
@@ -53,6 +55,7 @@ impl<W: Write> TextFormatter<W> {
             opts,
             bidir: false,
             direction: Direction::Forward,
+            server_output: None,
         }
     }
 
@@ -653,7 +656,21 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 o.seconds, o.seconds, o.sent_bytes, o.received_bytes
             )?;
         }
+        // After the last direction's totals, as iperf3 prints the server's output.
+        if !self.bidir || s.reverse {
+            if let Some(text) = self.server_output.take() {
+                writeln!(self.out, "# server output (--get-server-output):")?;
+                for line in text.lines() {
+                    writeln!(self.out, "#   {line}")?;
+                }
+            }
+        }
         self.out.flush()
+    }
+
+    fn server_output(&mut self, text: &str) -> io::Result<()> {
+        self.server_output = Some(text.to_string());
+        Ok(())
     }
 }
 
