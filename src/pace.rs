@@ -180,10 +180,11 @@ mod tests {
             .collect();
         gaps.sort_unstable();
         let median = gaps[gaps.len() / 2];
-        assert!((950..=1100).contains(&median), "median gap {median} us");
+        // Never early (above); late wake-ups on a loaded machine stretch the median.
+        assert!((950..=1500).contains(&median), "median gap {median} us");
         let span = times[199] - t0;
         assert!(
-            span >= 199 * MS && span < 199 * MS + 30 * MS,
+            span >= 199 * MS && span < 199 * MS + 100 * MS,
             "199 chunks took {span:?}"
         );
     }
