@@ -206,7 +206,7 @@ pub(crate) fn run(
 }
 
 /// What this end cannot do against an iperf3 server, refused before any byte is sent.
-fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
+pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
     let t = &cfg.test;
     let no = |flag: &str, why: &str| {
         Err(Error::Usage(format!(
