@@ -614,7 +614,9 @@ fn iperf3_session(
     let mut ctl = iperf3::Ctl { sock: stream, peer };
     let mut cookie = [0u8; iperf3::COOKIE_SIZE];
     let left = deadline.saturating_duration_since(Instant::now());
-    let _ = ctl.sock.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+    let _ = ctl
+        .sock
+        .set_read_timeout(Some(left.max(Duration::from_millis(1))));
     if let Err(e) = ctl.sock.read_exact(&mut cookie) {
         if shared.pending.remove(id) {
             log_refused(cfg, peer, None, "handshake", &format!("iperf3 cookie: {e}"));
@@ -677,12 +679,20 @@ fn iperf3_session(
     if let Some(max) = cfg.max_tests_per_minute {
         let took = shared.rate.lock().take(peer.ip(), max, Instant::now());
         if let Err(wait) = took {
-            refused(&mut ctl, "rate", iperf3::IEUNIMP, &rate_refusal(peer, max, wait));
+            refused(
+                &mut ctl,
+                "rate",
+                iperf3::IEUNIMP,
+                &rate_refusal(peer, max, wait),
+            );
             return None;
         }
     }
     let (tx, rx) = crossbeam_channel::unbounded();
-    *shared.iperf3.lock() = Some(i3::Registered { cookie, streams: tx });
+    *shared.iperf3.lock() = Some(i3::Registered {
+        cookie,
+        streams: tx,
+    });
     if !cfg.quiet {
         serverlog::test_start(peer, None, &test);
         log!(

@@ -52,7 +52,10 @@ impl Iperf3Server {
             .expect("spawn iperf3 -s");
         let deadline = Instant::now() + Duration::from_secs(5);
         while !listening(port) {
-            assert!(Instant::now() < deadline, "iperf3 -s never listened on {port}");
+            assert!(
+                Instant::now() < deadline,
+                "iperf3 -s never listened on {port}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         Iperf3Server {
@@ -115,12 +118,25 @@ fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
     }
     let server = Iperf3Server::start(&[]);
     let port = server.port.to_string();
-    let mut all = vec!["-c", "127.0.0.1", "-p", &port, "--peer", "iperf3", "-t", "1"];
+    let mut all = vec![
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--peer",
+        "iperf3",
+        "-t",
+        "1",
+    ];
     all.extend_from_slice(args);
     let run = pinperf(&all, LIMIT);
     run.assert_ok();
     let out = run.stdout();
-    assert!(out.contains("iperf3 server; live rows are this end's counts"), "{}", run.explain());
+    assert!(
+        out.contains("iperf3 server; live rows are this end's counts"),
+        "{}",
+        run.explain()
+    );
     let (sent, received) = util::byte_totals(&out).unwrap_or_else(|| panic!("{}", run.explain()));
     let doc = server.document();
     // Both count at the socket layer: what write() took and what read() returned.
@@ -133,17 +149,29 @@ fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
 
 #[test]
 fn pinperf_client_against_iperf3_server_one_stream() {
-    client_against_iperf3("pinperf_client_against_iperf3_server_one_stream", &["-P", "1"], false);
+    client_against_iperf3(
+        "pinperf_client_against_iperf3_server_one_stream",
+        &["-P", "1"],
+        false,
+    );
 }
 
 #[test]
 fn pinperf_client_against_iperf3_server_four_streams() {
-    client_against_iperf3("pinperf_client_against_iperf3_server_four_streams", &["-P", "4"], false);
+    client_against_iperf3(
+        "pinperf_client_against_iperf3_server_four_streams",
+        &["-P", "4"],
+        false,
+    );
 }
 
 #[test]
 fn pinperf_client_against_iperf3_server_reverse() {
-    client_against_iperf3("pinperf_client_against_iperf3_server_reverse", &["-R", "-P", "2"], true);
+    client_against_iperf3(
+        "pinperf_client_against_iperf3_server_reverse",
+        &["-R", "-P", "2"],
+        true,
+    );
 }
 
 #[test]
@@ -153,9 +181,16 @@ fn pinperf_client_detects_an_iperf3_server_and_switches() {
         return;
     }
     let server = Iperf3Server::start(&[]);
-    let run = pinperf(&["-c", "127.0.0.1", "-p", &server.port.to_string(), "-t", "1"], LIMIT);
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &server.port.to_string(), "-t", "1"],
+        LIMIT,
+    );
     run.assert_ok();
-    assert!(run.stderr().contains("speaking iperf3"), "{}", run.explain());
+    assert!(
+        run.stderr().contains("speaking iperf3"),
+        "{}",
+        run.explain()
+    );
     let (sent, _) = util::byte_totals(&run.stdout()).expect("totals");
     assert_eq!(bytes(&server.document(), "sum_received"), sent);
 }
@@ -169,7 +204,12 @@ fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Va
     let mut all = vec!["-t", "1", "-J"];
     all.extend_from_slice(args);
     let (code, out, err, _) = iperf3_client(server.port, &all);
-    assert_eq!(code, Some(0), "iperf3 -c failed: {out}{err}\nserver log:\n{}", server.log());
+    assert_eq!(
+        code,
+        Some(0),
+        "iperf3 -c failed: {out}{err}\nserver log:\n{}",
+        server.log()
+    );
     let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
     assert!(doc.get("error").is_none(), "{doc}");
     let (sent, received) = (bytes(&doc, "sum_sent"), bytes(&doc, "sum_received"));
@@ -184,7 +224,10 @@ fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Va
     let logged = server.wait_for_log("done, received", Duration::from_secs(5));
     let count = if reverse { sent } else { received };
     assert!(
-        logged.contains(&format!("{} {count} bytes", if reverse { "sent" } else { "received" })),
+        logged.contains(&format!(
+            "{} {count} bytes",
+            if reverse { "sent" } else { "received" }
+        )),
         "{line}\n{logged}"
     );
     Some(doc)
@@ -204,7 +247,11 @@ fn iperf3_client_against_pinperf_server_four_streams_json() {
 
 #[test]
 fn iperf3_client_against_pinperf_server_reverse() {
-    iperf3_against_pinperf("iperf3_client_against_pinperf_server_reverse", &["-R"], true);
+    iperf3_against_pinperf(
+        "iperf3_client_against_pinperf_server_reverse",
+        &["-R"],
+        true,
+    );
 }
 
 #[test]
@@ -225,7 +272,9 @@ fn iperf3_client_gets_pinned_stream_threads_and_its_normal_report() {
             // Named at spawn, pinned a moment later by the thread itself.
             let t = util::threads(pid);
             let pinned = |a: &String| cores == 1 || !a.contains(['-', ',']);
-            let streams = t.iter().filter(|(n, a)| n.starts_with("stream-") && pinned(a));
+            let streams = t
+                .iter()
+                .filter(|(n, a)| n.starts_with("stream-") && pinned(a));
             (streams.count() == 4).then_some(t)
         },
         || format!("{:?}", util::threads(pid)),
@@ -240,7 +289,10 @@ fn iperf3_client_gets_pinned_stream_threads_and_its_normal_report() {
             .find(|(n, _)| *n == format!("stream-{i}"))
             .unwrap_or_else(|| panic!("no stream-{i} in {threads:?}"));
         if cores > 1 {
-            assert!(!allowed.contains(['-', ',']), "stream-{i} not pinned: {allowed}");
+            assert!(
+                !allowed.contains(['-', ',']),
+                "stream-{i} not pinned: {allowed}"
+            );
         }
     }
 }
@@ -271,7 +323,10 @@ fn a_pinperf_server_refuses_an_iperf3_client_over_its_limit_with_a_reason() {
     let mut server = Server::start(&["--max-streams", "2"]);
     let (code, out, err, took) = iperf3_client(server.port, &["-P", "4", "-t", "1"]);
     assert_eq!(code, Some(1), "{out}{err}");
-    assert!(format!("{out}{err}").contains("parallel streams"), "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("parallel streams"),
+        "{out}{err}"
+    );
     assert!(took < Duration::from_secs(3), "took {took:?}");
     let log = server.wait_for_log("refused", Duration::from_secs(5));
     assert!(log.contains("--max-streams"), "{log}");
@@ -292,7 +347,16 @@ fn a_busy_iperf3_server_refuses_pinperf_with_the_reason() {
     let first = std::thread::spawn(move || iperf3_client(port, &["-t", "3"]));
     std::thread::sleep(Duration::from_millis(500));
     let run = pinperf(
-        &["-c", "127.0.0.1", "-p", &port.to_string(), "--peer", "iperf3", "-t", "1"],
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--peer",
+            "iperf3",
+            "-t",
+            "1",
+        ],
         LIMIT,
     );
     assert_eq!(run.code(), Some(1), "{}", run.explain());
@@ -305,7 +369,15 @@ fn a_busy_iperf3_server_refuses_pinperf_with_the_reason() {
 fn options_an_iperf3_server_cannot_take_are_refused_by_name() {
     // No iperf3 needed: refused before any connection.
     let port = util::free_port().to_string();
-    let run = pinperf(&["-c", "127.0.0.1", "-p", &port, "--peer", "iperf3", "-u"], LIMIT);
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &port, "--peer", "iperf3", "-u"],
+        LIMIT,
+    );
     assert_eq!(run.code(), Some(2), "{}", run.explain());
-    assert!(run.stderr().contains("-u: not available against an iperf3 server"), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("-u: not available against an iperf3 server"),
+        "{}",
+        run.explain()
+    );
 }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::{
-    Ctl, EXCHANGE_RESULTS, DISPLAY_RESULTS, IPERF_DONE, Params, Results,
-    StreamResult, state_name, stream_id,
+    Ctl, DISPLAY_RESULTS, EXCHANGE_RESULTS, IPERF_DONE, Params, Results, StreamResult, state_name,
+    stream_id,
 };
 use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
@@ -217,11 +217,20 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
     if t.udp {
         return no("-u", "iperf3 reads its own datagram header, not pinperf's");
     }
-    if t.pin.as_ref().is_some_and(|p| *p != crate::pin::Affinity::None) {
-        return no("-A LOCAL/REMOTE", "an iperf3 server takes no remote pin plan");
+    if t.pin
+        .as_ref()
+        .is_some_and(|p| *p != crate::pin::Affinity::None)
+    {
+        return no(
+            "-A LOCAL/REMOTE",
+            "an iperf3 server takes no remote pin plan",
+        );
     }
     if cfg.auth.is_some() {
-        return no("--auth", "iperf3's authentication is RSA-based, not pinperf's");
+        return no(
+            "--auth",
+            "iperf3's authentication is RSA-based, not pinperf's",
+        );
     }
     if t.force_window {
         return no("--force-window", "the server sets its own window");
@@ -249,11 +258,7 @@ fn expect(ctl: &mut Ctl, want: i8) -> Result<()> {
         ))),
         other => Err(Error::Protocol {
             peer,
-            what: format!(
-                "expected {}, got {}",
-                state_name(want),
-                state_name(other)
-            ),
+            what: format!("expected {}, got {}", state_name(want), state_name(other)),
         }),
     }
 }
@@ -330,9 +335,10 @@ fn drive(
         // Every sending stream's data and FIN acknowledged (FIN_WAIT2 or later), or
         // the stall limit: then a grace for the server process to read what its kernel
         // holds.
-        let acked = dups.iter().zip(&sends).all(|(d, &s)| {
-            !s || net::tcp_info(d).is_some_and(|i| i.state >= 5 && i.state != 10)
-        });
+        let acked = dups
+            .iter()
+            .zip(&sends)
+            .all(|(d, &s)| !s || net::tcp_info(d).is_some_and(|i| i.state >= 5 && i.state != 10));
         let late = t0.elapsed() > run_time + timeouts::STALL;
         if acked || late {
             let rtt = dups
@@ -365,7 +371,10 @@ fn finish(
     // Our results: what each local stream did (sent bytes for senders, received for
     // receivers), ids in the order the streams were created.
     let n = cfg.test.streams as usize;
-    let elapsed = t0.elapsed().as_secs_f64().min(cfg.test.run_time().as_secs_f64());
+    let elapsed = t0
+        .elapsed()
+        .as_secs_f64()
+        .min(cfg.test.run_time().as_secs_f64());
     let streams = (0..cfg.test.threads())
         .map(|k| StreamResult {
             id: stream_id(k),

@@ -136,7 +136,10 @@ impl Ctl {
     }
 
     pub fn send_state(&mut self, state: i8) -> Result<()> {
-        self.write(&state.to_be_bytes(), &format!("state {}", state_name(state)))
+        self.write(
+            &state.to_be_bytes(),
+            &format!("state {}", state_name(state)),
+        )
     }
 
     pub fn read_state(&mut self, timeout: Duration) -> Result<i8> {
@@ -167,8 +170,8 @@ impl Ctl {
     }
 
     pub fn send_json<T: Serialize>(&mut self, doc: &T, what: &str) -> Result<()> {
-        let body = serde_json::to_vec(doc)
-            .map_err(|e| Error::Test(format!("encode {what}: {e}")))?;
+        let body =
+            serde_json::to_vec(doc).map_err(|e| Error::Test(format!("encode {what}: {e}")))?;
         let mut frame = (body.len() as u32).to_be_bytes().to_vec();
         frame.extend(body);
         self.write(&frame, what)
@@ -459,7 +462,11 @@ fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<i64, D
 fn lenient_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
     let v = serde_json::Number::deserialize(d)?;
     v.as_u64()
-        .or_else(|| v.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| f as u64))
+        .or_else(|| {
+            v.as_f64()
+                .filter(|f| f.is_finite() && *f >= 0.0)
+                .map(|f| f as u64)
+        })
         .ok_or_else(|| serde::de::Error::custom(format!("{v} is not a byte count")))
 }
 
@@ -543,11 +550,27 @@ mod tests {
     #[test]
     fn unsupported_options_are_refused_by_name() {
         let cases = [
-            (r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000}"#, IEUNIMP, "-M (MSS)"),
+            (
+                r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000}"#,
+                IEUNIMP,
+                "-M (MSS)",
+            ),
             (r#"{"udp":true,"time":1,"parallel":1}"#, IEPROTOCOL, "-u"),
-            (r#"{"tcp":true,"time":0,"num":1000,"parallel":1}"#, IEUNIMP, "-n/-k"),
-            (r#"{"tcp":true,"time":1,"parallel":0}"#, IENUMSTREAMS, "-P 0"),
-            (r#"{"tcp":true,"time":1e300,"parallel":1}"#, IEDURATION, "-t"),
+            (
+                r#"{"tcp":true,"time":0,"num":1000,"parallel":1}"#,
+                IEUNIMP,
+                "-n/-k",
+            ),
+            (
+                r#"{"tcp":true,"time":1,"parallel":0}"#,
+                IENUMSTREAMS,
+                "-P 0",
+            ),
+            (
+                r#"{"tcp":true,"time":1e300,"parallel":1}"#,
+                IEDURATION,
+                "-t",
+            ),
         ];
         for (doc, code, words) in cases {
             let p: Params = serde_json::from_str(doc).unwrap();
@@ -564,7 +587,10 @@ mod tests {
             "retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":0,
             "start_time":0,"end_time":2.0}]}"#;
         let r: Results = serde_json::from_str(doc).unwrap();
-        assert_eq!((r.sender_has_retransmits, r.streams[0].retransmits), (-1, -1));
+        assert_eq!(
+            (r.sender_has_retransmits, r.streams[0].retransmits),
+            (-1, -1)
+        );
         assert_eq!(r.stream(1).map(|s| s.bytes), Some(123));
         let bad = doc.replace("\"bytes\":123", "\"bytes\":-5");
         assert!(serde_json::from_str::<Results>(&bad).is_err());

@@ -112,8 +112,14 @@ pub(crate) fn run_test(
             let _ = ctl.send_server_error(super::IESETCONGESTION, 0);
             return Err(e);
         }
-        dups.push(s.try_clone().map_err(|e| Error::io("duplicate a data socket", e))?);
-        socks.push(StreamSocks { data: s, echo: None });
+        dups.push(
+            s.try_clone()
+                .map_err(|e| Error::io("duplicate a data socket", e))?,
+        );
+        socks.push(StreamSocks {
+            data: s,
+            echo: None,
+        });
     }
     let mut socks = Socks::Tcp(socks);
     let mut ends = Ends::default();
@@ -140,7 +146,11 @@ pub(crate) fn run_test(
                 let mut c = c2.lock();
                 let i = usize::from(batch.stream);
                 if let Some(b) = c.bytes.get_mut(i) {
-                    *b += batch.records.iter().map(|r| u64::from(r.bytes)).sum::<u64>();
+                    *b += batch
+                        .records
+                        .iter()
+                        .map(|r| u64::from(r.bytes))
+                        .sum::<u64>();
                 }
                 if batch.done
                     && let Some(d) = c.done.get_mut(i)
@@ -160,9 +170,8 @@ pub(crate) fn run_test(
     ends.start(t0);
     ctl.send_state(super::TEST_RUNNING)?;
 
-    let result = watch(ctl, &ends, test, t0).and_then(|()| {
-        finish(ctl, test, &ends, &counters, &dups, &cpu, t0, finishing)
-    });
+    let result = watch(ctl, &ends, test, t0)
+        .and_then(|()| finish(ctl, test, &ends, &counters, &dups, &cpu, t0, finishing));
     if result.is_err() {
         ends.abort();
     }
@@ -219,10 +228,7 @@ fn watch(ctl: &mut Ctl, ends: &Ends, test: &TestParams, t0: Instant) -> Result<(
             Ok(other) => {
                 return Err(Error::Protocol {
                     peer: ctl.peer,
-                    what: format!(
-                        "expected TEST_END, got {}",
-                        super::state_name(other)
-                    ),
+                    what: format!("expected TEST_END, got {}", super::state_name(other)),
                 });
             }
             Err(Error::Test(e)) if e.contains("sent nothing") => {}
