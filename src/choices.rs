@@ -10,6 +10,19 @@ pub enum Format {
     Csv,
 }
 
+/// What the client's server speaks (`--peer`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Peer {
+    /// pinperf, or iperf3 when the server stays silent after pinperf's preamble (an iperf3
+    /// server waits for its cookie; it is then sent).
+    #[default]
+    Auto,
+    /// A pinperf server.
+    Pinperf,
+    /// An iperf3 server (3.x): its control protocol, pinperf's pinned threads here.
+    Iperf3,
+}
+
 /// `compare`'s output formats: one table, so no live event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TableFormat {

@@ -397,6 +397,11 @@ pub struct Args {
     #[arg(long, help_heading = "Output")]
     pub cpu: bool,
 
+    /// What the server speaks: auto (pinperf, or iperf3 when the server stays silent after
+    /// pinperf's preamble), pinperf, or iperf3 (its control protocol; pinned threads here).
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Connection")]
+    pub peer: crate::choices::Peer,
+
     /// Sender engine: threads (one pinned thread per stream) or single (one thread, poll()).
     #[arg(long, value_enum, default_value = "threads", help_heading = "Test")]
     pub engine: Engine,

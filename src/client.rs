@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::choices::Format;
+use crate::choices::{Format, Peer};
 use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
@@ -66,8 +66,28 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         .op(|| "set TCP_NODELAY on the control connection".into())?;
     let peer = stream.peer_addr().op(|| "read server address".into())?;
     let local = stream.local_addr().op(|| "read local address".into())?;
+    // pinperf's preamble first; an iperf3 server answers nothing until it has its
+    // 37-byte cookie (of which the preamble is then the start).
+    match cfg.peer {
+        Peer::Iperf3 => return crate::iperf3::client::run(cfg, out, stream, local_plan, &[]),
+        Peer::Pinperf | Peer::Auto => {
+            stream
+                .write_all(protocol::PREAMBLE)
+                .op(|| format!("write to {peer}"))?;
+        }
+    }
+    if cfg.peer == Peer::Auto && !answers(&stream, detect_wait(&stream))? {
+        eprintln!(
+            "pinperf: {peer} said nothing for {:.1} s after pinperf's preamble, as an iperf3 \
+             server does (it waits for a cookie): speaking iperf3 (--peer iperf3 skips this \
+             wait; --peer pinperf waits for a pinperf server)",
+            detect_wait(&stream).as_secs_f64()
+        );
+        return crate::iperf3::client::run(cfg, out, stream, local_plan, protocol::PREAMBLE);
+    }
     await_answer(&stream)?;
-    protocol::exchange_preamble(&mut stream, peer, timeouts::HANDSHAKE)?;
+    let _ = stream.set_read_timeout(Some(timeouts::HANDSHAKE));
+    protocol::check_preamble(&mut stream, peer)?;
     let ctl = Control::new(stream, peer)?;
     // Both ends on this host with auto plans: stream i's sender and receiver share core i,
     // which bench-scripts/placement.sh measured fastest here; say so in the header.
@@ -470,6 +490,32 @@ fn await_answer(stream: &std::net::TcpStream) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How long `--peer auto` waits for a server's preamble before taking the server for an
+/// iperf3 server: a pinperf server answers within a round trip of ours; 1 s, or four
+/// round trips of the control connection when longer.
+fn detect_wait(stream: &std::net::TcpStream) -> std::time::Duration {
+    let rtt = net::tcp_info(stream).map_or(std::time::Duration::ZERO, |i| {
+        std::time::Duration::from_micros(u64::from(i.rtt_us))
+    });
+    (rtt * 4).max(std::time::Duration::from_secs(1))
+}
+
+/// Whether the server says something within `wait` (short polls: a stop signal ends it).
+fn answers(stream: &std::net::TcpStream, wait: std::time::Duration) -> Result<bool> {
+    let deadline = Instant::now() + wait;
+    let _ = stream.set_read_timeout(Some(timeouts::POLL.min(wait)));
+    while Instant::now() < deadline {
+        if let Some(sig) = crate::signals::received() {
+            return Err(crate::signals::interrupted(sig, "while connecting"));
+        }
+        match stream.peek(&mut [0u8; 1]) {
+            Err(e) if crate::stream::is_timeout(&e) => {}
+            _ => return Ok(true),
+        }
+    }
+    Ok(false)
 }
 
 /// A failure seen here may be the server's own (out of descriptors, a reset there) or

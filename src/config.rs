@@ -82,6 +82,8 @@ pub struct ClientConfig {
     pub same_process: bool,
     /// `--auth USER` and its secret.
     pub auth: Option<crate::auth::ClientAuth>,
+    /// `--peer`: what the server speaks.
+    pub peer: crate::choices::Peer,
 }
 
 impl ClientConfig {
@@ -101,6 +103,7 @@ impl ClientConfig {
             cpu_intervals: false,
             engine: Engine::Threads,
             auth: None,
+            peer: Default::default(),
         })
     }
 }
@@ -204,6 +207,15 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
     cfg.auth = client_auth(args)?;
+    cfg.peer = args.peer;
+    if cfg.peer == crate::choices::Peer::Iperf3 {
+        crate::iperf3::client::refuse_unsupported(&cfg)?;
+    }
+    if args.target.loopback && cfg.peer == crate::choices::Peer::Iperf3 {
+        return Err(usage(
+            "--peer iperf3: --loopback starts a pinperf server; use -c HOST against an iperf3 server",
+        ));
+    }
     if cfg.engine == Engine::Single && cfg.test.direction() != crate::params::Direction::Forward {
         return Err(Error::Usage(
             "--engine single drives the client's senders; with -R or --bidir the server sends \

@@ -18,6 +18,7 @@ pub(crate) mod cpu;
 pub(crate) mod ends;
 pub mod error;
 pub(crate) mod html;
+pub(crate) mod iperf3;
 pub(crate) mod kstat;
 #[cfg(target_os = "linux")]
 pub(crate) mod lab;

@@ -149,6 +149,7 @@ impl Server {
             pending: Handshakes::new(MAX_HANDSHAKES),
             rate: Mutex::new(Rate::default()),
             threads: AtomicUsize::new(0),
+            iperf3: Mutex::new(None),
         });
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<()>>(1);
         let done_tx = cfg.one_off.then_some(done_tx);
@@ -316,6 +317,8 @@ struct Shared {
     rate: Mutex<Rate>,
     /// Live `control` threads (see [`MAX_CONTROL_THREADS`]).
     threads: AtomicUsize,
+    /// The running iperf3 test's cookie, for its stream connections.
+    iperf3: crate::iperf3::server::Registry,
 }
 
 fn log_refused(cfg: &ServerConfig, peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
@@ -467,6 +470,9 @@ fn session(
         }
     };
     let _ = stream.set_nodelay(true);
+    if speaks_iperf3(&stream, deadline) {
+        return iperf3_session(stream, peer, id, cfg, shared, deadline);
+    }
     let left = deadline.saturating_duration_since(Instant::now());
     if let Err(e) =
         protocol::exchange_preamble(&mut stream, peer, left.max(Duration::from_millis(1)))
@@ -565,6 +571,166 @@ fn session(
     }
     drop(ctl);
     Some(result)
+}
+
+/// How long the server waits for a client's first bytes before it sends its preamble
+/// first (pinperf clients before iperf3 support waited for it; iperf3 clients and current
+/// pinperf clients speak at once).
+const SNIFF: Duration = Duration::from_millis(300);
+
+/// Whether the client opened with an iperf3 cookie: its first bytes, within [`SNIFF`],
+/// are cookie characters and not pinperf's preamble. Silence is a pinperf client.
+fn speaks_iperf3(stream: &TcpStream, deadline: Instant) -> bool {
+    let until = (Instant::now() + SNIFF).min(deadline);
+    let mut first = [0u8; 8];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return false;
+        }
+        match stream.peek(&mut first) {
+            Ok(0) => return false,
+            Ok(n) if n == first.len() || !protocol::PREAMBLE.starts_with(&first[..n]) => {
+                return first[..n] != protocol::PREAMBLE[..n]
+                    && crate::iperf3::looks_like_cookie(&first[..n]);
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A connection that opened with an iperf3 cookie: a stream of the running iperf3 test,
+/// or a new iperf3 test (see [`crate::iperf3::server`]).
+fn iperf3_session(
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    cfg: &ServerConfig,
+    shared: &Shared,
+    deadline: Instant,
+) -> Option<Result<()>> {
+    use crate::iperf3::{self, server as i3};
+    let mut ctl = iperf3::Ctl { sock: stream, peer };
+    let mut cookie = [0u8; iperf3::COOKIE_SIZE];
+    let left = deadline.saturating_duration_since(Instant::now());
+    let _ = ctl
+        .sock
+        .set_read_timeout(Some(left.max(Duration::from_millis(1))));
+    if let Err(e) = ctl.sock.read_exact(&mut cookie) {
+        if shared.pending.remove(id) {
+            log_refused(cfg, peer, None, "handshake", &format!("iperf3 cookie: {e}"));
+        }
+        return None;
+    }
+    if let Some(test) = shared.iperf3.lock().as_ref()
+        && test.cookie == cookie
+    {
+        if shared.pending.remove(id) {
+            let _ = ctl.sock.set_read_timeout(None);
+            let _ = test.streams.send((id, ctl.sock));
+        }
+        return None;
+    }
+    let refused = |ctl: &mut iperf3::Ctl, why: &str, code: i32, reason: &str| {
+        let _ = ctl.send_server_error(code, 0);
+        log_refused(cfg, peer, None, why, &format!("iperf3 client: {reason}"));
+    };
+    let (test, plan) = match i3::read_params(&mut ctl, &cfg.limits, &cfg.affinity, deadline) {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(u)) => {
+            if shared.pending.remove(id) {
+                refused(&mut ctl, "params", u.code, &u.reason);
+            }
+            return None;
+        }
+        Err(e) => {
+            if shared.pending.remove(id) {
+                log_refused(cfg, peer, None, "handshake", &e.to_string());
+            }
+            return None;
+        }
+    };
+    if cfg.auth.is_some() {
+        if shared.pending.remove(id) {
+            refused(
+                &mut ctl,
+                "auth",
+                iperf3::IEAUTHTEST,
+                "this server requires pinperf's authentication (--auth-keys)",
+            );
+        }
+        return None;
+    }
+    if !shared.pending.remove(id) {
+        return None;
+    }
+    let run_time = test.run_time();
+    let taken = match shared.slot.try_take(run_time) {
+        Err(FINISHING) => shared.slot.wait_take(run_time, timeouts::FINISHING),
+        other => other,
+    };
+    if taken.is_err() {
+        let _ = ctl.send_state(iperf3::ACCESS_DENIED);
+        log_refused(cfg, peer, None, "busy", &busy_reason(shared.slot.left()));
+        return None;
+    }
+    let _release = SlotGuard(&shared.slot);
+    if let Some(max) = cfg.max_tests_per_minute {
+        let took = shared.rate.lock().take(peer.ip(), max, Instant::now());
+        if let Err(wait) = took {
+            refused(
+                &mut ctl,
+                "rate",
+                iperf3::IEUNIMP,
+                &rate_refusal(peer, max, wait),
+            );
+            return None;
+        }
+    }
+    let (tx, rx) = crossbeam_channel::unbounded();
+    *shared.iperf3.lock() = Some(i3::Registered {
+        cookie,
+        streams: tx,
+    });
+    if !cfg.quiet {
+        serverlog::test_start(peer, None, &test);
+        log!(
+            cfg.quiet,
+            "pinperf: iperf3 test from {peer}: {} TCP stream(s){}, block {}, {} s",
+            test.streams,
+            match test.direction() {
+                crate::params::Direction::Forward => "",
+                crate::params::Direction::Reverse => " (reverse: this server sends)",
+                crate::params::Direction::Bidir => " each way (bidirectional)",
+            },
+            format_size(test.block_bytes()),
+            test.duration().as_secs_f64()
+        );
+    }
+    let t0 = Instant::now();
+    let result = i3::run_test(&mut ctl, &test, plan, &rx, &|| shared.slot.finishing());
+    *shared.iperf3.lock() = None;
+    shared.slot.finishing();
+    match result {
+        Ok((received, sent)) => {
+            if !cfg.quiet {
+                let secs = t0.elapsed().as_secs_f64();
+                serverlog::test_end(peer, received, sent, secs, || {
+                    format!(
+                        "pinperf: iperf3 test from {peer}: done, received {received} bytes, sent {sent} bytes"
+                    )
+                });
+            }
+            Some(Ok(()))
+        }
+        Err(e) => {
+            if !cfg.quiet {
+                serverlog::error(Some(peer), None, &e.to_string());
+            }
+            Some(Err(e))
+        }
+    }
 }
 
 /// Refuses the client's test; the error, logged by the server, says so in its words.

@@ -224,6 +224,11 @@ pub(crate) fn exchange_preamble(
     stream
         .write_all(PREAMBLE)
         .map_err(|e| Error::io(format!("write to {peer}"), e))?;
+    check_preamble(stream, peer)
+}
+
+/// Reads the peer's preamble (ours was sent) and checks it.
+pub(crate) fn check_preamble(stream: &mut TcpStream, peer: SocketAddr) -> Result<()> {
     let mut got = [0u8; 8];
     stream
         .read_exact(&mut got)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# pinperf's client against an iperf3 server, beside iperf3's own client against the same
+# server: loopback, interleaved (iperf3, pinperf, then pinperf, iperf3, ...), medians per
+# congestion control and stream count. Both read the receiver's figure from JSON: iperf3
+# -J end.sum_received.bits_per_second, pinperf -J end.sum_received.bits_per_second (the
+# iperf3 server's count of what it read). IPERF3=path picks the iperf3 (server and client;
+# default the one on PATH, Debian's 3.12).
+#
+#   flock -x /tmp/pinperf-bench.lock bench-scripts/iperf3-interop.sh
+#   ROUNDS=5 SECS=3 STREAMS="1 2" CCS="cubic bbr" (defaults)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+IPERF3=${IPERF3:-$(command -v iperf3 || true)}
+[ -n "$IPERF3" ] || { echo "iperf3 not found (apt-get install iperf3, or IPERF3=path)" >&2; exit 1; }
+ROUNDS=${ROUNDS:-5}
+SECS=${SECS:-3}
+STREAMS=${STREAMS:-"1 2"}
+CCS=${CCS:-"cubic bbr"}
+start_run iperf3-interop
+"$IPERF3" --version | head -1 >> "$out/env.txt"
+PORT=${PORT:-15299}
+"$IPERF3" -s -B 127.0.0.1 -p "$PORT" >/dev/null 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+sleep 0.5
+echo "tool,cc,streams,round,bits_per_second,sender_bytes,receiver_bytes" > "$out/raw.csv"
+gbps() { python3 -c 'import json,sys; d=json.load(sys.stdin); e=d["end"]; print(e["sum_received"]["bits_per_second"], e["sum_sent"]["bytes"], e["sum_received"]["bytes"], sep=",")'; }
+run_tool() { # tool cc streams round
+  local json
+  case $1 in
+    iperf3) json=$("$IPERF3" -c 127.0.0.1 -p "$PORT" -t "$SECS" -P "$3" -C "$2" -J) ;;
+    pinperf) json=$("$PINPERF" -c 127.0.0.1 -p "$PORT" --peer iperf3 -t "$SECS" -P "$3" -C "$2" -J 2>>"$out/pinperf-stderr.txt") ;;
+  esac
+  echo "$json" | gzip -c >> "$out/raw-json.gz"
+  echo "$1,$2,$3,$4,$(echo "$json" | gbps)" >> "$out/raw.csv"
+  sleep 0.3
+}
+for cc in $CCS; do
+  for p in $STREAMS; do
+    for r in $(seq 1 "$ROUNDS"); do
+      if [ $((r % 2)) = 1 ]; then order="iperf3 pinperf"; else order="pinperf iperf3"; fi
+      for tool in $order; do run_tool "$tool" "$cc" "$p" "$r"; done
+    done
+  done
+done
+python3 - "$out" <<'PY' | tee "$out/table.txt"
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1] + "/raw.csv")))
+keys = sorted({(r["cc"], int(r["streams"])) for r in rows})
+print("| cc | streams | iperf3 -c → iperf3 -s, Gbit/s (median) | pinperf → iperf3 -s, Gbit/s (median) | pinperf / iperf3 | runs each |")
+print("|---|---|---|---|---|---|")
+for cc, p in keys:
+    m = {}
+    for tool in ("iperf3", "pinperf"):
+        v = [float(r["bits_per_second"]) / 1e9 for r in rows if r["tool"] == tool and r["cc"] == cc and int(r["streams"]) == p]
+        m[tool] = (statistics.median(v), len(v))
+    print(f"| {cc} | {p} | {m['iperf3'][0]:.2f} | {m['pinperf'][0]:.2f} | {m['pinperf'][0] / m['iperf3'][0]:.3f} | {m['iperf3'][1]} |")
+PY
+gzip -f "$out/raw.csv"
+echo "results in $out"

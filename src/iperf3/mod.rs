@@ -1,0 +1,607 @@
+//! iperf3's control protocol, as iperf3 3.x speaks it (facts read from esnet/iperf's
+//! `iperf_api.h`, `iperf_api.c`, `iperf_client_api.c`, `iperf_server_api.c`; the code is
+//! ours): the client opens the control connection with a 37-byte cookie (36 characters of
+//! `a-z2-7` and a NUL); the server drives the test with one signed state byte at a time
+//! (`PARAM_EXCHANGE`, `CREATE_STREAMS`, `TEST_START`, `TEST_RUNNING`, then the client's
+//! `TEST_END`, the server's `EXCHANGE_RESULTS` and `DISPLAY_RESULTS`, the client's
+//! `IPERF_DONE`); parameters and results travel as JSON behind a 4-byte big-endian
+//! length; every TCP stream connects to the control port and opens with the same cookie.
+//! A refusal is `ACCESS_DENIED` (busy), or `SERVER_ERROR` followed by iperf3's error code
+//! and an errno, both 4-byte big-endian.
+//!
+//! Everything read from the peer is bounded ([`MAX_JSON`]) and checked; nothing it sends
+//! can panic this end. [`client`] runs pinperf's pinned engine against an iperf3 server,
+//! [`server`] serves an iperf3 client from `pinperf -s`.
+
+pub mod client;
+pub mod server;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::params::TestParams;
+
+/// The cookie's size on the wire: 36 characters and a NUL.
+pub const COOKIE_SIZE: usize = 37;
+/// The characters of a cookie.
+const COOKIE_CHARS: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+
+/// State bytes (iperf_api.h).
+pub const TEST_START: i8 = 1;
+pub const TEST_RUNNING: i8 = 2;
+pub const TEST_END: i8 = 4;
+pub const PARAM_EXCHANGE: i8 = 9;
+pub const CREATE_STREAMS: i8 = 10;
+pub const SERVER_TERMINATE: i8 = 11;
+pub const CLIENT_TERMINATE: i8 = 12;
+pub const EXCHANGE_RESULTS: i8 = 13;
+pub const DISPLAY_RESULTS: i8 = 14;
+pub const IPERF_DONE: i8 = 16;
+pub const ACCESS_DENIED: i8 = -1;
+pub const SERVER_ERROR: i8 = -2;
+
+/// iperf3's error codes (`i_errno`) this end sends or names.
+pub const IEDURATION: i32 = 5;
+pub const IENUMSTREAMS: i32 = 6;
+pub const IEBLOCKSIZE: i32 = 7;
+pub const IEBUFSIZE: i32 = 8;
+pub const IEUNIMP: i32 = 13;
+pub const IETOTALRATE: i32 = 27;
+pub const IEPROTOCOL: i32 = 131;
+pub const IESETCONGESTION: i32 = 134;
+pub const IEAUTHTEST: i32 = 142;
+
+/// Largest parameter or result document accepted from a peer (iperf3 itself caps
+/// parameters at 8 KiB; results grow with streams and server output).
+pub const MAX_JSON: usize = 1 << 20;
+
+/// The 37-byte cookie of a new test: 36 random characters of iperf3's alphabet and a NUL.
+pub fn new_cookie() -> Result<[u8; COOKIE_SIZE]> {
+    let random: [u8; COOKIE_SIZE - 1] = crate::auth::random_bytes()?;
+    let mut cookie = [0u8; COOKIE_SIZE];
+    for (c, r) in cookie.iter_mut().zip(random) {
+        *c = COOKIE_CHARS[usize::from(r) % COOKIE_CHARS.len()];
+    }
+    Ok(cookie)
+}
+
+/// Whether `bytes` (a prefix of what a client sent first) can be the start of a cookie.
+pub fn looks_like_cookie(bytes: &[u8]) -> bool {
+    bytes.iter().enumerate().all(|(i, b)| match i {
+        36 => *b == 0,
+        _ => COOKIE_CHARS.contains(b),
+    })
+}
+
+/// iperf3's words for the error codes a server sends with `SERVER_ERROR` (the ones a
+/// server can send; others are named by number).
+pub fn error_words(code: i32) -> String {
+    let words = match code {
+        5 => "test duration too long",
+        6 => "number of parallel streams too large",
+        7 => "block size too large",
+        8 => "socket buffer size too large",
+        13 => "not yet implemented",
+        27 => "total required bandwidth is larger than the server's limit",
+        102 => "the server could not listen for connections",
+        114 => "the server could not receive the parameters",
+        131 => "protocol does not exist",
+        134 => "the server could not set TCP_CONGESTION",
+        142 => "test authorization failed",
+        202 => "the server could not start a stream listener",
+        204 => "the server could not accept a stream connection",
+        _ => return format!("iperf3 error {code}"),
+    };
+    format!("{words} (iperf3 error {code})")
+}
+
+/// The control connection to an iperf3 peer: state bytes and length-prefixed JSON, each
+/// read within a deadline.
+pub(crate) struct Ctl {
+    pub sock: TcpStream,
+    pub peer: SocketAddr,
+}
+
+impl Ctl {
+    fn read_exact(&mut self, buf: &mut [u8], timeout: Duration, what: &str) -> Result<()> {
+        self.sock
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .map_err(|e| Error::io("set control timeout", e))?;
+        self.sock.read_exact(buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Error::Test(format!(
+                "{} closed the control connection (while this end waited for {what})",
+                self.peer
+            )),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Test(format!(
+                "{} sent nothing in {:.0} s (this end waited for {what})",
+                self.peer,
+                timeout.as_secs_f64()
+            )),
+            _ => Error::io(format!("read {what} from {}", self.peer), e),
+        })
+    }
+
+    pub fn write(&mut self, bytes: &[u8], what: &str) -> Result<()> {
+        self.sock
+            .set_write_timeout(Some(crate::timeouts::CONTROL_WRITE))
+            .map_err(|e| Error::io("set control write timeout", e))?;
+        self.sock
+            .write_all(bytes)
+            .map_err(|e| Error::io(format!("send {what} to {}", self.peer), e))
+    }
+
+    pub fn send_state(&mut self, state: i8) -> Result<()> {
+        self.write(
+            &state.to_be_bytes(),
+            &format!("state {}", state_name(state)),
+        )
+    }
+
+    pub fn read_state(&mut self, timeout: Duration) -> Result<i8> {
+        let mut b = [0u8; 1];
+        self.read_exact(&mut b, timeout, "a state byte")?;
+        Ok(b[0] as i8)
+    }
+
+    /// `SERVER_ERROR`'s two numbers, as words.
+    pub fn read_server_error(&mut self, timeout: Duration) -> Result<String> {
+        let mut b = [0u8; 8];
+        self.read_exact(&mut b, timeout, "the server's error code")?;
+        let code = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let errno = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let mut words = error_words(code);
+        if errno != 0 {
+            words += &format!(": {}", std::io::Error::from_raw_os_error(errno));
+        }
+        Ok(words)
+    }
+
+    /// Sends `SERVER_ERROR`, `code` and `errno`.
+    pub fn send_server_error(&mut self, code: i32, errno: i32) -> Result<()> {
+        let mut b = vec![SERVER_ERROR as u8];
+        b.extend(code.to_be_bytes());
+        b.extend(errno.to_be_bytes());
+        self.write(&b, "SERVER_ERROR")
+    }
+
+    pub fn send_json<T: Serialize>(&mut self, doc: &T, what: &str) -> Result<()> {
+        let body =
+            serde_json::to_vec(doc).map_err(|e| Error::Test(format!("encode {what}: {e}")))?;
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend(body);
+        self.write(&frame, what)
+    }
+
+    pub fn read_json<T: serde::de::DeserializeOwned>(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<T> {
+        let mut len = [0u8; 4];
+        self.read_exact(&mut len, timeout, what)?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len == 0 || len > MAX_JSON {
+            return Err(Error::Protocol {
+                peer: self.peer,
+                what: format!("{what} of {len} bytes (allowed 1 to {MAX_JSON})"),
+            });
+        }
+        let mut body = vec![0u8; len];
+        self.read_exact(&mut body, timeout, what)?;
+        serde_json::from_slice(&body).map_err(|e| Error::Protocol {
+            peer: self.peer,
+            what: format!("unreadable {what} ({e})"),
+        })
+    }
+}
+
+/// A state byte's name, for messages.
+pub fn state_name(state: i8) -> String {
+    match state {
+        TEST_START => "TEST_START".into(),
+        TEST_RUNNING => "TEST_RUNNING".into(),
+        TEST_END => "TEST_END".into(),
+        PARAM_EXCHANGE => "PARAM_EXCHANGE".into(),
+        CREATE_STREAMS => "CREATE_STREAMS".into(),
+        SERVER_TERMINATE => "SERVER_TERMINATE".into(),
+        CLIENT_TERMINATE => "CLIENT_TERMINATE".into(),
+        EXCHANGE_RESULTS => "EXCHANGE_RESULTS".into(),
+        DISPLAY_RESULTS => "DISPLAY_RESULTS".into(),
+        IPERF_DONE => "IPERF_DONE".into(),
+        ACCESS_DENIED => "ACCESS_DENIED".into(),
+        SERVER_ERROR => "SERVER_ERROR".into(),
+        other => format!("unknown state {other}"),
+    }
+}
+
+/// The parameter document a client sends (the keys iperf3 3.x writes; unknown ones are
+/// kept in `other` so the server can refuse what it does not support by name).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tcp: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub udp: bool,
+    #[serde(default)]
+    pub omit: f64,
+    #[serde(default)]
+    pub time: f64,
+    #[serde(default)]
+    pub num: f64,
+    #[serde(default)]
+    pub blockcount: f64,
+    #[serde(default = "one")]
+    pub parallel: f64,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reverse: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub bidirectional: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub len: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fqrate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_version: Option<String>,
+    /// Every other key the peer sent.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, Value>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Keys iperf3 clients send that change nothing this end does (or that it honours as
+/// iperf3 would: `pacing_timer` is a sender detail, `get_server_output` gets no output).
+const HARMLESS: &[&str] = &[
+    "nodelay",
+    "pacing_timer",
+    "get_server_output",
+    "udp_counters_64bit",
+    "repeating_payload",
+    "zerocopy",
+    "congestion_used",
+    "title",
+    "extra_data",
+    "server_affinity",
+    "skip_rx_copy",
+];
+
+/// Why an iperf3 test cannot run here: iperf3's error code for the client and words for
+/// the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unsupported {
+    pub code: i32,
+    pub reason: String,
+}
+
+impl Params {
+    /// The iperf3 parameters of a pinperf test (client side).
+    pub fn from_test(test: &TestParams) -> Params {
+        Params {
+            tcp: !test.udp,
+            udp: test.udp,
+            omit: test.omit().as_secs_f64(),
+            time: test.duration().as_secs_f64(),
+            num: 0.0,
+            blockcount: 0.0,
+            parallel: f64::from(test.streams),
+            reverse: test.reverse,
+            bidirectional: test.bidir,
+            window: test.window_bytes.map(|w| w as f64),
+            len: Some(test.block_bytes() as f64),
+            bandwidth: test.rate().map(|r| r as f64),
+            fqrate: test.fq_rate_bps.map(|r| r as f64),
+            congestion: test.transport.congestion.clone(),
+            client_version: Some(format!("pinperf {}", env!("CARGO_PKG_VERSION"))),
+            other: serde_json::Map::new(),
+        }
+    }
+
+    /// The pinperf test an iperf3 client asks for (server side), or why it cannot run:
+    /// anything this server does not do is refused by name rather than run differently.
+    pub fn to_test(&self) -> std::result::Result<TestParams, Unsupported> {
+        let unimp = |what: String| Unsupported {
+            code: IEUNIMP,
+            reason: format!("{what}: not supported by this pinperf server"),
+        };
+        if let Some(key) = self.other.keys().find(|k| !HARMLESS.contains(&k.as_str())) {
+            let name = match key.as_str() {
+                "sctp" => "--sctp".to_string(),
+                "MSS" => "-M (MSS)".into(),
+                "TOS" => "-S (TOS)".into(),
+                "flowlabel" => "-L (flow label)".into(),
+                "burst" => "-b RATE/BURST (a burst)".into(),
+                "authtoken" => "--username (authentication)".into(),
+                "dont_fragment" => "--dont-fragment".into(),
+                other => format!("iperf3 parameter '{}'", printable(other)),
+            };
+            return Err(match key.as_str() {
+                "sctp" => Unsupported {
+                    code: IEPROTOCOL,
+                    reason: "--sctp: this pinperf server runs TCP tests for iperf3 clients".into(),
+                },
+                "authtoken" => Unsupported {
+                    code: IEAUTHTEST,
+                    reason: "--username: this pinperf server does not take iperf3's RSA \
+                             authentication"
+                        .into(),
+                },
+                _ => unimp(name),
+            });
+        }
+        if self.num > 0.0 || self.blockcount > 0.0 {
+            return Err(unimp("-n/-k (a byte or block count instead of -t)".into()));
+        }
+        if self.udp {
+            return Err(Unsupported {
+                code: IEPROTOCOL,
+                reason: "-u: this pinperf server runs TCP tests for iperf3 clients \
+                         (UDP: use pinperf's own client)"
+                    .into(),
+            });
+        }
+        let finite = |v: f64, max: f64| v.is_finite() && v >= 0.0 && v <= max;
+        if !finite(self.parallel, 65_535.0) || self.parallel < 1.0 {
+            return Err(Unsupported {
+                code: IENUMSTREAMS,
+                reason: format!("-P {}: streams must be at least 1", self.parallel),
+            });
+        }
+        if !finite(self.time, 86_400.0 * 365.0) || !finite(self.omit, 86_400.0) {
+            return Err(Unsupported {
+                code: IEDURATION,
+                reason: format!("-t {} / -O {}: not a duration", self.time, self.omit),
+            });
+        }
+        let size = |v: Option<f64>, flag: &str, code: i32| match v {
+            Some(v) if !finite(v, u32::MAX as f64) => Err(Unsupported {
+                code,
+                reason: format!("{flag} {v}: out of range"),
+            }),
+            Some(v) if v > 0.0 => Ok(Some(v as u64)),
+            _ => Ok(None),
+        };
+        let mut test = TestParams::defaults();
+        test.streams = self.parallel as u16;
+        test.len = size(self.len, "-l", IEBLOCKSIZE)?;
+        test.window_bytes = size(self.window, "-w", IEBUFSIZE)?;
+        test.duration = Duration::from_secs_f64(self.time);
+        test.omit = Duration::from_secs_f64(self.omit);
+        test.interval = None;
+        test.reverse = self.reverse && !self.bidirectional;
+        test.bidir = self.bidirectional;
+        test.rate_bps = match self.bandwidth {
+            Some(b) if finite(b, u64::MAX as f64) && b > 0.0 => Some(b as u64),
+            Some(b) if !finite(b, u64::MAX as f64) => {
+                return Err(Unsupported {
+                    code: IETOTALRATE,
+                    reason: format!("-b {b}: out of range"),
+                });
+            }
+            _ => None,
+        };
+        test.fq_rate_bps = match self.fqrate {
+            Some(f) if finite(f, u64::MAX as f64) && f > 0.0 => Some(f as u64),
+            _ => None,
+        };
+        test.transport.congestion = self.congestion.clone();
+        // iperf3 has no echo connections: kernel RTT only.
+        test.transport.no_echo = true;
+        Ok(test)
+    }
+}
+
+/// iperf3's error code for a refusal by [`TestParams::validate`], by the flag its message
+/// opens with.
+pub fn code_for(reason: &str) -> i32 {
+    let flag = reason.split([' ', ':']).next().unwrap_or("");
+    match flag {
+        "-P" => IENUMSTREAMS,
+        "-t" | "-O" | "-t/-i" => IEDURATION,
+        "-w" => IEBUFSIZE,
+        "-l" => IEBLOCKSIZE,
+        "-b" => IETOTALRATE,
+        "-u" => IEPROTOCOL,
+        "-C" => IESETCONGESTION,
+        _ => IEUNIMP,
+    }
+}
+
+fn printable(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+/// One stream's entry in a results document. iperf3 writes -1 through an unsigned
+/// 64-bit path on some versions (18446744073709551615): counts are read leniently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamResult {
+    #[serde(deserialize_with = "lenient")]
+    pub id: i64,
+    #[serde(deserialize_with = "lenient_bytes")]
+    pub bytes: u64,
+    #[serde(deserialize_with = "lenient")]
+    pub retransmits: i64,
+    #[serde(default)]
+    pub jitter: f64,
+    #[serde(deserialize_with = "lenient")]
+    pub errors: i64,
+    #[serde(deserialize_with = "lenient")]
+    pub packets: i64,
+    #[serde(default)]
+    pub start_time: f64,
+    #[serde(default)]
+    pub end_time: f64,
+}
+
+/// Any JSON number as an i64: unsigned values wrap (iperf3's -1), floats truncate.
+fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<i64, D::Error> {
+    let v = serde_json::Number::deserialize(d)?;
+    Ok(v.as_i64()
+        .or_else(|| v.as_u64().map(|u| u as i64))
+        .or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+        .unwrap_or(0))
+}
+
+/// A byte count: a non-negative number (anything else is an error, not a guess).
+fn lenient_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    let v = serde_json::Number::deserialize(d)?;
+    v.as_u64()
+        .or_else(|| {
+            v.as_f64()
+                .filter(|f| f.is_finite() && *f >= 0.0)
+                .map(|f| f as u64)
+        })
+        .ok_or_else(|| serde::de::Error::custom(format!("{v} is not a byte count")))
+}
+
+/// The results document each end sends at `EXCHANGE_RESULTS` (the client first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    pub cpu_util_total: f64,
+    pub cpu_util_user: f64,
+    pub cpu_util_system: f64,
+    #[serde(deserialize_with = "lenient")]
+    pub sender_has_retransmits: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion_used: Option<String>,
+    pub streams: Vec<StreamResult>,
+}
+
+impl Results {
+    /// The entry for stream `id`, if the peer sent one.
+    pub fn stream(&self, id: i64) -> Option<&StreamResult> {
+        self.streams.iter().find(|s| s.id == id)
+    }
+}
+
+/// iperf3's stream ids, in the order the client creates its streams (senders first with
+/// `--bidir`): 1, then 3, 4, 5… (iperf3 numbers the second stream 3 and keeps it so for
+/// compatibility between its versions).
+pub fn stream_id(index: usize) -> i64 {
+    match index {
+        0 => 1,
+        i => i as i64 + 2,
+    }
+}
+
+/// CPU from iperf3's results as this end's report: percentages of one core over the test.
+pub(crate) fn cpu_report(r: &Results, seconds: f64) -> crate::cpu::CpuReport {
+    let us = |pct: f64| (pct.max(0.0) / 100.0 * seconds * 1e6) as u64;
+    crate::cpu::CpuReport {
+        seconds,
+        process: crate::cpu::CpuTime {
+            user_us: us(r.cpu_util_user),
+            sys_us: us(r.cpu_util_system),
+        },
+        host_total: r.cpu_util_total,
+        host_user: r.cpu_util_user,
+        host_system: r.cpu_util_system,
+        streams: Vec::new(),
+        cores: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cookie_is_36_characters_of_the_alphabet_and_a_nul() {
+        let c = new_cookie().unwrap();
+        assert!(looks_like_cookie(&c));
+        assert_eq!(c[36], 0);
+        assert!(!looks_like_cookie(b"pinperf\n"));
+        assert!(looks_like_cookie(b"pinperf"));
+    }
+
+    #[test]
+    fn stream_ids_skip_two_as_iperf3_does() {
+        let ids: Vec<_> = (0..4).map(stream_id).collect();
+        assert_eq!(ids, [1, 3, 4, 5]);
+    }
+
+    #[test]
+    fn an_iperf3_client_s_parameters_become_a_test() {
+        let doc = r#"{"tcp":true,"omit":0,"time":3,"num":0,"blockcount":0,"parallel":4,
+            "reverse":true,"len":131072,"pacing_timer":1000,"client_version":"3.12"}"#;
+        let p: Params = serde_json::from_str(doc).unwrap();
+        let t = p.to_test().unwrap();
+        assert_eq!((t.streams, t.reverse, t.len), (4, true, Some(131072)));
+        assert_eq!(t.duration, Duration::from_secs(3));
+        assert!(t.transport.no_echo);
+    }
+
+    #[test]
+    fn unsupported_options_are_refused_by_name() {
+        let cases = [
+            (
+                r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000}"#,
+                IEUNIMP,
+                "-M (MSS)",
+            ),
+            (r#"{"udp":true,"time":1,"parallel":1}"#, IEPROTOCOL, "-u"),
+            (
+                r#"{"tcp":true,"time":0,"num":1000,"parallel":1}"#,
+                IEUNIMP,
+                "-n/-k",
+            ),
+            (
+                r#"{"tcp":true,"time":1,"parallel":0}"#,
+                IENUMSTREAMS,
+                "-P 0",
+            ),
+            (
+                r#"{"tcp":true,"time":1e300,"parallel":1}"#,
+                IEDURATION,
+                "-t",
+            ),
+        ];
+        for (doc, code, words) in cases {
+            let p: Params = serde_json::from_str(doc).unwrap();
+            let e = p.to_test().unwrap_err();
+            assert_eq!(e.code, code, "{doc}");
+            assert!(e.reason.contains(words), "{doc}: {}", e.reason);
+        }
+    }
+
+    #[test]
+    fn results_read_iperf3_s_unsigned_minus_one() {
+        let doc = r#"{"cpu_util_total":1.5,"cpu_util_user":0.5,"cpu_util_system":1,
+            "sender_has_retransmits":18446744073709551615,"streams":[{"id":1,"bytes":123,
+            "retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":0,
+            "start_time":0,"end_time":2.0}]}"#;
+        let r: Results = serde_json::from_str(doc).unwrap();
+        assert_eq!(
+            (r.sender_has_retransmits, r.streams[0].retransmits),
+            (-1, -1)
+        );
+        assert_eq!(r.stream(1).map(|s| s.bytes), Some(123));
+        let bad = doc.replace("\"bytes\":123", "\"bytes\":-5");
+        assert!(serde_json::from_str::<Results>(&bad).is_err());
+    }
+
+    #[test]
+    fn validation_messages_map_to_iperf3_codes() {
+        assert_eq!(code_for("-P 9: streams must be 1 to 4"), IENUMSTREAMS);
+        assert_eq!(code_for("-t 99: duration must be"), IEDURATION);
+        assert_eq!(code_for("-w 8M: window must be"), IEBUFSIZE);
+        assert_eq!(code_for("-b: this server limits"), IETOTALRATE);
+        assert_eq!(code_for("something else"), IEUNIMP);
+    }
+}

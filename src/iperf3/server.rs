@@ -1,0 +1,337 @@
+//! `pinperf -s` serving an iperf3 client. The server's acceptor hands every connection to
+//! a `control` thread; one that opens with a cookie (see [`crate::iperf3::looks_like_cookie`])
+//! comes here: a cookie of the running iperf3 test is one of its stream connections (handed
+//! to it in accept order, which is the client's creation order and so iperf3's stream
+//! ids), any other is a new test: `PARAM_EXCHANGE`, its parameters checked by the server's
+//! limits ([`TestParams::validate`]; a refusal is `SERVER_ERROR` with iperf3's code for the
+//! flag), then the slot (busy: `ACCESS_DENIED`), then [`run_test`].
+//!
+//! The test runs on pinperf's pinned `stream-N` threads. At `TEST_END` the server asks for
+//! the client's results first, so its receivers read until each stream has every byte the
+//! client says it wrote (then their sockets are shut for reading, which ends them), and
+//! the counts it returns agree with the client's to the byte (`-O` aside: iperf3's sender
+//! leaves the omitted bytes out of its count).
+
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
+
+use super::{Ctl, Params, Results, StreamResult, stream_id};
+use crate::cpu::CpuMark;
+use crate::ends::{Ends, Socks, Threads};
+use crate::error::{Error, Result};
+use crate::params::{Limits, TestParams};
+use crate::pin::{self, Affinity, PinPlan};
+use crate::stream::{StreamSocks, spawn_named};
+use crate::timeouts;
+
+/// A test's parameters, or the refusal the client gets (iperf3's code) and the log's words.
+pub(crate) fn read_params(
+    ctl: &mut Ctl,
+    limits: &Limits,
+    affinity: &Affinity,
+    deadline: Instant,
+) -> Result<std::result::Result<(TestParams, PinPlan), super::Unsupported>> {
+    ctl.send_state(super::PARAM_EXCHANGE)?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    let params: Params = ctl.read_json(left, "the test parameters")?;
+    let test = match params.to_test() {
+        Ok(t) => t,
+        Err(u) => return Ok(Err(u)),
+    };
+    if let Err(reason) = test.validate(limits) {
+        return Ok(Err(super::Unsupported {
+            code: super::code_for(&reason),
+            reason,
+        }));
+    }
+    Ok(pin::plan(affinity, test.threads(), &pin::allowed_cpus())
+        .map(|plan| (test, plan))
+        .map_err(|reason| super::Unsupported {
+            code: super::IEUNIMP,
+            reason: format!("-A: {reason}"),
+        }))
+}
+
+/// The running iperf3 test's cookie and where its stream connections go.
+pub(crate) struct Registered {
+    pub cookie: [u8; super::COOKIE_SIZE],
+    pub streams: crossbeam_channel::Sender<(u64, TcpStream)>,
+}
+
+/// Where the server keeps the running iperf3 test's cookie.
+pub(crate) type Registry = Mutex<Option<Registered>>;
+
+/// Runs an admitted iperf3 test on `ctl`: its stream connections arrive on `streams`
+/// (numbered in accept order). Returns the bytes received and sent, for the log.
+pub(crate) fn run_test(
+    ctl: &mut Ctl,
+    test: &TestParams,
+    plan: PinPlan,
+    streams: &Receiver<(u64, TcpStream)>,
+    finishing: &dyn Fn(),
+) -> Result<(u64, u64)> {
+    let n = test.streams as usize;
+    ctl.send_state(super::CREATE_STREAMS)?;
+    let rtt = crate::net::tcp_info(&ctl.sock).map_or(Duration::ZERO, |i| {
+        Duration::from_micros(u64::from(i.rtt_us))
+    });
+    let deadline = Instant::now() + timeouts::streams_arrive(test.threads(), rtt);
+    let mut arrived = Vec::with_capacity(test.threads());
+    while arrived.len() < test.threads() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match streams.recv_timeout(left) {
+            Ok(s) => arrived.push(s),
+            Err(_) => {
+                let _ = ctl.send_server_error(204, 0);
+                return Err(Error::Test(format!(
+                    "{} of {} iperf3 stream connections arrived in time",
+                    arrived.len(),
+                    test.threads()
+                )));
+            }
+        }
+    }
+    arrived.sort_by_key(|(order, _)| *order);
+    let mut socks = Vec::with_capacity(arrived.len());
+    let mut dups = Vec::with_capacity(arrived.len());
+    for (_, s) in arrived {
+        let r = socket2::SockRef::from(&s);
+        if let Some(w) = test.window_bytes {
+            // After accept(): the window scale was fixed at the SYN from the kernel's
+            // largest buffer, so the request still takes effect (iperf3 does the same).
+            let _ = r.set_recv_buffer_size(w as usize);
+            let _ = r.set_send_buffer_size(w as usize);
+        }
+        if let Some(name) = &test.transport.congestion
+            && let Err(e) = crate::net::set_congestion(r, name)
+        {
+            let _ = ctl.send_server_error(super::IESETCONGESTION, 0);
+            return Err(e);
+        }
+        dups.push(
+            s.try_clone()
+                .map_err(|e| Error::io("duplicate a data socket", e))?,
+        );
+        socks.push(StreamSocks {
+            data: s,
+            echo: None,
+        });
+    }
+    let mut socks = Socks::Tcp(socks);
+    let mut ends = Ends::default();
+    let mut counters = Vec::new();
+    let reversed = test.direction().reversed();
+    for (k, &reverse) in reversed.iter().enumerate() {
+        let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
+        let (threads, (rx, free)) = Threads::spawn(
+            reverse,
+            crate::choices::Engine::Threads,
+            socks.take(n),
+            &plan,
+            test,
+            Duration::ZERO,
+        )?;
+        ends.0.push(threads);
+        let count = Arc::new(Mutex::new(Counts {
+            bytes: vec![0; n],
+            done: vec![false; n],
+        }));
+        let c2 = Arc::clone(&count);
+        spawn_named("reporter".into(), move || {
+            for batch in rx {
+                let mut c = c2.lock();
+                let i = usize::from(batch.stream);
+                if let Some(b) = c.bytes.get_mut(i) {
+                    *b += batch
+                        .records
+                        .iter()
+                        .map(|r| u64::from(r.bytes))
+                        .sum::<u64>();
+                }
+                if batch.done
+                    && let Some(d) = c.done.get_mut(i)
+                {
+                    *d = true;
+                }
+                drop(c);
+                let _ = free.try_send(batch);
+            }
+            Ok(())
+        })?;
+        counters.push(count);
+    }
+    ctl.send_state(super::TEST_START)?;
+    let cpu = CpuMark::now();
+    let t0 = Instant::now();
+    ends.start(t0);
+    ctl.send_state(super::TEST_RUNNING)?;
+
+    let result = watch(ctl, &ends, test, t0)
+        .and_then(|()| finish(ctl, test, &ends, &counters, &dups, &cpu, t0, finishing));
+    if result.is_err() {
+        ends.abort();
+    }
+    // The client closes its streams after DISPLAY_RESULTS; shut them here too, so that no
+    // thread waits on a client that went away.
+    for d in &dups {
+        let _ = d.shutdown(std::net::Shutdown::Both);
+    }
+    let (_, stream_error) = ends.join();
+    let totals = result?;
+    if let Some(e) = stream_error
+        && !matches!(e, Error::Aborted(_))
+    {
+        return Err(e);
+    }
+    Ok(totals)
+}
+
+/// One direction's running counts, from its batches.
+struct Counts {
+    bytes: Vec<u64>,
+    done: Vec<bool>,
+}
+
+/// Until the client's `TEST_END`: a stream failure is `SERVER_ERROR`; the client closing
+/// or terminating ends the test.
+fn watch(ctl: &mut Ctl, ends: &Ends, test: &TestParams, t0: Instant) -> Result<()> {
+    let limit = test.run_time() + timeouts::STALL;
+    loop {
+        if let Some(f) = ends.failure() {
+            let _ = ctl.send_server_error(206, 0);
+            return Err(Error::Test(format!(
+                "{} ({:.2} s into the test, on the server)",
+                f.error,
+                f.at.saturating_duration_since(t0).as_secs_f64()
+            )));
+        }
+        if t0.elapsed() > limit {
+            return Err(Error::Test(format!(
+                "the iperf3 client {} sent no TEST_END {} s past the test's end",
+                ctl.peer,
+                timeouts::STALL.as_secs()
+            )));
+        }
+        match ctl.read_state(timeouts::POLL) {
+            Ok(super::TEST_END) => return Ok(()),
+            Ok(super::CLIENT_TERMINATE) => {
+                return Err(Error::Test(format!(
+                    "the iperf3 client {} terminated the test",
+                    ctl.peer
+                )));
+            }
+            Ok(super::TEST_START) | Ok(super::TEST_RUNNING) => {}
+            Ok(other) => {
+                return Err(Error::Protocol {
+                    peer: ctl.peer,
+                    what: format!("expected TEST_END, got {}", super::state_name(other)),
+                });
+            }
+            Err(Error::Test(e)) if e.contains("sent nothing") => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `TEST_END` taken: the senders' last bytes, the client's results, the receivers' last
+/// bytes (until each has what the client wrote, or no progress for a while), then this
+/// end's results and `DISPLAY_RESULTS`.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    ctl: &mut Ctl,
+    test: &TestParams,
+    _ends: &Ends,
+    counters: &[Arc<Mutex<Counts>>],
+    dups: &[TcpStream],
+    cpu: &CpuMark,
+    t0: Instant,
+    finishing: &dyn Fn(),
+) -> Result<(u64, u64)> {
+    let n = test.streams as usize;
+    let reversed = test.direction().reversed();
+    // This end's senders stop on their own clock, about now.
+    let wait_done = |k: usize, limit: Duration| {
+        let until = Instant::now() + limit;
+        while !counters[k].lock().done.iter().all(|d| *d) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    // The receivers' time, as iperf3's: to the client's end of the test.
+    let elapsed = t0.elapsed().as_secs_f64();
+    for (k, &reverse) in reversed.iter().enumerate() {
+        if reverse {
+            wait_done(k, timeouts::FINISHING);
+        }
+    }
+    ctl.send_state(super::EXCHANGE_RESULTS)?;
+    let theirs: Results = ctl.read_json(timeouts::HANDSHAKE, "the client's results")?;
+    // Receivers: until each stream has what the client wrote (no progress for a while
+    // ends the wait: bytes the client counted but never sent, or -O's uncounted ones).
+    for (k, &reverse) in reversed.iter().enumerate() {
+        if reverse {
+            continue;
+        }
+        let want: Vec<u64> = (0..n)
+            .map(|i| theirs.stream(stream_id(k * n + i)).map_or(0, |s| s.bytes))
+            .collect();
+        let mut last = (counters[k].lock().bytes.iter().sum::<u64>(), Instant::now());
+        loop {
+            let have = counters[k].lock().bytes.clone();
+            if have.iter().zip(&want).all(|(h, w)| h >= w) {
+                break;
+            }
+            let sum: u64 = have.iter().sum();
+            if sum != last.0 {
+                last = (sum, Instant::now());
+            } else if last.1.elapsed() > Duration::from_millis(500) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for d in &dups[k * n..(k + 1) * n] {
+            let _ = d.shutdown(std::net::Shutdown::Read);
+        }
+        wait_done(k, timeouts::FINISHING);
+    }
+    let report = cpu.report(Vec::new());
+    let mut streams = Vec::new();
+    let (mut received, mut sent) = (0, 0);
+    for (k, &reverse) in reversed.iter().enumerate() {
+        let c = counters[k].lock();
+        for i in 0..n {
+            let bytes = c.bytes[i];
+            match reverse {
+                true => sent += bytes,
+                false => received += bytes,
+            }
+            streams.push(StreamResult {
+                id: stream_id(k * n + i),
+                bytes,
+                retransmits: -1,
+                jitter: 0.0,
+                errors: 0,
+                packets: 0,
+                start_time: 0.0,
+                end_time: elapsed,
+            });
+        }
+    }
+    let ours = Results {
+        cpu_util_total: report.host_total,
+        cpu_util_user: report.host_user,
+        cpu_util_system: report.host_system,
+        sender_has_retransmits: 0,
+        congestion_used: test.transport.congestion.clone(),
+        streams,
+    };
+    finishing();
+    ctl.send_json(&ours, "the server's results")?;
+    ctl.send_state(super::DISPLAY_RESULTS)?;
+    // IPERF_DONE, or the client closing: either ends it.
+    let _ = ctl.read_state(timeouts::GOODBYE);
+    Ok((received, sent))
+}
