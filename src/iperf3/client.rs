@@ -26,6 +26,7 @@ use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::net;
+use crate::params::Direction;
 use crate::pin::PinPlan;
 use crate::protocol::{ReceiverDone, SOFTWARE};
 use crate::report::interval::IntervalCutter;
@@ -235,6 +236,18 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
     if t.force_window {
         return no("--force-window", "the server sets its own window");
     }
+    if t.get_server_output {
+        return no(
+            "--get-server-output",
+            "this client does not ask an iperf3 server for its text yet",
+        );
+    }
+    if (t.rate_bps.is_some() || t.fq_rate_bps.is_some()) && t.direction() != Direction::Forward {
+        return no(
+            "-b/--fq-rate with -R or --bidir",
+            "the iperf3 server's senders would pace, and this client does not ask them to",
+        );
+    }
     Ok(())
 }
 
@@ -406,6 +419,7 @@ fn finish(
         path: net::path_info(&ctl.sock),
         cpu: None,
         kernel: None,
+        server_output: None,
     };
     let mut seconds: f64 = 0.0;
     for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {

@@ -180,14 +180,12 @@ pub(crate) fn run_test(
     for d in &dups {
         let _ = d.shutdown(std::net::Shutdown::Both);
     }
-    let (_, stream_error) = ends.join();
-    let totals = result?;
-    if let Some(e) = stream_error
-        && !matches!(e, Error::Aborted(_))
-    {
-        return Err(e);
-    }
-    Ok(totals)
+    // A stream that failed during the test was caught by `watch` (SERVER_ERROR to the
+    // client). Once `finish` has the counts both ends agreed on, what the streams meet
+    // while they end is not a failure of the test: an iperf3 client closes its sockets
+    // with data still unread (`-R`), which resets a sender draining to EOF.
+    let _ = ends.join();
+    result
 }
 
 /// One direction's running counts, from its batches.
