@@ -56,10 +56,11 @@ for cc in $CCS; do
       nspb=$(awk -v g="$g" -v c="$bc" 'BEGIN {printf "%.4f", 8 * c / g}')
       cpb=$(awk -v n="$nspb" -v m="$mhz" 'BEGIN {printf "%.3f", n * m / 1000}')
       echo "$tool,$cc,$p,$g,$bc,$nspb,$cpb" | tee -a "$out/runs.csv" >&2
-      perf report -i "$out/$tag.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
-        grep -E '^ +[0-9.]+%' | head -40 >"$out/top-$tag.txt"
+      perf report -i "$out/$tag.data" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
+        grep -E '^ +[0-9.]+%' >"$out/top-$tag.txt" || true
+      sed -i 41,\$d "$out/top-$tag.txt"
       perf report -i "$out/$tag.data" --no-children --sort sym --stdio -g none 2>/dev/null |
-        grep -E '^ +[0-9.]+%' >"$out/syms-$tag.txt"
+        grep -E '^ +[0-9.]+%' >"$out/syms-$tag.txt" || true
       rm -f "$out/$tag.data"
       sleep 0.3
     done

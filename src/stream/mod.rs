@@ -9,6 +9,7 @@
 //! earlier. Socket timeouts of [`WAKE`] bound how long a thread can sit in a blocking call,
 //! so an idle or starved stream still advances its watermark.
 
+pub mod clock;
 pub(crate) mod echo;
 pub(crate) mod receiver;
 pub(crate) mod sender;
@@ -29,6 +30,7 @@ use std::net::TcpStream;
 use crate::error::{Error, Result};
 pub use crate::measure::{TcpSample, UdpSnapshot};
 use crate::timeouts::{self, Progress};
+pub use clock::BlockClock;
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
 pub(crate) const WAKE: Duration = Duration::from_millis(50);

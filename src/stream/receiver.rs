@@ -10,10 +10,10 @@
 use std::io::Read;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::echo::HeaderEcho;
-use super::{Batcher, Copying, StreamCtx, WAKE, aborted, is_timeout};
+use super::{Batcher, BlockClock, Copying, StreamCtx, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::timeouts;
@@ -68,6 +68,8 @@ pub fn run(
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
+    // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
+    let mut stamps = BlockClock::new(clock);
     let end_ns = run_time.as_nanos() as u64;
     let stall_ns = timeouts::STALL.as_nanos() as u64;
     let mut bytes: u64 = 0;
@@ -93,7 +95,7 @@ pub fn run(
         match got {
             Ok(0) => break,
             Ok(n) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.now_ns();
                 bytes += n as u64;
                 last_read_ns = t_ns;
                 if let Some((echo_sock, echo)) = echo.as_mut() {
@@ -109,11 +111,11 @@ pub fn run(
                     if ctx.aborted() {
                         return Err(aborted(id));
                     }
-                    batcher.flush(t_ns, None, false)?;
+                    batcher.flush(stamps.anchor(), None, false)?;
                 }
             }
             Err(e) if is_timeout(&e) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.anchor();
                 if ctx.aborted() {
                     return Err(aborted(id));
                 }
@@ -130,7 +132,7 @@ pub fn run(
             Err(e) => return Err(Error::io(format!("stream-{id}: read"), e)),
         }
     }
-    let eof_ns = clock.ns(Instant::now());
+    let eof_ns = stamps.anchor();
     batcher.flush(eof_ns, None, true)?;
     Ok(RecvOutcome {
         id,

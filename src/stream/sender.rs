@@ -9,11 +9,11 @@
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::echo::{self, EchoCollector};
 use super::zerocopy::ZcRing;
-use super::{Batcher, Copying, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
+use super::{Batcher, BlockClock, Copying, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::pace::{self, Pacer};
@@ -80,6 +80,12 @@ pub fn run(
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
     let mut pacer = ctx.rate_bps.map(|r| Pacer::new(r, clock.t0));
+    // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
+    let mut stamps = if pacer.is_some() {
+        BlockClock::monotonic(clock)
+    } else {
+        BlockClock::new(clock)
+    };
     let end_ns = run_time.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut writes: u64 = 0;
@@ -92,7 +98,7 @@ pub fn run(
             }
             if offset == 0 {
                 // The block starts into the socket now, not when the previous write returned.
-                stamp_ns = clock.ns(Instant::now());
+                stamp_ns = stamps.now_ns();
             }
         }
         let upto = (offset + piece).min(block.len());
@@ -113,7 +119,7 @@ pub fn run(
                             seq += 1;
                         }
                         Ok(None) => {
-                            let t_ns = clock.ns(Instant::now());
+                            let t_ns = stamps.anchor();
                             if ctx.aborted() {
                                 return Err(aborted(id));
                             }
@@ -152,7 +158,7 @@ pub fn run(
                 )));
             }
             Ok(n) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.now_ns();
                 stamp_ns = t_ns;
                 if let Some(echo_sock) = &ctx.echo
                     && echoes.due(t_ns)
@@ -172,14 +178,15 @@ pub fn run(
                     if ctx.aborted() {
                         return Err(aborted(id));
                     }
-                    batcher.flush(t_ns, TcpSample::read(&sock, t_ns), false)?;
+                    let w_ns = stamps.anchor();
+                    batcher.flush(w_ns, TcpSample::read(&sock, w_ns), false)?;
                 }
                 if past_end {
                     break;
                 }
             }
             Err(e) if is_timeout(&e) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.anchor();
                 stamp_ns = t_ns;
                 if let Some(echo_sock) = &ctx.echo {
                     echoes
@@ -198,7 +205,7 @@ pub fn run(
             Err(e) => return Err(Error::io(format!("stream-{id}: write"), e)),
         }
     }
-    let t_ns = clock.ns(Instant::now());
+    let t_ns = stamps.anchor();
     batcher.flush(t_ns, TcpSample::read(&sock, t_ns), true)?;
     let cpu = cpu::thread_since(cpu_start);
     sock.shutdown(Shutdown::Write)
@@ -227,6 +234,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
+    use std::time::Instant;
 
     use super::*;
     use crate::stream::receiver;
