@@ -47,8 +47,8 @@ for iv in doc["intervals"]:
             if b.get("median_us") is not None:
                 meds.append(b["median_us"])
 end = doc["end"]
-srtt = [s.get("rtt", {}).get("avg_us") for s in end.get("streams", []) if isinstance(s.get("rtt"), dict)]
-srtt = [x for x in srtt if x]
+srtt = [(s.get("kernel_rtt") or {}).get("avg_us") or s.get("rtt") for s in end.get("streams", [])]
+srtt = [float(x) for x in srtt if x]
 print(",".join([sys.argv[2], sys.argv[3], sys.argv[4],
                 "%.3f" % (end["sum_received"]["bits_per_second"] / 1e9),
                 "%.3f" % (min(mins) / 1e3), "%.3f" % (statistics.median(meds) / 1e3),

@@ -57,6 +57,7 @@ record_env() {
     echo "date: $(date -u +%FT%TZ)"
     echo "git: $(cd "$root" && git rev-parse --short HEAD 2>/dev/null)$(cd "$root" && git diff --quiet 2>/dev/null || echo '+dirty')"
     echo "kernel: $(uname -r)"
+    echo "loadavg at start: $(cat /proc/loadavg)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
     echo "pinperf: $("$PINPERF" --version 2>/dev/null)"
     command -v "$IPERF2" >/dev/null && echo "iperf: $(command -v "$IPERF2"): $("$IPERF2" -v 2>&1 | head -1)"
