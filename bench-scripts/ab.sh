@@ -18,18 +18,20 @@ CCS=${CCS:-"cubic bbr"}
 ensure_peers
 start_run ab
 
-# The base build, outside the work tree.
-base_dir=$(mktemp -d /tmp/pinperf-base.XXXXXX)
-(cd "$root" && git worktree add -q --detach "$base_dir" "$BASE")
-(cd "$base_dir" && cargo build --release --quiet)
-BASE_BIN=$base_dir/target/release/pinperf
+# The base build, outside the work tree (BASE_BIN: one built already, from BASE).
+if [ -z "${BASE_BIN:-}" ]; then
+  base_dir=$(mktemp -d /tmp/pinperf-base.XXXXXX)
+  (cd "$root" && git worktree add -q --detach "$base_dir" "$BASE")
+  (cd "$base_dir" && cargo build --release --quiet)
+  BASE_BIN=$base_dir/target/release/pinperf
+fi
 echo "base: $BASE ($(cd "$root" && git rev-parse --short "$BASE"))" >>"$out/env.txt"
 
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  (cd "$root" && git worktree remove --force "$base_dir") || true
+  [ -z "${base_dir:-}" ] || (cd "$root" && git worktree remove --force "$base_dir") || true
 }
 trap cleanup EXIT
 "$BASE_BIN" -s -B 127.0.0.1 -p 5321 2>/dev/null & pids+=($!)

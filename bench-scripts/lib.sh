@@ -6,6 +6,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PINPERF=${PINPERF:-$root/target/release/pinperf}
 YARDSTICK=${YARDSTICK:-$root/../shared/yardstick/blast.c}
 BLAST=${BLAST:-/tmp/pinperf-blast}
+# The peers to run: IPERF3 names the iperf3 (e.g. a threaded >= 3.16 built from the
+# esnet/iperf source outside the repo: IPERF3=/work/peers/iperf3/bin/iperf3), IPERF2 the
+# iperf 2. Their versions go into env.txt.
+IPERF3=${IPERF3:-iperf3}
+IPERF2=${IPERF2:-iperf}
 
 # Every run's start: out=bench-results/NAME-<time> (or $OUT), a fresh release build, and
 # the environment recorded beside the raw results. Call after installing peers.
@@ -16,8 +21,10 @@ start_run() {
   record_env "$out/env.txt"
 }
 
+# Builds unless PINPERF names a binary built elsewhere (NO_BUILD=1 skips the build: a run
+# under `flock -x` must not wait for its own shared-lock build).
 build_pinperf() {
-  (cd "$root" && cargo build --release --quiet)
+  [ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --release --quiet)
 }
 
 build_blast() {
@@ -32,8 +39,8 @@ build_blast() {
 # Installs Debian's iperf (2) and iperf3 when missing and we are root; says so otherwise.
 ensure_peers() {
   local missing=()
-  command -v iperf >/dev/null || missing+=(iperf)
-  command -v iperf3 >/dev/null || missing+=(iperf3)
+  command -v "$IPERF2" >/dev/null || { [ "$IPERF2" = iperf ] && missing+=(iperf); }
+  command -v "$IPERF3" >/dev/null || { [ "$IPERF3" = iperf3 ] && missing+=(iperf3); }
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 ||
@@ -50,10 +57,11 @@ record_env() {
     echo "date: $(date -u +%FT%TZ)"
     echo "git: $(cd "$root" && git rev-parse --short HEAD 2>/dev/null)$(cd "$root" && git diff --quiet 2>/dev/null || echo '+dirty')"
     echo "kernel: $(uname -r)"
+    echo "loadavg at start: $(cat /proc/loadavg)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
     echo "pinperf: $("$PINPERF" --version 2>/dev/null)"
-    command -v iperf >/dev/null && echo "iperf: $(iperf -v 2>&1 | head -1)"
-    command -v iperf3 >/dev/null && echo "iperf3: $(iperf3 -v 2>&1 | head -1)"
+    command -v "$IPERF2" >/dev/null && echo "iperf: $(command -v "$IPERF2"): $("$IPERF2" -v 2>&1 | head -1)"
+    command -v "$IPERF3" >/dev/null && echo "iperf3: $(command -v "$IPERF3"): $("$IPERF3" -v 2>&1 | head -1)"
     for s in net.core.wmem_max net.core.rmem_max net.ipv4.tcp_wmem net.ipv4.tcp_rmem net.ipv4.tcp_congestion_control; do
       echo "$s: $(sysctl -n $s 2>/dev/null | tr '\t' ' ')"
     done
@@ -103,4 +111,17 @@ busy_cores() {
   read -r b0 t0 <<<"$1"
   read -r b1 t1 <<<"$2"
   awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" -v n="$(nproc)" 'BEGIN {printf "%.3f\n", (t > 0 ? b / t * n : 0)}'
+}
+
+# Receiver's Gbit/s from a pinperf or iperf3 -J document on stdin.
+gbps_json() { python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'; }
+
+# Runs a command that prints Gbit/s; prints "gbps,busy_cores" (NA when it failed), the busy
+# cores measured over the run from /proc/stat the same way for every tool.
+run_with_cpu() {
+  local t0 t1 g
+  t0=$(cpu_ticks)
+  g=$("$@" || echo "")
+  t1=$(cpu_ticks)
+  echo "${g:-NA},$(busy_cores "$t0" "$t1")"
 }

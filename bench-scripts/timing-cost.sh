@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-5}
 BLOCKS=${BLOCKS:-"8192 131072"}
-(cd "$root" && cargo build --release --quiet --example timing_cost)
+[ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --release --quiet --example timing_cost)
 start_run timing-cost
 raw=$out/raw.csv
 echo "round,block,bookkeeping_ns_per_block,write_ns_per_block,bookkeeping_percent" >"$raw"

@@ -6,6 +6,10 @@
 #
 #   bench-scripts/vs-peers.sh                 # defaults: SECS=4 ROUNDS=5
 #   SECS=2 ROUNDS=3 BLOCKS="8k" STREAMS="1 4" bench-scripts/vs-peers.sh
+#   CC=bbr IPERF3=/work/peers/iperf3/bin/iperf3 bench-scripts/vs-peers.sh
+#
+# CC runs every tool under that congestion control (-C / iperf3 -C / iperf -Z); IPERF3 and
+# IPERF2 name the peers' binaries (lib.sh), whose versions env.txt records.
 #
 # Writes bench-results/vs-peers-*/{env.txt,raw.csv,summary.csv} and prints the summary.
 set -euo pipefail
@@ -15,10 +19,14 @@ SECS=${SECS:-4}
 ROUNDS=${ROUNDS:-5}
 BLOCKS=${BLOCKS:-"8k 128k"}
 STREAMS=${STREAMS:-"1 2 4"}
+CC=${CC:-}
+pcc=() i3cc=() i2cc=()
+if [ -n "$CC" ]; then pcc=(-C "$CC"); i3cc=(-C "$CC"); i2cc=(-Z "$CC"); fi
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
 ensure_peers
 build_blast
 start_run vs-peers
+echo "cc: ${CC:-system default}" >>"$out/env.txt"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -26,20 +34,20 @@ trap cleanup EXIT
 
 tools=(pinperf)
 "$PINPERF" -s -B 127.0.0.1 -p 5311 2>/dev/null & pids+=($!)
-if command -v iperf3 >/dev/null; then iperf3 -s -B 127.0.0.1 -p 5211 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi
-if command -v iperf >/dev/null; then iperf -s -B 127.0.0.1 -p 5011 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi
+if command -v "$IPERF3" >/dev/null; then "$IPERF3" -s -B 127.0.0.1 -p 5211 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi
+if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -B 127.0.0.1 -p 5011 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi
 if [ -n "$BLAST" ]; then "$BLAST" -s 5310 >/dev/null 2>&1 & pids+=($!); tools+=(blast); fi
 sleep 0.5
 
 run_pinperf() { # block streams -> Gbit/s (receiver)
-  "$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" | awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
+  "$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" "${pcc[@]}" | awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
 }
 run_iperf3() {
-  iperf3 -c 127.0.0.1 -p 5211 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" -J |
+  "$IPERF3" -c 127.0.0.1 -p 5211 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" "${i3cc[@]}" -J |
     python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'
 }
 run_iperf2() {
-  iperf -c 127.0.0.1 -p 5011 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" -y C |
+  "$IPERF2" -c 127.0.0.1 -p 5011 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" "${i2cc[@]}" -y C |
     awk -F, '$6 == -1 {sum = $9; have = 1} $6 != -1 {s += $9} END {if (NR) printf "%.3f\n", (have ? sum : s) / 1e9}'
 }
 run_blast() {

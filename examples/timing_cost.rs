@@ -1,6 +1,7 @@
 //! What pinperf's per-block bookkeeping costs against the `write()` it accounts for:
-//! one `Instant::now()`, the conversion to ns since the start, and a record pushed into a
-//! batch (flushed to a channel as the stream threads do), measured over many iterations,
+//! one block-clock stamp (`BlockClock`: the TSC where it is the kernel's clock source, else
+//! `Instant::now()`), and a record pushed into a batch (flushed to a channel, with an
+//! anchoring clock reading, as the stream threads do), measured over many iterations,
 //! beside the cost of an 8 KiB blocking write on loopback. Run by
 //! `bench-scripts/timing-cost.sh`; prints one CSV line.
 
@@ -8,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
-use pinperf::stream::{BatchChannels, Batcher, TestClock};
+use pinperf::stream::{BatchChannels, Batcher, BlockClock, TestClock};
 
 fn main() {
     let block: usize = std::env::args()
@@ -29,11 +30,15 @@ fn main() {
     let mut batcher = Batcher::new(0, channels.tx.clone(), channels.free_rx.clone());
     drop(channels);
     let clock = TestClock { t0: Instant::now() };
+    // As the stream threads stamp: the block clock per block, an anchor per flush.
+    let mut stamps = BlockClock::new(clock);
     let start = Instant::now();
     for _ in 0..iters {
-        let t_ns = clock.ns(Instant::now());
+        let t_ns = stamps.now_ns();
         if batcher.push(t_ns, block as u32) {
-            batcher.flush(t_ns, None, false).expect("reporter alive");
+            batcher
+                .flush(stamps.anchor(), None, false)
+                .expect("reporter alive");
         }
     }
     let book_ns = start.elapsed().as_nanos() as f64 / iters as f64;

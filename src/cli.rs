@@ -17,7 +17,7 @@ use crate::units;
 pub enum Command {
     /// Run a matrix of configurations against one server: one row each with Mb/s, CPU on
     /// both ends, Gbit/s per busy core, retransmits and fairness.
-    Compare(CompareArgs),
+    Compare(Box<CompareArgs>),
     /// Emulate a long fat path between two network namespaces (root only) and run a test
     /// over it: `pinperf lab --rtt 60ms --rate 1G -- -P 8 -t 20`.
     Lab(LabArgs),
@@ -206,6 +206,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "LIST", default_value = "threads")]
     pub engines: String,
 
+    /// How bytes cross into and out of the kernel: default,zerocopy,skip-rx (zerocopy is
+    /// -Z on the sender, skip-rx is --skip-rx-copy on the receiver).
+    #[arg(long, value_name = "LIST", default_value = "default")]
+    pub copy: String,
+
     /// Protocols to compare: tcp, udp (UDP needs --blocks of at most 65507 bytes).
     #[arg(long, value_name = "LIST", default_value = "tcp")]
     pub protocols: String,
@@ -276,11 +281,6 @@ pub struct TargetArgs {
 /// Flags users bring from iperf3 that pinperf does not have (yet), with what to do instead.
 /// Checked before clap, so the answer is this hint rather than "a similar argument".
 const NOT_YET: &[(&str, &str, &str)] = &[
-    (
-        "-Z",
-        "--zerocopy",
-        "pinperf copies; compare block sizes (-l) for CPU cost instead",
-    ),
     (
         "-d",
         "--debug",
@@ -481,13 +481,16 @@ mod tests {
     fn iperf3_flags_we_lack_get_a_hint_and_ours_pass() {
         let hint = |argv: &[&str]| not_yet(argv);
         assert!(
-            hint(&["-c", "h", "-Z"])
+            hint(&["-c", "h", "-k"])
                 .unwrap()
-                .starts_with("-Z/--zerocopy (an iperf3 flag) is not supported (yet): ")
+                .starts_with("-k/--blockcount (an iperf3 flag) is not supported (yet): ")
         );
         assert!(hint(&["-d"]).unwrap().starts_with("-d/--debug"));
         // Implemented now: left to clap.
         for flag in [
+            "-Z",
+            "--zerocopy",
+            "--skip-rx-copy",
             "-V",
             "-f",
             "-T",

@@ -94,6 +94,14 @@ pub struct Point {
     /// `-b` per stream, bits/s (absent: as fast as possible).
     #[serde(default)]
     pub rate_bps: Option<u64>,
+    /// How the bytes cross into and out of the kernel: `default` (copied both ways),
+    /// `zerocopy` (`-Z`) or `skip-rx` (`--skip-rx-copy`).
+    #[serde(default = "default_copy")]
+    pub copy: String,
+}
+
+fn default_copy() -> String {
+    "default".into()
 }
 
 /// One row of the comparison: the point and what it measured, or why it failed.
@@ -176,6 +184,16 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
             })
             .collect::<Result<_>>()?,
     };
+    let copies = parse_words(
+        "--copy",
+        &a.copy,
+        |w| {
+            ["default", "zerocopy", "skip-rx"]
+                .contains(&w)
+                .then(|| w.to_string())
+        },
+        "default, zerocopy, skip-rx",
+    )?;
     let mut out = Vec::new();
     for &udp in &protocols {
         for &rate_bps in &rates {
@@ -184,15 +202,18 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
                     for &window in &windows {
                         for pin in &pins {
                             for &engine in &engines {
-                                out.push(Point {
-                                    block_bytes: block,
-                                    streams: u16::try_from(n).unwrap_or(u16::MAX),
-                                    window_bytes: window,
-                                    pin: pin.clone(),
-                                    engine,
-                                    udp,
-                                    rate_bps,
-                                });
+                                for copy in &copies {
+                                    out.push(Point {
+                                        block_bytes: block,
+                                        streams: u16::try_from(n).unwrap_or(u16::MAX),
+                                        window_bytes: window,
+                                        pin: pin.clone(),
+                                        engine,
+                                        udp,
+                                        rate_bps,
+                                        copy: copy.clone(),
+                                    });
+                                }
                             }
                         }
                     }
@@ -228,6 +249,8 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         udp: p.udp,
         // UDP at "as fast as possible" is asked for as -b 0, not left to UDP's default.
         rate_bps: Some(p.rate_bps.unwrap_or(0)),
+        zerocopy: p.copy == "zerocopy",
+        skip_rx_copy: p.copy == "skip-rx",
         ..TestParams::defaults()
     };
     // The rule is the single test's; the flag named is compare's axis.
@@ -239,6 +262,7 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
             ("-w ", "--windows "),
             ("-b ", "--rates "),
             ("-u", "--protocols udp"),
+            ("-u: -Z", "--copy with --protocols udp: -Z"),
         ]
         .into_iter()
         .find_map(|(flag, axis)| msg.strip_prefix(flag).map(|rest| format!("{axis}{rest}")));
@@ -303,7 +327,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 fn text_row(r: &CompareRow) -> String {
     let p = &r.point;
     let line = format!(
-        "{:>8} {:>7} {:>7} {:>5} {:>7} {:>11} {:>7} {:>7} {:>9} {:>6} {:>6} {:>7} {:>5} {:>7}",
+        "{:>8} {:>7} {:>7} {:>5} {:>7} {:>11} {:>7} {:>7} {:>9} {:>6} {:>6} {:>7} {:>5} {:>7} {:>8} {:>8}",
         format_size(p.block_bytes),
         p.streams,
         p.window_bytes.map_or("auto".into(), format_size),
@@ -318,6 +342,8 @@ fn text_row(r: &CompareRow) -> String {
         opt(r.lost_percent, 3),
         if p.udp { "udp" } else { "tcp" },
         p.rate_bps.map_or("max".into(), crate::units::format_rate),
+        opt(r.cpu_seconds_per_gb, 3),
+        p.copy,
     );
     match &r.error {
         Some(e) => format!("{line}  FAILED: {e}"),
@@ -345,6 +371,7 @@ crate::report::csv::csv_record! {
         jitter_ms,
         protocol,
         rate_bps,
+        copy,
         error,
     }
 }
@@ -372,6 +399,7 @@ fn csv_row(r: &CompareRow) -> String {
         block_rtt_avg_us: o(r.block_rtt_avg_us),
         lost_percent: o(r.lost_percent),
         jitter_ms: o(r.jitter_ms),
+        copy: p.copy.clone(),
         error: r.error.clone().unwrap_or_default(),
     }
     .line()
@@ -403,7 +431,7 @@ pub(crate) fn csv_table(doc: &CompareDoc) -> String {
     out
 }
 
-const TEXT_HEADING: &str = "#  block streams  window   pin  engine        Mb/s  cpu l%  cpu r%  Gb/s/core   retr   jain   lost% proto    rate";
+const TEXT_HEADING: &str = "#  block streams  window   pin  engine        Mb/s  cpu l%  cpu r%  Gb/s/core   retr   jain   lost% proto    rate  cpu s/GB     copy";
 
 /// Runs the comparison; prints text and CSV rows as they complete, JSON at the end. A stop
 /// signal (SIGINT/SIGTERM/SIGHUP) stops the run under way and ends the comparison with the
@@ -557,6 +585,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_copy_axis_multiplies_the_matrix_and_names_bad_words() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            a: CompareArgs,
+        }
+        let args = |copy: &str| {
+            Only::parse_from([
+                "compare",
+                "--loopback",
+                "--blocks",
+                "64k,1m",
+                "--copy",
+                copy,
+            ])
+            .a
+        };
+        let pts = points(&args("default,zerocopy,skip-rx")).unwrap();
+        assert_eq!(pts.len(), 6);
+        assert_eq!(
+            pts.iter().map(|p| p.copy.as_str()).collect::<Vec<_>>(),
+            [
+                "default", "zerocopy", "skip-rx", "default", "zerocopy", "skip-rx"
+            ]
+        );
+        let target = Target::from_args(&args("zerocopy").target).unwrap();
+        let cfg = config_for(&args("zerocopy"), &target, &pts[1]).unwrap();
+        assert!(cfg.test.zerocopy && !cfg.test.skip_rx_copy);
+        let cfg = config_for(&args("skip-rx"), &target, &pts[2]).unwrap();
+        assert!(cfg.test.skip_rx_copy && !cfg.test.zerocopy);
+        assert_eq!(
+            points(&args("default,sendfile")).unwrap_err().to_string(),
+            "--copy default,sendfile: 'sendfile' is not one of default, zerocopy, skip-rx"
+        );
+    }
+
+    #[test]
     fn lists_and_doubling_ranges() {
         assert_eq!(
             parse_size_list("--blocks", "8k,64k,256k").unwrap(),
@@ -601,6 +667,7 @@ mod tests {
             engine: Engine::Threads,
             udp: true,
             rate_bps: Some(500_000_000),
+            copy: "default".into(),
         };
         let error = "connect 10.0.0.1:5201: \"refused\", twice\nthen gave up";
         let measured = CompareRow {
@@ -637,6 +704,7 @@ mod tests {
                 ("local_cpu_percent", "35.1235"),
                 ("retransmits", "12"),
                 ("lost_percent", "0.2500"),
+                ("copy", "default"),
                 ("error", ""),
             ],
             [
@@ -648,6 +716,7 @@ mod tests {
                 ("local_cpu_percent", ""),
                 ("retransmits", ""),
                 ("lost_percent", ""),
+                ("copy", "default"),
                 ("error", error),
             ],
         ]) {

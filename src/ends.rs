@@ -14,7 +14,7 @@ use crate::cpu::CpuTime;
 use crate::error::{Error, Result};
 use crate::params::TestParams;
 use crate::pin::PinPlan;
-use crate::stream::{Batch, Failure, StreamSet, StreamSocks, receiver, sender, single};
+use crate::stream::{Batch, Copying, Failure, StreamSet, StreamSocks, receiver, sender, single};
 use crate::udp;
 
 /// Data sockets on this end: a direction's, or (before [`Socks::take`]) every direction's
@@ -83,6 +83,10 @@ impl Threads {
         let run_time = test.run_time();
         let block = test.block_bytes() as usize;
         let rate = test.rate();
+        let copy = Copying {
+            zerocopy: test.zerocopy,
+            skip_rx_copy: test.skip_rx_copy,
+        };
         Ok(match (socks, sends, engine) {
             (Socks::Tcp(socks), true, engine) => {
                 if let Some(fq) = test.fq_rate_bps {
@@ -93,8 +97,13 @@ impl Threads {
                 let (set, rx, free) = match engine {
                     Engine::Threads => {
                         StreamSet::spawn_paced(socks, plan, block, rate, move |ctx, s| {
-                            sender::run(ctx, s, run_time)
+                            sender::run(ctx, s, run_time, copy)
                         })?
+                    }
+                    Engine::Single if copy.zerocopy => {
+                        return Err(Error::Test(
+                            "-Z: the single engine sends with copies; use --engine threads".into(),
+                        ));
                     }
                     Engine::Single => {
                         StreamSet::spawn_single(socks, plan, block, move |ctxs, socks| {
@@ -106,7 +115,7 @@ impl Threads {
             }
             (Socks::Tcp(socks), false, _) => {
                 let (set, rx, free) = StreamSet::spawn(socks, plan, block, move |ctx, s| {
-                    receiver::run(ctx, s, run_time)
+                    receiver::run(ctx, s, run_time, copy)
                 })?;
                 (Threads::Receive(set), (rx, free))
             }

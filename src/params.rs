@@ -125,6 +125,19 @@ pub struct TestParams {
     /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
     #[arg(skip)]
     pub pin: Option<Affinity>,
+
+    /// Send with MSG_ZEROCOPY (as iperf3's -Z): the kernel pins the block's pages instead
+    /// of copying them, and the stream thread reaps its completions. On loopback the kernel
+    /// copies them after all, on delivery: only a NIC shows the gain.
+    #[arg(short = 'Z', long, help_heading = "Test")]
+    #[serde(default)]
+    pub zerocopy: bool,
+
+    /// Receive with MSG_TRUNC (as iperf3 3.17+'s --skip-rx-copy): the kernel consumes and
+    /// counts the bytes without copying them out; only echoed block headers are copied.
+    #[arg(long, help_heading = "Test")]
+    #[serde(default)]
+    pub skip_rx_copy: bool,
 }
 
 /// Which ends send.
@@ -435,6 +448,9 @@ impl TestParams {
         if self.udp && (self.fq_rate_bps.is_some() || self.transport.congestion.is_some()) {
             return Err("-u: --fq-rate and -C apply to TCP only".into());
         }
+        if self.udp && (self.zerocopy || self.skip_rx_copy) {
+            return Err("-u: -Z and --skip-rx-copy apply to TCP only".into());
+        }
         Ok(())
     }
 }
@@ -588,6 +604,30 @@ mod tests {
                 },
                 Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
                 Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.udp = true;
+                    p.len = Some(1400);
+                    p.window_bytes = None;
+                    p.zerocopy = true
+                },
+                Some("-u: -Z and --skip-rx-copy apply to TCP only"),
+                Some("-u: UDP tests are not allowed (this server's --no-udp)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.zerocopy = true;
+                    p.skip_rx_copy = true
+                },
+                None,
+                Some(
+                    "-b: this server limits each stream to 2.5G (this server's --max-rate); \
+                     ask for a rate with -b",
+                ),
             ),
             (
                 |p| {

@@ -2,7 +2,8 @@
 //! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE,
 //! SO_MAX_PACING_RATE), UDP batching (`sendmmsg` with GSO, `recvmmsg` with GRO and
 //! SO_RXQ_OVFL control messages), and for `pinperf lab` TUN devices, `setns()`, `ppoll()` with a nanosecond timeout, timer
-//! slack and signal masks.
+//! slack and signal masks; `MSG_ZEROCOPY` sends and their completions, `MSG_TRUNC`
+//! receives, and `SO_TIMESTAMPNS` receive stamps.
 //! Each returns `io::Error::last_os_error()` on -1. Linux only; elsewhere "unsupported".
 #![allow(unsafe_code)]
 
@@ -679,6 +680,266 @@ pub fn recv_datagrams(
         }
     }
     Ok(n)
+}
+
+// --- Copy-avoiding data paths (-Z, --skip-rx-copy) and kernel receive timestamps. ---
+// asm-generic/socket.h and linux/errqueue.h values (x86_64, aarch64, riscv64): the libc
+// crate does not define them for Linux.
+#[cfg(target_os = "linux")]
+const SO_ZEROCOPY: libc::c_int = 60;
+#[cfg(target_os = "linux")]
+const SO_TIMESTAMPNS: libc::c_int = 35;
+#[cfg(target_os = "linux")]
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+#[cfg(target_os = "linux")]
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+/// `SO_ZEROCOPY`: lets `send(MSG_ZEROCOPY)` pin the caller's pages instead of copying.
+#[cfg(target_os = "linux")]
+pub fn set_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, SO_ZEROCOPY, 1)
+}
+
+/// `send(MSG_ZEROCOPY | MSG_NOSIGNAL)`, blocking up to the socket's `SO_SNDTIMEO`. The
+/// kernel references `buf`'s pages until it reports the send complete on the error queue
+/// ([`reap_zerocopy`]); the caller must not change them before that.
+#[cfg(target_os = "linux")]
+pub fn send_zerocopy(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a live slice; the kernel reads at most `buf.len()` bytes from it (and
+    // keeps page references, not pointers into our memory map, until completion).
+    let n = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_ZEROCOPY | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// One zerocopy completion notification: sends numbered `lo..=hi` (each successful
+/// `MSG_ZEROCOPY` send takes the next number, from 0) are done with their pages; `copied`
+/// when the kernel copied them after all (loopback, or a device without scatter-gather).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZcDone {
+    pub lo: u32,
+    pub hi: u32,
+    pub copied: bool,
+}
+
+/// Reads one notification from the error queue without blocking: `Ok(None)` when it is
+/// empty. An error queued for another reason (a real socket error) is returned as one.
+#[cfg(target_os = "linux")]
+pub fn reap_zerocopy(fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
+    let mut ctrl = [0u64; 16];
+    // SAFETY: an all-zero msghdr is a valid plain C value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_control = ctrl.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
+    // SAFETY: `msg` points at a live control buffer of the stated length and no data
+    // buffers (the error queue's payload is not wanted).
+    let n = unsafe {
+        libc::recvmsg(
+            fd.as_raw_fd(),
+            &mut msg,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    // SAFETY: the kernel set msg_controllen to what it wrote into `ctrl`; CMSG_FIRSTHDR and
+    // NXTHDR stay inside it, and the extended error is read unaligned from a cmsg's data.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let level_ok = matches!(
+                ((*c).cmsg_level, (*c).cmsg_type),
+                (libc::SOL_IP, libc::IP_RECVERR) | (libc::SOL_IPV6, libc::IPV6_RECVERR)
+            );
+            if level_ok {
+                let ee =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::sock_extended_err>());
+                if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY && ee.ee_errno == 0 {
+                    return Ok(Some(ZcDone {
+                        lo: ee.ee_info,
+                        hi: ee.ee_data,
+                        copied: ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                    }));
+                }
+                if ee.ee_errno != 0 {
+                    return Err(io::Error::from_raw_os_error(ee.ee_errno as i32));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(None)
+}
+
+/// `recv(MSG_TRUNC)` on TCP: the kernel consumes up to `len` queued bytes without copying
+/// them anywhere and returns how many (blocking up to `SO_RCVTIMEO`; 0 at EOF).
+#[cfg(target_os = "linux")]
+pub fn recv_discard(fd: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    // SAFETY: with MSG_TRUNC on a TCP socket the kernel writes nothing to the buffer; a
+    // null pointer is what iperf3 passes too, and no memory of ours is touched.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), std::ptr::null_mut(), len, libc::MSG_TRUNC) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `SO_TIMESTAMPNS`: the kernel stamps every arriving segment (CLOCK_REALTIME) and
+/// [`recv_stamped_nowait`] returns the stamp of the data it read.
+#[cfg(target_os = "linux")]
+pub fn set_rx_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, 1)
+}
+
+/// `recvmsg(MSG_DONTWAIT)` into `buf`: the bytes read and, with [`set_rx_timestamps`]
+/// on, when the kernel received the last segment they came from (ns of CLOCK_REALTIME).
+#[cfg(target_os = "linux")]
+pub fn recv_stamped_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
+    let mut ctrl = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is a valid plain C value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
+    // SAFETY: `msg` points at `buf` (writable, its true length) and a live control buffer.
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut stamp = None;
+    // SAFETY: as in `reap_zerocopy`: the walk stays inside what the kernel wrote.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, stamp))
+}
+
+/// Waits until `fd`'s error queue has something (a zerocopy completion) or `timeout`
+/// passes; true when it has.
+#[cfg(target_os = "linux")]
+pub fn wait_error_queue(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut fds = [libc::pollfd {
+        fd: fd.as_raw_fd(),
+        // POLLERR is always reported; asking for nothing else waits for it alone.
+        events: 0,
+        revents: 0,
+    }];
+    let ms = i32::try_from(timeout.as_millis())
+        .unwrap_or(i32::MAX)
+        .max(1);
+    match poll(&mut fds, ms) {
+        Ok(n) => Ok(n > 0 && fds[0].revents & libc::POLLERR != 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// CLOCK_REALTIME now in ns (to place a kernel receive stamp on the monotonic clock).
+#[cfg(target_os = "linux")]
+pub fn realtime_ns() -> u64 {
+    // SAFETY: an all-zero timespec is valid; clock_gettime fills it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a live, writable timespec; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The CPU's time-stamp counter (`rdtsc`), for per-block stamps where the kernel itself
+/// keeps time with it ([`tsc_keeps_time`]): about half the cost of a vDSO clock_gettime.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub fn rdtsc() -> u64 {
+    // SAFETY: rdtsc reads a register; it has no memory effects or preconditions on x86_64
+    // (every x86_64 CPU has it).
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+pub fn rdtsc() -> u64 {
+    0
+}
+
+/// True when the time-stamp counter is this host's clock source (the kernel found it
+/// invariant and synchronised across CPUs), so [`rdtsc`] is a clock.
+pub fn tsc_keeps_time() -> bool {
+    cfg!(target_arch = "x86_64")
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|s| s.trim() == "tsc")
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn set_zerocopy(_fd: BorrowedFd<'_>) -> io::Result<()> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn send_zerocopy(_fd: BorrowedFd<'_>, _buf: &[u8]) -> io::Result<usize> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn reap_zerocopy(_fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn recv_discard(_fd: BorrowedFd<'_>, _len: usize) -> io::Result<usize> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn set_rx_timestamps(_fd: BorrowedFd<'_>) -> io::Result<()> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn recv_stamped_nowait(
+    _fd: BorrowedFd<'_>,
+    _buf: &mut [u8],
+) -> io::Result<(usize, Option<u64>)> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn wait_error_queue(_fd: BorrowedFd<'_>, _timeout: std::time::Duration) -> io::Result<bool> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn realtime_ns() -> u64 {
+    0
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -1003,3 +1003,67 @@ fn the_seed_shell_loop_prints_one_total_line_per_size() {
     assert_eq!(lines.len(), 8, "{stdout}");
     assert!(lines.iter().all(|l| l.starts_with("#(**)")), "{stdout}");
 }
+
+/// `-Z` and `--skip-rx-copy` through the control protocol, each way: every byte the sender
+/// wrote is counted by the receiver, block RTT still comes back, and `compare --copy` runs
+/// one row per mode with its CPU-seconds per GB.
+#[test]
+fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
+    use pinperf::compare::CompareDoc;
+    use pinperf::report::json::Document;
+    for extra in [
+        &["-Z"][..],
+        &["--skip-rx-copy"],
+        &["-Z", "--skip-rx-copy", "-R"],
+    ] {
+        let mut args = vec!["--loopback", "-P", "2", "-l", "64k", "-t", "1", "-J"];
+        args.extend_from_slice(extra);
+        let run = pinperf(&args, LIMIT);
+        run.assert_ok();
+        let doc: Document =
+            serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+        let end = doc.end.expect("end");
+        assert!(end.sum_received.bytes > 0, "{extra:?}");
+        assert_eq!(
+            end.sum_sent.bytes,
+            end.sum_received.bytes,
+            "{extra:?}: sender and receiver reconcile{}",
+            run.explain()
+        );
+        assert!(
+            doc.intervals
+                .iter()
+                .any(|iv| iv.sum.block_rtt.is_some_and(|r| r.samples > 0)),
+            "{extra:?}: block RTT with the copy modes{}",
+            run.explain()
+        );
+    }
+    let run = pinperf(
+        &[
+            "compare",
+            "--loopback",
+            "--blocks",
+            "64k",
+            "--copy",
+            "default,zerocopy,skip-rx",
+            "-t",
+            "0.3",
+            "--settle",
+            "0",
+            "-J",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: CompareDoc =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    let modes: Vec<&str> = doc.rows.iter().map(|r| r.point.copy.as_str()).collect();
+    assert_eq!(modes, ["default", "zerocopy", "skip-rx"]);
+    assert!(
+        doc.rows
+            .iter()
+            .all(|r| r.error.is_none() && r.cpu_seconds_per_gb.is_some_and(|c| c > 0.0)),
+        "{}",
+        run.explain()
+    );
+}

@@ -1,12 +1,16 @@
 //! Block RTT, thrulay's way. Every block starts with a 16-byte header (sequence number and
 //! the sender's timestamp). The receiver finds headers in its byte stream and echoes the
-//! newest one back on the same connection, at most once per [`ECHO_EVERY_NS`]; the sender
-//! collects echoes between writes and records `now - stamp`. That RTT includes every queue
+//! newest one back on its echo connection, at most once per [`ECHO_EVERY_NS`]; the sender
+//! collects echoes between writes and records `arrival - stamp`, the arrival being the
+//! kernel's receive timestamp of the echo (`SO_TIMESTAMPNS`), so a blocked `write()`
+//! between the arrival and the look never adds to a sample. That RTT includes every queue
 //! the block waited in, the sender's socket buffer first of all: it is how an oversized
 //! window shows itself.
 //!
 //! Costs, by design: the receiver does at most one non-blocking `send()` per 5 ms, the
-//! sender at most one non-blocking `recv()` per [`DRAIN_EVERY_NS`]; no extra clock readings.
+//! sender with kernel stamps one non-blocking look per [`KERNEL_STAMPED_LOOK_NS`] (plus one
+//! `recvmsg()` per echo and one CLOCK_REALTIME reading per look that found one), without
+//! them at most one `recv()` per [`DRAIN_EVERY_NS`].
 //!
 //! A lost echo connection (closed or reset before the data ended) fails its stream, and so
 //! the test, like a lost data connection: a test asked for block RTT, and rows that quietly
@@ -46,6 +50,8 @@ pub struct HeaderEcho {
     block: usize,
     pos: usize,
     hdr: [u8; HEADER_LEN],
+    /// The current block's header bytes were all read, none skipped ([`HeaderEcho::skip`]).
+    hdr_whole: bool,
     newest: Option<[u8; HEADER_LEN]>,
     pending: [u8; HEADER_LEN],
     pending_len: usize,
@@ -58,6 +64,7 @@ impl HeaderEcho {
             block,
             pos: 0,
             hdr: [0; HEADER_LEN],
+            hdr_whole: true,
             newest: None,
             pending: [0; HEADER_LEN],
             pending_len: 0,
@@ -69,11 +76,14 @@ impl HeaderEcho {
     pub fn feed(&mut self, mut chunk: &[u8]) {
         while !chunk.is_empty() {
             if self.pos < HEADER_LEN {
+                if self.pos == 0 {
+                    self.hdr_whole = true;
+                }
                 let take = (HEADER_LEN - self.pos).min(chunk.len());
                 self.hdr[self.pos..self.pos + take].copy_from_slice(&chunk[..take]);
                 self.pos += take;
                 chunk = &chunk[take..];
-                if self.pos == HEADER_LEN {
+                if self.pos == HEADER_LEN && self.hdr_whole {
                     self.newest = Some(self.hdr);
                 }
             }
@@ -84,6 +94,43 @@ impl HeaderEcho {
                 self.pos = 0;
             }
         }
+    }
+
+    /// Advances over `n` bytes the kernel consumed without copying them out
+    /// (`--skip-rx-copy`): a header among them is not echoed.
+    pub fn skip(&mut self, mut n: usize) {
+        while n > 0 {
+            if self.pos < HEADER_LEN {
+                self.hdr_whole = false;
+            }
+            let take = (self.block - self.pos).min(n);
+            self.pos += take;
+            n -= take;
+            if self.pos == self.block {
+                self.pos = 0;
+            }
+        }
+    }
+
+    /// How many bytes a `--skip-rx-copy` receiver should copy out next to see a header
+    /// (`Some(n)`, up to the end of the header), or may skip before the next block starts
+    /// (`None`: skip up to [`HeaderEcho::to_next_block`]), given that an echo is due at
+    /// `t_ns`. A header partly copied is always finished.
+    pub fn header_read(&self, t_ns: u64) -> Option<usize> {
+        let mid_header = self.pos > 0 && self.pos < HEADER_LEN && self.hdr_whole;
+        let at_start_and_due = self.pos == 0 && t_ns >= self.next_echo_ns;
+        (mid_header || at_start_and_due).then(|| HEADER_LEN - self.pos)
+    }
+
+    /// True when an echo is due at `t_ns` (a receiver skipping copies then stops at the
+    /// next block's start to copy its header).
+    pub fn due(&self, t_ns: u64) -> bool {
+        t_ns >= self.next_echo_ns
+    }
+
+    /// Bytes to the start of the next block.
+    pub fn to_next_block(&self) -> usize {
+        self.block - self.pos
     }
 
     /// Echoes the newest header if it is time; never blocks. A partly sent echo is finished
@@ -135,18 +182,32 @@ fn full_or(e: io::Error) -> io::Result<()> {
     }
 }
 
-/// How early, before the next echo can be due, a sender starts looking for it again.
+/// How early, before the next echo can be due, a sender starts looking for it again
+/// (without kernel stamps, where a late look adds to the sample).
 pub const ECHO_EARLY_NS: u64 = 1_000_000;
 
+/// How often a sender whose echo socket is stamped by the kernel looks for echoes: a late
+/// look no longer changes a sample (the arrival time is the kernel's), so it only bounds
+/// how long an echo waits to be counted.
+pub const KERNEL_STAMPED_LOOK_NS: u64 = ECHO_EVERY_NS;
+
 /// Sender side: reassembles echoed headers from non-blocking reads, and knows when it is
-/// worth looking: right after an echo the next cannot come for [`ECHO_EVERY_NS`], so it
-/// skips the `recv()` calls until [`ECHO_EARLY_NS`] before that.
+/// worth looking. With [`EchoCollector::stamp_arrivals`] on, each echo's arrival is the
+/// kernel's receive timestamp of the segment that completed it, so an echo read after a
+/// blocked `write()` is as exact as one read at once; it then looks once per
+/// [`KERNEL_STAMPED_LOOK_NS`]. Without it (or on a kernel that gives no stamp) the arrival
+/// is the time of the look: right after an echo the next cannot come for
+/// [`ECHO_EVERY_NS`], so it skips the `recv()` calls until [`ECHO_EARLY_NS`] before that.
 #[derive(Default)]
 pub struct EchoCollector {
     partial: [u8; HEADER_LEN],
     have: usize,
     buf: Vec<u8>,
     next_look_ns: u64,
+    kernel_stamps: bool,
+    /// Echoes whose arrival came from the kernel's stamp, and from the look's time.
+    pub stamped: u64,
+    pub unstamped: u64,
 }
 
 impl EchoCollector {
@@ -157,15 +218,24 @@ impl EchoCollector {
         }
     }
 
+    /// Asks the kernel to stamp the echo socket's arrivals (`SO_TIMESTAMPNS`); a kernel that
+    /// refuses leaves the collector timing echoes by its looks.
+    pub fn stamp_arrivals(&mut self, sock: &impl AsFd) -> io::Result<()> {
+        sys::set_rx_timestamps(sock.as_fd())?;
+        self.kernel_stamps = true;
+        Ok(())
+    }
+
     /// True when a look for echoes is due at `now_ns`.
     #[inline]
     pub fn due(&self, now_ns: u64) -> bool {
         now_ns >= self.next_look_ns
     }
 
-    /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each,
-    /// measured against `now_ns`; schedules the next look. An error when the echo
-    /// connection was closed or failed.
+    /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each:
+    /// from the block's stamp to the echo's arrival (the kernel's stamp, placed on the
+    /// test clock, or `now_ns`). Schedules the next look. An error when the echo connection
+    /// was closed or failed.
     pub fn drain(
         &mut self,
         sock: &impl AsFd,
@@ -173,23 +243,38 @@ impl EchoCollector {
         mut on_rtt: impl FnMut(u64),
     ) -> io::Result<()> {
         let mut got = false;
-        let mut on_rtt = |rtt: u64| {
-            got = true;
-            on_rtt(rtt)
-        };
+        // CLOCK_REALTIME at this look, read once and only when a stamp needs it: a stamp
+        // `d` ns before it arrived `d` ns before `now_ns`.
+        let mut real_now: Option<u64> = None;
         loop {
-            let n = match sys::recv_nowait(sock.as_fd(), &mut self.buf) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the receiver closed it",
-                    ));
+            // With kernel stamps, read one echo at a time, so each gets its own segment's
+            // stamp (the kernel reports the last segment a read touched).
+            let want = if self.kernel_stamps {
+                HEADER_LEN - self.have
+            } else {
+                self.buf.len()
+            };
+            let (n, stamp) = if self.kernel_stamps {
+                sys::recv_stamped_nowait(sock.as_fd(), &mut self.buf[..want])
+            } else {
+                sys::recv_nowait(sock.as_fd(), &mut self.buf[..want]).map(|n| (n, None))
+            }
+            .or_else(|e| full_or(e).map(|()| (usize::MAX, None)))?;
+            if n == usize::MAX {
+                break;
+            }
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the receiver closed it",
+                ));
+            }
+            let arrival_ns = match stamp {
+                Some(k) => {
+                    let real = *real_now.get_or_insert_with(sys::realtime_ns);
+                    now_ns.saturating_sub(real.saturating_sub(k))
                 }
-                Ok(n) => n,
-                Err(e) => {
-                    full_or(e)?;
-                    break;
-                }
+                None => now_ns,
             };
             let mut chunk = &self.buf[..n];
             while !chunk.is_empty() {
@@ -200,14 +285,22 @@ impl EchoCollector {
                 if self.have == HEADER_LEN {
                     self.have = 0;
                     let (_seq, stamp_ns) = decode(&self.partial);
-                    on_rtt(now_ns.saturating_sub(stamp_ns));
+                    got = true;
+                    if stamp.is_some() {
+                        self.stamped += 1;
+                    } else {
+                        self.unstamped += 1;
+                    }
+                    on_rtt(arrival_ns.saturating_sub(stamp_ns));
                 }
             }
-            if n < self.buf.len() {
+            if n < want {
                 break;
             }
         }
-        self.next_look_ns = if got {
+        self.next_look_ns = if self.kernel_stamps {
+            now_ns + KERNEL_STAMPED_LOOK_NS
+        } else if got {
             now_ns + ECHO_EVERY_NS - ECHO_EARLY_NS
         } else {
             now_ns + DRAIN_EVERY_NS
@@ -257,6 +350,46 @@ mod tests {
     }
 
     #[test]
+    fn a_receiver_skipping_copies_copies_only_the_headers_it_echoes() {
+        let data = blocks(4, 40);
+        let mut echo = HeaderEcho::new(40);
+        let mut at = 0;
+        let mut copied = 0;
+        // Not due: everything may be skipped, and no header is seen.
+        echo.next_echo_ns = 100;
+        assert_eq!(echo.header_read(0), None);
+        echo.skip(50);
+        at += 50;
+        assert!(echo.newest.is_none());
+        // Due: skip to the next block's start, then copy its 16 header bytes, in pieces.
+        assert_eq!(echo.header_read(100), None);
+        let to = echo.to_next_block();
+        assert_eq!(to, 30);
+        echo.skip(to);
+        at += to;
+        assert_eq!(echo.header_read(100), Some(HEADER_LEN));
+        echo.feed(&data[at..at + 5]);
+        at += 5;
+        copied += 5;
+        assert_eq!(
+            echo.header_read(0),
+            Some(HEADER_LEN - 5),
+            "a started header is finished"
+        );
+        echo.feed(&data[at..at + 11]);
+        at += 11;
+        copied += 11;
+        assert_eq!(echo.newest.map(|h| decode(&h)), Some((2, 1002)));
+        assert_eq!(copied, HEADER_LEN);
+        // A header skipped part-way is never echoed.
+        let mut echo = HeaderEcho::new(40);
+        echo.skip(3);
+        echo.feed(&data[3..40]);
+        assert!(echo.newest.is_none());
+        let _ = at;
+    }
+
+    #[test]
     fn echoes_round_trip_over_a_socket() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -280,6 +413,60 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         collector.drain(&sender, 20_000, |r| rtts.push(r)).unwrap();
         assert_eq!(rtts.len(), 1);
+    }
+
+    /// An echo read 100 ms after it arrived (as after a blocked write) is timed by the
+    /// kernel's arrival stamp, not by the late look.
+    #[test]
+    fn a_late_look_does_not_add_to_a_kernel_stamped_rtt() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (receiver, _) = l.accept().unwrap();
+        let t0 = std::time::Instant::now();
+        let ns = || t0.elapsed().as_nanos() as u64;
+        let mut collector = EchoCollector::new();
+        collector.stamp_arrivals(&sender).unwrap();
+        let mut echo = HeaderEcho::new(64);
+        let mut block = vec![0u8; 64];
+        // The kernel turns receive stamping on asynchronously (a static key flipped by a
+        // work item): wait until an echo comes back stamped.
+        let mut at = ECHO_EVERY_NS;
+        for _ in 0..100 {
+            stamp(&mut block, 0, ns());
+            echo.feed(&block);
+            echo.maybe_echo(&receiver, at).unwrap();
+            at += ECHO_EVERY_NS;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            collector.drain(&sender, ns(), |_| {}).unwrap();
+            if collector.stamped > 0 {
+                break;
+            }
+        }
+        assert!(collector.stamped > 0, "no echo was stamped by the kernel");
+        let stamped = collector.stamped;
+        stamp(&mut block, 7, ns());
+        echo.feed(&block);
+        echo.maybe_echo(&receiver, at).unwrap();
+        at += ECHO_EVERY_NS;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut rtts = Vec::new();
+        collector.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
+        assert_eq!(rtts.len(), 1);
+        assert_eq!(collector.stamped, stamped + 1);
+        assert!(
+            rtts[0] < 50_000_000,
+            "rtt {} ns includes the late look",
+            rtts[0]
+        );
+        // Without the kernel's stamp, the same late look is the arrival.
+        let mut plain = EchoCollector::new();
+        stamp(&mut block, 8, ns());
+        echo.feed(&block);
+        echo.maybe_echo(&receiver, at).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        plain.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
+        assert_eq!(plain.unstamped, 1);
+        assert!(rtts[1] >= 100_000_000, "{rtts:?}");
     }
 
     #[test]

@@ -9,12 +9,14 @@
 //! earlier. Socket timeouts of [`WAKE`] bound how long a thread can sit in a blocking call,
 //! so an idle or starved stream still advances its watermark.
 
+pub mod clock;
 pub(crate) mod echo;
 pub(crate) mod receiver;
 pub(crate) mod sender;
 pub(crate) mod single;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod zerocopy;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +30,7 @@ use std::net::TcpStream;
 use crate::error::{Error, Result};
 pub use crate::measure::{TcpSample, UdpSnapshot};
 use crate::timeouts::{self, Progress};
+pub use clock::BlockClock;
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
 pub(crate) const WAKE: Duration = Duration::from_millis(50);
@@ -37,6 +40,18 @@ pub const BATCH_RECORDS: usize = 1024;
 pub const FLUSH_EVERY_NS: u64 = 20_000_000;
 /// Batches in flight per stream before a stream thread waits for the reporter.
 pub const BATCHES_IN_FLIGHT: usize = 64;
+
+/// How a stream's bytes cross between the program and the kernel: copied both ways (the
+/// default, as every peer's default), or without the copy on one side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Copying {
+    /// `-Z`: senders send with `MSG_ZEROCOPY` (the kernel pins the pages instead of
+    /// copying them; on loopback it copies them after all, on delivery).
+    pub zerocopy: bool,
+    /// `--skip-rx-copy`: receivers take the bytes with `MSG_TRUNC` (the kernel consumes and
+    /// counts them without copying them out), copying only the block headers echoes need.
+    pub skip_rx_copy: bool,
+}
 
 /// One block written or read: when (ns since the test's start) and how many bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

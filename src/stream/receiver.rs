@@ -1,13 +1,19 @@
 //! The receiving stream thread: blocking `read()` of up to one block at a time until EOF,
 //! one clock reading and one record per `read()`. The receiver's records are the truth a
 //! row's Mb/s is computed from.
+//!
+//! With `--skip-rx-copy` ([`Copying::skip_rx_copy`]) the reads are `recv(MSG_TRUNC)`: the
+//! kernel consumes the bytes and says how many without copying them out, and every one of
+//! them is counted as read. Only when an echo is due does the thread stop at the next
+//! block's start and copy that block's 16-byte header (at most two extra reads per echo).
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::os::fd::AsFd;
+use std::time::Duration;
 
 use super::echo::HeaderEcho;
-use super::{Batcher, StreamCtx, WAKE, aborted, is_timeout};
+use super::{Batcher, BlockClock, Copying, StreamCtx, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::timeouts;
@@ -36,7 +42,12 @@ pub struct RecvOutcome {
 /// Past `run_time` (the sender stops writing then and drains), a sender from which nothing
 /// arrives for [`timeouts::STALL`] fails the test; a slow drain that keeps arriving never
 /// does.
-pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<RecvOutcome> {
+pub fn run(
+    ctx: StreamCtx,
+    mut sock: TcpStream,
+    run_time: Duration,
+    copy: Copying,
+) -> Result<RecvOutcome> {
     let id = ctx.id;
     ctx.pin()?;
     sock.set_read_timeout(Some(WAKE))
@@ -57,19 +68,42 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Re
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
+    // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
+    let mut stamps = BlockClock::new(clock);
     let end_ns = run_time.as_nanos() as u64;
     let stall_ns = timeouts::STALL.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut last_read_ns = 0;
+    let read_len = buf.len();
     loop {
-        match sock.read(&mut buf) {
+        // What this read does: copy out (`Some(len)`), or have the kernel discard (`None`
+        // copy, up to `len`) under --skip-rx-copy, stopping at a header an echo needs.
+        let (copy_len, len) = match (copy.skip_rx_copy, echo.as_ref()) {
+            (false, _) => (true, read_len),
+            (true, None) => (false, read_len),
+            (true, Some((_, e))) => match e.header_read(last_read_ns) {
+                Some(h) => (true, h),
+                None if e.due(last_read_ns) => (false, e.to_next_block().min(read_len)),
+                None => (false, read_len),
+            },
+        };
+        let got = if copy_len {
+            sock.read(&mut buf[..len])
+        } else {
+            crate::sys::recv_discard(sock.as_fd(), len)
+        };
+        match got {
             Ok(0) => break,
             Ok(n) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.now_ns();
                 bytes += n as u64;
                 last_read_ns = t_ns;
                 if let Some((echo_sock, echo)) = echo.as_mut() {
-                    echo.feed(&buf[..n]);
+                    if copy_len {
+                        echo.feed(&buf[..n]);
+                    } else {
+                        echo.skip(n);
+                    }
                     echo.maybe_echo(*echo_sock, t_ns)
                         .map_err(|e| super::echo::lost(id, e))?;
                 }
@@ -77,11 +111,11 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Re
                     if ctx.aborted() {
                         return Err(aborted(id));
                     }
-                    batcher.flush(t_ns, None, false)?;
+                    batcher.flush(stamps.anchor(), None, false)?;
                 }
             }
             Err(e) if is_timeout(&e) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.anchor();
                 if ctx.aborted() {
                     return Err(aborted(id));
                 }
@@ -98,7 +132,7 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Re
             Err(e) => return Err(Error::io(format!("stream-{id}: read"), e)),
         }
     }
-    let eof_ns = clock.ns(Instant::now());
+    let eof_ns = stamps.anchor();
     batcher.flush(eof_ns, None, true)?;
     Ok(RecvOutcome {
         id,

@@ -3,13 +3,17 @@
 //! sample per batch; then `shutdown(SHUT_WR)` and a drain to EOF so nothing is reset.
 //! With a rate (`-b`), each write waits for the stream's [`Pacer`] and holds at most
 //! [`pace::QUANTUM`] of the rate (a block is written in pieces when it holds more).
+//! With `-Z` ([`Copying::zerocopy`]) blocks go out with `MSG_ZEROCOPY` from a ring of
+//! buffers whose completions this thread reaps ([`super::zerocopy`]).
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
-use std::time::{Duration, Instant};
+use std::os::fd::AsFd;
+use std::time::Duration;
 
 use super::echo::{self, EchoCollector};
-use super::{Batcher, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
+use super::zerocopy::ZcRing;
+use super::{Batcher, BlockClock, Copying, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::pace::{self, Pacer};
@@ -22,10 +26,19 @@ pub struct SendOutcome {
     pub writes: u64,
     /// This thread's CPU from the start to its last write.
     pub cpu: CpuTime,
+    /// `-Z`: `MSG_ZEROCOPY` sends made (all completed by the end), and how many of them
+    /// the kernel copied after all (loopback copies every one).
+    pub zerocopy_sends: u64,
+    pub zerocopy_copied: u64,
 }
 
 /// Runs one sending stream (call on its own `stream-N` thread).
-pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<SendOutcome> {
+pub fn run(
+    ctx: StreamCtx,
+    mut sock: TcpStream,
+    run_time: Duration,
+    copy: Copying,
+) -> Result<SendOutcome> {
     let id = ctx.id;
     let mut reset = crate::net::ResetOnDrop::new(&sock);
     ctx.pin()?;
@@ -34,7 +47,22 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut block = vec![0x5au8; ctx.block_bytes];
+    let mut ring = if copy.zerocopy {
+        crate::sys::set_zerocopy(sock.as_fd())
+            .op(|| format!("stream-{id}: set SO_ZEROCOPY (-Z)"))?;
+        let sndbuf = socket2::SockRef::from(&sock)
+            .send_buffer_size()
+            .unwrap_or(0);
+        Some(ZcRing::new(ctx.block_bytes, sndbuf, 0x5a))
+    } else {
+        None
+    };
     let mut echoes = EchoCollector::new();
+    if let Some(echo_sock) = &ctx.echo {
+        // Echo arrivals stamped by the kernel: a blocked write() never adds to a block RTT.
+        // A kernel that refuses leaves the stamps to the looks (as before).
+        let _ = echoes.stamp_arrivals(echo_sock);
+    }
     let mut seq = 0u64;
     // Each block is stamped with the time the previous write() returned: the moment this
     // block starts into the socket, without a second clock reading per block.
@@ -52,6 +80,12 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
     let mut pacer = ctx.rate_bps.map(|r| Pacer::new(r, clock.t0));
+    // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
+    let mut stamps = if pacer.is_some() {
+        BlockClock::monotonic(clock)
+    } else {
+        BlockClock::new(clock)
+    };
     let end_ns = run_time.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut writes: u64 = 0;
@@ -64,22 +98,67 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
             }
             if offset == 0 {
                 // The block starts into the socket now, not when the previous write returned.
-                stamp_ns = clock.ns(Instant::now());
+                stamp_ns = stamps.now_ns();
             }
         }
-        if offset == 0 {
-            echo::stamp(&mut block, seq, stamp_ns);
-            seq += 1;
-        }
         let upto = (offset + piece).min(block.len());
-        match sock.write(&block[offset..upto]) {
+        let written = match ring.as_mut() {
+            None => {
+                if offset == 0 {
+                    echo::stamp(&mut block, seq, stamp_ns);
+                    seq += 1;
+                }
+                sock.write(&block[offset..upto])
+            }
+            Some(ring) => {
+                if offset == 0 {
+                    // The next block's buffer, once its previous sends completed.
+                    match ring.slot(&sock, seq, WAKE) {
+                        Ok(Some(buf)) => {
+                            echo::stamp(buf, seq, stamp_ns);
+                            seq += 1;
+                        }
+                        Ok(None) => {
+                            let t_ns = stamps.anchor();
+                            if ctx.aborted() {
+                                return Err(aborted(id));
+                            }
+                            batcher.flush(t_ns, TcpSample::read(&sock, t_ns), false)?;
+                            if t_ns >= end_ns {
+                                break;
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(Error::io(format!("stream-{id}: zerocopy completions"), e));
+                        }
+                    }
+                }
+                // The block now in flight is `seq - 1`.
+                match ring.send(&sock, seq - 1, offset, upto) {
+                    // Out of option memory for the pinned pages: reap, and try again.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        ring.reap(&sock).map_err(|e| {
+                            Error::io(format!("stream-{id}: zerocopy completions"), e)
+                        })?;
+                        crate::sys::wait_error_queue(sock.as_fd(), Duration::from_millis(1))
+                            .map_err(|e| {
+                                Error::io(format!("stream-{id}: zerocopy completions"), e)
+                            })?;
+                        continue;
+                    }
+                    r => r,
+                }
+            }
+        };
+        match written {
             Ok(0) => {
                 return Err(Error::Test(format!(
                     "stream-{id}: the connection accepted no more data"
                 )));
             }
             Ok(n) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.now_ns();
                 stamp_ns = t_ns;
                 if let Some(echo_sock) = &ctx.echo
                     && echoes.due(t_ns)
@@ -99,14 +178,15 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
                     if ctx.aborted() {
                         return Err(aborted(id));
                     }
-                    batcher.flush(t_ns, TcpSample::read(&sock, t_ns), false)?;
+                    let w_ns = stamps.anchor();
+                    batcher.flush(w_ns, TcpSample::read(&sock, w_ns), false)?;
                 }
                 if past_end {
                     break;
                 }
             }
             Err(e) if is_timeout(&e) => {
-                let t_ns = clock.ns(Instant::now());
+                let t_ns = stamps.anchor();
                 stamp_ns = t_ns;
                 if let Some(echo_sock) = &ctx.echo {
                     echoes
@@ -125,24 +205,36 @@ pub fn run(ctx: StreamCtx, mut sock: TcpStream, run_time: Duration) -> Result<Se
             Err(e) => return Err(Error::io(format!("stream-{id}: write"), e)),
         }
     }
-    let t_ns = clock.ns(Instant::now());
+    let t_ns = stamps.anchor();
     batcher.flush(t_ns, TcpSample::read(&sock, t_ns), true)?;
     let cpu = cpu::thread_since(cpu_start);
     sock.shutdown(Shutdown::Write)
         .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
     super::drain_to_eof(id, &mut sock, &ctx.abort)?;
+    // Every byte is acknowledged: every zerocopy send has completed, or completes now.
+    let (zerocopy_sends, zerocopy_copied) = match ring.as_mut() {
+        Some(r) => {
+            r.finish(&sock, Duration::from_secs(1))
+                .map_err(|e| Error::io(format!("stream-{id}: zerocopy completions"), e))?;
+            (r.sends, r.copied)
+        }
+        None => (0, 0),
+    };
     reset.disarm();
     Ok(SendOutcome {
         id,
         bytes,
         writes,
         cpu,
+        zerocopy_sends,
+        zerocopy_copied,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
+    use std::time::Instant;
 
     use super::*;
     use crate::stream::receiver;
@@ -165,8 +257,9 @@ mod tests {
         );
         let (sctx, s_rep, s_start) = side(0, block, rate);
         let (rctx, r_rep, r_start) = side(0, block, None);
-        let receiver = std::thread::spawn(move || receiver::run(rctx, rx, run_time));
-        let sender = std::thread::spawn(move || run(sctx, tx, run_time));
+        let receiver =
+            std::thread::spawn(move || receiver::run(rctx, rx, run_time, Copying::default()));
+        let sender = std::thread::spawn(move || run(sctx, tx, run_time, Copying::default()));
         let t0 = Instant::now();
         r_start.send(t0).unwrap();
         s_start.send(t0).unwrap();
@@ -184,6 +277,90 @@ mod tests {
             rates,
             sent.bytes as f64 * 8.0 / run_time.as_secs_f64() / 1e9,
         )
+    }
+
+    /// Stream 0 over loopback for 1 s with an echo connection and the `copy` modes: what
+    /// each side counted, and the block RTTs the sender recorded.
+    fn copy_run(copy: Copying, block: usize) -> (SendOutcome, receiver::RecvOutcome, usize) {
+        let _turn = crate::stream::testing::one_at_a_time();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (rx, _) = listener.accept().unwrap();
+        let echo_tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (echo_rx, _) = listener.accept().unwrap();
+        let run_time = Duration::from_secs(1);
+        let (mut sctx, s_rep, s_start) = side(0, block, None);
+        let (mut rctx, r_rep, r_start) = side(0, block, None);
+        sctx.echo = Some(echo_tx);
+        rctx.echo = Some(echo_rx);
+        let receiver = std::thread::spawn(move || receiver::run(rctx, rx, run_time, copy));
+        let sender = std::thread::spawn(move || run(sctx, tx, run_time, copy));
+        let t0 = Instant::now();
+        r_start.send(t0).unwrap();
+        s_start.send(t0).unwrap();
+        let sent = sender.join().unwrap().unwrap();
+        let got = receiver.join().unwrap().unwrap();
+        let rtts = s_rep
+            .join()
+            .unwrap()
+            .iter()
+            .map(|b| b.block_rtts.len())
+            .sum();
+        let recorded: u64 = r_rep
+            .join()
+            .unwrap()
+            .iter()
+            .flat_map(|b| &b.records)
+            .map(|r| u64::from(r.bytes))
+            .sum();
+        assert_eq!(
+            recorded, got.bytes,
+            "the receiver's records hold every byte"
+        );
+        (sent, got, rtts)
+    }
+
+    /// `-Z`: every byte arrives, every zerocopy send's completion is reaped (the run ends
+    /// only when all are), and block RTT still works (headers stamped in the ring's buffers).
+    #[test]
+    fn zerocopy_sends_complete_and_count_every_byte() {
+        let copy = Copying {
+            zerocopy: true,
+            ..Copying::default()
+        };
+        let (sent, got, rtts) = copy_run(copy, 64 << 10);
+        eprintln!(
+            "-Z: {} bytes, {} sends, {} copied by the kernel, {rtts} block RTTs",
+            sent.bytes, sent.zerocopy_sends, sent.zerocopy_copied
+        );
+        assert_eq!(sent.bytes, got.bytes);
+        assert!(sent.zerocopy_sends > 0);
+        assert_eq!(
+            sent.zerocopy_sends, sent.writes,
+            "every write was a zerocopy send"
+        );
+        assert!(sent.zerocopy_copied <= sent.zerocopy_sends);
+        assert!(rtts > 0, "echoed headers came back");
+    }
+
+    /// `--skip-rx-copy`: the receiver counts every byte the kernel delivered, and still
+    /// copies the headers the echoes need.
+    #[test]
+    fn skip_rx_copy_counts_every_byte_and_still_echoes() {
+        let copy = Copying {
+            skip_rx_copy: true,
+            ..Copying::default()
+        };
+        for block in [8 << 10, 1 << 20] {
+            let (sent, got, rtts) = copy_run(copy, block);
+            eprintln!(
+                "--skip-rx-copy -l {block}: {} bytes, {rtts} block RTTs",
+                got.bytes
+            );
+            assert_eq!(sent.bytes, got.bytes);
+            assert!(sent.bytes > 0);
+            assert!(rtts > 0, "-l {block}: no header was copied for an echo");
+        }
     }
 
     /// `-b 2G` on loopback (unpaced, this connection carries 20 Gbit/s and more): no

@@ -44,16 +44,18 @@ pub fn run(
         sock.set_nonblocking(true)
             .op(|| format!("stream-{}: set O_NONBLOCK", ctx.id))?;
         let echo = ctx.echo.take();
+        let mut echoes = EchoCollector::new();
         if let Some(e) = &echo {
             e.set_nonblocking(true)
                 .op(|| format!("stream-{}: set O_NONBLOCK on the echo connection", ctx.id))?;
+            let _ = echoes.stamp_arrivals(e);
         }
         lanes.push(Lane {
             reset: crate::net::ResetOnDrop::new(&sock),
             sock,
             echo,
             batcher: Batcher::new(ctx.id, ctx.batches.clone(), ctx.free.clone()),
-            echoes: EchoCollector::new(),
+            echoes,
             block: vec![0x5au8; ctx.block_bytes],
             offset: 0,
             seq: 0,
@@ -157,6 +159,8 @@ pub fn run(
             bytes: lane.bytes,
             writes: lane.writes,
             cpu: cpu::CpuTime::default(),
+            zerocopy_sends: 0,
+            zerocopy_copied: 0,
         });
     }
     // One thread did all the work: its time, as measured, goes on the first stream and

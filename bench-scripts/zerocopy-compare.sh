@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# What the copy-avoiding modes save: Gbit/s and CPU-seconds per GB (whole machine, from
+# /proc/stat, softirq included, the same for every tool) for pinperf's default, -Z
+# (MSG_ZEROCOPY) and --skip-rx-copy (MSG_TRUNC), beside iperf3's default, -Z and
+# --skip-rx-copy (3.17+), at BLOCKS, STREAMS streams, ROUNDS interleaved rounds, medians.
+#
+# On loopback the kernel copies MSG_ZEROCOPY pages after all when it delivers them to the
+# receiving socket, so -Z can only add its page pinning and completions there; only a NIC
+# with scatter-gather shows its gain. --skip-rx-copy saves the receiver's copy anywhere.
+#
+#   IPERF3=/work/peers/iperf3/bin/iperf3 bench-scripts/zerocopy-compare.sh
+#   # SECS=3 ROUNDS=5 BLOCKS="64k 1M" STREAMS=1 CC=
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+SECS=${SECS:-3}
+ROUNDS=${ROUNDS:-5}
+BLOCKS=${BLOCKS:-"64k 1M"}
+STREAMS=${STREAMS:-1}
+CC=${CC:-}
+pcc=() i3cc=()
+if [ -n "$CC" ]; then pcc=(-C "$CC"); i3cc=(-C "$CC"); fi
+ensure_peers
+start_run zerocopy-compare
+echo "cc: ${CC:-system default}" >>"$out/env.txt"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+"$PINPERF" -s -B 127.0.0.1 -p 5313 2>/dev/null & pids+=($!)
+variants=(pinperf-default pinperf-zerocopy pinperf-skip-rx)
+if command -v "$IPERF3" >/dev/null; then
+  "$IPERF3" -s -B 127.0.0.1 -p 5213 >/dev/null 2>&1 & pids+=($!)
+  variants+=(iperf3-default iperf3-zerocopy)
+  # --skip-rx-copy came with iperf3 3.17.
+  if "$IPERF3" --help 2>&1 | grep -q -- --skip-rx-copy; then variants+=(iperf3-skip-rx); fi
+fi
+sleep 0.5
+
+run_variant() { # variant block -> Gbit/s
+  local tool=${1%%-*} mode=${1#*-} flags=()
+  case $tool in
+    pinperf)
+      case $mode in zerocopy) flags=(-Z) ;; skip-rx) flags=(--skip-rx-copy) ;; esac
+      "$PINPERF" -c 127.0.0.1 -p 5313 -l "$2" -P "$STREAMS" -t "$SECS" -i "$SECS" "${pcc[@]}" "${flags[@]}" -J | gbps_json ;;
+    iperf3)
+      case $mode in zerocopy) flags=(-Z) ;; skip-rx) flags=(--skip-rx-copy) ;; esac
+      "$IPERF3" -c 127.0.0.1 -p 5213 -l "$(to_bytes "$2")" -P "$STREAMS" -t "$SECS" "${i3cc[@]}" "${flags[@]}" -J | gbps_json ;;
+  esac
+}
+
+raw=$out/raw.csv
+echo "round,block,streams,variant,gbps,busy_cores,cpu_s_per_gb" >"$raw"
+for ((r = 0; r < ROUNDS; r++)); do
+  for b in $BLOCKS; do
+    for v in $(rotate "$r" "${variants[@]}"); do
+      IFS=, read -r g bc <<<"$(run_with_cpu run_variant "$v" "$b")"
+      # CPU-seconds per GB: busy cores x seconds / (Gbit/s x seconds / 8).
+      c=$(awk -v g="$g" -v c="$bc" 'BEGIN {printf "%.4f\n", (g != "NA" && g > 0 ? c * 8 / g : 0)}')
+      echo "$r,$b,$STREAMS,$v,$g,$bc,$c" | tee -a "$raw" >&2
+      sleep 0.3
+    done
+  done
+done
+python3 - "$raw" <<'PY' | tee "$out/table.txt"
+import csv, statistics, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["gbps"] != "NA"]
+cells = {}
+for r in rows:
+    cells.setdefault((r["block"], r["variant"]), []).append(r)
+med = lambda rs, k: statistics.median(float(x[k]) for x in rs)
+size = lambda b: int(b.rstrip("kKmM")) * (1 << 20 if b[-1] in "mM" else 1 << 10 if b[-1] in "kK" else 1)
+print("| block | variant | Gbit/s | busy cores | CPU-s per GB | CPU-s/GB vs iperf3 same mode |")
+print("|---|---|---|---|---|---|")
+for (b, v), rs in sorted(cells.items(), key=lambda kv: (size(kv[0][0]), kv[0][1])):
+    peer = cells.get((b, "iperf3-" + v.split("-", 1)[1]))
+    ratio = f"{med(rs, 'cpu_s_per_gb') / med(peer, 'cpu_s_per_gb'):.2f}x" if peer and v.startswith("pinperf") else "-"
+    print(f"| {b} | {v} | {med(rs, 'gbps'):.2f} | {med(rs, 'busy_cores'):.2f} | {med(rs, 'cpu_s_per_gb'):.3f} | {ratio} |")
+PY
