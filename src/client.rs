@@ -48,6 +48,10 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     let local_plan = pin::plan(&cfg.affinity, threads, &allowed)
         .map_err(|e| Error::Usage(format!("-A: {e}")))?;
 
+    // What an iperf3 server cannot do is refused before anything is resolved or sent.
+    if cfg.peer == Peer::Iperf3 {
+        crate::iperf3::client::refuse_unsupported(&cfg)?;
+    }
     let addrs = if cfg.target.loopback {
         vec![start_loopback_server()?]
     } else {

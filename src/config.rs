@@ -208,9 +208,6 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.engine = args.engine;
     cfg.auth = client_auth(args)?;
     cfg.peer = args.peer;
-    if cfg.peer == crate::choices::Peer::Iperf3 {
-        crate::iperf3::client::refuse_unsupported(&cfg)?;
-    }
     if args.target.loopback && cfg.peer == crate::choices::Peer::Iperf3 {
         return Err(usage(
             "--peer iperf3: --loopback starts a pinperf server; use -c HOST against an iperf3 server",
