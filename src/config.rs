@@ -213,6 +213,13 @@ pub fn from_args(args: &Args) -> Result<Mode> {
             "--peer iperf3: --loopback starts a pinperf server; use -c HOST against an iperf3 server",
         ));
     }
+    if cfg.engine == Engine::Single && (cfg.test.udp || cfg.test.rate().is_some()) {
+        return Err(Error::Usage(
+            "--engine single: its one thread neither paces (-b) nor sends UDP (-u); use the \
+             default --engine threads"
+                .into(),
+        ));
+    }
     if cfg.engine == Engine::Single && cfg.test.direction() != crate::params::Direction::Forward {
         return Err(Error::Usage(
             "--engine single drives the client's senders; with -R or --bidir the server sends \

@@ -335,6 +335,15 @@ impl TestParams {
                 limits.source("--max-streams")
             ));
         }
+        // --bidir runs -P streams each way: the limit counts them all.
+        if self.threads() > max_streams as usize {
+            return Err(format!(
+                "-P {} --bidir: {} streams in all, more than {max_streams}{}",
+                self.streams,
+                self.threads(),
+                limits.source("--max-streams")
+            ));
+        }
         let block = self.block_bytes();
         if self.udp && !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&block) {
             return Err(format!(
@@ -628,6 +637,16 @@ mod tests {
                     "-b: this server limits each stream to 2.5G (this server's --max-rate); \
                      ask for a rate with -b",
                 ),
+            ),
+            (
+                |p| {
+                    p.streams = 2;
+                    p.bidir = true;
+                    p.window_bytes = None;
+                    p.duration = Duration::from_secs(3)
+                },
+                None,
+                Some("-P 2 --bidir: 4 streams in all, more than 2 (this server's --max-streams)"),
             ),
             (
                 |p| {

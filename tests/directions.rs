@@ -161,8 +161,11 @@ fn bidir_reports_each_direction_on_its_own() {
         assert_eq!(sent, received, "{key} does not reconcile");
         assert_eq!(end["streams"].as_array().map(Vec::len), Some(2), "{key}");
     }
-    // Both ends' CPU once, with the last direction, its threads named by role.
-    let names: Vec<&str> = doc["end_reverse"]["cpu"]["local"]["streams"]
+    // Both ends' CPU once, in `end` (where iperf3's readers look), its threads named by
+    // role; `end_reverse` does not repeat it.
+    assert!(doc["end"]["cpu_utilization_percent"].is_object(), "{doc}");
+    assert!(doc["end_reverse"]["cpu"].is_null(), "{doc}");
+    let names: Vec<&str> = doc["end"]["cpu"]["local"]["streams"]
         .as_array()
         .expect("local threads")
         .iter()

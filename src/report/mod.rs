@@ -232,8 +232,10 @@ struct Direction {
     rows_received: Vec<u64>,
     intervals_sent: Vec<u64>,
     rows_until_us: Option<u64>,
-    /// The receiver's bytes in joined intervals, and where the last joined one ended.
+    /// The receiver's and the sender's bytes in joined intervals, and where the last
+    /// joined one ended.
     joined_received: Vec<u64>,
+    joined_sent: Vec<u64>,
     joined_until_us: Option<u64>,
 }
 
@@ -256,6 +258,7 @@ impl Direction {
             intervals_sent: vec![0; streams],
             rows_until_us: None,
             joined_received: vec![0; streams],
+            joined_sent: vec![0; streams],
             joined_until_us: None,
         }
     }
@@ -296,6 +299,9 @@ impl Direction {
             report.reverse = self.reverse;
             for (sum, bytes) in self.joined_received.iter_mut().zip(&r.bytes) {
                 *sum += bytes;
+            }
+            for (sum, slice) in self.joined_sent.iter_mut().zip(&l.streams) {
+                *sum += slice.bytes;
             }
             self.joined_until_us = Some(r.end_us);
             out.push((report, cores.clone()));
@@ -366,8 +372,12 @@ pub(crate) fn run_reporter(
         inputs.push((f.batches, f.free));
     }
     let never = crossbeam_channel::never();
-    let batches = |i: usize| inputs.get(i).map_or(&never, |(rx, _)| rx);
-    let (b0, b1) = (batches(0), batches(1));
+    // A direction's batches while its threads send them; a closed channel is always
+    // ready, so once it is closed the select waits on `never` instead (else it spins).
+    let batches = |dirs: &[Direction], i: usize| match dirs.get(i).is_some_and(|d| d.open) {
+        true => inputs.get(i).map_or(&never, |(rx, _)| rx),
+        false => &never,
+    };
     let mut done: Option<ReceiverDone> = None;
     let mut local_cpu: Option<CpuReport> = None;
     let mut local_kernel = None;
@@ -389,6 +399,7 @@ pub(crate) fn run_reporter(
         }
     };
     while remote_open || dirs.iter().any(|d| d.open) {
+        let (b0, b1) = (batches(&dirs, 0), batches(&dirs, 1));
         select! {
             recv(b0) -> msg => on_batch(&mut dirs, 0, msg),
             recv(b1) -> msg => on_batch(&mut dirs, 1, msg),
@@ -460,6 +471,13 @@ pub(crate) fn run_reporter(
                 d.joined_received.clone(),
                 d.joined_until_us?,
             )),
+            // UDP's loss is sent less received: both over the same joined intervals, or
+            // what the sender wrote after the last row would count as lost.
+            (_, true) if d.udp => Some((
+                d.joined_sent.clone(),
+                d.joined_received.clone(),
+                d.joined_until_us?,
+            )),
             (_, true) => Some((
                 d.cutter.totals().to_vec(),
                 d.rows_received.clone(),
@@ -483,8 +501,7 @@ pub(crate) fn run_reporter(
     let mut summaries = Vec::new();
     let mut sent_all = Vec::new();
     let mut received_all = Vec::new();
-    let count = dirs.len();
-    for (i, d) in dirs.iter_mut().enumerate() {
+    for d in dirs.iter_mut() {
         let Some((sent, received, elapsed_us)) = totals_of(d) else {
             continue;
         };
@@ -503,34 +520,35 @@ pub(crate) fn run_reporter(
             failed.is_some(),
         );
         s.reverse = d.reverse;
-        // Both ends' CPU and kernel counters cover the whole test: with the last direction.
-        if i + 1 == count {
-            let remote_cpu = done.as_ref().and_then(|d| d.cpu.clone());
-            if let Some(mut local) = local_cpu.take() {
-                if header.engine == crate::choices::Engine::Single {
-                    local = local.on_one_thread(cpu::MUX_THREAD);
-                }
-                let all_bytes: u64 = summaries
-                    .iter()
-                    .chain(std::iter::once(&s))
-                    .map(|s: &Summary| s.sum_received.bytes + s.omitted.received_bytes)
-                    .sum();
-                add_cpu(&mut s, &header, local, remote_cpu, all_bytes);
-            }
-            if let Some(local) = local_kernel.take() {
-                let remote = done.as_ref().and_then(|d| d.kernel);
-                // The kernel's drops are the receiver's; the report names them by role.
-                let (sender, receiver) = match d.reverse {
-                    false => (local, remote),
-                    true => match remote {
-                        Some(r) => (r, Some(local)),
-                        None => (local, None),
-                    },
-                };
-                add_kernel(&mut s, sender, receiver);
-            }
-        }
         summaries.push(s);
+    }
+    // Both ends' CPU and kernel counters cover the whole test: with the first direction's
+    // totals (`end`, where iperf3's readers look for `cpu_utilization_percent`), set
+    // against every direction's bytes.
+    let all_bytes: u64 = summaries
+        .iter()
+        .map(|s| s.sum_received.bytes + s.omitted.received_bytes)
+        .sum();
+    if let Some(s) = summaries.first_mut() {
+        let remote_cpu = done.as_ref().and_then(|d| d.cpu.clone());
+        if let Some(mut local) = local_cpu.take() {
+            if header.engine == crate::choices::Engine::Single {
+                local = local.on_one_thread(cpu::MUX_THREAD);
+            }
+            add_cpu(s, &header, local, remote_cpu, all_bytes);
+        }
+        if let Some(local) = local_kernel.take() {
+            let remote = done.as_ref().and_then(|d| d.kernel);
+            // The kernel's drops are the receiver's; the report names them by role.
+            let (sender, receiver) = match s.reverse {
+                false => (local, remote),
+                true => match remote {
+                    Some(r) => (r, Some(local)),
+                    None => (local, None),
+                },
+            };
+            add_kernel(s, sender, receiver);
+        }
     }
     if let (Some(text), true) = (
         done.as_ref().and_then(|d| d.server_output.as_ref()),

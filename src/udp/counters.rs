@@ -98,15 +98,26 @@ impl SeqWindow {
 }
 
 /// RFC 3550 §6.4.1 interarrival jitter: J += (|D| − J) / 16, where D is the change in
-/// transit time (arrival − send) between consecutive datagrams.
+/// transit time (arrival − send) between consecutive datagrams. Datagrams sent in one
+/// batch share a send stamp and datagrams taken in one receive call share an arrival
+/// stamp: between two such, D is 0 by construction, not by measurement, and would pull J
+/// towards 0 (review: `-b 500M` reported 0.000 ms). Only a datagram with a new send stamp
+/// and a new arrival stamp is a sample.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Jitter {
     last_transit_ns: Option<i128>,
+    last_stamps: Option<(u64, u64)>,
     jitter_ns: f64,
 }
 
 impl Jitter {
     pub fn arrive(&mut self, send_ns: u64, recv_ns: u64) {
+        if let Some((send, recv)) = self.last_stamps
+            && (send == send_ns || recv == recv_ns)
+        {
+            return;
+        }
+        self.last_stamps = Some((send_ns, recv_ns));
         let transit = i128::from(recv_ns) - i128::from(send_ns);
         if let Some(last) = self.last_transit_ns {
             let d = (transit - last).unsigned_abs() as f64;
@@ -350,6 +361,10 @@ mod tests {
         assert!((j.us() - 100.0).abs() < 1e-9, "{}", j.us());
         // Constant transit pulls J down by 1/16 of itself.
         j.arrive(20_000_000, 22_600_000);
+        assert!((j.us() - 93.75).abs() < 1e-9, "{}", j.us());
+        // The rest of a batch (the same send or arrival stamp) is not a sample.
+        j.arrive(20_000_000, 23_600_000);
+        j.arrive(21_000_000, 22_600_000);
         assert!((j.us() - 93.75).abs() < 1e-9, "{}", j.us());
         // Garbage send times never overflow.
         j.arrive(u64::MAX, 0);
