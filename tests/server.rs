@@ -682,13 +682,17 @@ fn a_thousand_idle_and_half_open_connections_do_not_keep_a_real_client_out() {
     let mut held = Vec::with_capacity(N);
     for i in 0..N {
         let mut s = TcpStream::connect(server.addr).unwrap();
+        // The server may already have cut this one (it holds at most 64 handshakes and
+        // drops the oldest): a write then fails, which is the protection working.
         match i % 4 {
             0 | 1 => {}
-            2 => s.write_all(&protocol::PREAMBLE[..4]).unwrap(),
+            2 => {
+                let _ = s.write_all(&protocol::PREAMBLE[..4]);
+            }
             _ => {
-                s.write_all(protocol::PREAMBLE).unwrap();
-                s.write_all(&[0, 0, 1]).unwrap();
-                s.shutdown(Shutdown::Write).unwrap();
+                let _ = s.write_all(protocol::PREAMBLE);
+                let _ = s.write_all(&[0, 0, 1]);
+                let _ = s.shutdown(Shutdown::Write);
             }
         }
         held.push(s);
