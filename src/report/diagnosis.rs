@@ -536,6 +536,24 @@ pub fn udp_receiver_drops(u: &UdpFigures, header: &Header) -> Option<String> {
     ))
 }
 
+/// UDP senders that wrote less than `-b` asked: the sending end could not keep up (its
+/// CPU, its socket, or datagrams too small for the rate), so the test did not offer the
+/// path the load it was asked to. `sent_bps` is per stream, over the test's span.
+pub fn udp_sender_short(sent_bps: f64, header: &Header) -> Option<String> {
+    let asked = header.rate_bps? as f64;
+    (sent_bps < 0.95 * asked).then(|| {
+        format!(
+            "diagnosis: the senders wrote {:.1} Mb/s per stream, {:.0}% of the -b {} asked: \
+             the sending host could not keep up (CPU, or -l {} too small for the rate); the \
+             loss figures are for the load actually offered",
+            sent_bps / 1e6,
+            sent_bps * 100.0 / asked,
+            crate::units::format_rate(asked as u64),
+            header.block_bytes
+        )
+    })
+}
+
 /// The receiving end's kernel counted UDP datagrams it dropped for full socket buffers
 /// (`RcvbufErrors` of `/proc/net/snmp`, for its whole namespace: other programs' sockets
 /// count too).
@@ -1202,5 +1220,21 @@ mod tests {
         let mut quiet = kernel(0, 0);
         quiet.receiver = None;
         assert_eq!(udp_kernel_drops(&quiet), None);
+    }
+
+    /// A UDP sender below its -b is named; one at its rate is not.
+    #[test]
+    fn a_udp_sender_short_of_its_rate_is_named() {
+        let mut h = header(0);
+        h.rate_bps = Some(40_000_000_000);
+        h.block_bytes = 1472;
+        let line = udp_sender_short(8.4e9, &h).unwrap();
+        assert!(
+            line.contains("8400.0 Mb/s per stream, 21% of the -b 40G asked"),
+            "{line}"
+        );
+        assert_eq!(udp_sender_short(39.9e9, &h), None);
+        h.rate_bps = None;
+        assert_eq!(udp_sender_short(1.0, &h), None);
     }
 }

@@ -876,6 +876,10 @@ fn summarize(
     diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
     if let Some(u) = &sum.udp {
         diagnosis.extend(diagnosis::udp_receiver_drops(u, header));
+        if !cut_short {
+            let per_stream = bps(sum.sent_bytes, end - start) / rows.len().max(1) as f64;
+            diagnosis.extend(diagnosis::udp_sender_short(per_stream, header));
+        }
     }
     // What the senders still held unsent when they stopped writing (their last sample).
     let queued: u64 = rows
