@@ -110,12 +110,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
     let mut cfg = cfg;
     if cfg.test.udp && cfg.test.len.is_none() {
-        let headers = if peer.is_ipv6() { 48 } else { 28 };
         let mtu = net::path_info(&ctl.socket()).mtu;
-        cfg.test.len = Some(mtu.map_or(crate::params::DEFAULT_DATAGRAM, |m| {
-            (u64::from(m).saturating_sub(headers))
-                .clamp(crate::params::MIN_DATAGRAM, crate::params::MAX_DATAGRAM)
-        }));
+        cfg.test.len = Some(crate::params::datagram_for_mtu(mtu, peer.is_ipv6()));
     }
     let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
     let (mut socks, local_window) = match cfg.test.udp {
@@ -171,9 +167,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     // does), and one reporter for all.
     let mut ends = Ends::default();
     let mut feeds = Vec::new();
-    let rtt = net::tcp_info(&ctl.socket()).map_or(std::time::Duration::ZERO, |i| {
-        std::time::Duration::from_micros(u64::from(i.rtt_us))
-    });
+    let rtt = net::rtt(&ctl.socket());
     for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {
         let plan = PinPlan(local_plan.0[k * n..(k + 1) * n].to_vec());
         let (threads, (batches, free)) = Threads::spawn(
@@ -182,7 +176,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             socks.take(n),
             &plan,
             &cfg.test,
-            crate::ends::udp_settle(rtt),
+            timeouts::udp_settle(rtt),
         )?;
         ends.0.push(threads);
         feeds.push(report::Feed {
@@ -500,10 +494,7 @@ fn await_answer(stream: &std::net::TcpStream) -> Result<()> {
 /// iperf3 server: a pinperf server answers within a round trip of ours; 1 s, or four
 /// round trips of the control connection when longer.
 fn detect_wait(stream: &std::net::TcpStream) -> std::time::Duration {
-    let rtt = net::tcp_info(stream).map_or(std::time::Duration::ZERO, |i| {
-        std::time::Duration::from_micros(u64::from(i.rtt_us))
-    });
-    (rtt * 4).max(std::time::Duration::from_secs(1))
+    (net::rtt(stream) * 4).max(std::time::Duration::from_secs(1))
 }
 
 /// Whether the server says something within `wait` (short polls: a stop signal ends it).

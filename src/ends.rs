@@ -45,16 +45,6 @@ pub(crate) enum Threads {
 /// What a direction's threads hand their reporter: batches, and the free list back.
 pub(crate) type Batches = (Receiver<Batch>, Sender<Batch>);
 
-/// How long a UDP receiver listens past the senders' end: the last datagrams' way there
-/// (twice the path's RTT, for the two ends' start offsets) and at least
-/// [`UDP_SETTLE_MIN`]. Tail losses are then counted as lost; nothing waits for them.
-pub(crate) fn udp_settle(rtt: Duration) -> Duration {
-    (rtt * 2).max(UDP_SETTLE_MIN)
-}
-
-/// The shortest settle time.
-pub(crate) const UDP_SETTLE_MIN: Duration = Duration::from_millis(250);
-
 /// Runs `$body` with `$s` bound to the set inside any [`Threads`] variant.
 macro_rules! each {
     ($t:expr, $s:ident => $body:expr) => {

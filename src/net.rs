@@ -230,6 +230,14 @@ pub fn path_info(stream: &TcpStream) -> PathInfo {
 }
 
 /// `TCP_INFO` of a connected socket; `None` where the kernel does not provide it.
+/// The connection's smoothed RTT as the kernel measured it (zero when unknown): how long
+/// a long path adds to the deadlines of what follows on it.
+pub fn rtt(stream: &TcpStream) -> Duration {
+    tcp_info(stream).map_or(Duration::ZERO, |i| {
+        Duration::from_micros(u64::from(i.rtt_us))
+    })
+}
+
 pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
     crate::sys::tcp_info(stream.as_fd())
         .ok()

@@ -31,6 +31,17 @@ pub const MAX_DATAGRAM: u64 = 65_507;
 /// UDP's datagram when `-l` is not given and the path MTU is unknown: a 1500-byte
 /// Ethernet MTU less the IPv4 and UDP headers.
 pub const DEFAULT_DATAGRAM: u64 = 1472;
+/// The UDP datagram that fits a path MTU (`None`: unknown), less the IP and UDP headers,
+/// within [`MIN_DATAGRAM`]..=[`MAX_DATAGRAM`]; [`DEFAULT_DATAGRAM`] when the MTU is unknown.
+pub fn datagram_for_mtu(mtu: Option<u32>, ipv6: bool) -> u64 {
+    let headers = if ipv6 { 40 + 8 } else { 20 + 8 };
+    mtu.map_or(DEFAULT_DATAGRAM, |m| {
+        u64::from(m)
+            .saturating_sub(headers)
+            .clamp(MIN_DATAGRAM, MAX_DATAGRAM)
+    })
+}
+
 /// UDP's rate per stream when `-b` is not given (iperf3's default).
 pub const DEFAULT_UDP_RATE: u64 = 1_000_000;
 

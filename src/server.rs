@@ -264,9 +264,7 @@ impl Server {
                 );
                 continue;
             }
-            let rtt = net::tcp_info(&stream).map_or(Duration::ZERO, |i| {
-                Duration::from_micros(u64::from(i.rtt_us))
-            });
+            let rtt = net::rtt(&stream);
             let Some((id, cut)) = shared.pending.add(&stream, peer, timeouts::admission(rtt))
             else {
                 continue;
@@ -868,9 +866,7 @@ fn run_test(
     }))?;
     // The control connection's RTT: how long the streams may take to arrive, and how
     // long a UDP receiver listens past the senders' end.
-    let rtt = net::tcp_info(&ctl.socket()).map_or(Duration::ZERO, |i| {
-        Duration::from_micros(u64::from(i.rtt_us))
-    });
+    let rtt = net::rtt(&ctl.socket());
     let (mut socks, path) = match data {
         Data::Tcp(listener) => {
             let socks = accept_streams(&listener, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
@@ -896,7 +892,7 @@ fn run_test(
             these,
             &plan,
             &params,
-            crate::ends::udp_settle(rtt),
+            timeouts::udp_settle(rtt),
         )?;
         ends.0.push(threads);
         let cutter = IntervalCutter::for_test(n, &params);
@@ -1117,9 +1113,7 @@ fn accept_streams(
         .op(|| "set O_NONBLOCK on the data listener".into())?;
     let expected = if echo { 2 * n } else { n };
     // A long path makes each connection slower to arrive: the control connection's RTT.
-    let rtt = net::tcp_info(&ctl.socket()).map_or(Duration::ZERO, |i| {
-        Duration::from_micros(u64::from(i.rtt_us))
-    });
+    let rtt = net::rtt(&ctl.socket());
     let allowed = timeouts::streams_arrive(expected, rtt);
     let deadline = Instant::now() + allowed;
     let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =

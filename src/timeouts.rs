@@ -56,6 +56,13 @@ pub fn streams_arrive(connections: usize, rtt: Duration) -> Duration {
     HANDSHAKE + rtt.saturating_mul(2 * u32::try_from(connections).unwrap_or(u32::MAX))
 }
 
+/// How long a UDP receiver listens past the senders' end: the last datagrams' way there
+/// (twice the path's RTT, for the two ends' start offsets), at least 250 ms. Tail losses
+/// are then counted as lost; nothing waits for them.
+pub fn udp_settle(rtt: Duration) -> Duration {
+    (rtt * 2).max(Duration::from_millis(250))
+}
+
 /// How long a stop signal lets the lab's client test stop and print before the lab tears
 /// down and exits anyway. Stopping takes a [`POLL`], a stream wake-up and the
 /// report, well under a second; a test still in its handshake is not waited for.

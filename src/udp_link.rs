@@ -210,9 +210,7 @@ pub(crate) fn connect(
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;
         socks.push(sock);
     }
-    let rtt = crate::net::tcp_info(&ctl.socket()).map_or(Duration::ZERO, |i| {
-        Duration::from_micros(u64::from(i.rtt_us))
-    });
+    let rtt = crate::net::rtt(&ctl.socket());
     let allowed = timeouts::streams_arrive(socks.len(), rtt);
     let deadline = Instant::now() + allowed;
     let mut answered = vec![false; socks.len()];

@@ -354,12 +354,7 @@ fn drive(
             .all(|(d, &s)| !s || net::tcp_info(d).is_some_and(|i| i.state >= 5 && i.state != 10));
         let late = t0.elapsed() > run_time + timeouts::STALL;
         if acked || late {
-            let rtt = dups
-                .iter()
-                .filter_map(net::tcp_info)
-                .map(|i| Duration::from_micros(u64::from(i.rtt_us)))
-                .max()
-                .unwrap_or_default();
+            let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
             let grace = (rtt * 4).max(Duration::from_millis(50));
             let at = *drained_at.get_or_insert_with(Instant::now);
             if at.elapsed() >= grace || late {

@@ -76,9 +76,7 @@ pub(crate) fn run_test(
 ) -> Result<(u64, u64)> {
     let n = test.streams as usize;
     ctl.send_state(super::CREATE_STREAMS)?;
-    let rtt = crate::net::tcp_info(&ctl.sock).map_or(Duration::ZERO, |i| {
-        Duration::from_micros(u64::from(i.rtt_us))
-    });
+    let rtt = crate::net::rtt(&ctl.sock);
     let deadline = Instant::now() + timeouts::streams_arrive(test.threads(), rtt);
     let mut arrived = Vec::with_capacity(test.threads());
     while arrived.len() < test.threads() {

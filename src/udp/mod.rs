@@ -31,11 +31,9 @@ pub use receiver::{UdpRecvOutcome, receive};
 pub use sender::{UdpSend, UdpSendOutcome, send};
 pub use wire::HEADER_BYTES;
 
-/// Datagram size when neither `-l` nor the path says otherwise (1500-byte Ethernet less
-/// IPv4 and UDP headers).
-pub const DEFAULT_DATAGRAM: usize = 1472;
-/// Largest UDP payload over IPv4 (65535 − 20 − 8); IPv6 allows 20 more, not used.
-pub const MAX_DATAGRAM: usize = 65507;
+/// The datagram sizes are the parameter table's ([`crate::params`]).
+pub const DEFAULT_DATAGRAM: usize = crate::params::DEFAULT_DATAGRAM as usize;
+pub const MAX_DATAGRAM: usize = crate::params::MAX_DATAGRAM as usize;
 
 /// What [`configure`] set on a UDP socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,20 +75,14 @@ pub fn configure_with(
 }
 
 /// The datagram size for a connected socket when `-l` is not given: its path MTU
-/// (`IP_MTU`/`IPV6_MTU`) less the IP and UDP headers, within [`HEADER_BYTES`] and
-/// [`MAX_DATAGRAM`]; [`DEFAULT_DATAGRAM`] when the kernel does not say. Note that on
-/// loopback (MTU 65536) this is the largest datagram, 65507 bytes.
+/// (`IP_MTU`/`IPV6_MTU`) by the parameter table's rule ([`crate::params::datagram_for_mtu`]).
+/// On loopback (MTU 65536) this is the largest datagram, 65507 bytes.
 pub fn path_datagram(sock: &UdpSocket) -> usize {
     let Ok(peer) = sock.peer_addr() else {
         return DEFAULT_DATAGRAM;
     };
-    let headers = if peer.is_ipv6() { 40 + 8 } else { 20 + 8 };
-    match crate::sys::path_mtu(sock.as_fd(), peer.is_ipv6()) {
-        Ok(mtu) if mtu as usize > headers => {
-            (mtu as usize - headers).clamp(HEADER_BYTES, MAX_DATAGRAM)
-        }
-        _ => DEFAULT_DATAGRAM,
-    }
+    let mtu = crate::sys::path_mtu(sock.as_fd(), peer.is_ipv6()).ok();
+    crate::params::datagram_for_mtu(mtu, peer.is_ipv6()) as usize
 }
 
 #[cfg(test)]
