@@ -208,6 +208,12 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         ends.start(t0);
         failure = watch(&ctl, &ends, &remote_tx, &output, &cfg, t0, &mut kernel);
         marks = Some((cpu, kernel));
+        if failure.is_some() {
+            // Whatever ended it (a stream, the server, a signal), the rows measured so
+            // far keep their totals, marked cut short; the error follows them.
+            let at = t0.elapsed().as_secs_f64();
+            let _ = remote_tx.send(RemoteEvent::CutShort { at, say: None });
+        }
     }
     if failure.is_some() {
         ends.abort();

@@ -131,6 +131,12 @@ fn a_reset_data_connection_fails_the_test_within_a_second_with_its_cause() {
             .is_some_and(|l| l.contains("\"event\":\"error\"")),
         "the last event is the error: {explain}"
     );
+    // The streams that ran keep their totals over the rows so far, marked cut short.
+    let end = rest
+        .iter()
+        .find(|l| l.contains("\"event\":\"end\""))
+        .unwrap_or_else(|| panic!("no end event with the totals so far: {explain}"));
+    assert!(end.contains("\"cut_short\":true"), "{explain}");
     // The cause, not a consequence: a reset or abort, never "stopped because aborted".
     assert!(
         stderr.contains("reset") || stderr.contains("abort"),
@@ -244,7 +250,18 @@ fn a_reset_echo_connection_fails_the_test_and_says_so() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("the echo connection failed"), "{stderr}");
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a -J document");
-    assert!(doc["end"].is_null(), "no end for a failed test");
+    // The reset comes in the first interval: no row, so no totals and no empty row; a
+    // reset after rows keeps their totals (the data connection's test above).
+    assert!(
+        doc["intervals"].as_array().is_some_and(|ivs| ivs
+            .iter()
+            .all(|iv| iv["sum"]["seconds"].as_f64() > Some(0.0))),
+        "no zero-length rows: {doc}"
+    );
+    assert!(
+        doc["end"].is_null() || doc["end"]["cut_short"] == true,
+        "totals of a failed test are marked cut short: {doc}"
+    );
     assert!(
         doc["error"]
             .as_str()

@@ -210,8 +210,9 @@ impl IntervalCutter {
             nominal_end.max(self.last_record_ns())
         } else if all_done && self.last_record_ns() < nominal_end {
             // Every stream ended early (the test was stopped): the interval holding the
-            // last record ends there, and none follows it.
-            if k > 0 && self.last_record_ns() < begin_ns {
+            // last record ends there, and none follows it (none at all without a record).
+            let nothing = self.last_record_ns() == 0;
+            if nothing || (k > 0 && self.last_record_ns() < begin_ns) {
                 self.first_open = self.count;
                 return None;
             }
@@ -516,6 +517,18 @@ mod tests {
                 (3000, 3060, 4)
             ]
         );
+    }
+
+    #[test]
+    fn a_test_stopped_before_its_first_record_has_no_rows() {
+        let mut c = IntervalCutter::new(
+            2,
+            Duration::from_secs(8),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        c.finish();
+        assert!(c.pop_ready().is_none(), "no zero-length row");
     }
 
     fn snap(t_ms: u64, packets: u64, highest: u64, ooo: u64, rxq: u64) -> UdpSnapshot {

@@ -129,8 +129,9 @@ pub(crate) enum RemoteEvent {
     LocalKernel(crate::kstat::KernelReport),
     /// The test failed: the reporter hands this to the formatter instead of a summary.
     Failed(String),
-    /// The test was stopped (a signal) `at` seconds in: every format keeps the totals of
-    /// the receivers' rows so far, then `Failed` says why. `say` is a live line for text.
+    /// The test was stopped (a signal, a failed stream or peer) `at` seconds in: every
+    /// format keeps the totals of the receivers' rows so far, then `Failed` says why.
+    /// `say` is a live line for text.
     CutShort { at: f64, say: Option<String> },
     /// A local stream failed `at` seconds into the test (said live, before `Failed`).
     StreamFailed { at: f64, error: String },
@@ -436,9 +437,13 @@ pub(crate) fn run_reporter(
                         output_ok = output.check(out.stream_failed(at, &line));
                     }
                 }
-                Ok(RemoteEvent::StreamFailed { at, error }) => if output_ok {
-                    output_ok = output.check(out.stream_failed(at, &error));
-                },
+                Ok(RemoteEvent::StreamFailed { at, error }) => {
+                    // The others stop with it: the totals are over what was measured.
+                    cut_short = true;
+                    if output_ok {
+                        output_ok = output.check(out.stream_failed(at, &error));
+                    }
+                }
                 Err(_) => remote_open = false,
             },
         }

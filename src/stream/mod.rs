@@ -223,6 +223,30 @@ impl Batcher {
     }
 }
 
+impl Drop for Batcher {
+    /// A stream that ends early (an error, an abort) still hands over what it recorded
+    /// since its last flush: every byte a `write()` took counts in the sender's total, as
+    /// the receiver's rows count what arrived. After a final flush there is nothing left.
+    fn drop(&mut self) {
+        let cur = &self.cur;
+        if cur.records.is_empty() && cur.block_rtts.is_empty() && cur.udp.is_empty() {
+            return;
+        }
+        let mut last = std::mem::take(&mut self.cur);
+        last.watermark_ns = [
+            last.records.last().map(|r| r.t_ns),
+            last.block_rtts.last().map(|r| r.t_ns),
+            last.udp.last().map(|u| u.t_ns),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+        last.done = true;
+        let _ = self.tx.send(last);
+    }
+}
+
 /// What a stream thread needs besides its socket.
 pub(crate) struct StreamCtx {
     pub id: u16,
@@ -556,4 +580,37 @@ pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_that_stops_between_flushes_still_hands_over_its_records() {
+        let ch = BatchChannels::new(1);
+        let mut b = Batcher::new(3, ch.tx.clone(), ch.free_rx.clone());
+        b.push(1_000, 8192);
+        b.flush(1_500, None, false).expect("flushed");
+        b.push(2_000, 8192);
+        b.push(2_500, 4096);
+        drop(b); // an error return: no final flush
+        let first = ch.rx.try_recv().expect("the flushed batch");
+        assert_eq!((first.records.len(), first.done), (1, false));
+        let last = ch.rx.try_recv().expect("the records after the last flush");
+        let bytes: u32 = last.records.iter().map(|r| r.bytes).sum();
+        assert_eq!((bytes, last.watermark_ns, last.done), (12288, 2_500, true));
+        assert!(ch.rx.try_recv().is_err(), "nothing more");
+
+        // After a final flush, dropping sends nothing.
+        let mut b = Batcher::new(0, ch.tx.clone(), ch.free_rx.clone());
+        b.push(1_000, 1);
+        b.flush(1_000, None, true).expect("flushed");
+        drop(b);
+        assert!(ch.rx.try_recv().is_ok_and(|b| b.done));
+        assert!(
+            ch.rx.try_recv().is_err(),
+            "no empty batch after the final one"
+        );
+    }
 }
