@@ -14,7 +14,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -175,15 +175,7 @@ pub fn read_frame_raw(reader: &mut impl Read, peer: SocketAddr) -> Result<(Contr
     reader
         .read_exact(&mut len)
         .map_err(|e| read_error(e, peer))?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len == 0 || len > MAX_FRAME {
-        return Err(Error::Protocol {
-            peer,
-            what: format!(
-                "control frame of {len} bytes (allowed 1 to {MAX_FRAME}): not a pinperf peer?"
-            ),
-        });
-    }
+    let len = frame_len(&len, peer)?;
     let mut body = vec![0u8; len];
     reader
         .read_exact(&mut body)
@@ -248,9 +240,85 @@ pub(crate) fn check_preamble(stream: &mut TcpStream, peer: SocketAddr) -> Result
 /// The control connection: one reader (the owning thread) and a writer that several
 /// threads may share (the server's reporter sends rows while its control thread waits).
 pub(crate) struct Control {
-    reader: Mutex<TcpStream>,
+    reader: Mutex<Inbox>,
     writer: Mutex<TcpStream>,
     pub peer: SocketAddr,
+}
+
+/// The reading side: the socket and the part of a frame read so far. Reads never go past
+/// the frame at hand, so what follows it stays in the socket, where a caller that polls
+/// the socket sees it; and no wait lasts longer than its caller asked, even when a peer
+/// sends half a frame.
+struct Inbox {
+    sock: TcpStream,
+    partial: Vec<u8>,
+    /// When the frame at hand began to arrive.
+    since: Option<Instant>,
+}
+
+/// One read's outcome.
+enum Got {
+    Frame(Box<ControlMsg>, Vec<u8>),
+    /// Part of a frame.
+    Part,
+    /// Nothing within the wait.
+    Nothing,
+}
+
+impl Inbox {
+    /// One read of at most the rest of the frame at hand, waiting up to `wait`.
+    fn step(&mut self, wait: Duration, peer: SocketAddr) -> Result<Got> {
+        let have = self.partial.len();
+        let want = match have {
+            n if n < 4 => 4 - n,
+            n => 4 + frame_len(&self.partial, peer)? - n,
+        };
+        self.sock
+            .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+            .map_err(|e| Error::io("set control timeout", e))?;
+        self.partial.resize(have + want, 0);
+        let read = self.sock.read(&mut self.partial[have..]);
+        self.partial.truncate(have + *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(0) => return Err(Error::Test(format!("{peer} closed the control connection"))),
+            Ok(_) => {}
+            Err(e) if is_wait(&e) => return Ok(Got::Nothing),
+            Err(e) => return Err(read_error(e, peer)),
+        }
+        self.since.get_or_insert_with(Instant::now);
+        if self.partial.len() < 4 || self.partial.len() < 4 + frame_len(&self.partial, peer)? {
+            return Ok(Got::Part);
+        }
+        let body = self.partial.split_off(4);
+        self.partial.clear();
+        self.since = None;
+        let msg = serde_json::from_slice(&body).map_err(|e| Error::Protocol {
+            peer,
+            what: format!("unreadable control message ({e})"),
+        })?;
+        Ok(Got::Frame(Box::new(msg), body))
+    }
+}
+
+fn is_wait(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// A frame's length from its first four bytes, within [`MAX_FRAME`].
+fn frame_len(head: &[u8], peer: SocketAddr) -> Result<usize> {
+    let len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(Error::Protocol {
+            peer,
+            what: format!(
+                "control frame of {len} bytes (allowed 1 to {MAX_FRAME}): not a pinperf peer?"
+            ),
+        });
+    }
+    Ok(len)
 }
 
 impl Control {
@@ -263,7 +331,11 @@ impl Control {
             .set_write_timeout(Some(timeouts::CONTROL_WRITE))
             .map_err(|e| Error::io("set control write timeout", e))?;
         Ok(Control {
-            reader: Mutex::new(stream),
+            reader: Mutex::new(Inbox {
+                sock: stream,
+                partial: Vec::new(),
+                since: None,
+            }),
             writer: Mutex::new(writer),
             peer,
         })
@@ -278,53 +350,55 @@ impl Control {
             .map_err(|e| Error::io(format!("send {} to {}", msg.kind(), self.peer), e))
     }
 
-    /// Waits up to `timeout` for the next message. An `Error` message from the peer becomes
-    /// [`Error::Test`] carrying its reason.
-    pub(crate) fn recv(&self, timeout: Duration) -> Result<ControlMsg> {
-        self.recv_raw(timeout).map(|(msg, _)| msg)
-    }
-
-    /// Like [`Control::recv`], with the frame's body as received.
+    /// Waits up to `timeout` for the next message, with its body as received. An `Error`
+    /// message from the peer becomes [`Error::Test`] carrying its reason.
     pub(crate) fn recv_raw(&self, timeout: Duration) -> Result<(ControlMsg, Vec<u8>)> {
-        let mut reader = self.reader.lock();
-        reader
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
-            .map_err(|e| Error::io("set control timeout", e))?;
-        match read_frame_raw(&mut *reader, self.peer)? {
-            (ControlMsg::Error { reason }, _) => {
-                Err(Error::Test(format!("{} reported: {reason}", self.peer)))
+        let deadline = Instant::now() + timeout;
+        let mut inbox = self.reader.lock();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(no_answer(self.peer));
             }
-            pair => Ok(pair),
+            if let Got::Frame(msg, body) = inbox.step(left, self.peer)? {
+                return self.checked(*msg).map(|msg| (msg, body));
+            }
         }
     }
 
-    /// Like [`Control::recv`], but a timeout is `Ok(None)` (for polling loops).
-    /// A timeout in the middle of a frame is still an error.
+    /// Like [`Control::recv_raw`], but a timeout is `Ok(None)` (for polling loops). Half a
+    /// frame stays buffered for the next call; one that has not been completed within
+    /// [`timeouts::CONTROL_WRITE`] is an error.
     pub(crate) fn poll(&self, timeout: Duration) -> Result<Option<ControlMsg>> {
-        let peeked = {
-            let reader = self.reader.lock();
-            reader
-                .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
-                .map_err(|e| Error::io("set control timeout", e))?;
-            let mut first = [0u8; 1];
-            reader.peek(&mut first)
-        };
-        match peeked {
-            Ok(0) => Err(Error::Test(format!(
-                "{} closed the control connection",
-                self.peer
-            ))),
-            Ok(_) => self.recv(timeouts::CONTROL_WRITE).map(Some),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
+        let mut inbox = self.reader.lock();
+        let mut wait = timeout;
+        loop {
+            match inbox.step(wait, self.peer)? {
+                Got::Frame(msg, _) => return self.checked(*msg).map(Some),
+                // The rest of a frame in flight comes at once, or on a later call.
+                Got::Part => wait = Duration::ZERO,
+                Got::Nothing => break,
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
-            Err(e) => Err(read_error(e, self.peer)),
+        }
+        match inbox.since {
+            Some(t) if t.elapsed() > timeouts::CONTROL_WRITE => Err(Error::Protocol {
+                peer: self.peer,
+                what: format!(
+                    "sent part of a control message and nothing more for {:.0} s",
+                    t.elapsed().as_secs_f64()
+                ),
+            }),
+            _ => Ok(None),
+        }
+    }
+
+    /// The peer's `Error` message is the test's error, carrying its reason.
+    fn checked(&self, msg: ControlMsg) -> Result<ControlMsg> {
+        match msg {
+            ControlMsg::Error { reason } => {
+                Err(Error::Test(format!("{} reported: {reason}", self.peer)))
+            }
+            msg => Ok(msg),
         }
     }
 
@@ -390,6 +464,67 @@ mod tests {
 
     fn peer() -> SocketAddr {
         "192.0.2.1:5301".parse().unwrap()
+    }
+
+    /// A connected pair on loopback: our `Control` and the peer's raw socket.
+    fn pair() -> (Control, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let them = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (us, addr) = l.accept().unwrap();
+        (Control::new(us, addr).unwrap(), them)
+    }
+
+    /// Half a frame never holds a polling loop longer than its wait (a peer that sent
+    /// part of a message held it for 10 s); the rest completes it on a later poll.
+    #[test]
+    fn half_a_frame_does_not_block_a_poll() {
+        let (ctl, mut them) = pair();
+        let frame = encode(&ControlMsg::Start);
+        them.write_all(&frame[..2]).unwrap();
+        let t = Instant::now();
+        assert!(ctl.poll(Duration::from_millis(20)).unwrap().is_none());
+        them.write_all(&frame[2..5]).unwrap();
+        assert!(ctl.poll(Duration::from_millis(20)).unwrap().is_none());
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "waited {:?}",
+            t.elapsed()
+        );
+        // The rest, and the start of the next frame, which stays in the socket.
+        them.write_all(&frame[5..]).unwrap();
+        them.write_all(&frame[..3]).unwrap();
+        let got = ctl.poll(Duration::from_secs(5)).unwrap();
+        assert_eq!(got, Some(ControlMsg::Start));
+        them.write_all(&frame[3..]).unwrap();
+        assert_eq!(
+            ctl.recv_raw(Duration::from_secs(5)).unwrap().0,
+            ControlMsg::Start
+        );
+        // A peer's Error is the test's error; a bad length is named.
+        them.write_all(&encode(&ControlMsg::Error {
+            reason: "no".into(),
+        }))
+        .unwrap();
+        let e = ctl.poll(Duration::from_secs(5)).unwrap_err().to_string();
+        assert!(e.ends_with("reported: no"), "{e}");
+        them.write_all(&[0xff; 4]).unwrap();
+        let e = ctl.poll(Duration::from_secs(5)).unwrap_err().to_string();
+        assert!(e.contains("control frame of 4294967295 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_closed_connection_is_named_mid_frame_too() {
+        let (ctl, mut them) = pair();
+        them.write_all(&encode(&ControlMsg::Start)[..3]).unwrap();
+        drop(them);
+        let e = loop {
+            match ctl.poll(Duration::from_millis(50)) {
+                Ok(None) => continue,
+                Ok(Some(m)) => panic!("no message was whole: {m:?}"),
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(e.contains("closed the control connection"), "{e}");
     }
 
     #[test]
