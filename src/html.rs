@@ -86,9 +86,9 @@ pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Res
     let mut body = String::new();
     let _ = writeln!(
         body,
-        "<p>{} streams, {} blocks, {} s, congestion control {}; {} &rarr; {} ({})</p>",
+        "<p>{} streams, {}, {} s, congestion control {}; {} &rarr; {} ({})</p>",
         h.streams,
-        escape(&crate::units::format_size(h.block_bytes)),
+        escape(&h.payload()),
         h.duration_s,
         escape(&h.congestion),
         escape(&h.local),

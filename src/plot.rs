@@ -295,7 +295,26 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
     }
     legend(&legend_area, &entries, &ids)?;
 
-    // Panel 2: block RTT and kernel RTT (log scale: they can be 1000x apart).
+    // Panel 2 (UDP): loss and jitter; (TCP) block RTT and kernel RTT.
+    if doc.start.udp {
+        udp_panel(&mid, ivs, t_end, markers)?;
+    } else {
+        rtt_panel(&mid, ivs, t_end, markers)?;
+    }
+    fairness_panel(&bottom, ivs, t_end, markers)?;
+    root.present()?;
+    Ok(())
+}
+
+/// Block RTT and kernel RTT per interval (log scale: they can be 1000x apart).
+fn rtt_panel(
+    mid: &DrawingArea<SVGBackend<'_>, Shift>,
+    ivs: &[crate::report::model::IntervalReport],
+    t_end: f64,
+    markers: bool,
+) -> Drawn {
+    let black = BLACK.to_rgba();
+    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
     let (chart_area, legend_area) = mid.split_horizontally(900);
     let ms = |us: f64| us / 1e3;
     type Series = (&'static str, RGBAColor, u32, Vec<(f64, f64)>);
@@ -371,9 +390,76 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
     if entries.is_empty() {
         entries.push(entry("no RTT samples", black, Mark::Line(0)));
     }
-    legend(&legend_area, &entries, &[])?;
+    legend(&legend_area, &entries, &[])
+}
 
-    // Panel 3: Jain's index per interval; intervals with a starved stream marked.
+/// `-u`: the datagrams lost per interval, % (left axis), and the receivers' RFC 3550
+/// jitter, ms (right axis): what a UDP test is read for.
+fn udp_panel(
+    mid: &DrawingArea<SVGBackend<'_>, Shift>,
+    ivs: &[crate::report::model::IntervalReport],
+    t_end: f64,
+    markers: bool,
+) -> Drawn {
+    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
+    let pick = |f: fn(&crate::report::model::UdpFigures) -> f64| -> Vec<(f64, f64)> {
+        ivs.iter()
+            .filter_map(|iv| {
+                iv.sum
+                    .udp
+                    .as_ref()
+                    .map(|u| (mid_t(iv.sum.start, iv.sum.end), f(u)))
+            })
+            .collect()
+    };
+    let loss = pick(|u| u.lost_percent);
+    let jitter = pick(|u| u.jitter_ms);
+    let top = |p: &[(f64, f64)], floor: f64| p.iter().map(|q| q.1).fold(floor, f64::max) * 1.1;
+    let (chart_area, legend_area) = mid.split_horizontally(900);
+    let mut chart = ChartBuilder::on(&chart_area)
+        .caption(
+            "UDP: datagrams lost per interval and jitter (RFC 3550)",
+            (FONT, 16),
+        )
+        .margin(8)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .right_y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_end, 0.0..top(&loss, 1.0))?
+        .set_secondary_coord(0.0..t_end, 0.0..top(&jitter, 0.01));
+    chart
+        .configure_mesh()
+        .x_desc("time, s")
+        .y_desc("lost, %")
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    chart
+        .configure_secondary_axes()
+        .y_desc("jitter, ms")
+        .draw()?;
+    let (red, blue) = (colour(0, 4), colour(2, 4));
+    chart.draw_series(LineSeries::new(loss.clone(), red.stroke_width(2)))?;
+    chart.draw_secondary_series(LineSeries::new(jitter.clone(), blue.stroke_width(2)))?;
+    if markers {
+        chart.draw_series(loss.iter().map(|&p| Circle::new(p, 2, red.filled())))?;
+        chart.draw_secondary_series(jitter.iter().map(|&p| Circle::new(p, 2, blue.filled())))?;
+    }
+    let entries = [
+        entry("lost % (left axis)", red, Mark::Line(2)),
+        entry("jitter ms (right axis)", blue, Mark::Line(2)),
+    ];
+    legend(&legend_area, &entries, &[])
+}
+
+/// Jain's index per interval; intervals with a starved stream marked.
+fn fairness_panel(
+    bottom: &DrawingArea<SVGBackend<'_>, Shift>,
+    ivs: &[crate::report::model::IntervalReport],
+    t_end: f64,
+    markers: bool,
+) -> Drawn {
+    let red = RED.to_rgba();
+    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
     let (chart_area, legend_area) = bottom.split_horizontally(900);
     let mut chart = ChartBuilder::on(&chart_area)
         .caption(
@@ -422,9 +508,7 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         )?;
         entries.push(entry("a stream starved", red, Mark::Cross));
     }
-    legend(&legend_area, &entries, &[])?;
-    root.present()?;
-    Ok(())
+    legend(&legend_area, &entries, &[])
 }
 
 /// The dimensions a comparison sweeps, in the order the x axis is chosen from.

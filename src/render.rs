@@ -33,12 +33,12 @@ impl TextArgs {
 /// The title a picture or page gets when `-T` gave none: what was tested.
 fn default_title(h: &Header) -> String {
     format!(
-        "pinperf {} -> {}: {} stream{}, {} blocks, {} s",
+        "pinperf {} -> {}: {} stream{}, {}, {} s",
         h.local,
         h.remote,
         h.streams,
         if h.streams == 1 { "" } else { "s" },
-        crate::units::format_size(h.block_bytes),
+        h.payload(),
         h.duration_s
     )
 }

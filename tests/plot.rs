@@ -104,6 +104,51 @@ fn a_saved_test_plots_a_line_per_stream_and_the_sum() {
     );
 }
 
+/// A UDP test's middle panel is its loss and jitter per interval (a UDP test has no
+/// block RTT): two lines over every interval, each named in the legend.
+#[test]
+fn a_saved_udp_test_plots_loss_and_jitter() {
+    let dir = scratch("plot_udp");
+    let json = dir.join("u.json");
+    let run = pinperf(
+        &[
+            "--loopback",
+            "-u",
+            "-b",
+            "200M",
+            "-t",
+            "1",
+            "-i",
+            "0.25",
+            "-J",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    std::fs::write(&json, run.output.stdout.as_slice()).unwrap();
+    let intervals = saved(&json).intervals.len();
+    assert!(intervals >= 4, "{}", run.explain());
+    let svg = dir.join("u.svg");
+    pinperf(&["plot", arg(&json), "-o", arg(&svg)], LIMIT).assert_ok();
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    let labels = texts(&svg);
+    for label in [
+        "UDP: datagrams lost per interval and jitter (RFC 3550)",
+        "lost % (left axis)",
+        "jitter ms (right axis)",
+    ] {
+        assert!(labels.iter().any(|l| l == label), "{label}: {labels:?}");
+    }
+    assert!(!labels.iter().any(|l| l.starts_with("RTT")), "{labels:?}");
+    // The middle panel (y 470 to 720): the two lines, a point per interval.
+    let middle = polylines(&svg)
+        .into_iter()
+        .filter(|l| l.points.len() == intervals)
+        .filter(|l| l.points.iter().all(|p| p.1 > 470.0 && p.1 < 720.0))
+        .count();
+    assert_eq!(middle, 2, "loss and jitter lines");
+}
+
 /// A comparison of 5 block sizes x 2 engines (saved as `compare -J` writes it) plots
 /// throughput and efficiency against block size: two curves (one per engine) of five
 /// points in each panel, the sizes on the x axis.

@@ -61,6 +61,17 @@ pub struct Header {
     pub fq_rate_bps: Option<u64>,
 }
 
+impl Header {
+    /// What each write carries, for titles: `128k blocks`, `1472 UDP datagrams`.
+    pub fn payload(&self) -> String {
+        let size = crate::units::format_size(self.block_bytes);
+        match self.udp {
+            true => format!("{size} UDP datagrams"),
+            false => format!("{size} blocks"),
+        }
+    }
+}
+
 fn forward() -> Direction {
     Direction::Forward
 }
