@@ -7,6 +7,7 @@ pub mod csv;
 pub(crate) mod diagnosis;
 pub(crate) mod fairness;
 pub(crate) mod interval;
+pub mod iperf3_json;
 pub mod json;
 pub mod model;
 pub(crate) mod text;
@@ -99,6 +100,7 @@ pub(crate) fn formatter(
         Format::Json => Box::new(json::JsonFormatter::new(out)),
         Format::JsonLines => Box::new(json::JsonLinesFormatter::new(out)),
         Format::Csv => Box::new(csv::CsvFormatter::new(out)),
+        Format::Iperf3Json => Box::new(iperf3_json::Iperf3JsonFormatter::new(out)),
     }
 }
 
