@@ -8,6 +8,9 @@ pub enum Format {
     Json,
     JsonLines,
     Csv,
+    /// One document in iperf3 3.x's `-J` shape and types, pinperf's own under "pinperf".
+    #[value(name = "iperf3-json")]
+    Iperf3Json,
 }
 
 /// What the client's server speaks (`--peer`).

@@ -55,6 +55,9 @@ pub enum ReportFormat {
     Json,
     Csv,
     Html,
+    /// The test in iperf3 3.x's `-J` shape (its time and host are not in a saved test).
+    #[value(name = "iperf3-json")]
+    Iperf3Json,
 }
 
 /// `pinperf report`.

@@ -14,6 +14,7 @@ use crate::choices::Format;
 use crate::cli::{Args, CompletionsArgs, OutputArgs, PlotArgs, ReportArgs, ReportFormat, TextArgs};
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
+use crate::report::iperf3_json::Iperf3JsonFormatter;
 use crate::report::json::{Document, JsonFormatter};
 use crate::report::model::{Header, IntervalReport, Summary};
 use crate::report::text::{TextFormatter, TextOptions};
@@ -72,6 +73,7 @@ pub(crate) fn client_output(format: Format, o: &OutputArgs) -> Result<Box<dyn Fo
             t.options(),
         )),
         Format::Json => Box::new(JsonFormatter::new(out).titled(t.title.clone())),
+        Format::Iperf3Json => Box::new(Iperf3JsonFormatter::new(out).titled(t.title.clone())),
         other => report::formatter(other, out),
     };
     if o.plot.is_none() && o.html.is_none() && o.json_file.is_none() {
@@ -317,6 +319,14 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
             buf
         }
         (Saved::Test(t), ReportFormat::Json) => json(&t.doc)?,
+        (Saved::Test(t), ReportFormat::Iperf3Json) => {
+            let mut buf = Vec::new();
+            let title = a.text.title.clone().or_else(|| t.doc.title.clone());
+            let mut f = Iperf3JsonFormatter::replayed(&mut buf).titled(title);
+            saved::replay(&t.doc, &mut f).map_err(|e| Error::io("render the report", e))?;
+            drop(f);
+            buf
+        }
         (Saved::Test(t), ReportFormat::Html) => {
             let title = a
                 .text
@@ -329,6 +339,13 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
         (Saved::Compare(c), ReportFormat::Text) => crate::compare::text_table(c).into_bytes(),
         (Saved::Compare(c), ReportFormat::Csv) => crate::compare::csv_table(c).into_bytes(),
         (Saved::Compare(c), ReportFormat::Json) => json(c)?,
+        (Saved::Compare(_), ReportFormat::Iperf3Json) => {
+            return Err(Error::Usage(format!(
+                "{}: a comparison has no iperf3 shape (--format iperf3-json is a test's); \
+                 use --format json or csv",
+                a.file.display()
+            )));
+        }
         (Saved::Compare(c), ReportFormat::Html) => {
             let title = a.text.title.clone().unwrap_or_else(|| compare_title(c));
             html::compare_page(c, &title)?.into_bytes()

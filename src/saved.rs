@@ -40,16 +40,32 @@ pub(crate) fn parse(text: &str) -> std::result::Result<Saved, String> {
     let Some(obj) = value.as_object() else {
         return Err("not a pinperf -J document: not a JSON object".into());
     };
+    // `--format iperf3-json` keeps pinperf's own document under "pinperf".
+    if let Some(own) = obj.get("pinperf").filter(|p| p.is_object()) {
+        return parse_test(own.clone(), "pinperf -J document (the \"pinperf\" member)");
+    }
     if obj.contains_key("rows") {
         let doc: CompareDoc = serde_json::from_value(value)
             .map_err(|e| format!("not a pinperf compare -J document: {e}"))?;
         return Ok(Saved::Compare(doc));
     }
-    if let (false, Some(error)) = (obj.contains_key("start"), obj.get("error")) {
+    // iperf3's shape (`start.connected`) without pinperf's document: an iperf3 client's,
+    // or one that `--format iperf3-json` wrote for a test that failed before its start.
+    let iperf3_shape = obj
+        .get("start")
+        .is_some_and(|s| s.get("connected").is_some());
+    if let (false, Some(error)) = (obj.contains_key("start") && !iperf3_shape, obj.get("error")) {
         return Err(format!(
             "the test failed before it started, nothing to show: {}",
             error.as_str().unwrap_or("?")
         ));
+    }
+    if iperf3_shape {
+        return Err(
+            "an iperf3 -J document without pinperf's own under \"pinperf\": pinperf reads \
+             its own documents (-J, --json-file, or --format iperf3-json)"
+                .into(),
+        );
     }
     if !obj.contains_key("start") || !obj.contains_key("intervals") {
         return Err(
@@ -58,11 +74,15 @@ pub(crate) fn parse(text: &str) -> std::result::Result<Saved, String> {
                 .into(),
         );
     }
+    parse_test(value, "pinperf -J document")
+}
+
+/// A test's document (`what` names it in the error).
+fn parse_test(value: serde_json::Value, what: &str) -> std::result::Result<Saved, String> {
     let lab_rate_bps = value
         .pointer("/lab/path/rate_bps")
         .and_then(serde_json::Value::as_u64);
-    let doc: Document =
-        serde_json::from_value(value).map_err(|e| format!("not a pinperf -J document: {e}"))?;
+    let doc: Document = serde_json::from_value(value).map_err(|e| format!("not a {what}: {e}"))?;
     Ok(Saved::Test(Box::new(SavedTest { doc, lab_rate_bps })))
 }
 
@@ -111,9 +131,45 @@ mod tests {
             err("{\"start\": 1, \"intervals\": []}").starts_with("not a pinperf -J document: "),
         );
         assert!(err("{\"rows\": 3}").starts_with("not a pinperf compare -J document: "));
+        assert!(
+            err("{\"start\": {\"connected\": []}, \"intervals\": [], \"end\": {}}")
+                .starts_with("an iperf3 -J document without pinperf's own")
+        );
+        assert_eq!(
+            err("{\"start\": {\"connected\": []}, \"end\": {}, \"error\": \"refused\"}"),
+            "the test failed before it started, nothing to show: refused"
+        );
+        assert!(
+            err("{\"start\": {}, \"pinperf\": {\"start\": 1}}")
+                .starts_with("not a pinperf -J document (the \"pinperf\" member): ")
+        );
         assert_eq!(
             err("{\"error\": \"connect to h:1: refused\"}"),
             "the test failed before it started, nothing to show: connect to h:1: refused"
         );
+    }
+
+    /// `--format iperf3-json` keeps the `-J` document under "pinperf": `pinperf report`
+    /// and `pinperf plot` read that back.
+    #[test]
+    fn an_iperf3_json_document_is_read_through_its_pinperf_member() {
+        use crate::report::Formatter;
+        use crate::report::iperf3_json::Iperf3JsonFormatter;
+        use crate::report::model::sample;
+        let mut out = Vec::new();
+        let mut f = Iperf3JsonFormatter::new(&mut out);
+        f.header(&sample::header()).unwrap();
+        f.interval(&sample::interval()).unwrap();
+        f.summary(&sample::summary()).unwrap();
+        drop(f);
+        let Ok(Saved::Test(t)) = parse(std::str::from_utf8(&out).unwrap()) else {
+            panic!("not read back: {}", String::from_utf8_lossy(&out));
+        };
+        // (Floats read back to within serde_json's parsing, so compare what is exact.)
+        assert_eq!(t.doc.intervals.len(), 1);
+        assert_eq!(t.doc.intervals[0].sum.bytes, sample::interval().sum.bytes);
+        let end = t.doc.end.expect("the totals");
+        assert_eq!(end.sum_received.bytes, sample::summary().sum_received.bytes);
+        assert_eq!(end.diagnosis, sample::summary().diagnosis);
     }
 }

@@ -5,104 +5,11 @@
 
 mod util;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
+use util::iperf3::{Iperf3Server, LIMIT, iperf3, iperf3_client};
 use util::{Server, pinperf};
-
-const LIMIT: Duration = Duration::from_secs(20);
-
-/// The iperf3 binary, or a visible skip.
-fn iperf3(test: &str) -> Option<&'static str> {
-    let found = Command::new("iperf3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        util::skipped(test, "no iperf3 on PATH (apt-get install iperf3)");
-    }
-    found.then_some("iperf3")
-}
-
-/// Whether something listens on 127.0.0.1:`port` (from /proc/net/tcp, without
-/// connecting: a connection would be an iperf3 client to the server).
-fn listening(port: u16) -> bool {
-    let needle = format!(":{port:04X} 00000000:0000 0A");
-    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| t.contains(&needle))
-}
-
-/// `iperf3 -s -1 -J` on a free port: one test, then its JSON document. Killed on drop.
-struct Iperf3Server {
-    child: Option<Child>,
-    port: u16,
-}
-
-impl Iperf3Server {
-    fn start(extra: &[&str]) -> Iperf3Server {
-        let port = util::free_port();
-        let child = Command::new("iperf3")
-            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn iperf3 -s");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !listening(port) {
-            assert!(
-                Instant::now() < deadline,
-                "iperf3 -s never listened on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Iperf3Server {
-            child: Some(child),
-            port,
-        }
-    }
-
-    /// The server's document once its one test is over.
-    fn document(mut self) -> Value {
-        let child = self.child.take().expect("child");
-        let out = child.wait_with_output().expect("iperf3 -s output");
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "iperf3 -s wrote no JSON ({e}): {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-    }
-}
-
-impl Drop for Iperf3Server {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Runs `iperf3 -c 127.0.0.1 -p port args` to its end (at most [`LIMIT`]).
-fn iperf3_client(port: u16, args: &[&str]) -> (Option<i32>, String, String, Duration) {
-    let t0 = Instant::now();
-    let out = Command::new("timeout")
-        .arg(LIMIT.as_secs().to_string())
-        .args(["iperf3", "-c", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("run iperf3 -c");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        t0.elapsed(),
-    )
-}
 
 fn bytes(doc: &Value, sum: &str) -> u64 {
     doc["end"][sum]["bytes"]

@@ -497,6 +497,50 @@ fn json_adds_the_lab_s_figures_to_the_client_s_one_document() {
     );
 }
 
+/// `--format iperf3-json` in the lab: stdout is the client's one iperf3-shaped document,
+/// unchanged (iperf3's members and pinperf's own), and the lab's lines go to stderr, as
+/// with CSV.
+#[test]
+fn iperf3_json_keeps_one_document_on_stdout_and_the_lab_on_stderr() {
+    let test = "iperf3_json_keeps_one_document_on_stdout_and_the_lab_on_stderr";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let run = pinperf(
+        &[
+            "lab",
+            "--rtt",
+            "2ms",
+            "--rate",
+            "200M",
+            "--",
+            "-t",
+            "1",
+            "--format",
+            "iperf3-json",
+        ],
+        Duration::from_secs(20),
+    );
+    run.assert_ok();
+    let why = run.explain();
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("one document on stdout: {e}{why}"));
+    let members: Vec<&String> = doc
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(members, ["end", "intervals", "pinperf", "start"], "{why}");
+    assert!(
+        doc["end"]["sum_received"]["bytes"].as_u64() > Some(0),
+        "{why}"
+    );
+    assert_eq!(doc["start"]["connecting_to"]["host"], "198.18.0.1", "{why}");
+    let err = run.stderr();
+    assert!(err.contains("# lab relay forward"), "{why}");
+    assert!(err.contains("# lab: removed netns pinperf-lab-"), "{why}");
+}
+
 #[test]
 fn json_lines_has_the_lab_s_own_events_around_the_client_s() {
     let test = "json_lines_has_the_lab_s_own_events_around_the_client_s";

@@ -398,7 +398,7 @@ impl LabOut {
         self.end.removed = removed;
         self.end.warnings.extend(failed);
         match self.format {
-            Format::Text | Format::Csv => {
+            Format::Text | Format::Csv | Format::Iperf3Json => {
                 self.line(line);
             }
             Format::JsonLines => {
@@ -445,12 +445,13 @@ impl LabOut {
         }
     }
 
-    /// One text line: on stdout with text, on stderr with CSV, held with `-J`; none with
+    /// One text line: on stdout with text, on stderr with CSV and iperf3-json (whose
+    /// document has iperf3's members and pinperf's own only), held with `-J`; none with
     /// `--json-lines`, whose events carry the figures.
     fn line(&mut self, line: &str) -> bool {
         match self.format {
             Format::Text => self.write(format!("{line}\n").as_bytes(), true),
-            Format::Csv => self.write(format!("{line}\n").as_bytes(), false),
+            Format::Csv | Format::Iperf3Json => self.write(format!("{line}\n").as_bytes(), false),
             Format::Json => {
                 self.held.push(line.to_string());
                 true

@@ -671,6 +671,7 @@ mod tests {
                 samples: 100,
             }),
             udp: None,
+            sent: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! JSON output: `-J` prints one document `{start, intervals, end}` when the test ends;
 //! `--json-lines` prints one event object per line as it happens
 //! (`{"event":"start",...}`, `{"event":"interval",...}`, `{"event":"end",...}`).
+//! [`WholeDocument`] collects the test for every format that prints one document at the
+//! end, each with its own [`Printer`].
 
 use std::io::{self, Write};
 
@@ -73,31 +75,17 @@ pub enum Event {
     ServerOutput(String),
 }
 
-/// `-J`: collects, prints once.
-pub struct JsonFormatter<W: Write> {
-    out: W,
+/// A test's document as it comes in, for the formats that print it whole when the test
+/// ends.
+#[derive(Default)]
+struct Collector {
     doc: Option<Document>,
     title: Option<String>,
     /// Summaries still to come before the document is whole (two with `--bidir`).
     ends_left: usize,
 }
 
-impl<W: Write> JsonFormatter<W> {
-    pub fn new(out: W) -> Self {
-        JsonFormatter {
-            out,
-            doc: None,
-            title: None,
-            ends_left: 1,
-        }
-    }
-
-    /// The document's `"title"` (`-T`).
-    pub fn titled(mut self, title: Option<String>) -> Self {
-        self.title = title;
-        self
-    }
-
+impl Collector {
     /// Files a direction's summary in the document.
     fn file(&mut self, summary: &Summary) {
         if let Some(doc) = &mut self.doc {
@@ -105,59 +93,117 @@ impl<W: Write> JsonFormatter<W> {
         }
         self.ends_left = self.ends_left.saturating_sub(1);
     }
+
+    /// The document so far (with `summary`, the totals of a test cut short) and why the
+    /// test stopped; None when it failed before its header.
+    fn failed(&mut self, summary: Option<&Summary>, error: &str) -> Option<Document> {
+        if let Some(s) = summary {
+            self.file(s);
+        }
+        let mut doc = self.doc.take()?;
+        doc.error = Some(error.to_string());
+        Some(doc)
+    }
 }
 
-impl<W: Write + Send> Formatter for JsonFormatter<W> {
+/// How a whole-document format writes the test once it is over.
+pub(crate) trait Printer: Send {
+    /// The test's header has arrived: the test starts now.
+    fn started(&mut self) {}
+    /// Writes the document, or (None: the test failed before its header) `error` alone.
+    fn print(&mut self, doc: Option<Document>, error: &str) -> io::Result<()>;
+}
+
+/// A format that collects the test and prints one document when it ends (`-J`,
+/// `--format iperf3-json`): the document with its totals, or, when the test failed or was
+/// cut short, with what was measured and the reason in `error` (as iperf3 -J keeps its end
+/// sums when interrupted).
+pub struct WholeDocument<P> {
+    collected: Collector,
+    printer: P,
+}
+
+impl<P> WholeDocument<P> {
+    pub(crate) fn with_printer(printer: P) -> Self {
+        WholeDocument {
+            collected: Collector::default(),
+            printer,
+        }
+    }
+
+    /// The document's `"title"` (`-T`, as iperf3's).
+    pub fn titled(mut self, title: Option<String>) -> Self {
+        self.collected.title = title;
+        self
+    }
+}
+
+impl<P: Printer> Formatter for WholeDocument<P> {
     fn header(&mut self, header: &Header) -> io::Result<()> {
-        self.doc = Some(Document::new(self.title.clone(), header.clone()));
-        self.ends_left = header.direction.reversed().len();
+        self.printer.started();
+        let c = &mut self.collected;
+        c.doc = Some(Document::new(c.title.clone(), header.clone()));
+        c.ends_left = header.direction.reversed().len();
         Ok(())
     }
 
     fn interval(&mut self, interval: &IntervalReport) -> io::Result<()> {
-        if let Some(doc) = &mut self.doc {
+        if let Some(doc) = &mut self.collected.doc {
             doc.intervals.push(interval.clone());
         }
         Ok(())
     }
 
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
-        self.file(summary);
-        if self.ends_left > 0 {
-            return Ok(());
+        self.collected.file(summary);
+        match (self.collected.ends_left, self.collected.doc.take()) {
+            (0, Some(doc)) => self.printer.print(Some(doc), ""),
+            (_, doc) => {
+                self.collected.doc = doc;
+                Ok(())
+            }
         }
-        let Some(doc) = self.doc.take() else {
-            return Ok(());
-        };
-        serde_json::to_writer_pretty(&mut self.out, &doc)?;
-        writeln!(self.out)?;
-        self.out.flush()
     }
 
     fn server_output(&mut self, text: &str) -> io::Result<()> {
-        if let Some(doc) = &mut self.doc {
+        if let Some(doc) = &mut self.collected.doc {
             doc.server_output_text = Some(text.to_string());
         }
         Ok(())
     }
 
-    /// One document with both the totals so far and why the test stopped (as iperf3 -J
-    /// keeps its end sums when interrupted).
     fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
-        self.file(summary);
-        self.failed(error)
+        let doc = self.collected.failed(Some(summary), error);
+        self.printer.print(doc, error)
     }
 
     fn failed(&mut self, error: &str) -> io::Result<()> {
-        match self.doc.take() {
-            Some(mut doc) => {
-                doc.error = Some(error.to_string());
-                serde_json::to_writer_pretty(&mut self.out, &doc)?;
-            }
-            None => serde_json::to_writer(&mut self.out, &serde_json::json!({ "error": error }))?,
+        let doc = self.collected.failed(None, error);
+        self.printer.print(doc, error)
+    }
+}
+
+/// `-J`: pinperf's document, pretty-printed.
+pub struct JsonPrinter<W>(W);
+
+impl<W: Write + Send> Printer for JsonPrinter<W> {
+    fn print(&mut self, doc: Option<Document>, error: &str) -> io::Result<()> {
+        let out = &mut self.0;
+        match doc {
+            Some(doc) => serde_json::to_writer_pretty(&mut *out, &doc)?,
+            None => serde_json::to_writer(&mut *out, &serde_json::json!({ "error": error }))?,
         }
-        writeln!(self.out)?;
-        self.out.flush()
+        writeln!(out)?;
+        out.flush()
+    }
+}
+
+/// `-J`: collects, prints once.
+pub type JsonFormatter<W> = WholeDocument<JsonPrinter<W>>;
+
+impl<W: Write> WholeDocument<JsonPrinter<W>> {
+    pub fn new(out: W) -> Self {
+        WholeDocument::with_printer(JsonPrinter(out))
     }
 }
 

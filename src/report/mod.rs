@@ -7,6 +7,7 @@ pub mod csv;
 pub(crate) mod diagnosis;
 pub(crate) mod fairness;
 pub(crate) mod interval;
+pub mod iperf3_json;
 pub mod json;
 pub mod model;
 pub(crate) mod text;
@@ -99,6 +100,7 @@ pub(crate) fn formatter(
         Format::Json => Box::new(json::JsonFormatter::new(out)),
         Format::JsonLines => Box::new(json::JsonLinesFormatter::new(out)),
         Format::Csv => Box::new(csv::CsvFormatter::new(out)),
+        Format::Iperf3Json => Box::new(iperf3_json::Iperf3JsonFormatter::new(out)),
     }
 }
 
@@ -196,6 +198,8 @@ struct StreamTotal {
     block: RttAgg,
     retransmits: Option<u64>,
     last: Option<TcpSample>,
+    /// The largest congestion window at an interval's end.
+    max_cwnd: Option<u64>,
     starved_intervals: u32,
     /// Runs of intervals in which this stream read nothing while others did.
     stalls: diagnosis::StallLog,
@@ -631,6 +635,7 @@ fn stream_row(
         kernel_rtt: None,
         block_rtt: None,
         udp: None,
+        sent: None,
     }
 }
 
@@ -673,6 +678,7 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
                 *t.retransmits.get_or_insert(0) += retr;
             }
             t.last = slice.last.or(t.last);
+            t.max_cwnd = t.max_cwnd.max(row.snd_cwnd);
             t.starved_intervals += u32::from(bytes == 0);
             if let Some(u) = udp {
                 let d = t.udp.get_or_insert_default();
@@ -852,6 +858,10 @@ fn summarize(
             row.kernel_rtt = t.kernel.summary();
             row.rtt = row.kernel_rtt.map(|k| k.avg_us);
             row.block_rtt = t.block.summary();
+            row.sent = Some(model::SentTotal {
+                bits_per_second: bps(row.sent_bytes, end - start),
+                max_snd_cwnd: t.max_cwnd,
+            });
             // UDP's totals settle on the sender's count: every datagram it sent and the
             // receiver never got is lost, the tail a dead path swallowed included.
             if header.udp {
@@ -1179,6 +1189,64 @@ mod tests {
             "{:?}",
             s.diagnosis
         );
+    }
+
+    /// The totals carry each stream's sender side as iperf3's `end.streams[].sender`
+    /// has it: the bytes written over the test's span, and the largest congestion window
+    /// an interval ended with (omitted intervals left out, as from the other totals).
+    #[test]
+    fn totals_carry_the_sender_s_rate_and_largest_cwnd() {
+        let sample = |cwnd_bytes| crate::measure::TcpSample {
+            cwnd_bytes,
+            ..crate::measure::TcpSample::default()
+        };
+        let interval = |index: u32, omitted: bool, cwnd: Option<u64>| {
+            let local = ClosedInterval {
+                index,
+                begin_ns: u64::from(index) * 500_000_000,
+                end_ns: u64::from(index + 1) * 500_000_000,
+                omitted,
+                streams: vec![interval::StreamSlice {
+                    bytes: 100,
+                    srtt: None,
+                    block_rtt: None,
+                    retransmits: None,
+                    last: cwnd.map(sample),
+                    udp: None,
+                }],
+            };
+            let remote = ReceiverRow {
+                index,
+                begin_us: u64::from(index) * 500_000,
+                end_us: u64::from(index + 1) * 500_000,
+                bytes: vec![100],
+                udp: Vec::new(),
+            };
+            (local, remote)
+        };
+        let mut totals = no_totals(1);
+        for (i, omitted, cwnd) in [
+            (0, true, Some(900_000)),
+            (1, false, Some(40_000)),
+            (2, false, None),
+            (3, false, Some(60_000)),
+            (4, false, Some(50_000)),
+        ] {
+            let (l, r) = interval(i, omitted, cwnd);
+            join(&l, &r, &mut totals);
+        }
+        let mut h = model::sample::header();
+        h.duration_s = 2.0;
+        h.omit_s = 0.5;
+        let s = summarize(&h, &[500], &[500], 2_500_000, &mut totals, false);
+        let sent = s.streams[0].sent.expect("a total has its sender side");
+        assert_eq!(sent.max_snd_cwnd, Some(60_000));
+        assert!(
+            (sent.bits_per_second - 400.0 * 8.0 / 2.0).abs() < 1e-6,
+            "{sent:?}"
+        );
+        let without_tcp_info = summarize(&h, &[0], &[0], 2_500_000, &mut no_totals(1), false);
+        assert_eq!(without_tcp_info.streams[0].sent.unwrap().max_snd_cwnd, None);
     }
 
     /// A UDP stream that has received nothing yet still has its place in the row: the

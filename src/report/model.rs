@@ -120,6 +120,19 @@ pub struct StreamRow {
     /// `-u`: the receiver's datagram accounting (absent for TCP).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpFigures>,
+    /// In the totals only: the sender's side of the stream over the same span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<SentTotal>,
+}
+
+/// A stream's sender over the whole test (iperf3's `end.streams[].sender`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SentTotal {
+    /// `sent_bytes` over the span.
+    pub bits_per_second: f64,
+    /// The largest congestion window the stream's `TCP_INFO` showed at an interval's end
+    /// (absent without `TCP_INFO`), bytes.
+    pub max_snd_cwnd: Option<u64>,
 }
 
 /// A UDP span's datagrams, under iperf3's names where iperf3 has the concept.
@@ -421,6 +434,7 @@ pub(crate) mod sample {
             kernel_rtt: tcp.then(|| rtt(60.0, 80.6, 101.0, None)),
             block_rtt: (bytes > 0).then(|| rtt(41.0, 2173.04, 3958.0, Some(2449.05))),
             udp: None,
+            sent: None,
         }
     }
 

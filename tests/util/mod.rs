@@ -13,6 +13,8 @@
 
 #![allow(dead_code)]
 
+pub mod iperf3;
+
 use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
