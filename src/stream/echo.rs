@@ -208,6 +208,9 @@ pub struct EchoCollector {
     /// Echoes whose arrival came from the kernel's stamp, and from the look's time.
     pub stamped: u64,
     pub unstamped: u64,
+    /// Stamped echoes left out: read from a buffer a later echo was merged into, so the
+    /// stamp was the later one's arrival (counted in `stamped` too).
+    pub coalesced: u64,
 }
 
 impl EchoCollector {
@@ -234,8 +237,8 @@ impl EchoCollector {
 
     /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each:
     /// from the block's stamp to the echo's arrival (the kernel's stamp, placed on the
-    /// test clock, or `now_ns`). Schedules the next look. An error when the echo connection
-    /// was closed or failed.
+    /// test clock, or `now_ns`), leaving out stamped echoes a later one was merged with.
+    /// Schedules the next look. An error when the echo connection was closed or failed.
     pub fn drain(
         &mut self,
         sock: &impl AsFd,
@@ -246,6 +249,9 @@ impl EchoCollector {
         // CLOCK_REALTIME at this look, read once and only when a stamp needs it: a stamp
         // `d` ns before it arrived `d` ns before `now_ns`.
         let mut real_now: Option<u64> = None;
+        // The newest kernel-stamped echo (its segment's stamp, its RTT), held until a read
+        // shows that no later echo shares its segment's stamp.
+        let mut held: Option<(u64, u64)> = None;
         loop {
             // With kernel stamps, read one echo at a time, so each gets its own segment's
             // stamp (the kernel reports the last segment a read touched).
@@ -269,6 +275,14 @@ impl EchoCollector {
                     "the receiver closed it",
                 ));
             }
+            // Echoes that waited unread in the receive queue were merged into one buffer,
+            // which carries the newest one's arrival: only that one's stamp is its own.
+            if let (Some(k), Some((hk, _))) = (stamp, held)
+                && k == hk
+            {
+                held = None;
+                self.coalesced += 1;
+            }
             let arrival_ns = match stamp {
                 Some(k) => {
                     let real = *real_now.get_or_insert_with(sys::realtime_ns);
@@ -286,17 +300,27 @@ impl EchoCollector {
                     self.have = 0;
                     let (_seq, stamp_ns) = decode(&self.partial);
                     got = true;
-                    if stamp.is_some() {
-                        self.stamped += 1;
-                    } else {
-                        self.unstamped += 1;
+                    let rtt_ns = arrival_ns.saturating_sub(stamp_ns);
+                    match stamp {
+                        Some(k) => {
+                            self.stamped += 1;
+                            if let Some((_, r)) = held.replace((k, rtt_ns)) {
+                                on_rtt(r);
+                            }
+                        }
+                        None => {
+                            self.unstamped += 1;
+                            on_rtt(rtt_ns);
+                        }
                     }
-                    on_rtt(arrival_ns.saturating_sub(stamp_ns));
                 }
             }
             if n < want {
                 break;
             }
+        }
+        if let Some((_, r)) = held {
+            on_rtt(r);
         }
         self.next_look_ns = if self.kernel_stamps {
             now_ns + KERNEL_STAMPED_LOOK_NS
@@ -467,6 +491,53 @@ mod tests {
         plain.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
         assert_eq!(plain.unstamped, 1);
         assert!(rtts[1] >= 100_000_000, "{rtts:?}");
+    }
+
+    /// Echoes that wait unread are merged by the kernel into one buffer stamped with the
+    /// newest one's arrival: only that one is counted, never the older ones with its stamp.
+    #[test]
+    fn merged_echoes_are_left_out_not_timed_by_the_newest() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut receiver, _) = l.accept().unwrap();
+        receiver.set_nodelay(true).unwrap();
+        let t0 = std::time::Instant::now();
+        let ns = || t0.elapsed().as_nanos() as u64;
+        let mut collector = EchoCollector::new();
+        collector.stamp_arrivals(&sender).unwrap();
+        let mut h = [0u8; HEADER_LEN];
+        // Until the kernel stamps (see a_late_look_does_not_add_to_a_kernel_stamped_rtt).
+        for _ in 0..100 {
+            stamp(&mut h, 0, ns());
+            receiver.write_all(&h).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            collector.drain(&sender, ns(), |_| {}).unwrap();
+            if collector.stamped > 0 {
+                break;
+            }
+        }
+        assert!(collector.stamped > 0, "no echo was stamped by the kernel");
+        // Four echoes 30 ms apart, read together after the last.
+        for seq in 1..=4 {
+            stamp(&mut h, seq, ns());
+            receiver.write_all(&h).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+        let mut rtts = Vec::new();
+        collector.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
+        eprintln!(
+            "4 echoes read late: RTTs {rtts:?} ns, {} merged",
+            collector.coalesced
+        );
+        assert!(
+            rtts.iter().all(|r| *r < 20_000_000),
+            "an echo was timed by a later one's arrival: {rtts:?}"
+        );
+        assert_eq!(rtts.len() as u64 + collector.coalesced, 4);
+        assert!(
+            collector.coalesced > 0,
+            "the kernel merged none of 4 unread echoes: nothing was tested"
+        );
     }
 
     #[test]
