@@ -10,14 +10,14 @@
 //! the kernel into one receive buffer that carries the newest one's arrival stamp
 //! (`tcp_try_coalesce`), so the older ones' RTTs would read long. The single engine's
 //! `poll()` reads them at once; a blocking sender's thread cannot while it waits in
-//! `write()`, so an [`EchoReader`] thread (`echo-N`) reads them for it. An echo that was
-//! merged all the same (a reader held up for more than [`ECHO_EVERY_NS`]) is left out, never
-//! counted with a stamp that is not its own ([`EchoCollector::coalesced`]).
+//! `write()`, so the process's `echo` thread reads them for it ([`EchoReader`]). An echo
+//! that was merged all the same (a reader held up for more than [`ECHO_EVERY_NS`]) is left
+//! out, never counted with a stamp that is not its own ([`EchoCollector::coalesced`]).
 //!
 //! Costs, by design: the receiver does at most one non-blocking `send()` per 5 ms; the
-//! sender one wake-up per echo (one `recvmsg()` per echo, one more that finds none, one
-//! CLOCK_REALTIME reading), and its stream thread one channel look per
-//! [`LOOK_EVERY_NS`].
+//! sender's `echo` thread at most one wake-up per 2.5 ms for all streams (one `recvmsg()`
+//! per echo and one more per stream that finds none, a CLOCK_REALTIME reading), and each
+//! stream thread one channel look per [`LOOK_EVERY_NS`].
 //!
 //! A lost echo connection (closed or reset before the data ended) fails its stream, and so
 //! the test, like a lost data connection: a test asked for block RTT, and rows that quietly
@@ -28,11 +28,11 @@ use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
-use super::TestClock;
+use super::{TestClock, spawn_named};
 use crate::error::{Error, Result};
 use crate::sys;
 
@@ -322,55 +322,95 @@ impl EchoCollector {
     }
 }
 
-/// How long an [`EchoReader`] thread waits for an echo before it looks at its stop flag.
-const READER_WAKE_MS: i32 = 10;
-/// Echoes an [`EchoReader`] holds for its stream thread (its stream takes them every
-/// [`LOOK_EVERY_NS`] or [`super::WAKE`] at most: this is seconds of them).
+/// How long the `echo` thread waits in `poll()` before it looks for streams that came or
+/// went.
+const HUB_WAKE_MS: i32 = 10;
+/// Least time between two wake-ups of the `echo` thread: half the least gap between one
+/// stream's echoes, so each is read before the next can arrive, and the thread wakes at
+/// most 400 times a second however many streams it serves.
+const HUB_GAP: Duration = Duration::from_nanos(ECHO_EVERY_NS / 2);
+/// Echoes held for a stream thread (it takes them every [`LOOK_EVERY_NS`] or
+/// [`super::WAKE`] at most: this is seconds of them).
 const READER_QUEUE: usize = 1024;
 
-/// A blocking sender's echoes, read the moment they arrive by a thread of their own
-/// (`echo-N`), so that an echo never waits unread while its stream thread sits in a
-/// `write()` that waits for buffer space. Echoes that wait unread are merged by the kernel
-/// into one buffer stamped with the newest one's arrival, so even kernel stamps could not
-/// time them (lab: 80 % of the threads engine's echoes were merged, and its block-RTT
-/// median read 37 ms above the single engine's, whose `poll()` reads each echo at once).
+/// A blocking sender's echoes, read soon after they arrive by the process's `echo` thread,
+/// so that none waits unread while its stream thread sits in a `write()` that waits for
+/// buffer space. Echoes that wait unread are merged by the kernel into one buffer stamped
+/// with the newest one's arrival, so even kernel stamps could not time them (lab: 80 % of
+/// the threads engine's echoes were merged, and its block-RTT median read 37 ms above the
+/// single engine's, whose `poll()` reads each echo at once). One thread serves every
+/// stream and wakes at most once per [`HUB_GAP`]: a thread per stream woke once per echo,
+/// 1 600 times a second at `-P 8`, and cost a saturated two-core loopback test ~10 %.
 /// The stream thread takes the RTTs with [`EchoReader::take`] between writes.
 pub struct EchoReader {
     rtts: crossbeam_channel::Receiver<u64>,
-    /// Why the echo connection failed, once it has.
-    failed: Arc<Mutex<Option<io::Error>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Result<()>>>,
+    shared: Arc<Shared>,
     next_look_ns: u64,
 }
 
+/// What a stream and the `echo` thread share about its echo connection.
+#[derive(Default)]
+struct Shared {
+    /// Why the echo connection failed, once it has.
+    failed: Mutex<Option<io::Error>>,
+    /// The stream takes no more echoes: the `echo` thread lets go of the connection.
+    stop: AtomicBool,
+}
+
+/// A stream's echo connection, as the `echo` thread serves it.
+struct Lane {
+    sock: TcpStream,
+    clock: TestClock,
+    rtts: crossbeam_channel::Sender<u64>,
+    shared: Arc<Shared>,
+    collector: EchoCollector,
+}
+
+/// The `echo` thread's inbox: lanes to add, and whether the thread runs.
+struct Hub {
+    state: Mutex<(Vec<Lane>, bool)>,
+    added: Condvar,
+}
+
+static HUB: Hub = Hub {
+    state: Mutex::new((Vec::new(), false)),
+    added: Condvar::new(),
+};
+
 impl EchoReader {
-    /// Starts stream `id`'s `echo-N` thread on a second handle of `sock`, timing arrivals
-    /// on `clock` (call after the start).
-    pub(crate) fn spawn(id: u16, sock: &TcpStream, clock: TestClock) -> Result<EchoReader> {
+    /// Hands a second handle of stream `id`'s echo connection to the `echo` thread (started
+    /// on first use), which times arrivals on `clock` (call after the start).
+    pub(crate) fn start(id: u16, sock: &TcpStream, clock: TestClock) -> Result<EchoReader> {
         let sock = sock.try_clone().map_err(|e| {
             Error::io(
                 format!("stream-{id}: a second handle on the echo connection"),
                 e,
             )
         })?;
+        let mut collector = EchoCollector::new();
+        // A kernel that refuses leaves the arrival to the read, which is prompt here.
+        let _ = collector.stamp_arrivals(&sock);
         let (tx, rtts) = crossbeam_channel::bounded(READER_QUEUE);
-        let failed: Arc<Mutex<Option<io::Error>>> = Default::default();
-        let stop: Arc<AtomicBool> = Default::default();
-        let thread = {
-            let (failed, stop) = (Arc::clone(&failed), Arc::clone(&stop));
-            super::spawn_named(format!("echo-{id}"), move || {
-                if let Err(e) = read_echoes(&sock, clock, &tx, &stop) {
-                    *failed.lock() = Some(e);
-                }
+        let shared = Arc::<Shared>::default();
+        let mut state = HUB.state.lock();
+        if !state.1 {
+            spawn_named("echo".into(), || {
+                serve(&HUB);
                 Ok(())
-            })?
-        };
+            })?;
+            state.1 = true;
+        }
+        state.0.push(Lane {
+            sock,
+            clock,
+            rtts: tx,
+            shared: Arc::clone(&shared),
+            collector,
+        });
+        HUB.added.notify_one();
         Ok(EchoReader {
             rtts,
-            failed,
-            stop,
-            thread: Some(thread),
+            shared,
             next_look_ns: 0,
         })
     }
@@ -386,19 +426,16 @@ impl EchoReader {
     pub fn take(&mut self, now_ns: u64, mut on_rtt: impl FnMut(u64)) -> io::Result<()> {
         self.next_look_ns = now_ns + LOOK_EVERY_NS;
         self.rtts.try_iter().for_each(&mut on_rtt);
-        match self.failed.lock().take() {
+        match self.shared.failed.lock().take() {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
-    /// Stops the thread (within [`READER_WAKE_MS`]) and waits for it; later echoes are
-    /// not read. The echo connection stays open as long as the caller's handle does.
+    /// Takes no more echoes: the `echo` thread closes its handle within [`HUB_WAKE_MS`]
+    /// (the connection stays open as long as the caller's handle does).
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.shared.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -408,36 +445,59 @@ impl Drop for EchoReader {
     }
 }
 
-/// The body of an `echo-N` thread: waits for echoes and reads each as it arrives, stamped
-/// by the kernel where it can be, until `stop`; an error when the connection fails.
-fn read_echoes(
-    sock: &TcpStream,
-    clock: TestClock,
-    rtts: &crossbeam_channel::Sender<u64>,
-    stop: &AtomicBool,
-) -> io::Result<()> {
-    let mut collector = EchoCollector::new();
-    // A kernel that refuses leaves the arrival to the look, which is prompt here.
-    let _ = collector.stamp_arrivals(sock);
-    let mut fds = [libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    while !stop.load(Ordering::Relaxed) {
-        match sys::poll(&mut fds, READER_WAKE_MS) {
+/// The `echo` thread: waits for echoes on every stream's connection and reads them as they
+/// arrive (at most once per [`HUB_GAP`]); a failed connection is its stream's error.
+/// Sleeps while no stream has one.
+fn serve(hub: &Hub) {
+    let mut lanes: Vec<Lane> = Vec::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    loop {
+        {
+            let mut state = hub.state.lock();
+            lanes.append(&mut state.0);
+            lanes.retain(|l| !l.shared.stop.load(Ordering::Relaxed));
+            if lanes.is_empty() {
+                hub.added.wait(&mut state);
+                continue;
+            }
+        }
+        fds.clear();
+        fds.extend(lanes.iter().map(|l| libc::pollfd {
+            fd: l.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        match sys::poll(&mut fds, HUB_WAKE_MS) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => {
+                for l in &lanes {
+                    *l.shared.failed.lock() = Some(io::Error::new(e.kind(), e.to_string()));
+                    l.shared.stop.store(true, Ordering::Relaxed);
+                }
+                continue;
+            }
         }
-        let now_ns = clock.ns(Instant::now());
-        // A full queue (a stream thread that stopped taking) drops samples, never blocks.
-        collector.drain(sock, now_ns, |rtt_ns| {
-            let _ = rtts.try_send(rtt_ns);
-        })?;
+        let woke = Instant::now();
+        for (l, fd) in lanes.iter_mut().zip(&fds) {
+            if fd.revents == 0 {
+                continue;
+            }
+            let now_ns = l.clock.ns(Instant::now());
+            let rtts = &l.rtts;
+            // A full queue (a stream thread that stopped taking) drops samples, never blocks.
+            if let Err(e) = l.collector.drain(&l.sock, now_ns, |rtt_ns| {
+                let _ = rtts.try_send(rtt_ns);
+            }) {
+                *l.shared.failed.lock() = Some(e);
+                l.shared.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        if let Some(rest) = HUB_GAP.checked_sub(woke.elapsed()) {
+            std::thread::sleep(rest);
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]

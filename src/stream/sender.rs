@@ -5,9 +5,9 @@
 //! [`pace::QUANTUM`] of the rate (a block is written in pieces when it holds more).
 //! With `-Z` ([`Copying::zerocopy`]) blocks go out with `MSG_ZEROCOPY` from a ring of
 //! buffers whose completions this thread reaps ([`super::zerocopy`]).
-//! Block-RTT echoes are read by the stream's own `echo-N` thread ([`EchoReader`]) the
-//! moment they arrive, since this one may sit in `write()` for as long as its buffer takes
-//! to drain a third; it takes their RTTs between writes.
+//! Block-RTT echoes are read by the process's `echo` thread ([`EchoReader`]) as they
+//! arrive, since this one may sit in `write()` for as long as its buffer takes to drain a
+//! third; it takes their RTTs between writes.
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
@@ -75,9 +75,9 @@ pub fn run(
     }
 
     let clock = ctx.wait_start()?;
-    // Echoes are read as they arrive by their own thread, never after a blocked write().
+    // Echoes are read as they arrive by the echo thread, never after a blocked write().
     let mut echoes = match &ctx.echo {
-        Some(echo_sock) => Some(EchoReader::spawn(id, echo_sock, clock)?),
+        Some(echo_sock) => Some(EchoReader::start(id, echo_sock, clock)?),
         None => None,
     };
     let cpu_start = cpu::thread();
@@ -329,7 +329,7 @@ mod tests {
     }
 
     /// A stream thread that sits in `write()` (its receiver reads nothing until the end)
-    /// still records every echo with its own arrival: its `echo-N` thread reads each as it
+    /// still records every echo with its own arrival: the `echo` thread reads each as it
     /// comes. Read only between writes, echoes 20 ms apart were merged by the kernel and
     /// timed by the newest one's arrival (or, left out, mostly not counted).
     #[test]
