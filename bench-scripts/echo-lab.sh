@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Is the threads engine's block RTT as exact as the single engine's? In `pinperf lab`
-# (root): a 60 ms, 1 Gbit/s path, 8 streams, -w BDP/8, 128 KiB blocks, where a blocked
-# write() lasts long. The single engine reads each echo the moment poll() says it arrived;
-# the threads engine reads echoes between writes, so without the kernel's receive stamp a
-# sample includes the blocked write. Per binary (BEFORE: a build without kernel stamps, to
-# show the change; PINPERF: this one) and engine, ROUNDS runs: block RTT min and median
-# (median over every stream's interval medians), and their gaps to the single engine.
+# Do both engines measure the same block RTT? In `pinperf lab` (root): a 60 ms, 1 Gbit/s
+# path, 8 streams, -w BDP/8, 128 KiB blocks, where a blocked write() lasts long. Echoes must
+# be read before the next one arrives (unread ones are merged by the kernel and stamped with
+# the newest arrival), and both engines must keep their send buffers equally full (block RTT
+# includes that queue). Per binary (BEFORE: an older build, to show a change; PINPERF: this
+# one) and engine, ROUNDS runs: block RTT min and median (median over every stream's
+# interval medians), and their gaps to the single engine.
 #
 #   sudo BEFORE=/path/to/old/pinperf bench-scripts/echo-lab.sh   # SECS=10 ROUNDS=2
 set -euo pipefail

@@ -1,25 +1,39 @@
 //! Block RTT, thrulay's way. Every block starts with a 16-byte header (sequence number and
 //! the sender's timestamp). The receiver finds headers in its byte stream and echoes the
 //! newest one back on its echo connection, at most once per [`ECHO_EVERY_NS`]; the sender
-//! collects echoes between writes and records `arrival - stamp`, the arrival being the
-//! kernel's receive timestamp of the echo (`SO_TIMESTAMPNS`), so a blocked `write()`
-//! between the arrival and the look never adds to a sample. That RTT includes every queue
+//! reads each echo as it arrives and records `arrival - stamp`, the arrival being the
+//! kernel's receive timestamp of the echo (`SO_TIMESTAMPNS`). That RTT includes every queue
 //! the block waited in, the sender's socket buffer first of all: it is how an oversized
 //! window shows itself.
 //!
-//! Costs, by design: the receiver does at most one non-blocking `send()` per 5 ms, the
-//! sender with kernel stamps one non-blocking look per [`KERNEL_STAMPED_LOOK_NS`] (plus one
-//! `recvmsg()` per echo and one CLOCK_REALTIME reading per look that found one), without
-//! them at most one `recv()` per [`DRAIN_EVERY_NS`].
+//! Echoes must be read as they arrive, not only stamped: echoes left unread are merged by
+//! the kernel into one receive buffer that carries the newest one's arrival stamp
+//! (`tcp_try_coalesce`), so the older ones' RTTs would read long. The single engine's
+//! `poll()` reads them at once; a blocking sender's thread cannot while it waits in
+//! `write()`, so the process's `echo` thread reads them for it ([`EchoReader`]). An echo
+//! that was merged all the same (a reader held up for more than [`ECHO_EVERY_NS`]) is left
+//! out, never counted with a stamp that is not its own ([`EchoCollector::coalesced`]).
+//!
+//! Costs, by design: the receiver does at most one non-blocking `send()` per 5 ms; the
+//! sender's `echo` thread at most one wake-up per 2.5 ms for all streams (one `recvmsg()`
+//! per echo and one more per stream that finds none, a CLOCK_REALTIME reading), and each
+//! stream thread one channel look per [`LOOK_EVERY_NS`].
 //!
 //! A lost echo connection (closed or reset before the data ended) fails its stream, and so
 //! the test, like a lost data connection: a test asked for block RTT, and rows that quietly
 //! go `-` would hide that the measurement changed. `--no-echo` runs without it.
 
 use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use std::os::fd::AsFd;
+use parking_lot::{Condvar, Mutex};
 
+use super::{TestClock, spawn_named};
+use crate::error::{Error, Result};
 use crate::sys;
 
 /// Header bytes at the start of every block.
@@ -28,8 +42,6 @@ pub const HEADER_LEN: usize = 16;
 /// cost 3 % of a 54 Gbit/s loopback stream (bench-scripts/echo-cost.sh, cubic, 128k); at
 /// 5 ms the cost is within run-to-run noise.
 pub const ECHO_EVERY_NS: u64 = 5_000_000;
-/// Senders look for echoes at most this often per stream.
-pub const DRAIN_EVERY_NS: u64 = 100_000;
 
 /// Writes block `seq`'s header, stamped `stamp_ns` since the start, into `block`.
 #[inline]
@@ -167,8 +179,8 @@ impl HeaderEcho {
 }
 
 /// The error of a stream whose echo connection is gone.
-pub fn lost(id: u16, e: io::Error) -> crate::error::Error {
-    crate::error::Error::Test(format!(
+pub fn lost(id: u16, e: io::Error) -> Error {
+    Error::Test(format!(
         "stream-{id}: the echo connection failed ({e}); block RTT needs it (--no-echo runs \
          without)"
     ))
@@ -182,32 +194,27 @@ fn full_or(e: io::Error) -> io::Result<()> {
     }
 }
 
-/// How early, before the next echo can be due, a sender starts looking for it again
-/// (without kernel stamps, where a late look adds to the sample).
-pub const ECHO_EARLY_NS: u64 = 1_000_000;
+/// How often a blocking sender's stream thread takes the RTTs its [`EchoReader`] measured:
+/// it only bounds how long a sample waits to be recorded (the arrival is the kernel's).
+pub const LOOK_EVERY_NS: u64 = ECHO_EVERY_NS;
 
-/// How often a sender whose echo socket is stamped by the kernel looks for echoes: a late
-/// look no longer changes a sample (the arrival time is the kernel's), so it only bounds
-/// how long an echo waits to be counted.
-pub const KERNEL_STAMPED_LOOK_NS: u64 = ECHO_EVERY_NS;
-
-/// Sender side: reassembles echoed headers from non-blocking reads, and knows when it is
-/// worth looking. With [`EchoCollector::stamp_arrivals`] on, each echo's arrival is the
-/// kernel's receive timestamp of the segment that completed it, so an echo read after a
-/// blocked `write()` is as exact as one read at once; it then looks once per
-/// [`KERNEL_STAMPED_LOOK_NS`]. Without it (or on a kernel that gives no stamp) the arrival
-/// is the time of the look: right after an echo the next cannot come for
-/// [`ECHO_EVERY_NS`], so it skips the `recv()` calls until [`ECHO_EARLY_NS`] before that.
+/// Sender side: reassembles echoed headers from non-blocking reads, to be called when the
+/// echo socket is readable. With [`EchoCollector::stamp_arrivals`] on, each echo's arrival
+/// is the kernel's receive timestamp of the segment that completed it, so a read a little
+/// late is as exact as one at once; without it (or on a kernel that gives no stamp) the
+/// arrival is the time of the read.
 #[derive(Default)]
 pub struct EchoCollector {
     partial: [u8; HEADER_LEN],
     have: usize,
     buf: Vec<u8>,
-    next_look_ns: u64,
     kernel_stamps: bool,
     /// Echoes whose arrival came from the kernel's stamp, and from the look's time.
     pub stamped: u64,
     pub unstamped: u64,
+    /// Stamped echoes left out: read from a buffer a later echo was merged into, so the
+    /// stamp was the later one's arrival (counted in `stamped` too).
+    pub coalesced: u64,
 }
 
 impl EchoCollector {
@@ -226,26 +233,22 @@ impl EchoCollector {
         Ok(())
     }
 
-    /// True when a look for echoes is due at `now_ns`.
-    #[inline]
-    pub fn due(&self, now_ns: u64) -> bool {
-        now_ns >= self.next_look_ns
-    }
-
     /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each:
     /// from the block's stamp to the echo's arrival (the kernel's stamp, placed on the
-    /// test clock, or `now_ns`). Schedules the next look. An error when the echo connection
-    /// was closed or failed.
+    /// test clock, or `now_ns`), leaving out stamped echoes a later one was merged with.
+    /// An error when the echo connection was closed or failed.
     pub fn drain(
         &mut self,
         sock: &impl AsFd,
         now_ns: u64,
         mut on_rtt: impl FnMut(u64),
     ) -> io::Result<()> {
-        let mut got = false;
         // CLOCK_REALTIME at this look, read once and only when a stamp needs it: a stamp
         // `d` ns before it arrived `d` ns before `now_ns`.
         let mut real_now: Option<u64> = None;
+        // The newest kernel-stamped echo (its segment's stamp, its RTT), held until a read
+        // shows that no later echo shares its segment's stamp.
+        let mut held: Option<(u64, u64)> = None;
         loop {
             // With kernel stamps, read one echo at a time, so each gets its own segment's
             // stamp (the kernel reports the last segment a read touched).
@@ -269,6 +272,14 @@ impl EchoCollector {
                     "the receiver closed it",
                 ));
             }
+            // Echoes that waited unread in the receive queue were merged into one buffer,
+            // which carries the newest one's arrival: only that one's stamp is its own.
+            if let (Some(k), Some((hk, _))) = (stamp, held)
+                && k == hk
+            {
+                held = None;
+                self.coalesced += 1;
+            }
             let arrival_ns = match stamp {
                 Some(k) => {
                     let real = *real_now.get_or_insert_with(sys::realtime_ns);
@@ -285,27 +296,207 @@ impl EchoCollector {
                 if self.have == HEADER_LEN {
                     self.have = 0;
                     let (_seq, stamp_ns) = decode(&self.partial);
-                    got = true;
-                    if stamp.is_some() {
-                        self.stamped += 1;
-                    } else {
-                        self.unstamped += 1;
+                    let rtt_ns = arrival_ns.saturating_sub(stamp_ns);
+                    match stamp {
+                        Some(k) => {
+                            self.stamped += 1;
+                            if let Some((_, r)) = held.replace((k, rtt_ns)) {
+                                on_rtt(r);
+                            }
+                        }
+                        None => {
+                            self.unstamped += 1;
+                            on_rtt(rtt_ns);
+                        }
                     }
-                    on_rtt(arrival_ns.saturating_sub(stamp_ns));
                 }
             }
             if n < want {
                 break;
             }
         }
-        self.next_look_ns = if self.kernel_stamps {
-            now_ns + KERNEL_STAMPED_LOOK_NS
-        } else if got {
-            now_ns + ECHO_EVERY_NS - ECHO_EARLY_NS
-        } else {
-            now_ns + DRAIN_EVERY_NS
-        };
+        if let Some((_, r)) = held {
+            on_rtt(r);
+        }
         Ok(())
+    }
+}
+
+/// How long the `echo` thread waits in `poll()` before it looks for streams that came or
+/// went.
+const HUB_WAKE_MS: i32 = 10;
+/// Least time between two wake-ups of the `echo` thread: half the least gap between one
+/// stream's echoes, so each is read before the next can arrive, and the thread wakes at
+/// most 400 times a second however many streams it serves.
+const HUB_GAP: Duration = Duration::from_nanos(ECHO_EVERY_NS / 2);
+/// Echoes held for a stream thread (it takes them every [`LOOK_EVERY_NS`] or
+/// [`super::WAKE`] at most: this is seconds of them).
+const READER_QUEUE: usize = 1024;
+
+/// A blocking sender's echoes, read soon after they arrive by the process's `echo` thread,
+/// so that none waits unread while its stream thread sits in a `write()` that waits for
+/// buffer space. Echoes that wait unread are merged by the kernel into one buffer stamped
+/// with the newest one's arrival, so even kernel stamps could not time them (lab: 80 % of
+/// the threads engine's echoes were merged, and its block-RTT median read 37 ms above the
+/// single engine's, whose `poll()` reads each echo at once). One thread serves every
+/// stream and wakes at most once per [`HUB_GAP`]: a thread per stream woke once per echo,
+/// 1 600 times a second at `-P 8`, and cost a saturated two-core loopback test ~10 %.
+/// The stream thread takes the RTTs with [`EchoReader::take`] between writes.
+pub struct EchoReader {
+    rtts: crossbeam_channel::Receiver<u64>,
+    shared: Arc<Shared>,
+    next_look_ns: u64,
+}
+
+/// What a stream and the `echo` thread share about its echo connection.
+#[derive(Default)]
+struct Shared {
+    /// Why the echo connection failed, once it has.
+    failed: Mutex<Option<io::Error>>,
+    /// The stream takes no more echoes: the `echo` thread lets go of the connection.
+    stop: AtomicBool,
+}
+
+/// A stream's echo connection, as the `echo` thread serves it.
+struct Lane {
+    sock: TcpStream,
+    clock: TestClock,
+    rtts: crossbeam_channel::Sender<u64>,
+    shared: Arc<Shared>,
+    collector: EchoCollector,
+}
+
+/// The `echo` thread's inbox: lanes to add, and whether the thread runs.
+struct Hub {
+    state: Mutex<(Vec<Lane>, bool)>,
+    added: Condvar,
+}
+
+static HUB: Hub = Hub {
+    state: Mutex::new((Vec::new(), false)),
+    added: Condvar::new(),
+};
+
+impl EchoReader {
+    /// Hands a second handle of stream `id`'s echo connection to the `echo` thread (started
+    /// on first use), which times arrivals on `clock` (call after the start).
+    pub(crate) fn start(id: u16, sock: &TcpStream, clock: TestClock) -> Result<EchoReader> {
+        let sock = sock.try_clone().map_err(|e| {
+            Error::io(
+                format!("stream-{id}: a second handle on the echo connection"),
+                e,
+            )
+        })?;
+        let mut collector = EchoCollector::new();
+        // A kernel that refuses leaves the arrival to the read, which is prompt here.
+        let _ = collector.stamp_arrivals(&sock);
+        let (tx, rtts) = crossbeam_channel::bounded(READER_QUEUE);
+        let shared = Arc::<Shared>::default();
+        let mut state = HUB.state.lock();
+        if !state.1 {
+            spawn_named("echo".into(), || {
+                serve(&HUB);
+                Ok(())
+            })?;
+            state.1 = true;
+        }
+        state.0.push(Lane {
+            sock,
+            clock,
+            rtts: tx,
+            shared: Arc::clone(&shared),
+            collector,
+        });
+        HUB.added.notify_one();
+        Ok(EchoReader {
+            rtts,
+            shared,
+            next_look_ns: 0,
+        })
+    }
+
+    /// True when a look is due at `now_ns` (once per [`LOOK_EVERY_NS`]).
+    #[inline]
+    pub fn due(&self, now_ns: u64) -> bool {
+        now_ns >= self.next_look_ns
+    }
+
+    /// Calls `on_rtt(rtt_ns)` for every echo read since the last call; an error once the
+    /// echo connection has failed.
+    pub fn take(&mut self, now_ns: u64, mut on_rtt: impl FnMut(u64)) -> io::Result<()> {
+        self.next_look_ns = now_ns + LOOK_EVERY_NS;
+        self.rtts.try_iter().for_each(&mut on_rtt);
+        match self.shared.failed.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes no more echoes: the `echo` thread closes its handle within [`HUB_WAKE_MS`]
+    /// (the connection stays open as long as the caller's handle does).
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for EchoReader {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The `echo` thread: waits for echoes on every stream's connection and reads them as they
+/// arrive (at most once per [`HUB_GAP`]); a failed connection is its stream's error.
+/// Sleeps while no stream has one.
+fn serve(hub: &Hub) {
+    let mut lanes: Vec<Lane> = Vec::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    loop {
+        {
+            let mut state = hub.state.lock();
+            lanes.append(&mut state.0);
+            lanes.retain(|l| !l.shared.stop.load(Ordering::Relaxed));
+            if lanes.is_empty() {
+                hub.added.wait(&mut state);
+                continue;
+            }
+        }
+        fds.clear();
+        fds.extend(lanes.iter().map(|l| libc::pollfd {
+            fd: l.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        match sys::poll(&mut fds, HUB_WAKE_MS) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                for l in &lanes {
+                    *l.shared.failed.lock() = Some(io::Error::new(e.kind(), e.to_string()));
+                    l.shared.stop.store(true, Ordering::Relaxed);
+                }
+                continue;
+            }
+        }
+        let woke = Instant::now();
+        for (l, fd) in lanes.iter_mut().zip(&fds) {
+            if fd.revents == 0 {
+                continue;
+            }
+            let now_ns = l.clock.ns(Instant::now());
+            let rtts = &l.rtts;
+            // A full queue (a stream thread that stopped taking) drops samples, never blocks.
+            if let Err(e) = l.collector.drain(&l.sock, now_ns, |rtt_ns| {
+                let _ = rtts.try_send(rtt_ns);
+            }) {
+                *l.shared.failed.lock() = Some(e);
+                l.shared.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        if let Some(rest) = HUB_GAP.checked_sub(woke.elapsed()) {
+            std::thread::sleep(rest);
+        }
     }
 }
 
@@ -467,6 +658,53 @@ mod tests {
         plain.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
         assert_eq!(plain.unstamped, 1);
         assert!(rtts[1] >= 100_000_000, "{rtts:?}");
+    }
+
+    /// Echoes that wait unread are merged by the kernel into one buffer stamped with the
+    /// newest one's arrival: only that one is counted, never the older ones with its stamp.
+    #[test]
+    fn merged_echoes_are_left_out_not_timed_by_the_newest() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut receiver, _) = l.accept().unwrap();
+        receiver.set_nodelay(true).unwrap();
+        let t0 = std::time::Instant::now();
+        let ns = || t0.elapsed().as_nanos() as u64;
+        let mut collector = EchoCollector::new();
+        collector.stamp_arrivals(&sender).unwrap();
+        let mut h = [0u8; HEADER_LEN];
+        // Until the kernel stamps (see a_late_look_does_not_add_to_a_kernel_stamped_rtt).
+        for _ in 0..100 {
+            stamp(&mut h, 0, ns());
+            receiver.write_all(&h).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            collector.drain(&sender, ns(), |_| {}).unwrap();
+            if collector.stamped > 0 {
+                break;
+            }
+        }
+        assert!(collector.stamped > 0, "no echo was stamped by the kernel");
+        // Four echoes 30 ms apart, read together after the last.
+        for seq in 1..=4 {
+            stamp(&mut h, seq, ns());
+            receiver.write_all(&h).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+        let mut rtts = Vec::new();
+        collector.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
+        eprintln!(
+            "4 echoes read late: RTTs {rtts:?} ns, {} merged",
+            collector.coalesced
+        );
+        assert!(
+            rtts.iter().all(|r| *r < 20_000_000),
+            "an echo was timed by a later one's arrival: {rtts:?}"
+        );
+        assert_eq!(rtts.len() as u64 + collector.coalesced, 4);
+        assert!(
+            collector.coalesced > 0,
+            "the kernel merged none of 4 unread echoes: nothing was tested"
+        );
     }
 
     #[test]

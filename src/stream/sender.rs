@@ -5,13 +5,16 @@
 //! [`pace::QUANTUM`] of the rate (a block is written in pieces when it holds more).
 //! With `-Z` ([`Copying::zerocopy`]) blocks go out with `MSG_ZEROCOPY` from a ring of
 //! buffers whose completions this thread reaps ([`super::zerocopy`]).
+//! Block-RTT echoes are read by the process's `echo` thread ([`EchoReader`]) as they
+//! arrive, since this one may sit in `write()` for as long as its buffer takes to drain a
+//! third; it takes their RTTs between writes.
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use super::echo::{self, EchoCollector};
+use super::echo::{self, EchoReader};
 use super::zerocopy::ZcRing;
 use super::{Batcher, BlockClock, Copying, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
@@ -57,12 +60,6 @@ pub fn run(
     } else {
         None
     };
-    let mut echoes = EchoCollector::new();
-    if let Some(echo_sock) = &ctx.echo {
-        // Echo arrivals stamped by the kernel: a blocked write() never adds to a block RTT.
-        // A kernel that refuses leaves the stamps to the looks (as before).
-        let _ = echoes.stamp_arrivals(echo_sock);
-    }
     let mut seq = 0u64;
     // Each block is stamped with the time the previous write() returned: the moment this
     // block starts into the socket, without a second clock reading per block.
@@ -78,6 +75,11 @@ pub fn run(
     }
 
     let clock = ctx.wait_start()?;
+    // Echoes are read as they arrive by the echo thread, never after a blocked write().
+    let mut echoes = match &ctx.echo {
+        Some(echo_sock) => Some(EchoReader::start(id, echo_sock, clock)?),
+        None => None,
+    };
     let cpu_start = cpu::thread();
     let mut pacer = ctx.rate_bps.map(|r| Pacer::new(r, clock.t0));
     // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
@@ -160,11 +162,11 @@ pub fn run(
             Ok(n) => {
                 let t_ns = stamps.now_ns();
                 stamp_ns = t_ns;
-                if let Some(echo_sock) = &ctx.echo
+                if let Some(echoes) = echoes.as_mut()
                     && echoes.due(t_ns)
                 {
                     echoes
-                        .drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
+                        .take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
                         .map_err(|e| echo::lost(id, e))?;
                 }
                 bytes += n as u64;
@@ -188,9 +190,9 @@ pub fn run(
             Err(e) if is_timeout(&e) => {
                 let t_ns = stamps.anchor();
                 stamp_ns = t_ns;
-                if let Some(echo_sock) = &ctx.echo {
+                if let Some(echoes) = echoes.as_mut() {
                     echoes
-                        .drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
+                        .take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
                         .map_err(|e| echo::lost(id, e))?;
                 }
                 if ctx.aborted() {
@@ -206,6 +208,12 @@ pub fn run(
         }
     }
     let t_ns = stamps.anchor();
+    if let Some(mut echoes) = echoes.take() {
+        // The last echoes, then no more: the receiver may close the connection from now on.
+        let took = echoes.take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+        echoes.stop();
+        took.map_err(|e| echo::lost(id, e))?;
+    }
     batcher.flush(t_ns, TcpSample::read(&sock, t_ns), true)?;
     let cpu = cpu::thread_since(cpu_start);
     sock.shutdown(Shutdown::Write)
@@ -318,6 +326,52 @@ mod tests {
             "the receiver's records hold every byte"
         );
         (sent, got, rtts)
+    }
+
+    /// A stream thread that sits in `write()` (its receiver reads nothing until the end)
+    /// still records every echo with its own arrival: the `echo` thread reads each as it
+    /// comes. Read only between writes, echoes 20 ms apart were merged by the kernel and
+    /// timed by the newest one's arrival (or, left out, mostly not counted).
+    #[test]
+    fn echoes_are_timed_while_the_stream_thread_waits_in_write() {
+        let _turn = crate::stream::testing::one_at_a_time();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut rx, _) = listener.accept().unwrap();
+        let echo_tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut echo_rx, _) = listener.accept().unwrap();
+        echo_rx.set_nodelay(true).unwrap();
+        let run_time = Duration::from_secs(1);
+        let (mut sctx, s_rep, s_start) = side(0, 128 << 10, None);
+        sctx.echo = Some(echo_tx);
+        let sender = std::thread::spawn(move || run(sctx, tx, run_time, Copying::default()));
+        let t0 = Instant::now();
+        s_start.send(t0).unwrap();
+        // The send buffer fills at once; then 30 echoes, 20 ms apart, stamped as sent.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut h = [0u8; echo::HEADER_LEN];
+        for seq in 0..30 {
+            echo::stamp(&mut h, seq, t0.elapsed().as_nanos() as u64);
+            std::io::Write::write_all(&mut echo_rx, &h).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut sink = vec![0u8; 1 << 16];
+        while std::io::Read::read(&mut rx, &mut sink).unwrap() > 0 {}
+        drop(rx);
+        sender.join().unwrap().unwrap();
+        let rtts: Vec<u64> = s_rep
+            .join()
+            .unwrap()
+            .iter()
+            .flat_map(|b| &b.block_rtts)
+            .map(|r| r.rtt_ns)
+            .collect();
+        eprintln!("30 echoes to a sender blocked in write(): RTTs {rtts:?} ns");
+        assert!(rtts.len() >= 24, "{} of 30 echoes counted", rtts.len());
+        assert!(
+            rtts.iter().all(|r| *r < 8_000_000),
+            "an echo was timed late: {rtts:?}"
+        );
     }
 
     /// `-Z`: every byte arrives, every zerocopy send's completion is reaped (the run ends
