@@ -973,11 +973,15 @@ fn compare_runs_one_row_per_configuration_in_text_and_json() {
     let doc: CompareDoc =
         serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
     assert_eq!(doc.rows.len(), 6);
-    assert!(
-        doc.rows
-            .iter()
-            .all(|r| r.error.is_none() && r.bits_per_second.is_some_and(|b| b > 0.0))
-    );
+    for r in &doc.rows {
+        assert!(
+            r.error.is_none() && r.bits_per_second.is_some_and(|b| b > 0.0),
+            "error {:?}, {:?} bit/s{}",
+            r.error,
+            r.bits_per_second,
+            run.explain()
+        );
+    }
     assert!(
         doc.rows
             .iter()
