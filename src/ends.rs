@@ -90,7 +90,7 @@ impl Threads {
                             sender::run(ctx, s, run_time, copy)
                         })?
                     }
-                    Engine::Single if copy.zerocopy => {
+                    Engine::Single if copy.zerocopy.is_some() => {
                         return Err(Error::Test(
                             "-Z: the single engine sends with copies; use --engine threads".into(),
                         ));

@@ -4,7 +4,8 @@
 //! With a rate (`-b`), each write waits for the stream's [`Pacer`] and holds at most
 //! [`pace::QUANTUM`] of the rate (a block is written in pieces when it holds more).
 //! With `-Z` ([`Copying::zerocopy`]) blocks go out with `MSG_ZEROCOPY` from a ring of
-//! buffers whose completions this thread reaps ([`super::zerocopy`]).
+//! buffers whose completions this thread reaps ([`super::zerocopy`]), or by `sendfile`
+//! from a ring in a memfd ([`super::sendfile`]).
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
@@ -12,8 +13,10 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use super::echo::{self, EchoCollector};
+use super::sendfile::SendfileRing;
 use super::zerocopy::ZcRing;
 use super::{Batcher, BlockClock, Copying, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
+use crate::choices::ZeroCopy;
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::pace::{self, Pacer};
@@ -27,7 +30,8 @@ pub struct SendOutcome {
     /// This thread's CPU from the start to its last write.
     pub cpu: CpuTime,
     /// `-Z`: `MSG_ZEROCOPY` sends made (all completed by the end), and how many of them
-    /// the kernel copied after all (loopback copies every one).
+    /// the kernel copied after all (loopback copies every one); `-Z sendfile`: its calls
+    /// (the kernel says nothing of copies).
     pub zerocopy_sends: u64,
     pub zerocopy_copied: u64,
 }
@@ -47,7 +51,7 @@ pub fn run(
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut block = vec![0x5au8; ctx.block_bytes];
-    let mut ring = if copy.zerocopy {
+    let mut ring = if copy.zerocopy == Some(ZeroCopy::Msg) {
         crate::sys::set_zerocopy(sock.as_fd())
             .op(|| format!("stream-{id}: set SO_ZEROCOPY (-Z)"))?;
         let sndbuf = socket2::SockRef::from(&sock)
@@ -56,6 +60,13 @@ pub fn run(
         Some(ZcRing::new(ctx.block_bytes, sndbuf, 0x5a))
     } else {
         None
+    };
+    let mut files = match copy.zerocopy {
+        Some(ZeroCopy::Sendfile) => Some(
+            SendfileRing::for_socket(&sock, ctx.block_bytes)
+                .map_err(|e| Error::io(format!("stream-{id}: -Z sendfile's ring"), e))?,
+        ),
+        _ => None,
     };
     let mut echoes = EchoCollector::new();
     if let Some(echo_sock) = &ctx.echo {
@@ -105,10 +116,16 @@ pub fn run(
         let written = match ring.as_mut() {
             None => {
                 if offset == 0 {
-                    echo::stamp(&mut block, seq, stamp_ns);
+                    match files.as_mut() {
+                        Some(f) => f.stamp(seq, stamp_ns),
+                        None => echo::stamp(&mut block, seq, stamp_ns),
+                    }
                     seq += 1;
                 }
-                sock.write(&block[offset..upto])
+                match files.as_mut() {
+                    Some(f) => f.send(&sock, seq - 1, offset, upto),
+                    None => sock.write(&block[offset..upto]),
+                }
             }
             Some(ring) => {
                 if offset == 0 {
@@ -218,7 +235,7 @@ pub fn run(
                 .map_err(|e| Error::io(format!("stream-{id}: zerocopy completions"), e))?;
             (r.sends, r.copied)
         }
-        None => (0, 0),
+        None => (files.map_or(0, |f| f.calls), 0),
     };
     reset.disarm();
     Ok(SendOutcome {
@@ -232,7 +249,7 @@ pub fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::net::TcpListener;
     use std::time::Instant;
 
@@ -281,7 +298,10 @@ mod tests {
 
     /// Stream 0 over loopback for 1 s with an echo connection and the `copy` modes: what
     /// each side counted, and the block RTTs the sender recorded.
-    fn copy_run(copy: Copying, block: usize) -> (SendOutcome, receiver::RecvOutcome, usize) {
+    pub(crate) fn copy_run(
+        copy: Copying,
+        block: usize,
+    ) -> (SendOutcome, receiver::RecvOutcome, usize) {
         let _turn = crate::stream::testing::one_at_a_time();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -325,7 +345,7 @@ mod tests {
     #[test]
     fn zerocopy_sends_complete_and_count_every_byte() {
         let copy = Copying {
-            zerocopy: true,
+            zerocopy: Some(ZeroCopy::Msg),
             ..Copying::default()
         };
         let (sent, got, rtts) = copy_run(copy, 64 << 10);
