@@ -12,8 +12,13 @@
 # they are, so loopback saves the sender's copy. Only a NIC with scatter-gather shows what
 # MSG_ZEROCOPY saves. --skip-rx-copy saves the receiver's copy anywhere.
 #
+# Placement: pinperf's auto plan puts a loopback stream's sender and receiver on one core
+# (fastest for copying, bench-scripts/placement.sh); iperf3 leaves them to the scheduler,
+# which spreads them. SPLIT (a -A plan, default 0/1; empty to skip) runs every pinperf mode
+# a second time with sender and receiver on different cores, as `pinperf-MODE-split`.
+#
 #   IPERF3=/work/peers/iperf3/bin/iperf3 bench-scripts/zerocopy-compare.sh
-#   # SECS=3 ROUNDS=5 BLOCKS="64k 1M" STREAMS=1 CC=
+#   # SECS=3 ROUNDS=5 BLOCKS="64k 1M" STREAMS=1 CC= SPLIT=0/1
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -22,17 +27,20 @@ ROUNDS=${ROUNDS:-5}
 BLOCKS=${BLOCKS:-"64k 1M"}
 STREAMS=${STREAMS:-1}
 CC=${CC:-}
+SPLIT=${SPLIT-0/1}
 pcc=() i3cc=()
 if [ -n "$CC" ]; then pcc=(-C "$CC"); i3cc=(-C "$CC"); fi
 ensure_peers
 start_run zerocopy-compare
 echo "cc: ${CC:-system default}" >>"$out/env.txt"
+echo "split plan: ${SPLIT:-none} (pinperf-*-split: -A $SPLIT)" >>"$out/env.txt"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 "$PINPERF" -s -B 127.0.0.1 -p 5313 2>/dev/null & pids+=($!)
 variants=(pinperf-default pinperf-sendfile pinperf-msg pinperf-skip-rx)
+if [ -n "$SPLIT" ]; then variants+=(pinperf-default-split pinperf-sendfile-split pinperf-msg-split pinperf-skip-rx-split); fi
 if command -v "$IPERF3" >/dev/null; then
   "$IPERF3" -s -B 127.0.0.1 -p 5213 >/dev/null 2>&1 & pids+=($!)
   variants+=(iperf3-default iperf3-zerocopy)
@@ -45,9 +53,10 @@ sendpath=$(mktemp)
 trap 'cleanup; rm -f "$sendpath"' EXIT
 run_variant() { # variant block -> Gbit/s (pinperf's -Z counts to $sendpath)
   local tool=${1%%-*} mode=${1#*-} flags=()
+  if [[ $mode == *-split ]]; then mode=${mode%-split} flags=(-A "$SPLIT"); fi
   case $tool in
     pinperf)
-      case $mode in sendfile) flags=(-Z=sendfile) ;; msg) flags=(-Z=msg) ;; skip-rx) flags=(--skip-rx-copy) ;; esac
+      case $mode in sendfile) flags+=(-Z=sendfile) ;; msg) flags+=(-Z=msg) ;; skip-rx) flags+=(--skip-rx-copy) ;; esac
       "$PINPERF" -c 127.0.0.1 -p 5313 -l "$2" -P "$STREAMS" -t "$SECS" -i "$SECS" "${pcc[@]}" "${flags[@]}" -J |
         python3 -c 'import json,sys
 d = json.load(sys.stdin)["end"]
@@ -88,6 +97,7 @@ print("| block | variant | Gbit/s | busy cores | CPU-s per GB | vs iperf3 same m
 print("|---|---|---|---|---|---|---|---|")
 for (b, v), rs in sorted(cells.items(), key=lambda kv: (size(kv[0][0]), kv[0][1])):
     tool, mode = v.split("-", 1)
+    mode = mode.removesuffix("-split")
     peer = cells.get((b, "iperf3-" + same.get(mode, mode))) if tool == "pinperf" else None
     ratio = lambda k: f"{med(rs, k) / med(peer, k):.2f}x" if peer else "-"
     sends = sum(int(x["zc_sends"] or 0) for x in rs)
