@@ -157,9 +157,9 @@ pub struct CpuReport {
     pub streams: Vec<ThreadTime>,
     pub cores: Vec<CoreLoad>,
     /// `-Z`: how this end's senders handed blocks to the kernel (absent without `-Z`, or
-    /// when this end did not send).
+    /// when this end did not send). Boxed: the control messages carrying a report stay small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub send_path: Option<SendPath>,
+    pub send_path: Option<Box<SendPath>>,
 }
 
 /// What `-Z` did on one end: the copy it avoided is what its CPU figures show.
@@ -249,7 +249,7 @@ impl CpuMark {
                 })
                 .collect(),
             cores: core_loads(&self.cores, &cores()),
-            send_path: sent,
+            send_path: sent.map(Box::new),
         }
     }
 }

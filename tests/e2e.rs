@@ -1054,7 +1054,7 @@ fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
             false => cpu.local,
         };
         let path = sender.send_path;
-        let named = path.map(|p| p.method.to_string());
+        let named = path.as_ref().map(|p| p.method.to_string());
         assert_eq!(named.as_deref(), method, "{extra:?}{}", run.explain());
         if let Some(p) = path {
             assert!(p.sends > 0, "{extra:?}: {p:?}");

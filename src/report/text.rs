@@ -331,8 +331,8 @@ impl<W: Write + Send> TextFormatter<W> {
             writeln!(o, "# CPU remote threads{}: {}", remote_role, thread_list(r))?;
         }
         for (who, r) in [("local", Some(&c.local)), ("remote", c.remote.as_ref())] {
-            if let Some(p) = r.and_then(|r| r.send_path) {
-                writeln!(o, "# CPU {who} send path: {}", send_path(&p, c.same_host))?;
+            if let Some(p) = r.and_then(|r| r.send_path.as_deref()) {
+                writeln!(o, "# CPU {who} send path: {}", send_path(p, c.same_host))?;
             }
         }
         let host = if c.same_host {
@@ -775,8 +775,8 @@ mod tests {
             let mut s = sample::summary();
             let cpu = s.cpu.as_mut().unwrap();
             cpu.same_host = same_host;
-            cpu.local.send_path = local;
-            cpu.remote.as_mut().unwrap().send_path = remote;
+            cpu.local.send_path = local.map(Box::new);
+            cpu.remote.as_mut().unwrap().send_path = remote.map(Box::new);
             let mut out = Vec::new();
             TextFormatter::new(&mut out).summary(&s).unwrap();
             String::from_utf8(out)
