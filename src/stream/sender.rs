@@ -64,7 +64,7 @@ pub fn run(
     let mut files = match copy.zerocopy {
         Some(ZeroCopy::Sendfile) => Some(
             SendfileRing::for_socket(&sock, ctx.block_bytes)
-                .map_err(|e| Error::io(format!("stream-{id}: -Z sendfile's ring"), e))?,
+                .map_err(|e| Error::io(format!("stream-{id}"), e))?,
         ),
         _ => None,
     };
