@@ -4,8 +4,7 @@
 //! With a rate (`-b`), each write waits for the stream's [`Pacer`] and holds at most
 //! [`pace::QUANTUM`] of the rate (a block is written in pieces when it holds more).
 //! With `-Z` ([`Copying::zerocopy`]) blocks go out with `MSG_ZEROCOPY` from a ring of
-//! buffers whose completions this thread reaps ([`super::zerocopy`]), or by `sendfile`
-//! from a ring in a memfd ([`super::sendfile`]).
+//! buffers whose completions this thread reaps ([`super::zerocopy`]).
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
@@ -13,10 +12,8 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use super::echo::{self, EchoCollector};
-use super::sendfile::SendfileRing;
 use super::zerocopy::ZcRing;
 use super::{Batcher, BlockClock, Copying, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
-use crate::choices::ZeroCopy;
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::pace::{self, Pacer};
@@ -51,7 +48,15 @@ pub fn run(
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut block = vec![0x5au8; ctx.block_bytes];
-    let mut ring = if copy.zerocopy == Some(ZeroCopy::Msg) {
+    // -Z sendfile: blocks from a memfd ring instead of `block` (super::sendfile).
+    let mut files = match copy.zerocopy {
+        Some(crate::choices::ZeroCopy::Sendfile) => Some(
+            super::sendfile::SendfileRing::for_socket(&sock, ctx.block_bytes)
+                .map_err(|e| Error::io(format!("stream-{id}"), e))?,
+        ),
+        _ => None,
+    };
+    let mut ring = if copy.zerocopy == Some(crate::choices::ZeroCopy::Msg) {
         crate::sys::set_zerocopy(sock.as_fd())
             .op(|| format!("stream-{id}: set SO_ZEROCOPY (-Z)"))?;
         let sndbuf = socket2::SockRef::from(&sock)
@@ -60,13 +65,6 @@ pub fn run(
         Some(ZcRing::new(ctx.block_bytes, sndbuf, 0x5a))
     } else {
         None
-    };
-    let mut files = match copy.zerocopy {
-        Some(ZeroCopy::Sendfile) => Some(
-            SendfileRing::for_socket(&sock, ctx.block_bytes)
-                .map_err(|e| Error::io(format!("stream-{id}"), e))?,
-        ),
-        _ => None,
     };
     let mut echoes = EchoCollector::new();
     if let Some(echo_sock) = &ctx.echo {
@@ -345,7 +343,7 @@ pub(crate) mod tests {
     #[test]
     fn zerocopy_sends_complete_and_count_every_byte() {
         let copy = Copying {
-            zerocopy: Some(ZeroCopy::Msg),
+            zerocopy: Some(crate::choices::ZeroCopy::Msg),
             ..Copying::default()
         };
         let (sent, got, rtts) = copy_run(copy, 64 << 10);
