@@ -65,6 +65,34 @@ impl std::fmt::Display for Engine {
     }
 }
 
+/// How `-Z` sends a block without copying it into the kernel (`--zerocopy=METHOD`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ZeroCopy {
+    /// sendfile(2) from a memfd: the socket takes page references (iperf3's -Z). -Z's
+    /// default: it cost the least CPU per GB in bench-scripts/zerocopy-compare.sh.
+    Sendfile,
+    /// send(MSG_ZEROCOPY): the kernel pins the block's pages until it reports the send
+    /// complete; the stream thread reaps those completions.
+    Msg,
+}
+
+impl ZeroCopy {
+    /// What `-Z` alone means.
+    pub const DEFAULT: ZeroCopy = ZeroCopy::Sendfile;
+}
+
+impl std::fmt::Display for ZeroCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ZeroCopy::Sendfile => "sendfile",
+            ZeroCopy::Msg => "msg",
+        })
+    }
+}
+
 /// The text rows' rate unit (`-f`, as iperf3's): lower case bits per second, decimal
 /// (`k` = 1000 bit/s); upper case bytes per second, binary (`K` = 1024 B/s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

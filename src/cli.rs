@@ -209,8 +209,9 @@ pub struct CompareArgs {
     #[arg(long, value_name = "LIST", default_value = "threads")]
     pub engines: String,
 
-    /// How bytes cross into and out of the kernel: default,zerocopy,skip-rx (zerocopy is
-    /// -Z on the sender, skip-rx is --skip-rx-copy on the receiver).
+    /// How bytes cross into and out of the kernel: default,zerocopy,sendfile,msg-zerocopy,
+    /// skip-rx (zerocopy is -Z on the sender, sendfile and msg-zerocopy its two methods,
+    /// skip-rx is --skip-rx-copy on the receiver).
     #[arg(long, value_name = "LIST", default_value = "default")]
     pub copy: String,
 

@@ -218,9 +218,9 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     if failure.is_some() {
         ends.abort();
     }
-    let (thread_cpu, stream_error) = ends.join();
+    let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
     if let Some((mark, mut kernel)) = marks {
-        let _ = remote_tx.send(RemoteEvent::LocalCpu(mark.report(thread_cpu)));
+        let _ = remote_tx.send(RemoteEvent::LocalCpu(mark.report(thread_cpu, send_path)));
         if let Some(k) = kernel.report() {
             let _ = remote_tx.send(RemoteEvent::LocalKernel(k));
         }

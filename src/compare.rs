@@ -8,8 +8,8 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::choices::Engine;
 use crate::choices::Format;
+use crate::choices::{Engine, ZeroCopy};
 use crate::cli::CompareArgs;
 use crate::config::{ClientConfig, Target};
 use crate::error::{Error, Result};
@@ -95,10 +95,20 @@ pub struct Point {
     #[serde(default)]
     pub rate_bps: Option<u64>,
     /// How the bytes cross into and out of the kernel: `default` (copied both ways),
-    /// `zerocopy` (`-Z`) or `skip-rx` (`--skip-rx-copy`).
+    /// `zerocopy` (`-Z`, its default method), `sendfile` (`-Z=sendfile`), `msg-zerocopy`
+    /// (`-Z=msg`) or `skip-rx` (`--skip-rx-copy`).
     #[serde(default = "default_copy")]
     pub copy: String,
 }
+
+/// `--copy`'s values, and the `-Z` method of each (`skip-rx` is the receiver's).
+const COPIES: [(&str, Option<ZeroCopy>); 5] = [
+    ("default", None),
+    ("zerocopy", Some(ZeroCopy::DEFAULT)),
+    ("sendfile", Some(ZeroCopy::Sendfile)),
+    ("msg-zerocopy", Some(ZeroCopy::Msg)),
+    ("skip-rx", None),
+];
 
 fn default_copy() -> String {
     "default".into()
@@ -188,11 +198,16 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
         "--copy",
         &a.copy,
         |w| {
-            ["default", "zerocopy", "skip-rx"]
-                .contains(&w)
+            COPIES
+                .iter()
+                .any(|(name, _)| *name == w)
                 .then(|| w.to_string())
         },
-        "default, zerocopy, skip-rx",
+        &COPIES
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", "),
     )?;
     let mut out = Vec::new();
     for &udp in &protocols {
@@ -249,7 +264,10 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         udp: p.udp,
         // UDP at "as fast as possible" is asked for as -b 0, not left to UDP's default.
         rate_bps: Some(p.rate_bps.unwrap_or(0)),
-        zerocopy: p.copy == "zerocopy",
+        zerocopy: COPIES
+            .iter()
+            .find(|(name, _)| *name == p.copy)
+            .and_then(|(_, z)| *z),
         skip_rx_copy: p.copy == "skip-rx",
         ..TestParams::defaults()
     };
@@ -613,12 +631,23 @@ mod tests {
         );
         let target = Target::from_args(&args("zerocopy").target).unwrap();
         let cfg = config_for(&args("zerocopy"), &target, &pts[1]).unwrap();
-        assert!(cfg.test.zerocopy && !cfg.test.skip_rx_copy);
+        assert_eq!(cfg.test.zerocopy, Some(ZeroCopy::DEFAULT));
+        assert!(!cfg.test.skip_rx_copy);
         let cfg = config_for(&args("skip-rx"), &target, &pts[2]).unwrap();
-        assert!(cfg.test.skip_rx_copy && !cfg.test.zerocopy);
+        assert!(cfg.test.skip_rx_copy && cfg.test.zerocopy.is_none());
+        let pts = points(&args("sendfile,msg-zerocopy")).unwrap();
+        let methods: Vec<_> = pts
+            .iter()
+            .map(|p| config_for(&args("x"), &target, p).unwrap().test.zerocopy)
+            .collect();
         assert_eq!(
-            points(&args("default,sendfile")).unwrap_err().to_string(),
-            "--copy default,sendfile: 'sendfile' is not one of default, zerocopy, skip-rx"
+            methods,
+            [Some(ZeroCopy::Sendfile), Some(ZeroCopy::Msg)].repeat(2)
+        );
+        assert_eq!(
+            points(&args("default,splice")).unwrap_err().to_string(),
+            "--copy default,splice: 'splice' is not one of default, zerocopy, sendfile, \
+             msg-zerocopy, skip-rx"
         );
     }
 

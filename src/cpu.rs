@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::choices::ZeroCopy;
 use crate::sys::Who;
 
 /// User and system CPU time, microseconds.
@@ -155,6 +156,33 @@ pub struct CpuReport {
     /// id, or the one `stream-mux` thread of `--engine single` (see [`CpuReport::on_one_thread`]).
     pub streams: Vec<ThreadTime>,
     pub cores: Vec<CoreLoad>,
+    /// `-Z`: how this end's senders handed blocks to the kernel (absent without `-Z`, or
+    /// when this end did not send). Boxed: the control messages carrying a report stay small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_path: Option<Box<SendPath>>,
+}
+
+/// What `-Z` did on one end: the copy it avoided is what its CPU figures show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendPath {
+    pub method: ZeroCopy,
+    /// `sendfile` calls, or `MSG_ZEROCOPY` sends, that took bytes.
+    pub sends: u64,
+    /// `MSG_ZEROCOPY`: sends the kernel copied after all, as their completions said
+    /// (loopback copies every one; a NIC with scatter-gather none). Absent for `sendfile`,
+    /// of which the kernel says nothing (its pages go by reference, loopback included).
+    pub copied: Option<u64>,
+}
+
+impl SendPath {
+    /// `-Z`'s counts from an end's senders (`None` without `-Z`).
+    pub fn of(method: Option<ZeroCopy>, sends: u64, copied: u64) -> Option<SendPath> {
+        method.map(|method| SendPath {
+            method,
+            sends,
+            copied: (method == ZeroCopy::Msg).then_some(copied),
+        })
+    }
 }
 
 impl CpuReport {
@@ -198,7 +226,7 @@ impl CpuMark {
     }
 
     /// The report from this mark to now, with the stream threads' own times, named.
-    pub fn report(&self, streams: Vec<(String, CpuTime)>) -> CpuReport {
+    pub fn report(&self, streams: Vec<(String, CpuTime)>, sent: Option<SendPath>) -> CpuReport {
         let seconds = self
             .at
             .elapsed()
@@ -221,6 +249,7 @@ impl CpuMark {
                 })
                 .collect(),
             cores: core_loads(&self.cores, &cores()),
+            send_path: sent.map(Box::new),
         }
     }
 }
@@ -314,7 +343,7 @@ mod tests {
             "the scheduler ran this thread {got:?}..{sched_end:?}; getrusage charged {own:?}"
         );
         let spun = wall.elapsed();
-        let r = mark.report(vec![("stream-0".into(), own)]);
+        let r = mark.report(vec![("stream-0".into(), own)], None);
         // The process's time includes this thread's over a longer span (and whatever other
         // tests in this process ran meanwhile).
         assert!(

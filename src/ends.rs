@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::choices::Engine;
-use crate::cpu::CpuTime;
+use crate::choices::ZeroCopy;
+use crate::cpu::{CpuTime, SendPath};
 use crate::error::{Error, Result};
 use crate::params::TestParams;
 use crate::pin::PinPlan;
@@ -90,7 +91,7 @@ impl Threads {
                             sender::run(ctx, s, run_time, copy)
                         })?
                     }
-                    Engine::Single if copy.zerocopy => {
+                    Engine::Single if copy.zerocopy.is_some() => {
                         return Err(Error::Test(
                             "-Z: the single engine sends with copies; use --engine threads".into(),
                         ));
@@ -172,9 +173,12 @@ impl Ends {
     }
 
     /// Joins every direction: each thread's CPU (directions in order, streams in order),
-    /// named `stream-N` (with `--bidir` also `send` or `recv`), and the first error that is
-    /// a cause (see [`StreamSet::join`]).
-    pub(crate) fn join(self) -> (Vec<(String, CpuTime)>, Option<Error>) {
+    /// named `stream-N` (with `--bidir` also `send` or `recv`), what `-Z` (`zerocopy`) did
+    /// in this end's senders, and the first error that is a cause (see [`StreamSet::join`]).
+    pub(crate) fn join(
+        self,
+        zerocopy: Option<ZeroCopy>,
+    ) -> (Vec<(String, CpuTime)>, Option<SendPath>, Option<Error>) {
         let both = self.0.len() > 1;
         let name = |id: u16, sends: bool| match (both, sends) {
             (false, _) => format!("stream-{id}"),
@@ -183,10 +187,14 @@ impl Ends {
         };
         let mut cpu = Vec::new();
         let mut first: Option<Error> = None;
+        let (mut sent, mut sends, mut copied) = (false, 0, 0);
         for t in self.0 {
             let (times, err): (Vec<_>, _) = match t {
                 Threads::Send(s) => {
                     let (o, e) = s.join();
+                    sent = true;
+                    sends += o.iter().map(|o| o.zerocopy_sends).sum::<u64>();
+                    copied += o.iter().map(|o| o.zerocopy_copied).sum::<u64>();
                     (o.iter().map(|o| (name(o.id, true), o.cpu)).collect(), e)
                 }
                 Threads::Receive(s) => {
@@ -211,6 +219,7 @@ impl Ends {
                 first = Some(e);
             }
         }
-        (cpu, first)
+        let path = SendPath::of(zerocopy.filter(|_| sent), sends, copied);
+        (cpu, path, first)
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::choices::ZeroCopy;
 use crate::pin::Affinity;
 use crate::units::{self, format_size};
 
@@ -137,12 +138,14 @@ pub struct TestParams {
     #[arg(skip)]
     pub pin: Option<Affinity>,
 
-    /// Send with MSG_ZEROCOPY (as iperf3's -Z): the kernel pins the block's pages instead
-    /// of copying them, and the stream thread reaps its completions. On loopback the kernel
-    /// copies them after all, on delivery: only a NIC shows the gain.
-    #[arg(short = 'Z', long, help_heading = "Test")]
-    #[serde(default)]
-    pub zerocopy: bool,
+    /// Send without copying blocks into the kernel. -Z (or =sendfile): sendfile() from a
+    /// memfd, as iperf3's -Z; the socket takes page references. =msg: MSG_ZEROCOPY, pages
+    /// pinned until the kernel reports the send complete. Loopback copies MSG_ZEROCOPY
+    /// pages after all (the report counts it), and a receiver copies either way.
+    #[arg(short = 'Z', long, value_name = "METHOD", num_args = 0..=1, require_equals = true,
+          default_missing_value = "sendfile", help_heading = "Test")]
+    #[serde(default, with = "zerocopy_wire")]
+    pub zerocopy: Option<ZeroCopy>,
 
     /// Receive with MSG_TRUNC (as iperf3 3.17+'s --skip-rx-copy): the kernel consumes and
     /// counts the bytes without copying them out; only echoed block headers are copied.
@@ -194,6 +197,39 @@ fn parse_streams(text: &str) -> Result<u16, String> {
     text.trim()
         .parse()
         .map_err(|_| format!("streams must be 1 to {}", Limits::PROTOCOL.max_streams))
+}
+
+/// `-Z` on the wire as earlier versions read it: `false` without, `true` for
+/// `MSG_ZEROCOPY` (all `-Z` was), and the method's name otherwise (a server that knows
+/// only `true`/`false` refuses it rather than send another way).
+mod zerocopy_wire {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::ZeroCopy;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Flag(bool),
+        Method(ZeroCopy),
+    }
+
+    pub fn serialize<S: Serializer>(z: &Option<ZeroCopy>, s: S) -> Result<S::Ok, S::Error> {
+        match z {
+            None => Wire::Flag(false),
+            Some(ZeroCopy::Msg) => Wire::Flag(true),
+            Some(m) => Wire::Method(*m),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ZeroCopy>, D::Error> {
+        Ok(match Wire::deserialize(d)? {
+            Wire::Flag(false) => None,
+            Wire::Flag(true) => Some(ZeroCopy::Msg),
+            Wire::Method(m) => Some(m),
+        })
+    }
 }
 
 /// Durations travel as whole microseconds.
@@ -468,7 +504,7 @@ impl TestParams {
         if self.udp && (self.fq_rate_bps.is_some() || self.transport.congestion.is_some()) {
             return Err("-u: --fq-rate and -C apply to TCP only".into());
         }
-        if self.udp && (self.zerocopy || self.skip_rx_copy) {
+        if self.udp && (self.zerocopy.is_some() || self.skip_rx_copy) {
             return Err("-u: -Z and --skip-rx-copy apply to TCP only".into());
         }
         Ok(())
@@ -631,7 +667,7 @@ mod tests {
                     p.udp = true;
                     p.len = Some(1400);
                     p.window_bytes = None;
-                    p.zerocopy = true
+                    p.zerocopy = Some(ZeroCopy::Msg)
                 },
                 Some("-u: -Z and --skip-rx-copy apply to TCP only"),
                 Some("-u: UDP tests are not allowed (this server's --no-udp)"),
@@ -640,7 +676,7 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.zerocopy = true;
+                    p.zerocopy = Some(ZeroCopy::Sendfile);
                     p.skip_rx_copy = true
                 },
                 None,
@@ -722,6 +758,50 @@ mod tests {
         );
         assert!(p.echo());
         assert_eq!(p.validate(&Limits::PROTOCOL), Ok(()));
+    }
+
+    /// `-Z` on the command line and on the wire: a bare `-Z` is its default method, and
+    /// the parameters read as earlier versions wrote them (`true` was MSG_ZEROCOPY).
+    #[test]
+    fn zerocopy_methods_parse_and_travel_as_earlier_versions_read_them() {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            test: TestParams,
+        }
+        let z = |argv: &[&str]| {
+            <Only as clap::Parser>::try_parse_from(argv)
+                .map(|o| o.test.zerocopy)
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(z(&["pinperf"]), Ok(None));
+        assert_eq!(z(&["pinperf", "-Z"]), Ok(Some(ZeroCopy::DEFAULT)));
+        assert_eq!(z(&["pinperf", "--zerocopy"]), Ok(Some(ZeroCopy::DEFAULT)));
+        assert_eq!(z(&["pinperf", "-Z=msg"]), Ok(Some(ZeroCopy::Msg)));
+        assert_eq!(
+            z(&["pinperf", "--zerocopy=sendfile"]),
+            Ok(Some(ZeroCopy::Sendfile))
+        );
+        assert_eq!(
+            z(&["pinperf", "--zerocopy=splice"]),
+            Err(clap::error::ErrorKind::InvalidValue)
+        );
+        for (method, wire) in [
+            (None, serde_json::json!(false)),
+            (Some(ZeroCopy::Msg), serde_json::json!(true)),
+            (Some(ZeroCopy::Sendfile), serde_json::json!("sendfile")),
+        ] {
+            let mut p = params();
+            p.zerocopy = method;
+            let v = serde_json::to_value(&p).unwrap();
+            assert_eq!(v["zerocopy"], wire, "{method:?}");
+            let back: TestParams = serde_json::from_value(v).unwrap();
+            assert_eq!(back.zerocopy, method);
+        }
+        let mut v = serde_json::to_value(params()).unwrap();
+        v["zerocopy"] = serde_json::json!("msg");
+        let p: TestParams = serde_json::from_value(v).unwrap();
+        assert_eq!(p.zerocopy, Some(ZeroCopy::Msg));
     }
 
     #[test]

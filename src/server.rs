@@ -938,8 +938,8 @@ fn run_test(
     if failure.is_some() {
         ends.abort();
     }
-    let (thread_cpu, stream_error) = ends.join();
-    let cpu = cpu_mark.report(thread_cpu);
+    let (thread_cpu, send_path, stream_error) = ends.join(params.zerocopy);
+    let cpu = cpu_mark.report(thread_cpu, send_path);
     let mut done = ReceiverDone {
         bytes: Vec::new(),
         sent: Vec::new(),

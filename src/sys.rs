@@ -2,8 +2,8 @@
 //! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE,
 //! SO_MAX_PACING_RATE), UDP batching (`sendmmsg` with GSO, `recvmmsg` with GRO and
 //! SO_RXQ_OVFL control messages), and for `pinperf lab` TUN devices, `setns()`, `ppoll()` with a nanosecond timeout, timer
-//! slack and signal masks; `MSG_ZEROCOPY` sends and their completions, `MSG_TRUNC`
-//! receives, and `SO_TIMESTAMPNS` receive stamps.
+//! slack and signal masks; `MSG_ZEROCOPY` sends and their completions, `sendfile` from a
+//! shared mapping of a `memfd`, `MSG_TRUNC` receives, and `SO_TIMESTAMPNS` receive stamps.
 //! Each returns `io::Error::last_os_error()` on -1. Linux only; elsewhere "unsupported".
 #![allow(unsafe_code)]
 
@@ -787,6 +787,98 @@ pub fn reap_zerocopy(fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
     Ok(None)
 }
 
+/// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file in memory, empty (size it with
+/// `File::set_len`, which is `ftruncate`). Kernels before 3.17 answer `ENOSYS`.
+#[cfg(target_os = "linux")]
+pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `name` is a live NUL-terminated string; the call touches no other memory.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened by the kernel for us and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// A writable `MAP_SHARED` mapping of a whole file, unmapped on drop: stores into it are
+/// the file's pages themselves, the pages `sendfile` hands the socket by reference.
+pub struct SharedMap {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl SharedMap {
+    /// Maps the first `len` bytes of `fd` (a file at least that long) read-write, shared.
+    #[cfg(target_os = "linux")]
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<SharedMap> {
+        // SAFETY: a fresh mapping placed by the kernel (no address hint, so nothing of ours
+        // is replaced); `fd` is open for the call's duration.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
+        Ok(SharedMap { ptr, len })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn new(_fd: BorrowedFd<'_>, _len: usize) -> io::Result<SharedMap> {
+        unsupported()
+    }
+
+    /// The mapped bytes. The kernel may hold references to these pages (a `sendfile` in
+    /// flight reads them later): what is stored here is what it sends.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` is a live mapping of `len` bytes, readable and writable, owned by
+        // this value until drop; `&mut self` makes this the only Rust reference to it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made; no reference into it outlives
+        // `self` (`bytes_mut` borrows `self`). Pages the kernel still references stay
+        // alive through its own references.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// `sendfile(sock, file, &offset, len)`: the kernel queues up to `len` bytes of `file` from
+/// `offset` on `sock` by page reference, no copy (blocking up to `SO_SNDTIMEO`); returns
+/// how many it took. The pages must not change while the kernel may still send them.
+#[cfg(target_os = "linux")]
+pub fn sendfile(
+    sock: BorrowedFd<'_>,
+    file: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `off` is a live off_t the kernel may update; both descriptors are open.
+    let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// `recv(MSG_TRUNC)` on TCP: the kernel consumes up to `len` queued bytes without copying
 /// them anywhere and returns how many (blocking up to `SO_RCVTIMEO`; 0 at EOF).
 #[cfg(target_os = "linux")]
@@ -911,6 +1003,21 @@ pub fn send_zerocopy(_fd: BorrowedFd<'_>, _buf: &[u8]) -> io::Result<usize> {
 
 #[cfg(not(target_os = "linux"))]
 pub fn reap_zerocopy(_fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn memfd(_name: &std::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
+    unsupported()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn sendfile(
+    _sock: BorrowedFd<'_>,
+    _file: BorrowedFd<'_>,
+    _offset: u64,
+    _len: usize,
+) -> io::Result<usize> {
     unsupported()
 }
 

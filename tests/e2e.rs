@@ -1017,17 +1017,19 @@ fn the_seed_shell_loop_prints_one_total_line_per_size() {
     assert!(lines.iter().all(|l| l.starts_with("#(**)")), "{stdout}");
 }
 
-/// `-Z` and `--skip-rx-copy` through the control protocol, each way: every byte the sender
-/// wrote is counted by the receiver, block RTT still comes back, and `compare --copy` runs
-/// one row per mode with its CPU-seconds per GB.
+/// `-Z` (both methods) and `--skip-rx-copy` through the control protocol, each way: every
+/// byte the sender wrote is counted by the receiver, block RTT still comes back, the
+/// sending end's CPU report says what `-Z` did, and `compare --copy` runs one row per mode
+/// with its CPU-seconds per GB.
 #[test]
 fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
     use pinperf::compare::CompareDoc;
     use pinperf::report::json::Document;
-    for extra in [
-        &["-Z"][..],
-        &["--skip-rx-copy"],
-        &["-Z", "--skip-rx-copy", "-R"],
+    for (extra, method) in [
+        (&["-Z"][..], Some("sendfile")),
+        (&["--zerocopy=msg"], Some("msg")),
+        (&["--skip-rx-copy"], None),
+        (&["-Z", "--skip-rx-copy", "-R"], Some("sendfile")),
     ] {
         let mut args = vec!["--loopback", "-P", "2", "-l", "64k", "-t", "1", "-J"];
         args.extend_from_slice(extra);
@@ -1050,6 +1052,21 @@ fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
             "{extra:?}: block RTT with the copy modes{}",
             run.explain()
         );
+        let cpu = end.cpu.expect("cpu");
+        let sender = match extra.contains(&"-R") {
+            true => cpu.remote.expect("the server's cpu"),
+            false => cpu.local,
+        };
+        let path = sender.send_path;
+        let named = path.as_ref().map(|p| p.method.to_string());
+        assert_eq!(named.as_deref(), method, "{extra:?}{}", run.explain());
+        if let Some(p) = path {
+            assert!(p.sends > 0, "{extra:?}: {p:?}");
+            match method {
+                Some("msg") => assert!(p.copied.is_some_and(|c| c <= p.sends), "{p:?}"),
+                _ => assert_eq!(p.copied, None, "sendfile: the kernel reports no copies"),
+            }
+        }
     }
     let run = pinperf(
         &[
@@ -1058,7 +1075,7 @@ fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
             "--blocks",
             "64k",
             "--copy",
-            "default,zerocopy,skip-rx",
+            "default,zerocopy,sendfile,msg-zerocopy,skip-rx",
             "-t",
             "0.3",
             "--settle",
@@ -1071,7 +1088,10 @@ fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
     let doc: CompareDoc =
         serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
     let modes: Vec<&str> = doc.rows.iter().map(|r| r.point.copy.as_str()).collect();
-    assert_eq!(modes, ["default", "zerocopy", "skip-rx"]);
+    assert_eq!(
+        modes,
+        ["default", "zerocopy", "sendfile", "msg-zerocopy", "skip-rx"]
+    );
     assert!(
         doc.rows
             .iter()

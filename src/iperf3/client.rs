@@ -166,8 +166,8 @@ pub(crate) fn run(
             let _ = d.shutdown(std::net::Shutdown::Both);
         }
     }
-    let (thread_cpu, stream_error) = ends.join();
-    let local_cpu = cpu_mark.map(|m| m.report(thread_cpu));
+    let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
+    let local_cpu = cpu_mark.map(|m| m.report(thread_cpu, send_path));
     let mut local_bytes = Vec::new();
     for m in mirrors {
         if let Ok(Ok(bytes)) = m.join() {

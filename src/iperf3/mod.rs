@@ -514,6 +514,7 @@ pub(crate) fn cpu_report(r: &Results, seconds: f64) -> crate::cpu::CpuReport {
         host_system: r.cpu_util_system,
         streams: Vec::new(),
         cores: Vec::new(),
+        send_path: None,
     }
 }
 

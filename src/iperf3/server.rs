@@ -182,7 +182,7 @@ pub(crate) fn run_test(
     // client). Once `finish` has the counts both ends agreed on, what the streams meet
     // while they end is not a failure of the test: an iperf3 client closes its sockets
     // with data still unread (`-R`), which resets a sender draining to EOF.
-    let _ = ends.join();
+    let _ = ends.join(test.zerocopy);
     result
 }
 
@@ -293,7 +293,7 @@ fn finish(
         }
         wait_done(k, timeouts::FINISHING);
     }
-    let report = cpu.report(Vec::new());
+    let report = cpu.report(Vec::new(), None);
     let mut streams = Vec::new();
     let (mut received, mut sent) = (0, 0);
     for (k, &reverse) in reversed.iter().enumerate() {

@@ -969,6 +969,7 @@ mod tests {
                     idle_percent: 100.0 - busy,
                 })
                 .collect(),
+            send_path: None,
         }
     }
 

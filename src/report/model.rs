@@ -511,6 +511,7 @@ pub(crate) mod sample {
                 },
             ],
             cores: cores(),
+            send_path: None,
         }
     }
 

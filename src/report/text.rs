@@ -14,8 +14,8 @@ use super::model::{
     CpuSummary, Direction, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
     ThreadCpu, UdpFigures,
 };
-use crate::choices::{Engine, RateUnit};
-use crate::cpu::{CoreLoad, CpuReport};
+use crate::choices::{Engine, RateUnit, ZeroCopy};
+use crate::cpu::{CoreLoad, CpuReport, SendPath};
 use crate::netinfo::{Buffer, Grant, WindowGrant};
 use crate::units::format_rate;
 use crate::units::format_size;
@@ -234,6 +234,30 @@ fn thread_list(r: &CpuReport) -> String {
         .join(", ")
 }
 
+/// What `-Z` did, in words: the copies the kernel made after all, and where.
+fn send_path(p: &SendPath, same_host: bool) -> String {
+    match (p.method, p.copied) {
+        (ZeroCopy::Msg, Some(copied)) => format!(
+            "-Z msg: the kernel copied {copied} of {} MSG_ZEROCOPY sends after all{}",
+            p.sends,
+            match (copied, same_host) {
+                (0, _) => " (none: the device took the pages)",
+                (_, true) => " (one host: delivery to the receiving socket copies)",
+                (_, false) => " (a device without scatter-gather copies)",
+            }
+        ),
+        _ => format!(
+            "-Z {}: {} sendfile() calls; the socket took the pages by reference, no copy{}",
+            p.method,
+            p.sends,
+            match same_host {
+                true => " (one host: the receiver still copies them out)",
+                false => "",
+            }
+        ),
+    }
+}
+
 impl<W: Write + Send> TextFormatter<W> {
     /// The end-of-test `# CPU` block: both processes, each stream thread, each core, and
     /// what a gigabit cost.
@@ -305,6 +329,11 @@ impl<W: Write + Send> TextFormatter<W> {
         }
         if let Some(r) = &c.remote {
             writeln!(o, "# CPU remote threads{}: {}", remote_role, thread_list(r))?;
+        }
+        for (who, r) in [("local", Some(&c.local)), ("remote", c.remote.as_ref())] {
+            if let Some(p) = r.and_then(|r| r.send_path.as_deref()) {
+                writeln!(o, "# CPU {who} send path: {}", send_path(p, c.same_host))?;
+            }
         }
         let host = if c.same_host {
             "this host (both ends)"
@@ -736,6 +765,52 @@ mod tests {
             line("# rtt:").starts_with("# rtt: path (kernel min_rtt) 12.345 ms;"),
             "{text}"
         );
+    }
+
+    /// `-Z`'s line in the CPU block: how many MSG_ZEROCOPY sends the kernel copied after
+    /// all (the honest loopback statement), or how many sendfile() calls went by reference.
+    #[test]
+    fn the_cpu_block_says_what_zerocopy_did_on_each_end() {
+        let text = |local: Option<SendPath>, remote: Option<SendPath>, same_host: bool| {
+            let mut s = sample::summary();
+            let cpu = s.cpu.as_mut().unwrap();
+            cpu.same_host = same_host;
+            cpu.local.send_path = local.map(Box::new);
+            cpu.remote.as_mut().unwrap().send_path = remote.map(Box::new);
+            let mut out = Vec::new();
+            TextFormatter::new(&mut out).summary(&s).unwrap();
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains("send path"))
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        assert!(text(None, None, true).is_empty());
+        assert_eq!(
+            text(SendPath::of(Some(ZeroCopy::Msg), 120, 120), None, true),
+            [
+                "# CPU local send path: -Z msg: the kernel copied 120 of 120 MSG_ZEROCOPY sends \
+              after all (one host: delivery to the receiving socket copies)"
+            ]
+        );
+        assert_eq!(
+            text(None, SendPath::of(Some(ZeroCopy::Sendfile), 7, 0), false),
+            [
+                "# CPU remote send path: -Z sendfile: 7 sendfile() calls; the socket took the \
+              pages by reference, no copy"
+            ]
+        );
+        let both = text(
+            SendPath::of(Some(ZeroCopy::Msg), 5, 0),
+            SendPath::of(Some(ZeroCopy::Sendfile), 3, 0),
+            true,
+        );
+        assert_eq!(both.len(), 2, "{both:?}");
+        assert!(both[0].ends_with(
+            "copied 0 of 5 MSG_ZEROCOPY sends after all (none: the device took the pages)"
+        ));
+        assert!(both[1].ends_with("no copy (one host: the receiver still copies them out)"));
     }
 
     /// The `#(**)` line's appended columns have a heading over them, and `fgrep '**'`

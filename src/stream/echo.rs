@@ -65,6 +65,11 @@ pub struct HeaderEcho {
     /// The current block's header bytes were all read, none skipped ([`HeaderEcho::skip`]).
     hdr_whole: bool,
     newest: Option<[u8; HEADER_LEN]>,
+    /// Blocks begun so far (the current block's sequence number is this less one).
+    blocks: u64,
+    /// The first block whose header carried another block's sequence number: (block, the
+    /// number it carried).
+    mismatch: Option<(u64, u64)>,
     pending: [u8; HEADER_LEN],
     pending_len: usize,
     next_echo_ns: u64,
@@ -78,6 +83,8 @@ impl HeaderEcho {
             hdr: [0; HEADER_LEN],
             hdr_whole: true,
             newest: None,
+            blocks: 0,
+            mismatch: None,
             pending: [0; HEADER_LEN],
             pending_len: 0,
             next_echo_ns: 0,
@@ -90,13 +97,14 @@ impl HeaderEcho {
             if self.pos < HEADER_LEN {
                 if self.pos == 0 {
                     self.hdr_whole = true;
+                    self.blocks += 1;
                 }
                 let take = (HEADER_LEN - self.pos).min(chunk.len());
                 self.hdr[self.pos..self.pos + take].copy_from_slice(&chunk[..take]);
                 self.pos += take;
                 chunk = &chunk[take..];
                 if self.pos == HEADER_LEN && self.hdr_whole {
-                    self.newest = Some(self.hdr);
+                    self.check_header();
                 }
             }
             let skip = (self.block - self.pos).min(chunk.len());
@@ -108,10 +116,45 @@ impl HeaderEcho {
         }
     }
 
+    /// A whole header was read: it is the newest unless it carries another block's
+    /// sequence number (data changed in flight: a `-Z sendfile` region rewritten while the
+    /// kernel still held its page), which is never echoed and is kept for
+    /// [`HeaderEcho::mismatch`].
+    fn check_header(&mut self) {
+        let (seq, _) = decode(&self.hdr);
+        let block = self.blocks - 1;
+        if seq == block {
+            self.newest = Some(self.hdr);
+        } else {
+            self.mismatch.get_or_insert((block, seq));
+        }
+    }
+
+    #[cfg(test)]
+    /// The first block whose header carried another block's sequence number, and the
+    /// number it carried: the bytes that arrived are not the bytes that were sent.
+    pub fn mismatch(&self) -> Option<(u64, u64)> {
+        self.mismatch
+    }
+
+    /// Stream `id`'s error once a header did not match its block ([`HeaderEcho::mismatch`]).
+    pub fn changed_in_flight(&self, id: u16) -> Option<crate::error::Error> {
+        self.mismatch.map(|(block, carried)| {
+            crate::error::Error::Test(format!(
+                "stream-{id}: block {block} arrived with block {carried}'s header: the bytes \
+                 changed in flight (a -Z sendfile region rewritten while the kernel still held \
+                 its pages; --zerocopy=msg sends without)"
+            ))
+        })
+    }
+
     /// Advances over `n` bytes the kernel consumed without copying them out
     /// (`--skip-rx-copy`): a header among them is not echoed.
     pub fn skip(&mut self, mut n: usize) {
         while n > 0 {
+            if self.pos == 0 {
+                self.blocks += 1;
+            }
             if self.pos < HEADER_LEN {
                 self.hdr_whole = false;
             }
@@ -580,6 +623,30 @@ mod tests {
         let _ = at;
     }
 
+    /// A header that is not its block's (data changed in flight) is never echoed, and the
+    /// first such block is kept, whether its header was copied or the bytes before skipped.
+    #[test]
+    fn a_header_carrying_another_blocks_sequence_is_never_echoed() {
+        let mut data = blocks(4, 40);
+        stamp(&mut data[80..], 6, 1006);
+        for skip_first in [false, true] {
+            let mut echo = HeaderEcho::new(40);
+            match skip_first {
+                false => echo.feed(&data[..40]),
+                true => echo.skip(40),
+            }
+            echo.feed(&data[40..80]);
+            assert_eq!(echo.newest.map(|h| decode(&h)), Some((1, 1001)));
+            echo.newest = None;
+            echo.feed(&data[80..120]);
+            assert_eq!(echo.newest, None, "block 2 came with block 6's header");
+            assert_eq!(echo.mismatch(), Some((2, 6)));
+            echo.feed(&data[120..]);
+            assert_eq!(echo.newest.map(|h| decode(&h)), Some((3, 1003)));
+            assert_eq!(echo.mismatch(), Some((2, 6)), "the first is kept");
+        }
+    }
+
     #[test]
     fn echoes_round_trip_over_a_socket() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -597,8 +664,11 @@ mod tests {
         collector.drain(&sender, 10_000, |r| rtts.push(r)).unwrap();
         // Only the newest header (block 2, stamped 1002) is echoed.
         assert_eq!(rtts, vec![10_000 - 1002]);
-        // Within ECHO_EVERY_NS nothing more is sent even with a new header.
-        echo.feed(&blocks(1, 64));
+        // Within ECHO_EVERY_NS nothing more is sent even with a new header (block 3's).
+        let mut next = vec![0xa5u8; 64];
+        stamp(&mut next, 3, 1003);
+        echo.feed(&next);
+        assert!(echo.newest.is_some() && echo.mismatch().is_none());
         echo.maybe_echo(&receiver, 5_000_000 + ECHO_EVERY_NS - 1)
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -623,7 +693,7 @@ mod tests {
         // work item): wait until an echo comes back stamped.
         let mut at = ECHO_EVERY_NS;
         for _ in 0..100 {
-            stamp(&mut block, 0, ns());
+            stamp(&mut block, echo.blocks, ns());
             echo.feed(&block);
             echo.maybe_echo(&receiver, at).unwrap();
             at += ECHO_EVERY_NS;
@@ -635,7 +705,7 @@ mod tests {
         }
         assert!(collector.stamped > 0, "no echo was stamped by the kernel");
         let stamped = collector.stamped;
-        stamp(&mut block, 7, ns());
+        stamp(&mut block, echo.blocks, ns());
         echo.feed(&block);
         echo.maybe_echo(&receiver, at).unwrap();
         at += ECHO_EVERY_NS;
@@ -651,7 +721,7 @@ mod tests {
         );
         // Without the kernel's stamp, the same late look is the arrival.
         let mut plain = EchoCollector::new();
-        stamp(&mut block, 8, ns());
+        stamp(&mut block, echo.blocks, ns());
         echo.feed(&block);
         echo.maybe_echo(&receiver, at).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));

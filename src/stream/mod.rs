@@ -13,6 +13,7 @@ pub mod clock;
 pub(crate) mod echo;
 pub(crate) mod receiver;
 pub(crate) mod sender;
+pub(crate) mod sendfile;
 pub(crate) mod single;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -45,9 +46,11 @@ pub const BATCHES_IN_FLIGHT: usize = 64;
 /// default, as every peer's default), or without the copy on one side.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Copying {
-    /// `-Z`: senders send with `MSG_ZEROCOPY` (the kernel pins the pages instead of
-    /// copying them; on loopback it copies them after all, on delivery).
-    pub zerocopy: bool,
+    /// `-Z`: senders send without copying the block into the kernel: by `sendfile` from a
+    /// memfd ([`sendfile`]; page references, which loopback hands the receiver as they
+    /// are), or with `MSG_ZEROCOPY` ([`zerocopy`]; pinned pages, which loopback copies
+    /// after all, on delivery).
+    pub zerocopy: Option<crate::choices::ZeroCopy>,
     /// `--skip-rx-copy`: receivers take the bytes with `MSG_TRUNC` (the kernel consumes and
     /// counts them without copying them out), copying only the block headers echoes need.
     pub skip_rx_copy: bool,

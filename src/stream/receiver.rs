@@ -104,6 +104,9 @@ pub fn run(
                     } else {
                         echo.skip(n);
                     }
+                    if let Some(e) = echo.changed_in_flight(id) {
+                        return Err(e);
+                    }
                     echo.maybe_echo(*echo_sock, t_ns)
                         .map_err(|e| super::echo::lost(id, e))?;
                 }

@@ -30,7 +30,8 @@ pub struct SendOutcome {
     /// This thread's CPU from the start to its last write.
     pub cpu: CpuTime,
     /// `-Z`: `MSG_ZEROCOPY` sends made (all completed by the end), and how many of them
-    /// the kernel copied after all (loopback copies every one).
+    /// the kernel copied after all (loopback copies every one); `-Z sendfile`: its calls
+    /// (the kernel says nothing of copies).
     pub zerocopy_sends: u64,
     pub zerocopy_copied: u64,
 }
@@ -50,7 +51,15 @@ pub fn run(
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut block = vec![0x5au8; ctx.block_bytes];
-    let mut ring = if copy.zerocopy {
+    // -Z sendfile: blocks from a memfd ring instead of `block` (super::sendfile).
+    let mut files = match copy.zerocopy {
+        Some(crate::choices::ZeroCopy::Sendfile) => Some(
+            super::sendfile::SendfileRing::for_socket(&sock, ctx.block_bytes)
+                .map_err(|e| Error::io(format!("stream-{id}"), e))?,
+        ),
+        _ => None,
+    };
+    let mut ring = if copy.zerocopy == Some(crate::choices::ZeroCopy::Msg) {
         crate::sys::set_zerocopy(sock.as_fd())
             .op(|| format!("stream-{id}: set SO_ZEROCOPY (-Z)"))?;
         let sndbuf = socket2::SockRef::from(&sock)
@@ -107,10 +116,16 @@ pub fn run(
         let written = match ring.as_mut() {
             None => {
                 if offset == 0 {
-                    echo::stamp(&mut block, seq, stamp_ns);
+                    match files.as_mut() {
+                        Some(f) => f.stamp(seq, stamp_ns),
+                        None => echo::stamp(&mut block, seq, stamp_ns),
+                    }
                     seq += 1;
                 }
-                sock.write(&block[offset..upto])
+                match files.as_mut() {
+                    Some(f) => f.send(&sock, seq - 1, offset, upto),
+                    None => sock.write(&block[offset..upto]),
+                }
             }
             Some(ring) => {
                 if offset == 0 {
@@ -226,7 +241,7 @@ pub fn run(
                 .map_err(|e| Error::io(format!("stream-{id}: zerocopy completions"), e))?;
             (r.sends, r.copied)
         }
-        None => (0, 0),
+        None => (files.map_or(0, |f| f.calls), 0),
     };
     reset.disarm();
     Ok(SendOutcome {
@@ -240,7 +255,7 @@ pub fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::net::TcpListener;
     use std::time::Instant;
 
@@ -289,7 +304,10 @@ mod tests {
 
     /// Stream 0 over loopback for 1 s with an echo connection and the `copy` modes: what
     /// each side counted, and the block RTTs the sender recorded.
-    fn copy_run(copy: Copying, block: usize) -> (SendOutcome, receiver::RecvOutcome, usize) {
+    pub(crate) fn copy_run(
+        copy: Copying,
+        block: usize,
+    ) -> (SendOutcome, receiver::RecvOutcome, usize) {
         let _turn = crate::stream::testing::one_at_a_time();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -379,7 +397,7 @@ mod tests {
     #[test]
     fn zerocopy_sends_complete_and_count_every_byte() {
         let copy = Copying {
-            zerocopy: true,
+            zerocopy: Some(crate::choices::ZeroCopy::Msg),
             ..Copying::default()
         };
         let (sent, got, rtts) = copy_run(copy, 64 << 10);
