@@ -130,7 +130,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 
     let congestion = match &socks {
         Socks::Tcp(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
-        Socks::Udp(_) => "- (UDP)".into(),
+        Socks::Udp(_) | Socks::UdpAs(..) => "- (UDP)".into(),
     };
     let header = Header {
         software: SOFTWARE.into(),
@@ -143,7 +143,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         remote_window: accept.window.clone(),
         path: match &socks {
             Socks::Tcp(s) => net::path_info(&s[0].data),
-            Socks::Udp(_) => net::path_info(&ctl.socket()),
+            Socks::Udp(_) | Socks::UdpAs(..) => net::path_info(&ctl.socket()),
         },
         local_pin: local_plan.clone(),
         remote_pin: accept.pin_plan.clone(),
