@@ -648,8 +648,8 @@ fn iperf3_session(
         let _ = ctl.send_server_error(code, 0);
         log_refused(cfg, peer, None, why, &format!("iperf3 client: {reason}"));
     };
-    let (test, plan) = match i3::read_params(&mut ctl, &cfg.limits, &cfg.affinity, deadline) {
-        Ok(Ok(pair)) => pair,
+    let admitted = match i3::read_params(&mut ctl, &cfg.limits, &cfg.affinity, deadline) {
+        Ok(Ok(admitted)) => admitted,
         Ok(Err(u)) => {
             if shared.pending.remove(id) {
                 refused(&mut ctl, "params", u.code, &u.reason);
@@ -679,7 +679,7 @@ fn iperf3_session(
     }
     // Busy is iperf3's ACCESS_DENIED (its client says the server is busy); the rate
     // limit has no code of its own and goes as SERVER_ERROR.
-    let _release = match take_slot(shared, cfg, peer, test.run_time()) {
+    let _release = match take_slot(shared, cfg, peer, admitted.test.run_time()) {
         Ok(guard) => guard,
         Err(r) => {
             match r.why {
@@ -699,23 +699,15 @@ fn iperf3_session(
         cookie,
         streams: tx,
     });
+    let opening = i3::opening_line(peer, &admitted.test);
     if !cfg.quiet {
-        serverlog::test_start(peer, None, &test);
-        log!(
-            cfg.quiet,
-            "pinperf: iperf3 test from {peer}: {} TCP stream(s){}, block {}, {} s",
-            test.streams,
-            match test.direction() {
-                crate::params::Direction::Forward => "",
-                crate::params::Direction::Reverse => " (reverse: this server sends)",
-                crate::params::Direction::Bidir => " each way (bidirectional)",
-            },
-            format_size(test.block_bytes()),
-            test.duration().as_secs_f64()
-        );
+        serverlog::test_start(peer, None, &admitted.test);
+        log!(cfg.quiet, "{opening}");
     }
     let t0 = Instant::now();
-    let result = i3::run_test(&mut ctl, &test, plan, &rx, &|| shared.slot.finishing());
+    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, &|| {
+        shared.slot.finishing()
+    });
     *shared.iperf3.lock() = None;
     shared.slot.finishing();
     match result {
@@ -723,9 +715,7 @@ fn iperf3_session(
             if !cfg.quiet {
                 let secs = t0.elapsed().as_secs_f64();
                 serverlog::test_end(peer, received, sent, secs, || {
-                    format!(
-                        "pinperf: iperf3 test from {peer}: done, received {received} bytes, sent {sent} bytes"
-                    )
+                    i3::done_line(peer, received, sent)
                 });
             }
             Some(Ok(()))
