@@ -80,12 +80,24 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
                 .op(|| format!("write to {peer}"))?;
         }
     }
-    if cfg.peer == Peer::Auto && !answers(&stream, detect_wait(&stream))? {
+    // A pinperf server answers the preamble at once; silence is an iperf3 server's (it
+    // waits for the rest of a cookie).
+    if !answers(&stream, detect_wait(&stream))? {
+        let wait = detect_wait(&stream).as_secs_f64();
+        if cfg.peer == Peer::Pinperf {
+            return Err(Error::Protocol {
+                peer,
+                what: format!(
+                    "it said nothing for {wait:.1} s after pinperf's preamble: not a pinperf \
+                     server (an iperf3 server waits like this for its cookie); if it runs \
+                     iperf3, use --peer iperf3 (or --peer auto, which switches)"
+                ),
+            });
+        }
         eprintln!(
-            "pinperf: {peer} said nothing for {:.1} s after pinperf's preamble, as an iperf3 \
+            "pinperf: {peer} said nothing for {wait:.1} s after pinperf's preamble, as an iperf3 \
              server does (it waits for a cookie): speaking iperf3 (--peer iperf3 skips this \
-             wait; --peer pinperf waits for a pinperf server)",
-            detect_wait(&stream).as_secs_f64()
+             wait; --peer pinperf expects a pinperf server)"
         );
         return crate::iperf3::client::run(cfg, out, stream, local_plan, protocol::PREAMBLE);
     }
