@@ -43,7 +43,10 @@ fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
     run.assert_ok();
     let out = run.stdout();
     assert!(
-        out.contains("iperf3 server; live rows are this end's counts"),
+        out.contains(
+            "iperf3 server, which reports no window, threads or pinning; live rows \
+             are this end's counts"
+        ),
         "{}",
         run.explain()
     );

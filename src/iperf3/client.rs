@@ -49,14 +49,17 @@ use crate::stream::UdpSnapshot;
 use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 
-/// What the remote end is said to be in the header: plain about which figures are whose.
-pub const REMOTE_WORDS: &str = "iperf3 server; live rows are this end's counts, the iperf3 \
-     end's bytes and CPU arrive with its results at the end";
+/// What the remote end is said to be in the header: plain about which figures are whose,
+/// and what it never tells (its window, its threads and their pinning).
+pub const REMOTE_WORDS: &str = "iperf3 server, which reports no window, threads or pinning; \
+     live rows are this end's counts, the iperf3 end's bytes and CPU arrive with its results \
+     at the end";
 
 /// The same for a UDP test this end sends in: where the server's datagram counts go.
-pub const REMOTE_WORDS_UDP: &str = "iperf3 server; live rows are this end's counts, the \
-     iperf3 end's bytes, CPU, loss and jitter arrive with its results at the end: the last \
-     row's lost/total and jitter are the whole test's";
+pub const REMOTE_WORDS_UDP: &str = "iperf3 server, which reports no window, threads or \
+     pinning; live rows are this end's counts, the iperf3 end's bytes, CPU, loss and jitter \
+     arrive with its results at the end: the last row's lost/total and jitter are the whole \
+     test's";
 
 /// How long an iperf3 server may take for one step of the exchange.
 const STEP: Duration = timeouts::HANDSHAKE;
