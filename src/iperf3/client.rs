@@ -193,7 +193,7 @@ pub(crate) fn run(
     })?;
 
     let result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending);
-    let cpu_mark = result.as_ref().ok().map(|(mark, _)| mark);
+    let cpu_mark = result.as_ref().ok().map(|(mark, _, _)| mark);
     if result.is_err() {
         ends.abort();
         // Closing the streams ends threads blocked on the server.
@@ -211,7 +211,9 @@ pub(crate) fn run(
     }
     let outcome = match (result, stream_error) {
         (Err(e), _) | (Ok(_), Some(e)) => Err(e),
-        (Ok((_, t0)), None) => finish(&mut ctl, &cfg, local_cpu.as_ref(), &counted, t0),
+        (Ok((_, t0, acked)), None) => {
+            finish(&mut ctl, &cfg, local_cpu.as_ref(), &counted, t0, acked)
+        }
     };
     if let Some(cpu) = local_cpu {
         let _ = remote_tx.send(RemoteEvent::LocalCpu(cpu));
@@ -394,7 +396,7 @@ fn drive(
     cfg: &ClientConfig,
     output: &report::Output,
     ending: &Ending,
-) -> Result<(CpuMark, Instant)> {
+) -> Result<(CpuMark, Instant, Option<Instant>)> {
     expect(ctl, super::TEST_RUNNING)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
@@ -408,6 +410,7 @@ fn drive(
         .flat_map(|&r| std::iter::repeat_n(!r, cfg.test.streams as usize))
         .collect();
     let mut drained_at: Option<Instant> = None;
+    let mut acked_at: Option<Instant> = None;
     loop {
         if let Some(f) = ends.failure() {
             return Err(Error::Test(format!(
@@ -427,9 +430,26 @@ fn drive(
             ));
         }
         // The server says nothing during a test: a byte now is its error or its end.
+        // Past the run time, looked at every millisecond (poll's timer, finer than a
+        // socket timeout's): when the data was acknowledged ends the server's receiving
+        // (see `finish`).
+        let look = match t0.elapsed() + Duration::from_millis(20) < run_time {
+            true => 20,
+            false => 1,
+        };
+        let mut fds = [libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let ready = crate::sys::poll(&mut fds, look).is_ok_and(|n| n > 0);
         let mut b = [0u8; 1];
-        let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(20)));
-        match ctl.sock.peek(&mut b) {
+        let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
+        let said = match ready {
+            true => ctl.sock.peek(&mut b),
+            false => Err(std::io::ErrorKind::WouldBlock.into()),
+        };
+        match said {
             Ok(0) => {
                 return Err(Error::Test(format!(
                     "the iperf3 server {} closed the control connection during the test",
@@ -463,11 +483,27 @@ fn drive(
         }
         // Every sending stream's data and FIN acknowledged (FIN_WAIT2 or later), or
         // the stall limit: then a grace for the server process to read what its kernel
-        // holds.
-        let acked = dups
+        // holds. The data's acknowledgement comes first: the FIN's waits for the
+        // receiver's delayed ACK (up to 40 ms); all but one segment, the FIN's, acked
+        // and nothing unsent is when the server's kernel had every byte.
+        let infos: Vec<_> = dups
             .iter()
             .zip(&sends)
-            .all(|(d, &s)| !s || net::tcp_info(d).is_some_and(|i| i.state >= 5 && i.state != 10));
+            .filter(|(_, s)| **s)
+            .map(|(d, _)| net::tcp_info(d))
+            .collect();
+        let acked = infos
+            .iter()
+            .all(|i| i.as_ref().is_some_and(|i| i.state >= 5 && i.state != 10));
+        let data_acked = infos.iter().all(|i| {
+            i.as_ref().is_some_and(|i| {
+                (i.state >= 5 && i.state != 10)
+                    || (i.state == 4 && i.unacked <= 1 && i.notsent_bytes == 0)
+            })
+        });
+        if data_acked {
+            acked_at.get_or_insert_with(Instant::now);
+        }
         let late = t0.elapsed() > run_time + timeouts::STALL;
         if acked || late {
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
@@ -479,18 +515,20 @@ fn drive(
         }
     }
     ctl.send_state(super::TEST_END)?;
-    Ok((cpu, t0))
+    Ok((cpu, t0, acked_at))
 }
 
 /// After `TEST_END` (every local thread joined): the results exchange, `DISPLAY_RESULTS`
 /// and `IPERF_DONE`; returns the server's counts as the reporter's remote totals, and its
-/// results as sent.
+/// results as sent. `acked`: when the server's kernel had acknowledged every byte this
+/// end sent (TCP).
 fn finish(
     ctl: &mut Ctl,
     cfg: &ClientConfig,
     cpu: Option<&crate::cpu::CpuReport>,
     counted: &[Mirrored],
     t0: Instant,
+    acked: Option<Instant>,
 ) -> Result<(ReceiverDone, Results)> {
     expect(ctl, EXCHANGE_RESULTS)?;
     // Our results: what each local stream did (sent bytes for senders, received for
@@ -565,14 +603,18 @@ fn finish(
     } else {
         cfg.test.run_time().as_secs_f64()
     };
-    // A UDP receiver's time runs to TEST_END, past this end's settle wait: the datagrams
-    // were sent, and arrived, over the run time.
-    let seconds = match cfg.test.udp {
-        true => seconds.min(cfg.test.run_time().as_secs_f64()),
-        false => seconds,
+    // The iperf3 server's receive time covers the measured seconds only (after -O), and
+    // runs to TEST_END, which this end sends a grace after the last byte was acknowledged
+    // (TCP) or a settle time after its senders stopped (UDP). The receiving ended
+    // earlier: when the server's kernel acknowledged the last byte, or (UDP) at the run
+    // time, over which the datagrams were sent and arrived.
+    let omit = cfg.test.omit().as_secs_f64();
+    let span = match (cfg.test.udp, acked) {
+        (true, _) => (seconds + omit).min(cfg.test.run_time().as_secs_f64()),
+        (false, Some(at)) => (seconds + omit).min(at.saturating_duration_since(t0).as_secs_f64()),
+        (false, None) => seconds + omit,
     };
-    // The iperf3 server's receive time covers the measured seconds only (after -O).
-    done.elapsed_us = ((seconds + cfg.test.omit().as_secs_f64()) * 1e6) as u64;
+    done.elapsed_us = (span * 1e6) as u64;
     done.cpu = Some(super::cpu_report(&theirs, seconds));
     Ok((done, theirs))
 }
