@@ -589,6 +589,61 @@ fn an_iperf3_server_refusing_what_pinperf_asks_is_said_in_words() {
 }
 
 #[test]
+fn an_iperf3_server_requiring_its_rsa_authentication_refuses_pinperf_in_words() {
+    let test = "an_iperf3_server_requiring_its_rsa_authentication_refuses_pinperf_in_words";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("pinperf-iperf3-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let key = dir.join("key.pem");
+    let made = std::process::Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&key)
+        .arg("2048")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        util::skipped(test, "no openssl to make the iperf3 server's RSA key");
+        return;
+    }
+    let users = dir.join("users.csv");
+    std::fs::write(&users, "someone,0000\n").expect("users file");
+    let (key, users) = (key.to_string_lossy(), users.to_string_lossy());
+    let server = Iperf3Server::start(&[
+        "--rsa-private-key-path",
+        &key,
+        "--authorized-users-path",
+        &users,
+    ]);
+    let port = server.port.to_string();
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--peer",
+            "iperf3",
+            "-t",
+            "1",
+        ],
+        LIMIT,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    // iperf3 sends its code without an errno here, and closes.
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains("test authorization failed")
+            && run.stderr().contains("iperf3 error 142"),
+        "{}",
+        run.explain()
+    );
+    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
+}
+
+#[test]
 fn server_output_travels_both_ways() {
     let test = "server_output_travels_both_ways";
     if iperf3(test).is_none() {

@@ -74,6 +74,9 @@ pub const IEPROTOCOL: i32 = 131;
 pub const IESETCONGESTION: i32 = 134;
 pub const IEAUTHTEST: i32 = 142;
 
+/// How long the errno after an error code may take (see [`Ctl::read_server_error`]).
+const ERRNO_WAIT: Duration = Duration::from_millis(500);
+
 /// Largest parameter or result document accepted from a peer (iperf3 itself caps
 /// parameters at 8 KiB; results grow with streams and server output).
 pub const MAX_JSON: usize = 1 << 20;
@@ -173,12 +176,17 @@ impl Ctl {
         Ok(b[0] as i8)
     }
 
-    /// `SERVER_ERROR`'s two numbers, as words.
+    /// `SERVER_ERROR`'s numbers, as words: iperf3's error code, then an errno, which an
+    /// iperf3 server leaves out when it refuses authentication (it sends the code and
+    /// closes): a close or a pause after the code is no errno.
     pub fn read_server_error(&mut self, timeout: Duration) -> Result<String> {
-        let mut b = [0u8; 8];
+        let mut b = [0u8; 4];
         self.read_exact(&mut b, timeout, "the server's error code")?;
-        let code = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        let errno = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let code = i32::from_be_bytes(b);
+        let errno = match self.read_exact(&mut b, timeout.min(ERRNO_WAIT), "an errno") {
+            Ok(()) => i32::from_be_bytes(b),
+            Err(_) => 0,
+        };
         let mut words = error_words(code);
         if errno != 0 {
             words += &format!(": {}", std::io::Error::from_raw_os_error(errno));
@@ -731,6 +739,31 @@ mod tests {
         assert_eq!(r.stream(1).map(|s| s.bytes), Some(123));
         let bad = doc.replace("\"bytes\":123", "\"bytes\":-5");
         assert!(serde_json::from_str::<Results>(&bad).is_err());
+    }
+
+    #[test]
+    fn a_server_error_reads_with_or_without_its_errno() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            for with_errno in [true, false] {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut b = IEAUTHTEST.to_be_bytes().to_vec();
+                if with_errno {
+                    b.extend(111i32.to_be_bytes());
+                }
+                s.write_all(&b).unwrap();
+                // Dropped: closed after the code, as iperf3 does on an auth failure.
+            }
+        });
+        for errno in [true, false] {
+            let sock = TcpStream::connect(addr).unwrap();
+            let mut ctl = Ctl { sock, peer: addr };
+            let words = ctl.read_server_error(Duration::from_secs(5)).unwrap();
+            assert!(words.starts_with("test authorization failed"), "{words}");
+            assert_eq!(words.contains("os error 111"), errno, "{words}");
+        }
+        server.join().unwrap();
     }
 
     #[test]
