@@ -346,8 +346,10 @@ fn finish(
     }
     ctl.send_state(super::EXCHANGE_RESULTS)?;
     let theirs: Results = ctl.read_json(timeouts::HANDSHAKE, "the client's results")?;
-    // Receivers: until each stream has what the client wrote (no progress for a while
-    // ends the wait: bytes the client counted but never sent, or -O's uncounted ones).
+    // Receivers: until each stream has what the client wrote, or has ended, or (the
+    // project's rule for a peer that stopped) nothing arrived for `timeouts::STALL`: a
+    // receiver thread a loaded host holds off for half a second is not a finished one.
+    // -O's uncounted bytes make the client's count short of what arrives: it is met early.
     for (k, &reverse) in reversed.iter().enumerate() {
         if reverse {
             continue;
@@ -363,14 +365,17 @@ fn finish(
             .collect();
         let mut last = (counters[k].lock().bytes.iter().sum::<u64>(), Instant::now());
         loop {
-            let have = counters[k].lock().bytes.clone();
-            if have.iter().zip(&want).all(|(h, w)| h >= w) {
+            let (have, ended) = {
+                let c = counters[k].lock();
+                (c.bytes.clone(), c.done.iter().all(|d| *d))
+            };
+            if ended || have.iter().zip(&want).all(|(h, w)| h >= w) {
                 break;
             }
             let sum: u64 = have.iter().sum();
             if sum != last.0 {
                 last = (sum, Instant::now());
-            } else if last.1.elapsed() > Duration::from_millis(500) {
+            } else if last.1.elapsed() > timeouts::STALL {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -391,19 +396,10 @@ fn finish(
                 true => sent += bytes,
                 false => received += bytes,
             }
-            let mut r = StreamResult {
-                id: stream_id(k * n + i),
-                bytes,
-                retransmits: -1,
-                jitter: 0.0,
-                errors: 0,
-                packets: 0,
-                start_time: 0.0,
-                end_time: elapsed,
-            };
-            if test.udp {
-                super::udp_counts(&mut r, reverse, c.udp[i].as_ref(), test.block_bytes());
-            }
+            let udp = test
+                .udp
+                .then(|| (reverse, c.udp[i].as_ref(), test.block_bytes()));
+            let r = StreamResult::ours(stream_id(k * n + i), bytes, elapsed, udp);
             if let Some(lines) = told.as_mut() {
                 lines.push(super::stream_line(&r, reverse, test.udp));
             }
