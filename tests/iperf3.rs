@@ -20,6 +20,27 @@ fn bytes(doc: &Value, sum: &str) -> u64 {
         .unwrap_or_else(|| panic!("no end.{sum}.bytes in {doc}"))
 }
 
+/// `pinperf -c 127.0.0.1 -p port` with `args` (`--peer iperf3` unless they name a peer),
+/// to its end.
+fn client_at(port: u16, args: &[&str]) -> util::Run {
+    let port = port.to_string();
+    let mut all = vec!["-c", "127.0.0.1", "-p", &port];
+    if !args.contains(&"--peer") {
+        all.extend(["--peer", "iperf3"]);
+    }
+    all.extend_from_slice(args);
+    pinperf(&all, LIMIT)
+}
+
+/// A refusal as Show 4 wants it: exit status 1 within a few seconds, the reason in words.
+fn assert_refused_in_words(run: &util::Run, words: &[&str]) {
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    for w in words {
+        assert!(run.stderr().contains(w), "no {w:?}: {}", run.explain());
+    }
+    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
+}
+
 /// pinperf's client against `iperf3 -s`: exit 0, and pinperf's count of what its pinned
 /// threads moved is the iperf3 server's own count of what it received or sent.
 fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
@@ -27,19 +48,9 @@ fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
         return;
     }
     let server = Iperf3Server::start(&[]);
-    let port = server.port.to_string();
-    let mut all = vec![
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "--peer",
-        "iperf3",
-        "-t",
-        "1",
-    ];
+    let mut all = vec!["-t", "1"];
     all.extend_from_slice(args);
-    let run = pinperf(&all, LIMIT);
+    let run = client_at(server.port, &all);
     run.assert_ok();
     let out = run.stdout();
     assert!(
@@ -108,15 +119,10 @@ fn pinperf_client_detects_an_iperf3_server_and_switches() {
     assert_eq!(bytes(&server.document(), "sum_received"), sent);
 }
 
-/// `iperf3 -c … -J` against `pinperf -s`: exit 0, a valid document whose receiver side
-/// (pinperf's count) equals iperf3's sender side to the byte, and the server's log says
-/// the same number.
-fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Value> {
-    iperf3(test)?;
-    let mut server = Server::start(&[]);
-    let mut all = vec!["-t", "1", "-J"];
-    all.extend_from_slice(args);
-    let (code, out, err, _) = iperf3_client(server.port, &all);
+/// `iperf3 -c … args` (with `-J`) against `server`: exit 0 and its document, without an
+/// `error`.
+fn iperf3_document(server: &Server, args: &[&str]) -> Value {
+    let (code, out, err, _) = iperf3_client(server.port, args);
     assert_eq!(
         code,
         Some(0),
@@ -125,6 +131,18 @@ fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Va
     );
     let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
     assert!(doc.get("error").is_none(), "{doc}");
+    doc
+}
+
+/// `iperf3 -c … -J` against `pinperf -s`: exit 0, a valid document whose receiver side
+/// (pinperf's count) equals iperf3's sender side to the byte, and the server's log says
+/// the same number.
+fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Value> {
+    iperf3(test)?;
+    let mut server = Server::start(&[]);
+    let mut all = vec!["-t", "1", "-J"];
+    all.extend_from_slice(args);
+    let doc = iperf3_document(&server, &all);
     let (sent, received) = (bytes(&doc, "sum_sent"), bytes(&doc, "sum_received"));
     match reverse {
         // pinperf receives: it reads until each stream has what iperf3 says it wrote.
@@ -234,15 +252,18 @@ fn a_pinperf_server_refuses_an_iperf3_client_over_its_limit_with_a_reason() {
         return;
     }
     let mut server = Server::start(&["--max-streams", "2"]);
-    let (code, out, err, took) = iperf3_client(server.port, &["-P", "4", "-t", "1"]);
-    assert_eq!(code, Some(1), "{out}{err}");
-    assert!(
-        format!("{out}{err}").contains("parallel streams"),
-        "{out}{err}"
-    );
-    assert!(took < Duration::from_secs(3), "took {took:?}");
-    let log = server.wait_for_log("refused", Duration::from_secs(5));
+    let log = iperf3_refused(&mut server, &["-P", "4", "-t", "1"], "parallel streams");
     assert!(log.contains("--max-streams"), "{log}");
+}
+
+/// `iperf3 -c … args` against `server`, refused as Show 4 wants it: exit status 1 within a
+/// few seconds, `says` in iperf3's output; returns the server's line about it.
+fn iperf3_refused(server: &mut Server, args: &[&str], says: &str) -> String {
+    let (code, out, err, took) = iperf3_client(server.port, args);
+    assert_eq!(code, Some(1), "{args:?}: {out}{err}");
+    assert!(format!("{out}{err}").contains(says), "{args:?}: {out}{err}");
+    assert!(took < Duration::from_secs(3), "{args:?} took {took:?}");
+    server.wait_for_log("refused", Duration::from_secs(5))
 }
 
 #[test]
@@ -255,43 +276,15 @@ fn a_busy_iperf3_server_refuses_pinperf_with_the_reason() {
     let port = server.port;
     let first = std::thread::spawn(move || iperf3_client(port, &["-t", "3"]));
     std::thread::sleep(Duration::from_millis(500));
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "--peer",
-            "iperf3",
-            "-t",
-            "1",
-        ],
-        LIMIT,
-    );
-    assert_eq!(run.code(), Some(1), "{}", run.explain());
-    assert!(run.stderr().contains("busy"), "{}", run.explain());
-    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
+    let run = client_at(port, &["-t", "1"]);
+    assert_refused_in_words(&run, &["busy"]);
     assert_eq!(first.join().expect("first").0, Some(0));
 }
 
 #[test]
 fn options_an_iperf3_server_cannot_take_are_refused_by_name() {
     // No iperf3 needed: refused before any connection.
-    let port = util::free_port().to_string();
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--peer",
-            "iperf3",
-            "-u",
-            "-O",
-            "1",
-        ],
-        LIMIT,
-    );
+    let run = client_at(util::free_port(), &["-u", "-O", "1"]);
     assert_eq!(run.code(), Some(2), "{}", run.explain());
     assert!(
         run.stderr()
@@ -334,28 +327,10 @@ fn udp_streams(doc: &Value) -> Vec<(u64, u64, u64, u64)> {
 fn pinperf_udp_against_iperf3(test: &str, extra: &[&str]) -> Option<(Value, Value)> {
     iperf3(test)?;
     let server = Iperf3Server::start(&[]);
-    let port = server.port.to_string();
     let (rate, len) = (RATE.to_string(), DATAGRAM.to_string());
-    let mut args = vec![
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "--peer",
-        "iperf3",
-        "-u",
-        "-b",
-        &rate,
-        "-l",
-        &len,
-        "-P",
-        "2",
-        "-t",
-        "1",
-        "-J",
-    ];
+    let mut args = vec!["-u", "-b", &rate, "-l", &len, "-P", "2", "-t", "1", "-J"];
     args.extend_from_slice(extra);
-    let run = pinperf(&args, LIMIT);
+    let run = client_at(server.port, &args);
     run.assert_ok();
     let ours: Value = serde_json::from_str(&run.stdout())
         .unwrap_or_else(|e| panic!("not JSON ({e}){}", run.explain()));
@@ -437,15 +412,7 @@ fn iperf3_udp_against_pinperf(test: &str, extra: &[&str]) -> Option<(Value, util
     let (rate, len) = (RATE.to_string(), DATAGRAM.to_string());
     let mut args = vec!["-u", "-b", &rate, "-l", &len, "-P", "2", "-t", "1", "-J"];
     args.extend_from_slice(extra);
-    let (code, out, err, _) = iperf3_client(server.port, &args);
-    assert_eq!(
-        code,
-        Some(0),
-        "iperf3 -c failed: {out}{err}\nserver log:\n{}",
-        server.log()
-    );
-    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
-    assert!(doc.get("error").is_none(), "{doc}");
+    let doc = iperf3_document(&server, &args);
     Some((doc, server))
 }
 
@@ -505,27 +472,8 @@ fn pinperf_speaking_pinperf_to_an_iperf3_server_is_told_to_use_peer_iperf3() {
         return;
     }
     let server = Iperf3Server::start(&[]);
-    let port = server.port.to_string();
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--peer",
-            "pinperf",
-            "-t",
-            "1",
-        ],
-        LIMIT,
-    );
-    assert_eq!(run.code(), Some(1), "{}", run.explain());
-    assert!(
-        run.stderr().contains("not a pinperf server") && run.stderr().contains("--peer iperf3"),
-        "{}",
-        run.explain()
-    );
-    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
+    let run = client_at(server.port, &["--peer", "pinperf", "-t", "1"]);
+    assert_refused_in_words(&run, &["not a pinperf server", "--peer iperf3"]);
 }
 
 #[test]
@@ -541,13 +489,7 @@ fn an_iperf3_client_asking_what_pinperf_cannot_honour_is_refused_with_a_reason()
         (&["-M", "1200", "-t", "1"][..], "-M (MSS)"),
         (&["-u", "-O", "1", "-t", "1"][..], "-O with -u"),
     ] {
-        let (code, out, err, took) = iperf3_client(server.port, args);
-        assert_eq!(code, Some(1), "{args:?}: {out}{err}");
-        assert!(
-            format!("{out}{err}").contains("not implemented"),
-            "{args:?}: {out}{err}"
-        );
-        assert!(took < Duration::from_secs(3), "{args:?} took {took:?}");
+        iperf3_refused(&mut server, args, "not implemented");
         let log = server.wait_for_log(named, Duration::from_secs(5));
         assert!(log.contains("refused"), "{log}");
     }
@@ -560,32 +502,12 @@ fn an_iperf3_server_refusing_what_pinperf_asks_is_said_in_words() {
         return;
     }
     let server = Iperf3Server::start(&[]);
-    let port = server.port.to_string();
     // A window no kernel here grants: iperf3 checks what it got and refuses the test.
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--peer",
-            "iperf3",
-            "-w",
-            "1G",
-            "-t",
-            "1",
-        ],
-        LIMIT,
+    let run = client_at(server.port, &["-w", "1G", "-t", "1"]);
+    assert_refused_in_words(
+        &run,
+        &["socket buffer size not set correctly", "iperf3 error 141"],
     );
-    assert_eq!(run.code(), Some(1), "{}", run.explain());
-    assert!(
-        run.stderr()
-            .contains("socket buffer size not set correctly")
-            && run.stderr().contains("iperf3 error 141"),
-        "{}",
-        run.explain()
-    );
-    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
 }
 
 #[test]
@@ -617,30 +539,10 @@ fn an_iperf3_server_requiring_its_rsa_authentication_refuses_pinperf_in_words() 
         "--authorized-users-path",
         &users,
     ]);
-    let port = server.port.to_string();
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--peer",
-            "iperf3",
-            "-t",
-            "1",
-        ],
-        LIMIT,
-    );
+    let run = client_at(server.port, &["-t", "1"]);
     let _ = std::fs::remove_dir_all(&dir);
     // iperf3 sends its code without an errno here, and closes.
-    assert_eq!(run.code(), Some(1), "{}", run.explain());
-    assert!(
-        run.stderr().contains("test authorization failed")
-            && run.stderr().contains("iperf3 error 142"),
-        "{}",
-        run.explain()
-    );
-    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
+    assert_refused_in_words(&run, &["test authorization failed", "iperf3 error 142"]);
 }
 
 #[test]
@@ -651,21 +553,7 @@ fn server_output_travels_both_ways() {
     }
     // pinperf's client gets the iperf3 server's report (its -J document here).
     let server = Iperf3Server::start(&[]);
-    let port = server.port.to_string();
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--peer",
-            "iperf3",
-            "-t",
-            "1",
-            "--get-server-output",
-        ],
-        LIMIT,
-    );
+    let run = client_at(server.port, &["-t", "1", "--get-server-output"]);
     run.assert_ok();
     let out = run.stdout();
     assert!(

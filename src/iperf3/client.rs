@@ -542,22 +542,13 @@ fn finish(
     let streams = (0..cfg.test.threads())
         .map(|k| {
             let mine = counted.get(k / n);
-            let mut r = StreamResult {
-                id: stream_id(k),
-                bytes: mine.and_then(|m| m.totals.get(k % n)).copied().unwrap_or(0),
-                retransmits: -1,
-                jitter: 0.0,
-                errors: 0,
-                packets: 0,
-                start_time: 0.0,
-                end_time: elapsed,
-            };
-            if cfg.test.udp {
+            let bytes = mine.and_then(|m| m.totals.get(k % n)).copied().unwrap_or(0);
+            let udp = cfg.test.udp.then(|| {
                 let last = mine.and_then(|m| m.udp.get(k % n)).and_then(Option::as_ref);
                 let sends = !reversed.get(k / n).copied().unwrap_or(false);
-                super::udp_counts(&mut r, sends, last, cfg.test.block_bytes());
-            }
-            r
+                (sends, last, cfg.test.block_bytes())
+            });
+            StreamResult::ours(stream_id(k), bytes, elapsed, udp)
         })
         .collect();
     let ours = Results {

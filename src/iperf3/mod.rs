@@ -501,6 +501,33 @@ pub struct StreamResult {
     pub end_time: f64,
 }
 
+impl StreamResult {
+    /// A stream's entry as this end fills it: its bytes over `0..end_time` seconds, no
+    /// retransmit count (-1, as iperf3 writes where it has none), and for UDP its datagram
+    /// counts (see [`udp_counts`]: `sends`, `last` and the datagram size).
+    pub(crate) fn ours(
+        id: i64,
+        bytes: u64,
+        end_time: f64,
+        udp: Option<(bool, Option<&UdpSnapshot>, u64)>,
+    ) -> StreamResult {
+        let mut r = StreamResult {
+            id,
+            bytes,
+            retransmits: -1,
+            jitter: 0.0,
+            errors: 0,
+            packets: 0,
+            start_time: 0.0,
+            end_time,
+        };
+        if let Some((sends, last, datagram)) = udp {
+            udp_counts(&mut r, sends, last, datagram);
+        }
+        r
+    }
+}
+
 /// Any JSON number as an i64: unsigned values wrap (iperf3's -1), floats truncate.
 fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<i64, D::Error> {
     let v = serde_json::Number::deserialize(d)?;
