@@ -3,11 +3,14 @@
 # server: loopback, interleaved (iperf3, pinperf, then pinperf, iperf3, ...), medians per
 # congestion control and stream count. Both read the receiver's figure from JSON: iperf3
 # -J end.sum_received.bits_per_second, pinperf -J end.sum_received.bits_per_second (the
-# iperf3 server's count of what it read). IPERF3=path picks the iperf3 (server and client;
-# default the one on PATH, Debian's 3.12).
+# iperf3 server's count of what it read, over the span until its kernel had the last
+# byte). IPERF3=path picks the iperf3 (server and client; default the one on PATH,
+# Debian's 3.12). ENGINES="threads single" also runs pinperf's single engine (one thread,
+# non-blocking writes and poll(), as iperf3's client writes) in the same rounds, as a
+# diagnosis of the threaded sender's blocking writes; its rows are "pinperf-single".
 #
 #   flock -x /tmp/pinperf-bench.lock bench-scripts/iperf3-interop.sh
-#   ROUNDS=5 SECS=3 STREAMS="1 2" CCS="cubic bbr" (defaults)
+#   ROUNDS=5 SECS=3 STREAMS="1 2" CCS="cubic bbr" ENGINES=threads (defaults)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 IPERF3=${IPERF3:-$(command -v iperf3 || true)}
@@ -16,6 +19,15 @@ ROUNDS=${ROUNDS:-5}
 SECS=${SECS:-3}
 STREAMS=${STREAMS:-"1 2"}
 CCS=${CCS:-"cubic bbr"}
+ENGINES=${ENGINES:-threads}
+tools="iperf3"
+for e in $ENGINES; do
+  case $e in
+    threads) tools="$tools pinperf" ;;
+    single) tools="$tools pinperf-single" ;;
+    *) echo "ENGINES: threads or single, not $e" >&2; exit 2 ;;
+  esac
+done
 start_run iperf3-interop
 "$IPERF3" --version | head -1 >> "$out/env.txt"
 PORT=${PORT:-15299}
@@ -30,6 +42,7 @@ run_tool() { # tool cc streams round
   case $1 in
     iperf3) json=$("$IPERF3" -c 127.0.0.1 -p "$PORT" -t "$SECS" -P "$3" -C "$2" -J) ;;
     pinperf) json=$("$PINPERF" -c 127.0.0.1 -p "$PORT" --peer iperf3 -t "$SECS" -P "$3" -C "$2" -J 2>>"$out/pinperf-stderr.txt") ;;
+    pinperf-single) json=$("$PINPERF" -c 127.0.0.1 -p "$PORT" --peer iperf3 --engine single -t "$SECS" -P "$3" -C "$2" -J 2>>"$out/pinperf-stderr.txt") ;;
   esac
   echo "$json" | gzip -c >> "$out/raw-json.gz"
   echo "$1,$2,$3,$4,$(echo "$json" | gbps)" >> "$out/raw.csv"
@@ -38,7 +51,8 @@ run_tool() { # tool cc streams round
 for cc in $CCS; do
   for p in $STREAMS; do
     for r in $(seq 1 "$ROUNDS"); do
-      if [ $((r % 2)) = 1 ]; then order="iperf3 pinperf"; else order="pinperf iperf3"; fi
+      # Interleaved: the tools in order on odd rounds, reversed on even ones.
+      if [ $((r % 2)) = 1 ]; then order=$tools; else order=$(echo $tools | tr ' ' '\n' | tac | tr '\n' ' '); fi
       for tool in $order; do run_tool "$tool" "$cc" "$p" "$r"; done
     done
   done
@@ -47,14 +61,22 @@ python3 - "$out" <<'PY' | tee "$out/table.txt"
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1] + "/raw.csv")))
 keys = sorted({(r["cc"], int(r["streams"])) for r in rows})
-print("| cc | streams | iperf3 -c → iperf3 -s, Gbit/s (median) | pinperf → iperf3 -s, Gbit/s (median) | pinperf / iperf3 | runs each |")
-print("|---|---|---|---|---|---|")
+tools = [t for t in ("iperf3", "pinperf", "pinperf-single") if any(r["tool"] == t for r in rows)]
+others = tools[1:]
+head = ["cc", "streams", "iperf3 -c → iperf3 -s, Gbit/s (median)"]
+head += [f"{t} → iperf3 -s, Gbit/s (median)" for t in others]
+head += [f"{t} / iperf3" for t in others] + ["runs each"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
 for cc, p in keys:
     m = {}
-    for tool in ("iperf3", "pinperf"):
+    for tool in tools:
         v = [float(r["bits_per_second"]) / 1e9 for r in rows if r["tool"] == tool and r["cc"] == cc and int(r["streams"]) == p]
         m[tool] = (statistics.median(v), len(v))
-    print(f"| {cc} | {p} | {m['iperf3'][0]:.2f} | {m['pinperf'][0]:.2f} | {m['pinperf'][0] / m['iperf3'][0]:.3f} | {m['iperf3'][1]} |")
+    cells = [cc, str(p), f"{m['iperf3'][0]:.2f}"]
+    cells += [f"{m[t][0]:.2f}" for t in others]
+    cells += [f"{m[t][0] / m['iperf3'][0]:.3f}" for t in others] + [str(m["iperf3"][1])]
+    print("| " + " | ".join(cells) + " |")
 PY
 gzip -f "$out/raw.csv"
 echo "results in $out"

@@ -80,12 +80,24 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
                 .op(|| format!("write to {peer}"))?;
         }
     }
-    if cfg.peer == Peer::Auto && !answers(&stream, detect_wait(&stream))? {
+    // A pinperf server answers the preamble at once; silence is an iperf3 server's (it
+    // waits for the rest of a cookie).
+    if !answers(&stream, detect_wait(&stream))? {
+        let wait = detect_wait(&stream).as_secs_f64();
+        if cfg.peer == Peer::Pinperf {
+            return Err(Error::Protocol {
+                peer,
+                what: format!(
+                    "it said nothing for {wait:.1} s after pinperf's preamble: not a pinperf \
+                     server (an iperf3 server waits like this for its cookie); if it runs \
+                     iperf3, use --peer iperf3 (or --peer auto, which switches)"
+                ),
+            });
+        }
         eprintln!(
-            "pinperf: {peer} said nothing for {:.1} s after pinperf's preamble, as an iperf3 \
+            "pinperf: {peer} said nothing for {wait:.1} s after pinperf's preamble, as an iperf3 \
              server does (it waits for a cookie): speaking iperf3 (--peer iperf3 skips this \
-             wait; --peer pinperf waits for a pinperf server)",
-            detect_wait(&stream).as_secs_f64()
+             wait; --peer pinperf expects a pinperf server)"
         );
         return crate::iperf3::client::run(cfg, out, stream, local_plan, protocol::PREAMBLE);
     }
@@ -130,7 +142,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 
     let congestion = match &socks {
         Socks::Tcp(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
-        Socks::Udp(_) => "- (UDP)".into(),
+        Socks::Udp(_) | Socks::UdpAs(..) => "- (UDP)".into(),
     };
     let header = Header {
         software: SOFTWARE.into(),
@@ -143,7 +155,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         remote_window: accept.window.clone(),
         path: match &socks {
             Socks::Tcp(s) => net::path_info(&s[0].data),
-            Socks::Udp(_) => net::path_info(&ctl.socket()),
+            Socks::Udp(_) | Socks::UdpAs(..) => net::path_info(&ctl.socket()),
         },
         local_pin: local_plan.clone(),
         remote_pin: accept.pin_plan.clone(),

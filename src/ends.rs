@@ -23,6 +23,8 @@ use crate::udp;
 pub(crate) enum Socks {
     Tcp(Vec<StreamSocks>),
     Udp(Vec<UdpSocket>),
+    /// UDP sockets whose datagrams carry another header than pinperf's (an iperf3 peer's).
+    UdpAs(Vec<UdpSocket>, udp::wire::Format),
 }
 
 impl Socks {
@@ -31,6 +33,7 @@ impl Socks {
         match self {
             Socks::Tcp(v) => Socks::Tcp(v.drain(..n.min(v.len())).collect()),
             Socks::Udp(v) => Socks::Udp(v.drain(..n.min(v.len())).collect()),
+            Socks::UdpAs(v, wire) => Socks::UdpAs(v.drain(..n.min(v.len())).collect(), *wire),
         }
     }
 }
@@ -78,8 +81,14 @@ impl Threads {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
         };
+        // TCP's sockets, or UDP's with the header their datagrams carry.
+        let socks = match socks {
+            Socks::Tcp(s) => Ok(s),
+            Socks::Udp(s) => Err((s, udp::wire::Format::Pinperf)),
+            Socks::UdpAs(s, wire) => Err((s, wire)),
+        };
         Ok(match (socks, sends, engine) {
-            (Socks::Tcp(socks), true, engine) => {
+            (Ok(socks), true, engine) => {
                 if let Some(fq) = test.fq_rate_bps {
                     for s in &socks {
                         crate::net::set_fq_rate(&s.data, fq)?;
@@ -104,18 +113,19 @@ impl Threads {
                 };
                 (Threads::Send(set), (rx, free))
             }
-            (Socks::Tcp(socks), false, _) => {
+            (Ok(socks), false, _) => {
                 let (set, rx, free) = StreamSet::spawn(socks, plan, block, move |ctx, s| {
                     receiver::run(ctx, s, run_time, copy)
                 })?;
                 (Threads::Receive(set), (rx, free))
             }
-            (Socks::Udp(socks), true, _) => {
+            (Err((socks, wire)), true, _) => {
                 let job = udp::UdpSend {
                     rate_bps: rate,
                     datagram: block,
                     run_time,
                     gso: !test.no_gsro,
+                    wire,
                 };
                 let (set, rx, free) =
                     StreamSet::spawn(udp_socks(socks), plan, block, move |ctx, s| {
@@ -123,11 +133,11 @@ impl Threads {
                     })?;
                 (Threads::UdpSend(set), (rx, free))
             }
-            (Socks::Udp(socks), false, _) => {
+            (Err((socks, wire)), false, _) => {
                 let until = run_time + settle;
                 let (set, rx, free) =
                     StreamSet::spawn(udp_socks(socks), plan, block, move |ctx, s| {
-                        udp::receive(ctx, s, until)
+                        udp::receive(ctx, s, until, wire)
                     })?;
                 (Threads::UdpReceive(set), (rx, free))
             }

@@ -136,8 +136,12 @@ pub fn pin_current(cpu: usize) -> Result<(), String> {
 }
 
 impl fmt::Display for PinPlan {
-    /// `stream-0:cpu0 stream-1:cpu1`, or `none` when nothing is pinned.
+    /// `stream-0:cpu0 stream-1:cpu1`, `none` when nothing is pinned, or (no plan at all:
+    /// a peer that says nothing of its threads, as an iperf3 server) `not reported`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "not reported by the peer");
+        }
         if self.0.iter().all(Option::is_none) {
             return write!(f, "none (scheduler places threads)");
         }
@@ -172,6 +176,15 @@ mod tests {
         );
         assert!(parse_plan("3-1").is_err());
         assert!(parse_plan("x").is_err());
+    }
+
+    #[test]
+    fn a_plan_says_what_is_pinned_and_when_nothing_was_said() {
+        let plan = PinPlan(vec![Some(0), None]);
+        assert_eq!(plan.to_string(), "stream-0:cpu0 stream-1:any");
+        let none = PinPlan(vec![None, None]);
+        assert_eq!(none.to_string(), "none (scheduler places threads)");
+        assert_eq!(PinPlan(vec![]).to_string(), "not reported by the peer");
     }
 
     #[test]

@@ -516,45 +516,16 @@ fn session(
         return None;
     }
     let user = user.as_deref();
-    // The slot: free, or soon free (the last test is saying goodbye: a shell loop's next
-    // run waits for it, as many at once as busy answers), else "busy" with the time left.
-    let run_time = test.params.run_time();
-    let taken = match shared.slot.try_take(run_time) {
-        Err(FINISHING) if shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => {
-            let got = shared.slot.wait_take(run_time, timeouts::FINISHING);
-            shared.waiters.fetch_sub(1, Ordering::AcqRel);
-            got
-        }
-        Err(FINISHING) => {
-            shared.waiters.fetch_sub(1, Ordering::AcqRel);
-            Err(FINISHING)
-        }
-        other => other,
-    };
-    if taken.is_err() {
-        let reason = busy_reason(shared.slot.left());
-        let _ = ctl.send(&ControlMsg::Refuse {
-            reason: reason.clone(),
-        });
-        log_refused(cfg, peer, user, "busy", &reason);
-        return None;
-    }
-    // Released however the session ends, a panic included: a server that says "busy"
-    // forever after one bad client is a server nobody can leave running.
-    let _release = SlotGuard(&shared.slot);
-    if let Some(max) = cfg.max_tests_per_minute {
-        // Counted here, atomically: several handshakes from one source may have passed
-        // the acceptor's check at once.
-        let took = shared.rate.lock().take(peer.ip(), max, Instant::now());
-        if let Err(wait) = took {
-            let reason = rate_refusal(peer, max, wait);
+    let _release = match take_slot(shared, cfg, peer, test.params.run_time()) {
+        Ok(guard) => guard,
+        Err(r) => {
             let _ = ctl.send(&ControlMsg::Refuse {
-                reason: reason.clone(),
+                reason: r.to_client,
             });
-            log_refused(cfg, peer, user, "rate", &reason);
+            log_refused(cfg, peer, user, r.why, &r.to_log);
             return None;
         }
-    }
+    };
     if !cfg.quiet {
         serverlog::set_user(user);
         serverlog::test_start(peer, user, &test.params);
@@ -569,6 +540,49 @@ fn session(
     }
     drop(ctl);
     Some(result)
+}
+
+/// The slot for an admitted test, whichever protocol its client speaks: free, or soon free
+/// (the last test is saying goodbye: a shell loop's next run waits for it, as many at once
+/// as busy answers), else "busy" with the time left; then `--max-tests-per-minute`,
+/// counted here, atomically (several handshakes from one source may have passed the
+/// acceptor's check at once). The guard frees the slot however the session ends, a panic
+/// included: a server that says "busy" forever after one bad client is a server nobody
+/// can leave running.
+fn take_slot<'a>(
+    shared: &'a Shared,
+    cfg: &ServerConfig,
+    peer: SocketAddr,
+    run_time: Duration,
+) -> std::result::Result<SlotGuard<'a>, Refusal> {
+    let refusal = |why, reason: String| Refusal {
+        why,
+        to_client: reason.clone(),
+        to_log: reason,
+        user: None,
+    };
+    let taken = match shared.slot.try_take(run_time) {
+        Err(FINISHING) if shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => {
+            let got = shared.slot.wait_take(run_time, timeouts::FINISHING);
+            shared.waiters.fetch_sub(1, Ordering::AcqRel);
+            got
+        }
+        Err(FINISHING) => {
+            shared.waiters.fetch_sub(1, Ordering::AcqRel);
+            Err(FINISHING)
+        }
+        other => other,
+    };
+    if taken.is_err() {
+        return Err(refusal("busy", busy_reason(shared.slot.left())));
+    }
+    let guard = SlotGuard(&shared.slot);
+    if let Some(max) = cfg.max_tests_per_minute
+        && let Err(wait) = shared.rate.lock().take(peer.ip(), max, Instant::now())
+    {
+        return Err(refusal("rate", rate_refusal(peer, max, wait)));
+    }
+    Ok(guard)
 }
 
 /// How long the server waits for a client's first bytes before it sends its preamble
@@ -634,8 +648,8 @@ fn iperf3_session(
         let _ = ctl.send_server_error(code, 0);
         log_refused(cfg, peer, None, why, &format!("iperf3 client: {reason}"));
     };
-    let (test, plan) = match i3::read_params(&mut ctl, &cfg.limits, &cfg.affinity, deadline) {
-        Ok(Ok(pair)) => pair,
+    let admitted = match i3::read_params(&mut ctl, &cfg.limits, &cfg.affinity, deadline) {
+        Ok(Ok(admitted)) => admitted,
         Ok(Err(u)) => {
             if shared.pending.remove(id) {
                 refused(&mut ctl, "params", u.code, &u.reason);
@@ -663,51 +677,37 @@ fn iperf3_session(
     if !shared.pending.remove(id) {
         return None;
     }
-    let run_time = test.run_time();
-    let taken = match shared.slot.try_take(run_time) {
-        Err(FINISHING) => shared.slot.wait_take(run_time, timeouts::FINISHING),
-        other => other,
-    };
-    if taken.is_err() {
-        let _ = ctl.send_state(iperf3::ACCESS_DENIED);
-        log_refused(cfg, peer, None, "busy", &busy_reason(shared.slot.left()));
-        return None;
-    }
-    let _release = SlotGuard(&shared.slot);
-    if let Some(max) = cfg.max_tests_per_minute {
-        let took = shared.rate.lock().take(peer.ip(), max, Instant::now());
-        if let Err(wait) = took {
-            refused(
-                &mut ctl,
-                "rate",
-                iperf3::IEUNIMP,
-                &rate_refusal(peer, max, wait),
-            );
+    // Busy is iperf3's ACCESS_DENIED (its client says the server is busy); the rate
+    // limit has no code of its own and goes as SERVER_ERROR.
+    let _release = match take_slot(shared, cfg, peer, admitted.test.run_time()) {
+        Ok(guard) => guard,
+        Err(r) => {
+            match r.why {
+                "busy" => {
+                    let _ = ctl.send_state(iperf3::ACCESS_DENIED);
+                }
+                _ => {
+                    let _ = ctl.send_server_error(iperf3::IEUNIMP, 0);
+                }
+            }
+            log_refused(cfg, peer, None, r.why, &r.to_log);
             return None;
         }
-    }
+    };
     let (tx, rx) = crossbeam_channel::unbounded();
     *shared.iperf3.lock() = Some(i3::Registered {
         cookie,
         streams: tx,
     });
+    let opening = i3::opening_line(peer, &admitted.test);
     if !cfg.quiet {
-        serverlog::test_start(peer, None, &test);
-        log!(
-            cfg.quiet,
-            "pinperf: iperf3 test from {peer}: {} TCP stream(s){}, block {}, {} s",
-            test.streams,
-            match test.direction() {
-                crate::params::Direction::Forward => "",
-                crate::params::Direction::Reverse => " (reverse: this server sends)",
-                crate::params::Direction::Bidir => " each way (bidirectional)",
-            },
-            format_size(test.block_bytes()),
-            test.duration().as_secs_f64()
-        );
+        serverlog::test_start(peer, None, &admitted.test);
+        log!(cfg.quiet, "{opening}");
     }
     let t0 = Instant::now();
-    let result = i3::run_test(&mut ctl, &test, plan, &rx, &|| shared.slot.finishing());
+    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, &|| {
+        shared.slot.finishing()
+    });
     *shared.iperf3.lock() = None;
     shared.slot.finishing();
     match result {
@@ -715,9 +715,7 @@ fn iperf3_session(
             if !cfg.quiet {
                 let secs = t0.elapsed().as_secs_f64();
                 serverlog::test_end(peer, received, sent, secs, || {
-                    format!(
-                        "pinperf: iperf3 test from {peer}: done, received {received} bytes, sent {sent} bytes"
-                    )
+                    i3::done_line(peer, received, sent)
                 });
             }
             Some(Ok(()))

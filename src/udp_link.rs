@@ -28,7 +28,7 @@ const RESEND: Duration = Duration::from_millis(100);
 const UDP_RECEIVE_HOLDS: Duration = Duration::from_millis(50);
 
 /// `-w`, or the receive buffer [`UDP_RECEIVE_HOLDS`] asks for.
-fn configure(sock: &UdpSocket, test: &TestParams) -> Result<WindowGrant> {
+pub(crate) fn configure(sock: &UdpSocket, test: &TestParams) -> Result<WindowGrant> {
     let gro = !test.no_gsro;
     let mut grant =
         crate::udp::configure_with(sock, test.window_bytes, test.force_window, gro)?.window;

@@ -1,7 +1,10 @@
 //! Speaking iperf3, against the real iperf3 binary (Debian's 3.12 in CI; `.ci/run` installs
-//! it): pinperf's client against `iperf3 -s`, `iperf3 -c` against `pinperf -s`, both
-//! ends' byte counts compared, and refusals both ways. Each test skips, saying so, when
-//! no `iperf3` is on PATH.
+//! it): pinperf's client against `iperf3 -s`, `iperf3 -c` against `pinperf -s`, over TCP
+//! and UDP, both ends' byte and datagram counts compared, and refusals both ways (busy,
+//! over a limit, the wrong protocol or an option the other end cannot honour). Each test
+//! skips, saying so, when no `iperf3` is on PATH. UDP tests run at 100 Mbit/s per stream
+//! and assert what holds on a loaded machine: the counting identities between the two
+//! ends and an upper bound on the rate, not how much arrived.
 
 mod util;
 
@@ -17,6 +20,27 @@ fn bytes(doc: &Value, sum: &str) -> u64 {
         .unwrap_or_else(|| panic!("no end.{sum}.bytes in {doc}"))
 }
 
+/// `pinperf -c 127.0.0.1 -p port` with `args` (`--peer iperf3` unless they name a peer),
+/// to its end.
+fn client_at(port: u16, args: &[&str]) -> util::Run {
+    let port = port.to_string();
+    let mut all = vec!["-c", "127.0.0.1", "-p", &port];
+    if !args.contains(&"--peer") {
+        all.extend(["--peer", "iperf3"]);
+    }
+    all.extend_from_slice(args);
+    pinperf(&all, LIMIT)
+}
+
+/// A refusal as Show 4 wants it: exit status 1 within a few seconds, the reason in words.
+fn assert_refused_in_words(run: &util::Run, words: &[&str]) {
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    for w in words {
+        assert!(run.stderr().contains(w), "no {w:?}: {}", run.explain());
+    }
+    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
+}
+
 /// pinperf's client against `iperf3 -s`: exit 0, and pinperf's count of what its pinned
 /// threads moved is the iperf3 server's own count of what it received or sent.
 fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
@@ -24,23 +48,16 @@ fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
         return;
     }
     let server = Iperf3Server::start(&[]);
-    let port = server.port.to_string();
-    let mut all = vec![
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "--peer",
-        "iperf3",
-        "-t",
-        "1",
-    ];
+    let mut all = vec!["-t", "1"];
     all.extend_from_slice(args);
-    let run = pinperf(&all, LIMIT);
+    let run = client_at(server.port, &all);
     run.assert_ok();
     let out = run.stdout();
     assert!(
-        out.contains("iperf3 server; live rows are this end's counts"),
+        out.contains(
+            "iperf3 server, which reports no window, threads or pinning; live rows \
+             are this end's counts"
+        ),
         "{}",
         run.explain()
     );
@@ -102,15 +119,10 @@ fn pinperf_client_detects_an_iperf3_server_and_switches() {
     assert_eq!(bytes(&server.document(), "sum_received"), sent);
 }
 
-/// `iperf3 -c … -J` against `pinperf -s`: exit 0, a valid document whose receiver side
-/// (pinperf's count) equals iperf3's sender side to the byte, and the server's log says
-/// the same number.
-fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Value> {
-    iperf3(test)?;
-    let mut server = Server::start(&[]);
-    let mut all = vec!["-t", "1", "-J"];
-    all.extend_from_slice(args);
-    let (code, out, err, _) = iperf3_client(server.port, &all);
+/// `iperf3 -c … args` (with `-J`) against `server`: exit 0 and its document, without an
+/// `error`.
+fn iperf3_document(server: &Server, args: &[&str]) -> Value {
+    let (code, out, err, _) = iperf3_client(server.port, args);
     assert_eq!(
         code,
         Some(0),
@@ -119,6 +131,18 @@ fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Va
     );
     let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
     assert!(doc.get("error").is_none(), "{doc}");
+    doc
+}
+
+/// `iperf3 -c … -J` against `pinperf -s`: exit 0, a valid document whose receiver side
+/// (pinperf's count) equals iperf3's sender side to the byte, and the server's log says
+/// the same number.
+fn iperf3_against_pinperf(test: &str, args: &[&str], reverse: bool) -> Option<Value> {
+    iperf3(test)?;
+    let mut server = Server::start(&[]);
+    let mut all = vec!["-t", "1", "-J"];
+    all.extend_from_slice(args);
+    let doc = iperf3_document(&server, &all);
     let (sent, received) = (bytes(&doc, "sum_sent"), bytes(&doc, "sum_received"));
     match reverse {
         // pinperf receives: it reads until each stream has what iperf3 says it wrote.
@@ -228,19 +252,18 @@ fn a_pinperf_server_refuses_an_iperf3_client_over_its_limit_with_a_reason() {
         return;
     }
     let mut server = Server::start(&["--max-streams", "2"]);
-    let (code, out, err, took) = iperf3_client(server.port, &["-P", "4", "-t", "1"]);
-    assert_eq!(code, Some(1), "{out}{err}");
-    assert!(
-        format!("{out}{err}").contains("parallel streams"),
-        "{out}{err}"
-    );
-    assert!(took < Duration::from_secs(3), "took {took:?}");
-    let log = server.wait_for_log("refused", Duration::from_secs(5));
+    let log = iperf3_refused(&mut server, &["-P", "4", "-t", "1"], "parallel streams");
     assert!(log.contains("--max-streams"), "{log}");
-    // And a UDP test, which this server does not run for iperf3 clients.
-    let (code, out, err, _) = iperf3_client(server.port, &["-u", "-t", "1"]);
-    assert_eq!(code, Some(1), "{out}{err}");
-    assert!(format!("{out}{err}").contains("protocol"), "{out}{err}");
+}
+
+/// `iperf3 -c … args` against `server`, refused as Show 4 wants it: exit status 1 within a
+/// few seconds, `says` in iperf3's output; returns the server's line about it.
+fn iperf3_refused(server: &mut Server, args: &[&str], says: &str) -> String {
+    let (code, out, err, took) = iperf3_client(server.port, args);
+    assert_eq!(code, Some(1), "{args:?}: {out}{err}");
+    assert!(format!("{out}{err}").contains(says), "{args:?}: {out}{err}");
+    assert!(took < Duration::from_secs(3), "{args:?} took {took:?}");
+    server.wait_for_log("refused", Duration::from_secs(5))
 }
 
 #[test]
@@ -253,38 +276,298 @@ fn a_busy_iperf3_server_refuses_pinperf_with_the_reason() {
     let port = server.port;
     let first = std::thread::spawn(move || iperf3_client(port, &["-t", "3"]));
     std::thread::sleep(Duration::from_millis(500));
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "--peer",
-            "iperf3",
-            "-t",
-            "1",
-        ],
-        LIMIT,
-    );
-    assert_eq!(run.code(), Some(1), "{}", run.explain());
-    assert!(run.stderr().contains("busy"), "{}", run.explain());
-    assert!(run.elapsed < Duration::from_secs(3), "{}", run.explain());
+    let run = client_at(port, &["-t", "1"]);
+    assert_refused_in_words(&run, &["busy"]);
     assert_eq!(first.join().expect("first").0, Some(0));
 }
 
 #[test]
 fn options_an_iperf3_server_cannot_take_are_refused_by_name() {
     // No iperf3 needed: refused before any connection.
-    let port = util::free_port().to_string();
-    let run = pinperf(
-        &["-c", "127.0.0.1", "-p", &port, "--peer", "iperf3", "-u"],
-        LIMIT,
-    );
+    let run = client_at(util::free_port(), &["-u", "-O", "1"]);
     assert_eq!(run.code(), Some(2), "{}", run.explain());
     assert!(
         run.stderr()
-            .contains("-u: not available against an iperf3 server"),
+            .contains("-O with -u: not available against an iperf3 server"),
         "{}",
         run.explain()
+    );
+}
+
+/// The datagram size of the UDP tests (`-l`): both tools' counts in datagrams are their
+/// bytes over it.
+const DATAGRAM: u64 = 1400;
+/// The UDP tests' rate per stream, and the most the two streams may send in a 1 s test
+/// (the rate over the run time, with a quarter for the pacers' first quantum and a late
+/// stop on a loaded machine).
+const RATE: u64 = 100_000_000;
+const MOST_BYTES: u64 = 2 * RATE / 8 * 5 / 4;
+
+fn num(doc: &Value, path: &[&str]) -> u64 {
+    path.iter()
+        .fold(doc, |v, k| &v[*k])
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {} in {doc}", path.join(".")))
+}
+
+/// pinperf's `-J` per stream: datagrams sent, lost, and bytes received and sent.
+fn udp_streams(doc: &Value) -> Vec<(u64, u64, u64, u64)> {
+    doc["end"]["streams"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no end.streams in {doc}"))
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"));
+            (n("packets"), n("lost_packets"), n("bytes"), n("sent_bytes"))
+        })
+        .collect()
+}
+
+/// pinperf's client against `iperf3 -s` over UDP, 2 streams at 100 Mbit/s, `-J` on both.
+fn pinperf_udp_against_iperf3(test: &str, extra: &[&str]) -> Option<(Value, Value)> {
+    iperf3(test)?;
+    let server = Iperf3Server::start(&[]);
+    let (rate, len) = (RATE.to_string(), DATAGRAM.to_string());
+    let mut args = vec!["-u", "-b", &rate, "-l", &len, "-P", "2", "-t", "1", "-J"];
+    args.extend_from_slice(extra);
+    let run = client_at(server.port, &args);
+    run.assert_ok();
+    let ours: Value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("not JSON ({e}){}", run.explain()));
+    Some((ours, server.document()))
+}
+
+#[test]
+fn pinperf_client_sends_udp_to_an_iperf3_server_and_their_counts_reconcile() {
+    let test = "pinperf_client_sends_udp_to_an_iperf3_server_and_their_counts_reconcile";
+    let Some((ours, theirs)) = pinperf_udp_against_iperf3(test, &[]) else {
+        return;
+    };
+    let streams = udp_streams(&ours);
+    assert_eq!(streams.len(), 2, "{ours}");
+    let sent: u64 = streams.iter().map(|s| s.0).sum();
+    let lost: u64 = streams.iter().map(|s| s.1).sum();
+    for (packets, lost, received, sent_bytes) in &streams {
+        // What left pinperf's threads, counted there, in whole datagrams.
+        assert_eq!(*sent_bytes, packets * DATAGRAM, "{ours}");
+        // What the iperf3 server read, counted there: lost is the rest, to the datagram.
+        assert_eq!(*received, (packets - lost) * DATAGRAM, "{ours}");
+    }
+    // pinperf's received bytes are the iperf3 server's own count.
+    let got = num(&theirs, &["end", "sum_received", "bytes"]);
+    assert_eq!(
+        got,
+        num(&ours, &["end", "sum_received", "bytes"]),
+        "{theirs}"
+    );
+    assert_eq!(got, (sent - lost) * DATAGRAM, "{theirs}\n{ours}");
+    assert!(got > 0, "{theirs}");
+    // iperf3's highest sequence is at most what was sent; its loss (below that highest)
+    // at most pinperf's (which counts the tail too).
+    assert!(
+        num(&theirs, &["end", "sum_received", "packets"]) <= sent,
+        "{theirs}"
+    );
+    assert!(
+        num(&theirs, &["end", "sum_received", "lost_packets"]) <= lost,
+        "{theirs}"
+    );
+    assert!(sent * DATAGRAM <= MOST_BYTES, "{sent} datagrams: {ours}");
+}
+
+#[test]
+fn pinperf_client_receives_udp_from_an_iperf3_server_and_their_counts_reconcile() {
+    let test = "pinperf_client_receives_udp_from_an_iperf3_server_and_their_counts_reconcile";
+    let Some((ours, theirs)) = pinperf_udp_against_iperf3(test, &["-R"]) else {
+        return;
+    };
+    // The iperf3 server's own count of what it sent is pinperf's "sent".
+    let sent = num(&theirs, &["end", "sum_sent", "packets"]);
+    let sent_bytes = num(&theirs, &["end", "sum_sent", "bytes"]);
+    assert_eq!(sent_bytes, sent * DATAGRAM, "{theirs}");
+    let streams = udp_streams(&ours);
+    assert_eq!(
+        streams.iter().map(|s| s.0).sum::<u64>(),
+        sent,
+        "{ours}\n{theirs}"
+    );
+    assert_eq!(
+        streams.iter().map(|s| s.3).sum::<u64>(),
+        sent_bytes,
+        "{ours}"
+    );
+    for (packets, lost, received, _) in &streams {
+        // pinperf's receivers' count, and the loss as sent less received.
+        assert_eq!(*received, (packets - lost) * DATAGRAM, "{ours}");
+    }
+    assert!(num(&ours, &["end", "sum_received", "bytes"]) > 0, "{ours}");
+    // The iperf3 server paced at the -b it was sent.
+    assert!(sent_bytes <= MOST_BYTES, "{theirs}");
+}
+
+/// `iperf3 -c -u` against `pinperf -s`, 2 streams at 100 Mbit/s, `-J`.
+fn iperf3_udp_against_pinperf(test: &str, extra: &[&str]) -> Option<(Value, util::Server)> {
+    iperf3(test)?;
+    let server = Server::start(&[]);
+    let (rate, len) = (RATE.to_string(), DATAGRAM.to_string());
+    let mut args = vec!["-u", "-b", &rate, "-l", &len, "-P", "2", "-t", "1", "-J"];
+    args.extend_from_slice(extra);
+    let doc = iperf3_document(&server, &args);
+    Some((doc, server))
+}
+
+#[test]
+fn iperf3_client_sends_udp_to_pinperf_server_and_gets_its_receiver_counts() {
+    let test = "iperf3_client_sends_udp_to_pinperf_server_and_gets_its_receiver_counts";
+    let Some((doc, mut server)) = iperf3_udp_against_pinperf(test, &[]) else {
+        return;
+    };
+    let sent = num(&doc, &["end", "sum_sent", "packets"]);
+    assert_eq!(
+        num(&doc, &["end", "sum_sent", "bytes"]),
+        sent * DATAGRAM,
+        "{doc}"
+    );
+    // pinperf's receivers' counts as iperf3 prints them: the highest sequence, the ones
+    // below it that never came, and the bytes of the rest, to the datagram.
+    let highest = num(&doc, &["end", "sum_received", "packets"]);
+    let lost = num(&doc, &["end", "sum_received", "lost_packets"]);
+    let received = num(&doc, &["end", "sum_received", "bytes"]);
+    assert_eq!(received, (highest - lost) * DATAGRAM, "{doc}");
+    assert!(highest <= sent && received > 0, "{doc}");
+    assert!(doc["end"]["sum_received"]["jitter_ms"].is_number(), "{doc}");
+    assert!(sent * DATAGRAM <= MOST_BYTES, "{doc}");
+    let log = server.wait_for_log("done, received", Duration::from_secs(5));
+    assert!(log.contains(&format!("received {received} bytes")), "{log}");
+    let started = server.wait_for_log("iperf3 test from", Duration::from_secs(1));
+    assert!(started.contains("2 UDP stream(s)"), "{started}");
+}
+
+#[test]
+fn iperf3_client_receives_udp_from_pinperf_server_paced_at_its_rate() {
+    let test = "iperf3_client_receives_udp_from_pinperf_server_paced_at_its_rate";
+    let Some((doc, mut server)) = iperf3_udp_against_pinperf(test, &["-R"]) else {
+        return;
+    };
+    // pinperf's senders' counts, as iperf3 prints them.
+    let sent = num(&doc, &["end", "sum_sent", "packets"]);
+    let sent_bytes = num(&doc, &["end", "sum_sent", "bytes"]);
+    assert_eq!(sent_bytes, sent * DATAGRAM, "{doc}");
+    assert!(sent_bytes <= MOST_BYTES, "{doc}");
+    // iperf3's receivers: what they saw is at most what was sent.
+    let highest = num(&doc, &["end", "sum_received", "packets"]);
+    let received = num(&doc, &["end", "sum_received", "bytes"]);
+    assert!(
+        highest <= sent && received > 0 && received <= sent_bytes,
+        "{doc}"
+    );
+    let log = server.wait_for_log("done, received", Duration::from_secs(5));
+    assert!(log.contains(&format!("sent {sent_bytes} bytes")), "{log}");
+}
+
+#[test]
+fn pinperf_speaking_pinperf_to_an_iperf3_server_is_told_to_use_peer_iperf3() {
+    let test = "pinperf_speaking_pinperf_to_an_iperf3_server_is_told_to_use_peer_iperf3";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    let run = client_at(server.port, &["--peer", "pinperf", "-t", "1"]);
+    assert_refused_in_words(&run, &["not a pinperf server", "--peer iperf3"]);
+}
+
+#[test]
+fn an_iperf3_client_asking_what_pinperf_cannot_honour_is_refused_with_a_reason() {
+    let test = "an_iperf3_client_asking_what_pinperf_cannot_honour_is_refused_with_a_reason";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let mut server = Server::start(&[]);
+    // -M (an MSS), and -u with -O: iperf3's code for "not implemented" on the client,
+    // the option by name in the server's log.
+    for (args, named) in [
+        (&["-M", "1200", "-t", "1"][..], "-M (MSS)"),
+        (&["-u", "-O", "1", "-t", "1"][..], "-O with -u"),
+    ] {
+        iperf3_refused(&mut server, args, "not implemented");
+        let log = server.wait_for_log(named, Duration::from_secs(5));
+        assert!(log.contains("refused"), "{log}");
+    }
+}
+
+#[test]
+fn an_iperf3_server_refusing_what_pinperf_asks_is_said_in_words() {
+    let test = "an_iperf3_server_refusing_what_pinperf_asks_is_said_in_words";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    // A window no kernel here grants: iperf3 checks what it got and refuses the test.
+    let run = client_at(server.port, &["-w", "1G", "-t", "1"]);
+    assert_refused_in_words(
+        &run,
+        &["socket buffer size not set correctly", "iperf3 error 141"],
+    );
+}
+
+#[test]
+fn an_iperf3_server_requiring_its_rsa_authentication_refuses_pinperf_in_words() {
+    let test = "an_iperf3_server_requiring_its_rsa_authentication_refuses_pinperf_in_words";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("pinperf-iperf3-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let key = dir.join("key.pem");
+    let made = std::process::Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&key)
+        .arg("2048")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        util::skipped(test, "no openssl to make the iperf3 server's RSA key");
+        return;
+    }
+    let users = dir.join("users.csv");
+    std::fs::write(&users, "someone,0000\n").expect("users file");
+    let (key, users) = (key.to_string_lossy(), users.to_string_lossy());
+    let server = Iperf3Server::start(&[
+        "--rsa-private-key-path",
+        &key,
+        "--authorized-users-path",
+        &users,
+    ]);
+    let run = client_at(server.port, &["-t", "1"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    // iperf3 sends its code without an errno here, and closes.
+    assert_refused_in_words(&run, &["test authorization failed", "iperf3 error 142"]);
+}
+
+#[test]
+fn server_output_travels_both_ways() {
+    let test = "server_output_travels_both_ways";
+    if iperf3(test).is_none() {
+        return;
+    }
+    // pinperf's client gets the iperf3 server's report (its -J document here).
+    let server = Iperf3Server::start(&[]);
+    let run = client_at(server.port, &["-t", "1", "--get-server-output"]);
+    run.assert_ok();
+    let out = run.stdout();
+    assert!(
+        out.contains("server output") && out.contains("sum_received"),
+        "{}",
+        run.explain()
+    );
+    // iperf3's client gets pinperf's server lines.
+    let pinperf_server = Server::start(&[]);
+    let (code, out, err, _) =
+        iperf3_client(pinperf_server.port, &["-t", "1", "--get-server-output"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("Server output:") && out.contains("pinperf: iperf3 test from"),
+        "{out}"
     );
 }

@@ -11,6 +11,17 @@
 //! them): an iperf3 server counts what it has read when it takes `TEST_END` and closes
 //! its streams then. When the server sends (`-R`), this end's receivers read to the EOF
 //! the server's close gives, so both count the same bytes.
+//!
+//! UDP (`-u`): the streams connect by iperf3's handshake ([`super::udp::connect`]) and
+//! carry its datagram header with 64-bit sequences. This end's senders stop at the run
+//! time and `TEST_END` follows a settle time later ([`timeouts::udp_settle`]), so the
+//! server has read every datagram that arrived; this end's receivers listen a settle time
+//! past `TEST_END`. An iperf3 server reports its datagram counts and jitter once, with its
+//! results: in a direction this end sends, the live rows have this end's bytes and no
+//! datagram columns, and the last row carries the server's counts for the whole test, so
+//! the totals are the server's (lost: sent less received, the tail included). In a
+//! direction the server sends, this end's receivers count loss and jitter live, against
+//! the server's own count of what it sent.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -25,19 +36,30 @@ use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
+use crate::measure::UdpSlice;
 use crate::net;
 use crate::params::Direction;
 use crate::pin::PinPlan;
 use crate::protocol::{ReceiverDone, SOFTWARE};
+use crate::report::interval::ClosedInterval;
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
+use crate::stream::UdpSnapshot;
 use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 
-/// What the remote end is said to be in the header: plain about which figures are whose.
-pub const REMOTE_WORDS: &str = "iperf3 server; live rows are this end's counts, the iperf3 \
-     end's bytes and CPU arrive with its results at the end";
+/// What the remote end is said to be in the header: plain about which figures are whose,
+/// and what it never tells (its window, its threads and their pinning).
+pub const REMOTE_WORDS: &str = "iperf3 server, which reports no window, threads or pinning; \
+     live rows are this end's counts, the iperf3 end's bytes and CPU arrive with its results \
+     at the end";
+
+/// The same for a UDP test this end sends in: where the server's datagram counts go.
+pub const REMOTE_WORDS_UDP: &str = "iperf3 server, which reports no window, threads or \
+     pinning; live rows are this end's counts, the iperf3 end's bytes, CPU, loss and jitter \
+     arrive with its results at the end: the last row's lost/total and jitter are the whole \
+     test's";
 
 /// How long an iperf3 server may take for one step of the exchange.
 const STEP: Duration = timeouts::HANDSHAKE;
@@ -53,8 +75,15 @@ pub(crate) fn run(
     sent: &[u8],
 ) -> Result<Summary> {
     refuse_unsupported(&cfg)?;
+    let mut cfg = cfg;
     let peer = stream.peer_addr().op(|| "read server address".into())?;
     let local = stream.local_addr().op(|| "read local address".into())?;
+    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees
+    // it (as against a pinperf server).
+    if cfg.test.udp && cfg.test.len.is_none() {
+        let mtu = net::path_info(&stream).mtu;
+        cfg.test.len = Some(crate::params::datagram_for_mtu(mtu, peer.is_ipv6()));
+    }
     let mut ctl = Ctl { sock: stream, peer };
     // The cookie: random, after whatever was already sent (detection sends pinperf's
     // 8-byte preamble first; iperf3 compares cookies as C strings, any 36 bytes do).
@@ -62,30 +91,24 @@ pub(crate) fn run(
     cookie[..sent.len()].copy_from_slice(sent);
     ctl.write(&cookie[sent.len()..], "the cookie")?;
     expect(&mut ctl, super::PARAM_EXCHANGE)?;
-    ctl.send_json(&Params::from_test(&cfg.test), "the test parameters")?;
+    let params = Params::from_test(&cfg.test);
+    ctl.send_json(&params, "the test parameters")?;
     expect(&mut ctl, super::CREATE_STREAMS)?;
 
     let test = &cfg.test;
     let n = test.streams as usize;
-    let opts = net::SocketOpts {
-        window: test.window_bytes,
-        force_window: test.force_window,
-        congestion: test.transport.congestion.clone(),
+    let rtt = net::rtt(&ctl.sock);
+    let (socks, dups, local_window) = match test.udp {
+        false => {
+            let (socks, dups, window) = tcp_streams(&cfg, peer, &cookie)?;
+            (Socks::Tcp(socks), dups, window)
+        }
+        true => {
+            let allowed = timeouts::streams_arrive(test.threads(), rtt);
+            let (socks, window) = super::udp::connect(peer, cfg.target.bind, test, allowed)?;
+            (Socks::UdpAs(socks, params.wire()), Vec::new(), window)
+        }
     };
-    let mut socks = Vec::with_capacity(test.threads());
-    let mut dups = Vec::new();
-    let mut local_window = None;
-    for k in 0..test.threads() {
-        let (mut data, grant) =
-            net::connect(&[peer], cfg.target.bind, &opts, cfg.target.connect_timeout)
-                .map_err(|e| Error::Test(format!("stream-{}: {e}", k % n)))?;
-        std::io::Write::write_all(&mut data, &cookie)
-            .op(|| format!("stream-{}: send the cookie to {peer}", k % n))?;
-        local_window.get_or_insert(grant);
-        dups.push(data.try_clone().op(|| "duplicate a data socket".into())?);
-        socks.push(StreamSocks { data, echo: None });
-    }
-    let local_window = local_window.unwrap_or_default();
     for w in local_window.shortfalls("local") {
         eprintln!("pinperf: {w}");
     }
@@ -95,12 +118,18 @@ pub(crate) fn run(
         software: SOFTWARE.into(),
         local: local.to_string(),
         remote: peer.to_string(),
-        remote_software: REMOTE_WORDS.into(),
+        remote_software: match test.udp && test.direction() != Direction::Reverse {
+            true => REMOTE_WORDS_UDP.into(),
+            false => REMOTE_WORDS.into(),
+        },
         streams: test.streams,
         block_bytes: test.block_bytes(),
         local_window,
         remote_window: Default::default(),
-        path: net::path_info(&socks[0].data),
+        path: match &socks {
+            Socks::Tcp(s) => net::path_info(&s[0].data),
+            _ => net::path_info(&ctl.sock),
+        },
         local_pin: local_plan.clone(),
         remote_pin: PinPlan(Vec::new()),
         placement_note: None,
@@ -108,13 +137,16 @@ pub(crate) fn run(
         omit_s: test.omit().as_secs_f64(),
         interval_s: test.interval().as_secs_f64(),
         echo: false,
-        congestion: net::congestion(&socks[0].data).unwrap_or_else(|| "?".into()),
+        congestion: match &socks {
+            Socks::Tcp(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
+            _ => "- (UDP)".into(),
+        },
         same_host: peer.ip().is_loopback(),
         same_process: false,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
         direction: test.direction(),
-        udp: false,
+        udp: test.udp,
         rate_bps: test.rate(),
         fq_rate_bps: test.fq_rate_bps,
     };
@@ -122,7 +154,8 @@ pub(crate) fn run(
     // Threads per direction, each direction's batches relayed through a `mirror` thread
     // that cuts them a second time as the remote half of each row.
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
-    let mut socks = Socks::Tcp(socks);
+    let mut socks = socks;
+    let ending = Ending::of(test, rtt);
     let mut ends = Ends::default();
     let mut feeds = Vec::new();
     let mut mirrors = Vec::new();
@@ -134,14 +167,16 @@ pub(crate) fn run(
             socks.take(n),
             &plan,
             test,
-            Duration::ZERO,
+            ending.listen,
         )?;
         ends.0.push(threads);
         let (relay_tx, relay_rx) = crossbeam_channel::bounded(64);
         let cutter = IntervalCutter::for_test(n, test);
         let tx = remote_tx.clone();
+        // A UDP direction this end sends: its last row waits for the server's counts.
+        let hold = (test.udp && !reverse).then_some(test.run_time());
         mirrors.push(spawn_named("mirror".into(), move || {
-            mirror(batches, relay_tx, cutter, reverse, tx)
+            Ok(mirror(batches, relay_tx, cutter, reverse, tx, hold))
         })?);
         feeds.push(report::Feed {
             reverse,
@@ -157,8 +192,8 @@ pub(crate) fn run(
         report::run_reporter(header, feeds, remote_rx, out, output2)
     })?;
 
-    let result = drive(&mut ctl, &ends, &dups, &cfg, &output);
-    let cpu_mark = result.as_ref().ok().map(|(mark, _)| mark);
+    let result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending);
+    let cpu_mark = result.as_ref().ok().map(|(mark, _, _)| mark);
     if result.is_err() {
         ends.abort();
         // Closing the streams ends threads blocked on the server.
@@ -168,19 +203,33 @@ pub(crate) fn run(
     }
     let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
     let local_cpu = cpu_mark.map(|m| m.report(thread_cpu, send_path));
-    let mut local_bytes = Vec::new();
+    let mut counted = Vec::new();
     for m in mirrors {
-        if let Ok(Ok(bytes)) = m.join() {
-            local_bytes.extend(bytes);
+        if let Ok(Ok(mirrored)) = m.join() {
+            counted.push(mirrored);
         }
     }
     let outcome = match (result, stream_error) {
         (Err(e), _) | (Ok(_), Some(e)) => Err(e),
-        (Ok((_, t0)), None) => finish(&mut ctl, &cfg, local_cpu.as_ref(), &local_bytes, t0),
+        (Ok((_, t0, acked)), None) => {
+            finish(&mut ctl, &cfg, local_cpu.as_ref(), &counted, t0, acked)
+        }
     };
     if let Some(cpu) = local_cpu {
         let _ = remote_tx.send(RemoteEvent::LocalCpu(cpu));
     }
+    // The rows held for the server's datagram counts: with them, or (a failed test)
+    // without any.
+    let theirs = outcome.as_ref().ok().map(|(_, r)| r);
+    for (k, m) in counted.iter_mut().enumerate() {
+        for row in m.held_rows(k, n, theirs, test.block_bytes()) {
+            let _ = remote_tx.send(RemoteEvent::Row(row));
+        }
+    }
+    let outcome = outcome.map(|(done, theirs)| {
+        reconcile_udp(&cfg, &counted, &theirs);
+        done
+    });
     match &outcome {
         Ok(done) => {
             let _ = remote_tx.send(RemoteEvent::Done(done.clone()));
@@ -198,12 +247,74 @@ pub(crate) fn run(
         return Err(e);
     }
     let totals = totals?;
-    reconcile(&totals, &cfg);
+    if !cfg.test.udp {
+        reconcile(&totals, &cfg);
+    }
     totals
         .summaries
         .into_iter()
         .next()
         .ok_or_else(|| Error::Test("the report's summary is missing".into()))
+}
+
+/// Each TCP stream's connection (window and congestion control set before `connect()`),
+/// opened with the cookie; duplicates of them for watching; the first one's window grant.
+fn tcp_streams(
+    cfg: &ClientConfig,
+    peer: std::net::SocketAddr,
+    cookie: &[u8],
+) -> Result<(
+    Vec<StreamSocks>,
+    Vec<TcpStream>,
+    crate::netinfo::WindowGrant,
+)> {
+    let test = &cfg.test;
+    let n = usize::from(test.streams.max(1));
+    let opts = net::SocketOpts {
+        window: test.window_bytes,
+        force_window: test.force_window,
+        congestion: test.transport.congestion.clone(),
+    };
+    let mut socks = Vec::with_capacity(test.threads());
+    let mut dups = Vec::new();
+    let mut local_window = None;
+    for k in 0..test.threads() {
+        let (mut data, grant) =
+            net::connect(&[peer], cfg.target.bind, &opts, cfg.target.connect_timeout)
+                .map_err(|e| Error::Test(format!("stream-{}: {e}", k % n)))?;
+        std::io::Write::write_all(&mut data, cookie)
+            .op(|| format!("stream-{}: send the cookie to {peer}", k % n))?;
+        local_window.get_or_insert(grant);
+        dups.push(data.try_clone().op(|| "duplicate a data socket".into())?);
+        socks.push(StreamSocks { data, echo: None });
+    }
+    Ok((socks, dups, local_window.unwrap_or_default()))
+}
+
+/// When a test against an iperf3 server ends. TCP: once the run time is over and the
+/// server's kernel holds every byte (see [`drive`]). UDP: `TEST_END` a settle time after
+/// this end's senders stopped (none when only the server sends), and receivers listen a
+/// settle time past it, for the datagrams still on their way.
+struct Ending {
+    /// Past the run time, before `TEST_END` (UDP senders' last datagrams).
+    udp_wait: Duration,
+    /// Past the run time, how long UDP receivers listen.
+    listen: Duration,
+}
+
+impl Ending {
+    fn of(test: &crate::params::TestParams, rtt: Duration) -> Ending {
+        let settle = timeouts::udp_settle(rtt);
+        let sends = test.direction() != Direction::Reverse;
+        let udp_wait = match test.udp && sends {
+            true => settle,
+            false => Duration::ZERO,
+        };
+        Ending {
+            udp_wait,
+            listen: udp_wait + settle,
+        }
+    }
 }
 
 /// What this end cannot do against an iperf3 server, refused before any byte is sent.
@@ -215,8 +326,12 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
              a pinperf server"
         )))
     };
-    if t.udp {
-        return no("-u", "iperf3 reads its own datagram header, not pinperf's");
+    if t.udp && !t.omit().is_zero() {
+        return no(
+            "-O with -u",
+            "iperf3 counts datagrams across the omitted seconds and bytes after them: the \
+             two ends' counts would not reconcile",
+        );
     }
     if t.pin
         .as_ref()
@@ -236,16 +351,11 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
     if t.force_window {
         return no("--force-window", "the server sets its own window");
     }
-    if t.get_server_output {
+    if t.fq_rate_bps.is_some() && t.direction() != Direction::Forward {
         return no(
-            "--get-server-output",
-            "this client does not ask an iperf3 server for its text yet",
-        );
-    }
-    if (t.rate_bps.is_some() || t.fq_rate_bps.is_some()) && t.direction() != Direction::Forward {
-        return no(
-            "-b/--fq-rate with -R or --bidir",
-            "the iperf3 server's senders would pace, and this client does not ask them to",
+            "--fq-rate with -R or --bidir",
+            "iperf3 sets it on its listening socket, and whether its senders keep it is not \
+             checked here",
         );
     }
     Ok(())
@@ -285,7 +395,8 @@ fn drive(
     dups: &[TcpStream],
     cfg: &ClientConfig,
     output: &report::Output,
-) -> Result<(CpuMark, Instant)> {
+    ending: &Ending,
+) -> Result<(CpuMark, Instant, Option<Instant>)> {
     expect(ctl, super::TEST_RUNNING)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
@@ -299,6 +410,7 @@ fn drive(
         .flat_map(|&r| std::iter::repeat_n(!r, cfg.test.streams as usize))
         .collect();
     let mut drained_at: Option<Instant> = None;
+    let mut acked_at: Option<Instant> = None;
     loop {
         if let Some(f) = ends.failure() {
             return Err(Error::Test(format!(
@@ -318,9 +430,26 @@ fn drive(
             ));
         }
         // The server says nothing during a test: a byte now is its error or its end.
+        // Past the run time, looked at every millisecond (poll's timer, finer than a
+        // socket timeout's): when the data was acknowledged ends the server's receiving
+        // (see `finish`).
+        let look = match t0.elapsed() + Duration::from_millis(20) < run_time {
+            true => 20,
+            false => 1,
+        };
+        let mut fds = [libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let ready = crate::sys::poll(&mut fds, look).is_ok_and(|n| n > 0);
         let mut b = [0u8; 1];
-        let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(20)));
-        match ctl.sock.peek(&mut b) {
+        let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
+        let said = match ready {
+            true => ctl.sock.peek(&mut b),
+            false => Err(std::io::ErrorKind::WouldBlock.into()),
+        };
+        match said {
             Ok(0) => {
                 return Err(Error::Test(format!(
                     "the iperf3 server {} closed the control connection during the test",
@@ -345,13 +474,36 @@ fn drive(
         if t0.elapsed() < run_time {
             continue;
         }
+        if cfg.test.udp {
+            // Datagrams are not acknowledged: the settle time lets the last ones arrive.
+            match t0.elapsed() >= run_time + ending.udp_wait {
+                true => break,
+                false => continue,
+            }
+        }
         // Every sending stream's data and FIN acknowledged (FIN_WAIT2 or later), or
         // the stall limit: then a grace for the server process to read what its kernel
-        // holds.
-        let acked = dups
+        // holds. The data's acknowledgement comes first: the FIN's waits for the
+        // receiver's delayed ACK (up to 40 ms); all but one segment, the FIN's, acked
+        // and nothing unsent is when the server's kernel had every byte.
+        let infos: Vec<_> = dups
             .iter()
             .zip(&sends)
-            .all(|(d, &s)| !s || net::tcp_info(d).is_some_and(|i| i.state >= 5 && i.state != 10));
+            .filter(|(_, s)| **s)
+            .map(|(d, _)| net::tcp_info(d))
+            .collect();
+        let acked = infos
+            .iter()
+            .all(|i| i.as_ref().is_some_and(|i| i.state >= 5 && i.state != 10));
+        let data_acked = infos.iter().all(|i| {
+            i.as_ref().is_some_and(|i| {
+                (i.state >= 5 && i.state != 10)
+                    || (i.state == 4 && i.unacked <= 1 && i.notsent_bytes == 0)
+            })
+        });
+        if data_acked {
+            acked_at.get_or_insert_with(Instant::now);
+        }
         let late = t0.elapsed() > run_time + timeouts::STALL;
         if acked || late {
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
@@ -363,36 +515,40 @@ fn drive(
         }
     }
     ctl.send_state(super::TEST_END)?;
-    Ok((cpu, t0))
+    Ok((cpu, t0, acked_at))
 }
 
 /// After `TEST_END` (every local thread joined): the results exchange, `DISPLAY_RESULTS`
-/// and `IPERF_DONE`; returns the server's counts as the reporter's remote totals.
+/// and `IPERF_DONE`; returns the server's counts as the reporter's remote totals, and its
+/// results as sent. `acked`: when the server's kernel had acknowledged every byte this
+/// end sent (TCP).
 fn finish(
     ctl: &mut Ctl,
     cfg: &ClientConfig,
     cpu: Option<&crate::cpu::CpuReport>,
-    local: &[u64],
+    counted: &[Mirrored],
     t0: Instant,
-) -> Result<ReceiverDone> {
+    acked: Option<Instant>,
+) -> Result<(ReceiverDone, Results)> {
     expect(ctl, EXCHANGE_RESULTS)?;
     // Our results: what each local stream did (sent bytes for senders, received for
-    // receivers), ids in the order the streams were created.
+    // receivers; UDP's datagram counts), ids in the order the streams were created.
     let n = cfg.test.streams as usize;
+    let reversed = cfg.test.direction().reversed();
     let elapsed = t0
         .elapsed()
         .as_secs_f64()
         .min(cfg.test.run_time().as_secs_f64());
     let streams = (0..cfg.test.threads())
-        .map(|k| StreamResult {
-            id: stream_id(k),
-            bytes: local.get(k).copied().unwrap_or(0),
-            retransmits: -1,
-            jitter: 0.0,
-            errors: 0,
-            packets: 0,
-            start_time: 0.0,
-            end_time: elapsed,
+        .map(|k| {
+            let mine = counted.get(k / n);
+            let bytes = mine.and_then(|m| m.totals.get(k % n)).copied().unwrap_or(0);
+            let udp = cfg.test.udp.then(|| {
+                let last = mine.and_then(|m| m.udp.get(k % n)).and_then(Option::as_ref);
+                let sends = !reversed.get(k / n).copied().unwrap_or(false);
+                (sends, last, cfg.test.block_bytes())
+            });
+            StreamResult::ours(stream_id(k), bytes, elapsed, udp)
         })
         .collect();
     let ours = Results {
@@ -402,6 +558,8 @@ fn finish(
         sender_has_retransmits: 0,
         congestion_used: cfg.test.transport.congestion.clone(),
         streams,
+        server_output_text: None,
+        server_output_json: None,
     };
     ctl.send_json(&ours, "this end's results")?;
     let theirs: Results = ctl.read_json(STEP, "the server's results")?;
@@ -414,10 +572,10 @@ fn finish(
         path: net::path_info(&ctl.sock),
         cpu: None,
         kernel: None,
-        server_output: None,
+        server_output: server_output(&theirs),
     };
     let mut seconds: f64 = 0.0;
-    for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {
+    for (k, &reverse) in reversed.iter().enumerate() {
         for i in 0..n {
             let id = stream_id(k * n + i);
             let s = theirs.stream(id).ok_or_else(|| Error::Protocol {
@@ -436,25 +594,109 @@ fn finish(
     } else {
         cfg.test.run_time().as_secs_f64()
     };
-    // The iperf3 server's receive time covers the measured seconds only (after -O).
-    done.elapsed_us = ((seconds + cfg.test.omit().as_secs_f64()) * 1e6) as u64;
+    // The iperf3 server's receive time covers the measured seconds only (after -O), and
+    // runs to TEST_END, which this end sends a grace after the last byte was acknowledged
+    // (TCP) or a settle time after its senders stopped (UDP). The receiving ended
+    // earlier: when the server's kernel acknowledged the last byte, or (UDP) at the run
+    // time, over which the datagrams were sent and arrived.
+    let omit = cfg.test.omit().as_secs_f64();
+    let span = match (cfg.test.udp, acked) {
+        (true, _) => (seconds + omit).min(cfg.test.run_time().as_secs_f64()),
+        (false, Some(at)) => (seconds + omit).min(at.saturating_duration_since(t0).as_secs_f64()),
+        (false, None) => seconds + omit,
+    };
+    done.elapsed_us = (span * 1e6) as u64;
     done.cpu = Some(super::cpu_report(&theirs, seconds));
-    Ok(done)
+    Ok((done, theirs))
+}
+
+/// `--get-server-output`: the iperf3 server's report as it sent it (its text, or its JSON
+/// document when it runs with `-J`).
+fn server_output(theirs: &Results) -> Option<String> {
+    match (&theirs.server_output_text, &theirs.server_output_json) {
+        (Some(text), _) => Some(text.trim_end().to_string()),
+        (None, Some(doc)) => serde_json::to_string_pretty(doc).ok(),
+        (None, None) => None,
+    }
+}
+
+/// What a `mirror` thread counted of one direction: each stream's bytes, a UDP
+/// receiver's last datagram counts, and the rows it held back.
+struct Mirrored {
+    totals: Vec<u64>,
+    udp: Vec<Option<UdpSnapshot>>,
+    held: Vec<ClosedInterval>,
+}
+
+impl Mirrored {
+    /// The rows held back for direction `k` (a UDP direction this end sends) as the
+    /// server's rows: all but the last as cut, the last with the server's datagram counts
+    /// for the whole test (`theirs`; none when the test failed): datagrams received (its
+    /// bytes over the datagram size), lost (this end's datagrams less those), and its
+    /// jitter.
+    fn held_rows(
+        &mut self,
+        k: usize,
+        n: usize,
+        theirs: Option<&Results>,
+        datagram: u64,
+    ) -> Vec<crate::protocol::ReceiverRow> {
+        let held = std::mem::take(&mut self.held);
+        let last = held.len().saturating_sub(1);
+        held.iter()
+            .enumerate()
+            .map(|(j, iv)| {
+                let mut row = report::receiver_row(iv, false);
+                if let (true, Some(theirs)) = (j == last, theirs) {
+                    row.udp = (0..n)
+                        .map(|i| {
+                            let sent = self.totals.get(i).copied().unwrap_or(0) / datagram.max(1);
+                            let s = theirs.stream(stream_id(k * n + i));
+                            let got = s.map_or(0, |s| s.bytes / datagram.max(1));
+                            let lost = sent.saturating_sub(got);
+                            UdpSlice {
+                                packets: got,
+                                lost,
+                                lost_percent: crate::report::model::percent(lost, sent),
+                                jitter_ms: s.map_or(0.0, |s| s.jitter * 1e3),
+                                ..UdpSlice::default()
+                            }
+                        })
+                        .collect();
+                }
+                row
+            })
+            .collect()
+    }
 }
 
 /// A `mirror` thread: passes one direction's batches on to the reporter and cuts them a
 /// second time into the rows the remote end would send, this end's counts standing in
 /// for them: receiver rows for a direction this end sends, sender intervals for one it
-/// receives. Returns the direction's totals.
+/// receives. With `hold` (a UDP direction this end sends), the intervals that end at or
+/// after the run time are held back for the server's datagram counts
+/// ([`Mirrored::held_rows`]).
 fn mirror(
     batches: Receiver<Batch>,
     relay: Sender<Batch>,
     mut cutter: IntervalCutter,
     reverse: bool,
     remote: Sender<RemoteEvent>,
-) -> Result<Vec<u64>> {
-    let emit = |cutter: &mut IntervalCutter| {
+    hold: Option<Duration>,
+) -> Mirrored {
+    let streams = cutter.totals().len();
+    let mut out = Mirrored {
+        totals: Vec::new(),
+        udp: vec![None; streams],
+        held: Vec::new(),
+    };
+    let hold_ns = hold.map(|h| h.as_nanos() as u64);
+    let emit = |cutter: &mut IntervalCutter, held: &mut Vec<ClosedInterval>| {
         while let Some(iv) = cutter.pop_ready() {
+            if hold_ns.is_some_and(|h| iv.end_ns >= h) {
+                held.push(iv);
+                continue;
+            }
             let _ = remote.send(match reverse {
                 false => RemoteEvent::Row(report::receiver_row(&iv, false)),
                 true => RemoteEvent::SenderInterval(iv),
@@ -463,14 +705,79 @@ fn mirror(
     };
     for batch in batches {
         cutter.add(&batch);
-        emit(&mut cutter);
+        emit(&mut cutter, &mut out.held);
+        if let (Some(last), Some(u)) =
+            (batch.udp.last(), out.udp.get_mut(usize::from(batch.stream)))
+        {
+            *u = Some(*last);
+        }
         if relay.send(batch).is_err() {
             break;
         }
     }
     cutter.finish();
-    emit(&mut cutter);
-    Ok(cutter.totals().to_vec())
+    emit(&mut cutter, &mut out.held);
+    out.totals = cutter.totals().to_vec();
+    out
+}
+
+/// A UDP test's datagrams as both ends counted them, where they part: the server's bytes
+/// are whole datagrams (one size), a receiver's count below its highest sequence is its
+/// loss, and what the sender sent past the receiver's highest never arrived (iperf3 does
+/// not count that as lost; pinperf's totals do). Said on stderr, per stream.
+fn reconcile_udp(cfg: &ClientConfig, counted: &[Mirrored], theirs: &Results) {
+    if !cfg.test.udp {
+        return;
+    }
+    let n = usize::from(cfg.test.streams);
+    let datagram = cfg.test.block_bytes().max(1);
+    for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {
+        let Some(mine) = counted.get(k) else {
+            continue;
+        };
+        for i in 0..n {
+            let Some(s) = theirs.stream(stream_id(k * n + i)) else {
+                continue;
+            };
+            let ours = mine.totals.get(i).copied().unwrap_or(0);
+            if s.bytes % datagram != 0 {
+                eprintln!(
+                    "pinperf: stream {i}: the iperf3 server counted {} bytes, not whole \
+                     {datagram}-byte datagrams",
+                    s.bytes
+                );
+            }
+            match reverse {
+                // This end sent: the server's highest sequence against what left here.
+                false => {
+                    let sent = ours / datagram;
+                    let highest = u64::try_from(s.packets).unwrap_or(0);
+                    if highest < sent {
+                        eprintln!(
+                            "pinperf: stream {i}: the iperf3 server's highest sequence was \
+                             {highest} of {sent} sent: the last {} never arrived (iperf3 \
+                             counts {} lost below it; the totals count all {})",
+                            sent - highest,
+                            s.errors,
+                            sent.saturating_sub(s.bytes / datagram)
+                        );
+                    }
+                }
+                // The server sent: its datagram count against its bytes.
+                true => {
+                    let sent = u64::try_from(s.packets).unwrap_or(0);
+                    if sent != s.bytes / datagram {
+                        eprintln!(
+                            "pinperf: stream {i}: the iperf3 server counted {sent} datagrams \
+                             sent but {} bytes ({} datagrams)",
+                            s.bytes,
+                            s.bytes / datagram
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The two ends' counts: a server that read less than this end wrote counted what it had

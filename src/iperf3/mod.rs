@@ -9,12 +9,27 @@
 //! A refusal is `ACCESS_DENIED` (busy), or `SERVER_ERROR` followed by iperf3's error code
 //! and an errno, both 4-byte big-endian.
 //!
+//! UDP streams connect by iperf3's handshake on the control port's number ([`udp`]) and
+//! carry iperf3's datagram header ([`crate::udp::wire::Format::Iperf3`]); the results
+//! then carry each stream's datagram counts and jitter.
+//!
 //! Everything read from the peer is bounded ([`MAX_JSON`]) and checked; nothing it sends
 //! can panic this end. [`client`] runs pinperf's pinned engine against an iperf3 server,
 //! [`server`] serves an iperf3 client from `pinperf -s`.
+//!
+//! iperf3 has no protocol version: a client sends `client_version`, which no server
+//! reads, and a server ignores parameter keys it does not know (a newer client's option
+//! is then silently not honoured). It refuses only with `ACCESS_DENIED` (busy) or
+//! `SERVER_ERROR` and an error code. So "the wrong version" between iperf3 and pinperf
+//! is a peer that does not speak this protocol at all (a pinperf client's preamble
+//! leaves an iperf3 server waiting for the rest of a cookie), or a parameter one side
+//! cannot honour: pinperf's server refuses those by name with iperf3's codes
+//! ([`Params::to_test`]) rather than run a different test, and pinperf's client says in
+//! words what an iperf3 server's code means ([`error_words`]).
 
 pub mod client;
 pub mod server;
+pub mod udp;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -25,6 +40,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::params::TestParams;
+use crate::stream::UdpSnapshot;
 
 /// The cookie's size on the wire: 36 characters and a NUL.
 pub const COOKIE_SIZE: usize = 37;
@@ -51,10 +67,15 @@ pub const IENUMSTREAMS: i32 = 6;
 pub const IEBLOCKSIZE: i32 = 7;
 pub const IEBUFSIZE: i32 = 8;
 pub const IEUNIMP: i32 = 13;
+pub const IESTREAMLISTEN: i32 = 202;
+pub const IESTREAMACCEPT: i32 = 204;
 pub const IETOTALRATE: i32 = 27;
 pub const IEPROTOCOL: i32 = 131;
 pub const IESETCONGESTION: i32 = 134;
 pub const IEAUTHTEST: i32 = 142;
+
+/// How long the errno after an error code may take (see [`Ctl::read_server_error`]).
+const ERRNO_WAIT: Duration = Duration::from_millis(500);
 
 /// Largest parameter or result document accepted from a peer (iperf3 itself caps
 /// parameters at 8 KiB; results grow with streams and server output).
@@ -92,7 +113,14 @@ pub fn error_words(code: i32) -> String {
         114 => "the server could not receive the parameters",
         131 => "protocol does not exist",
         134 => "the server could not set TCP_CONGESTION",
-        142 => "test authorization failed",
+        141 => {
+            "socket buffer size not set correctly (its kernel granted less than -w asks: \
+             net.core.rmem_max/wmem_max there are lower; a smaller -w)"
+        }
+        142 => {
+            "test authorization failed (the server requires iperf3's RSA authentication, \
+                which pinperf does not speak)"
+        }
         202 => "the server could not start a stream listener",
         204 => "the server could not accept a stream connection",
         _ => return format!("iperf3 error {code}"),
@@ -148,12 +176,17 @@ impl Ctl {
         Ok(b[0] as i8)
     }
 
-    /// `SERVER_ERROR`'s two numbers, as words.
+    /// `SERVER_ERROR`'s numbers, as words: iperf3's error code, then an errno, which an
+    /// iperf3 server leaves out when it refuses authentication (it sends the code and
+    /// closes): a close or a pause after the code is no errno.
     pub fn read_server_error(&mut self, timeout: Duration) -> Result<String> {
-        let mut b = [0u8; 8];
+        let mut b = [0u8; 4];
         self.read_exact(&mut b, timeout, "the server's error code")?;
-        let code = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        let errno = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let code = i32::from_be_bytes(b);
+        let errno = match self.read_exact(&mut b, timeout.min(ERRNO_WAIT), "an errno") {
+            Ok(()) => i32::from_be_bytes(b),
+            Err(_) => 0,
+        };
         let mut words = error_words(code);
         if errno != 0 {
             words += &format!(": {}", std::io::Error::from_raw_os_error(errno));
@@ -253,6 +286,13 @@ pub struct Params {
     pub congestion: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
+    /// UDP datagrams carry 64-bit sequences (iperf3 reads the key's presence, not its
+    /// value; 32-bit ones without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_counters_64bit: Option<Value>,
+    /// `--get-server-output`: the server's results carry its report (likewise presence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub get_server_output: Option<Value>,
     /// Every other key the peer sent.
     #[serde(flatten)]
     pub other: serde_json::Map<String, Value>,
@@ -267,12 +307,10 @@ fn one() -> f64 {
 }
 
 /// Keys iperf3 clients send that change nothing this end does (or that it honours as
-/// iperf3 would: `pacing_timer` is a sender detail, `get_server_output` gets no output).
+/// iperf3 would: `pacing_timer` is a sender detail).
 const HARMLESS: &[&str] = &[
     "nodelay",
     "pacing_timer",
-    "get_server_output",
-    "udp_counters_64bit",
     "repeating_payload",
     "zerocopy",
     "congestion_used",
@@ -309,7 +347,17 @@ impl Params {
             fqrate: test.fq_rate_bps.map(|r| r as f64),
             congestion: test.transport.congestion.clone(),
             client_version: Some(format!("pinperf {}", env!("CARGO_PKG_VERSION"))),
+            // 64-bit sequences: a long fast test never wraps.
+            udp_counters_64bit: test.udp.then(|| Value::from(1)),
+            get_server_output: test.get_server_output.then(|| Value::from(1)),
             other: serde_json::Map::new(),
+        }
+    }
+
+    /// The header the test's UDP datagrams carry.
+    pub fn wire(&self) -> crate::udp::wire::Format {
+        crate::udp::wire::Format::Iperf3 {
+            seq64: self.udp_counters_64bit.is_some(),
         }
     }
 
@@ -348,13 +396,12 @@ impl Params {
         if self.num > 0.0 || self.blockcount > 0.0 {
             return Err(unimp("-n/-k (a byte or block count instead of -t)".into()));
         }
-        if self.udp {
-            return Err(Unsupported {
-                code: IEPROTOCOL,
-                reason: "-u: this pinperf server runs TCP tests for iperf3 clients \
-                         (UDP: use pinperf's own client)"
+        if self.udp && self.omit > 0.0 {
+            return Err(unimp(
+                "-O with -u (iperf3 counts datagrams across the omitted seconds and bytes \
+                 after them: the two ends' counts would not reconcile)"
                     .into(),
-            });
+            ));
         }
         let finite = |v: f64, max: f64| v.is_finite() && v >= 0.0 && v <= max;
         if !finite(self.parallel, 65_535.0) || self.parallel < 1.0 {
@@ -378,6 +425,7 @@ impl Params {
             _ => Ok(None),
         };
         let mut test = TestParams::defaults();
+        test.udp = self.udp;
         test.streams = self.parallel as u16;
         test.len = size(self.len, "-l", IEBLOCKSIZE)?;
         test.window_bytes = size(self.window, "-w", IEBUFSIZE)?;
@@ -394,8 +442,12 @@ impl Params {
                     reason: format!("-b {b}: out of range"),
                 });
             }
+            // An iperf3 server without a rate sends UDP as fast as it can (its client
+            // always names one; pinperf's UDP default would be a different test).
+            _ if self.udp => Some(0),
             _ => None,
         };
+        test.get_server_output = self.get_server_output.is_some();
         test.fq_rate_bps = match self.fqrate {
             Some(f) if finite(f, u64::MAX as f64) && f > 0.0 => Some(f as u64),
             _ => None,
@@ -449,6 +501,33 @@ pub struct StreamResult {
     pub end_time: f64,
 }
 
+impl StreamResult {
+    /// A stream's entry as this end fills it: its bytes over `0..end_time` seconds, no
+    /// retransmit count (-1, as iperf3 writes where it has none), and for UDP its datagram
+    /// counts (see [`udp_counts`]: `sends`, `last` and the datagram size).
+    pub(crate) fn ours(
+        id: i64,
+        bytes: u64,
+        end_time: f64,
+        udp: Option<(bool, Option<&UdpSnapshot>, u64)>,
+    ) -> StreamResult {
+        let mut r = StreamResult {
+            id,
+            bytes,
+            retransmits: -1,
+            jitter: 0.0,
+            errors: 0,
+            packets: 0,
+            start_time: 0.0,
+            end_time,
+        };
+        if let Some((sends, last, datagram)) = udp {
+            udp_counts(&mut r, sends, last, datagram);
+        }
+        r
+    }
+}
+
 /// Any JSON number as an i64: unsigned values wrap (iperf3's -1), floats truncate.
 fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<i64, D::Error> {
     let v = serde_json::Number::deserialize(d)?;
@@ -481,12 +560,68 @@ pub struct Results {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion_used: Option<String>,
     pub streams: Vec<StreamResult>,
+    /// `--get-server-output`: the server's report, as text (a server writing text) or as
+    /// its JSON document (one run with `-J`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output_text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output_json: Option<Value>,
 }
 
 impl Results {
     /// The entry for stream `id`, if the peer sent one.
     pub fn stream(&self, id: i64) -> Option<&StreamResult> {
         self.streams.iter().find(|s| s.id == id)
+    }
+}
+
+/// A UDP stream's entry as iperf3 fills it: a sender's `packets` are the datagrams it sent
+/// (`bytes` over the datagram size: all are that size); a receiver's are the highest
+/// sequence it saw, with `errors` the sequences below it that never came and `jitter` in
+/// seconds. `last` is a receiver's last datagram counts (none: nothing arrived).
+pub(crate) fn udp_counts(
+    r: &mut StreamResult,
+    sends: bool,
+    last: Option<&UdpSnapshot>,
+    datagram: u64,
+) {
+    match (sends, last) {
+        (true, _) => r.packets = (r.bytes / datagram.max(1)) as i64,
+        (false, Some(u)) => {
+            r.packets = u.highest_seq_plus_one as i64;
+            r.errors = u.highest_seq_plus_one.saturating_sub(u.packets) as i64;
+            r.jitter = u.jitter_us / 1e6;
+        }
+        (false, None) => {}
+    }
+}
+
+/// One stream's line of `--get-server-output`'s text.
+pub(crate) fn stream_line(r: &StreamResult, sends: bool, udp: bool) -> String {
+    let what = match (sends, udp) {
+        (true, false) => format!("sent {} bytes", r.bytes),
+        (false, false) => format!("received {} bytes", r.bytes),
+        (true, true) => format!("sent {} bytes in {} datagrams", r.bytes, r.packets),
+        (false, true) => format!(
+            "received {} bytes; highest sequence {}, {} lost, jitter {:.3} ms",
+            r.bytes,
+            r.packets,
+            r.errors,
+            r.jitter * 1e3
+        ),
+    };
+    format!(
+        "pinperf:   stream {} (iperf3 id {}): {what}",
+        stream_index(r.id),
+        r.id
+    )
+}
+
+/// The stream index of an iperf3 stream id (the inverse of [`stream_id`]).
+fn stream_index(id: i64) -> i64 {
+    match id {
+        1 => 0,
+        i => i - 2,
     }
 }
 
@@ -546,6 +681,34 @@ mod tests {
         assert_eq!((t.streams, t.reverse, t.len), (4, true, Some(131072)));
         assert_eq!(t.duration, Duration::from_secs(3));
         assert!(t.transport.no_echo);
+        assert_eq!(p.wire(), crate::udp::wire::Format::Iperf3 { seq64: false });
+    }
+
+    #[test]
+    fn an_iperf3_udp_test_keeps_its_rate_sizes_and_counter_width() {
+        let doc = r#"{"udp":true,"omit":0,"time":2,"num":0,"blockcount":0,"parallel":2,
+            "len":1460,"bandwidth":100000000,"udp_counters_64bit":1,"client_version":"3.12"}"#;
+        let p: Params = serde_json::from_str(doc).unwrap();
+        let t = p.to_test().unwrap();
+        assert!(t.udp);
+        assert_eq!(
+            (t.streams, t.len, t.rate()),
+            (2, Some(1460), Some(100_000_000))
+        );
+        assert_eq!(p.wire(), crate::udp::wire::Format::Iperf3 { seq64: true });
+        // No rate: as fast as it can, as an iperf3 server sends.
+        let p: Params =
+            serde_json::from_str(&doc.replace(r#""bandwidth":100000000,"#, "")).unwrap();
+        assert_eq!(p.to_test().unwrap().rate(), None);
+        // What this end asks an iperf3 server for, back again.
+        let mut ours = TestParams::defaults();
+        ours.udp = true;
+        ours.len = Some(1460);
+        let sent = serde_json::to_value(Params::from_test(&ours)).unwrap();
+        assert_eq!(sent["udp"], true);
+        assert!(sent.get("tcp").is_none());
+        assert_eq!(sent["udp_counters_64bit"], 1);
+        assert_eq!(sent["bandwidth"], 1_000_000.0);
     }
 
     #[test]
@@ -556,7 +719,16 @@ mod tests {
                 IEUNIMP,
                 "-M (MSS)",
             ),
-            (r#"{"udp":true,"time":1,"parallel":1}"#, IEPROTOCOL, "-u"),
+            (
+                r#"{"sctp":true,"time":1,"parallel":1}"#,
+                IEPROTOCOL,
+                "--sctp",
+            ),
+            (
+                r#"{"udp":true,"time":1,"omit":1,"parallel":1}"#,
+                IEUNIMP,
+                "-O with -u",
+            ),
             (
                 r#"{"tcp":true,"time":0,"num":1000,"parallel":1}"#,
                 IEUNIMP,
@@ -595,6 +767,31 @@ mod tests {
         assert_eq!(r.stream(1).map(|s| s.bytes), Some(123));
         let bad = doc.replace("\"bytes\":123", "\"bytes\":-5");
         assert!(serde_json::from_str::<Results>(&bad).is_err());
+    }
+
+    #[test]
+    fn a_server_error_reads_with_or_without_its_errno() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            for with_errno in [true, false] {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut b = IEAUTHTEST.to_be_bytes().to_vec();
+                if with_errno {
+                    b.extend(111i32.to_be_bytes());
+                }
+                s.write_all(&b).unwrap();
+                // Dropped: closed after the code, as iperf3 does on an auth failure.
+            }
+        });
+        for errno in [true, false] {
+            let sock = TcpStream::connect(addr).unwrap();
+            let mut ctl = Ctl { sock, peer: addr };
+            let words = ctl.read_server_error(Duration::from_secs(5)).unwrap();
+            assert!(words.starts_with("test authorization failed"), "{words}");
+            assert_eq!(words.contains("os error 111"), errno, "{words}");
+        }
+        server.join().unwrap();
     }
 
     #[test]

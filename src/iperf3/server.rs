@@ -11,6 +11,13 @@
 //! client says it wrote (then their sockets are shut for reading, which ends them), and
 //! the counts it returns agree with the client's to the byte (`-O` aside: iperf3's sender
 //! leaves the omitted bytes out of its count).
+//!
+//! UDP (`-u`): the streams connect to a listener on the control port's number
+//! ([`super::udp::Listener`]) and carry iperf3's datagram header. Receivers listen a
+//! settle time past the test's end ([`timeouts::udp_settle`]), so every datagram the
+//! client sent before its `TEST_END` is counted; the results say per stream the bytes and
+//! datagrams received, the loss by sequence and the RFC 3550 jitter, which the iperf3
+//! client prints as its receiver's line.
 
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -25,8 +32,17 @@ use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, Result};
 use crate::params::{Limits, TestParams};
 use crate::pin::{self, Affinity, PinPlan};
-use crate::stream::{StreamSocks, spawn_named};
+use crate::stream::{StreamSocks, UdpSnapshot, spawn_named};
 use crate::timeouts;
+use crate::udp::wire::Format;
+
+/// An iperf3 test that may run here: pinperf's parameters, the pin plan, the header its
+/// UDP datagrams carry and whether the client wants the server's report.
+pub(crate) struct Admitted {
+    pub test: TestParams,
+    pub plan: PinPlan,
+    pub wire: Format,
+}
 
 /// A test's parameters, or the refusal the client gets (iperf3's code) and the log's words.
 pub(crate) fn read_params(
@@ -34,7 +50,7 @@ pub(crate) fn read_params(
     limits: &Limits,
     affinity: &Affinity,
     deadline: Instant,
-) -> Result<std::result::Result<(TestParams, PinPlan), super::Unsupported>> {
+) -> Result<std::result::Result<Admitted, super::Unsupported>> {
     ctl.send_state(super::PARAM_EXCHANGE)?;
     let left = deadline.saturating_duration_since(Instant::now());
     let params: Params = ctl.read_json(left, "the test parameters")?;
@@ -48,8 +64,9 @@ pub(crate) fn read_params(
             reason,
         }));
     }
+    let wire = params.wire();
     Ok(pin::plan(affinity, test.threads(), &pin::allowed_cpus())
-        .map(|plan| (test, plan))
+        .map(|plan| Admitted { test, plan, wire })
         .map_err(|reason| super::Unsupported {
             code: super::IEUNIMP,
             reason: format!("-A: {reason}"),
@@ -65,26 +82,127 @@ pub(crate) struct Registered {
 /// Where the server keeps the running iperf3 test's cookie.
 pub(crate) type Registry = Mutex<Option<Registered>>;
 
-/// Runs an admitted iperf3 test on `ctl`: its stream connections arrive on `streams`
-/// (numbered in accept order). Returns the bytes received and sent, for the log.
+/// Runs an admitted iperf3 test on `ctl`: its TCP stream connections arrive on `streams`
+/// (numbered in accept order), its UDP streams at a listener on the control port's number.
+/// Returns the bytes received and sent, for the log, and `--get-server-output`'s lines.
 pub(crate) fn run_test(
     ctl: &mut Ctl,
-    test: &TestParams,
-    plan: PinPlan,
+    admitted: Admitted,
     streams: &Receiver<(u64, TcpStream)>,
+    opening: &str,
     finishing: &dyn Fn(),
 ) -> Result<(u64, u64)> {
+    let Admitted { test, plan, wire } = admitted;
+    let test = &test;
     let n = test.streams as usize;
-    ctl.send_state(super::CREATE_STREAMS)?;
     let rtt = crate::net::rtt(&ctl.sock);
-    let deadline = Instant::now() + timeouts::streams_arrive(test.threads(), rtt);
+    let deadline = || Instant::now() + timeouts::streams_arrive(test.threads(), rtt);
+    let (mut socks, dups) = match test.udp {
+        false => {
+            ctl.send_state(super::CREATE_STREAMS)?;
+            let (socks, dups) = tcp_streams(ctl, test, streams, deadline())?;
+            (Socks::Tcp(socks), dups)
+        }
+        true => {
+            let socks = udp_streams(ctl, test, deadline)?;
+            (Socks::UdpAs(socks, wire), Vec::new())
+        }
+    };
+
+    let mut ends = Ends::default();
+    let mut counters = Vec::new();
+    let reversed = test.direction().reversed();
+    for (k, &reverse) in reversed.iter().enumerate() {
+        let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
+        let (threads, (rx, free)) = Threads::spawn(
+            reverse,
+            crate::choices::Engine::Threads,
+            socks.take(n),
+            &plan,
+            test,
+            timeouts::udp_settle(rtt),
+        )?;
+        ends.0.push(threads);
+        let count = Arc::new(Mutex::new(Counts {
+            bytes: vec![0; n],
+            done: vec![false; n],
+            udp: vec![None; n],
+        }));
+        let c2 = Arc::clone(&count);
+        spawn_named("reporter".into(), move || {
+            for batch in rx {
+                let mut c = c2.lock();
+                let i = usize::from(batch.stream);
+                if let Some(b) = c.bytes.get_mut(i) {
+                    *b += batch
+                        .records
+                        .iter()
+                        .map(|r| u64::from(r.bytes))
+                        .sum::<u64>();
+                }
+                if batch.done
+                    && let Some(d) = c.done.get_mut(i)
+                {
+                    *d = true;
+                }
+                if let (Some(last), Some(u)) = (batch.udp.last(), c.udp.get_mut(i)) {
+                    *u = Some(*last);
+                }
+                drop(c);
+                let _ = free.try_send(batch);
+            }
+            Ok(())
+        })?;
+        counters.push(count);
+    }
+    ctl.send_state(super::TEST_START)?;
+    let cpu = CpuMark::now();
+    let t0 = Instant::now();
+    ends.start(t0);
+    ctl.send_state(super::TEST_RUNNING)?;
+
+    // `--get-server-output`: this server's lines about the test, for the client.
+    let told = test.get_server_output.then(|| vec![opening.to_string()]);
+    let result = watch(ctl, &ends, test, t0)
+        .and_then(|()| finish(ctl, test, &counters, &dups, &cpu, t0, told, finishing));
+    if result.is_err() {
+        ends.abort();
+    }
+    // The client closes its streams after DISPLAY_RESULTS; shut them here too, so that no
+    // thread waits on a client that went away.
+    for d in &dups {
+        let _ = d.shutdown(std::net::Shutdown::Both);
+    }
+    // A stream that failed during the test was caught by `watch` (SERVER_ERROR to the
+    // client). Once `finish` has the counts both ends agreed on, what the streams meet
+    // while they end is not a failure of the test: an iperf3 client closes its sockets
+    // with data still unread (`-R`), which resets a sender draining to EOF.
+    let _ = ends.join(test.zerocopy);
+    result
+}
+
+/// One direction's running counts, from its batches.
+struct Counts {
+    bytes: Vec<u64>,
+    done: Vec<bool>,
+    /// `-u` receivers: each stream's last datagram counts.
+    udp: Vec<Option<UdpSnapshot>>,
+}
+/// The test's TCP streams, in the client's order, with `-w` and `-C` set; `SERVER_ERROR`
+/// to the client when they do not all come or cannot be set up.
+fn tcp_streams(
+    ctl: &mut Ctl,
+    test: &TestParams,
+    streams: &Receiver<(u64, TcpStream)>,
+    deadline: Instant,
+) -> Result<(Vec<StreamSocks>, Vec<TcpStream>)> {
     let mut arrived = Vec::with_capacity(test.threads());
     while arrived.len() < test.threads() {
         let left = deadline.saturating_duration_since(Instant::now());
         match streams.recv_timeout(left) {
             Ok(s) => arrived.push(s),
             Err(_) => {
-                let _ = ctl.send_server_error(204, 0);
+                let _ = ctl.send_server_error(super::IESTREAMACCEPT, 0);
                 return Err(Error::Test(format!(
                     "{} of {} iperf3 stream connections arrived in time",
                     arrived.len(),
@@ -119,77 +237,40 @@ pub(crate) fn run_test(
             echo: None,
         });
     }
-    let mut socks = Socks::Tcp(socks);
-    let mut ends = Ends::default();
-    let mut counters = Vec::new();
-    let reversed = test.direction().reversed();
-    for (k, &reverse) in reversed.iter().enumerate() {
-        let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
-        let (threads, (rx, free)) = Threads::spawn(
-            reverse,
-            crate::choices::Engine::Threads,
-            socks.take(n),
-            &plan,
-            test,
-            Duration::ZERO,
-        )?;
-        ends.0.push(threads);
-        let count = Arc::new(Mutex::new(Counts {
-            bytes: vec![0; n],
-            done: vec![false; n],
-        }));
-        let c2 = Arc::clone(&count);
-        spawn_named("reporter".into(), move || {
-            for batch in rx {
-                let mut c = c2.lock();
-                let i = usize::from(batch.stream);
-                if let Some(b) = c.bytes.get_mut(i) {
-                    *b += batch
-                        .records
-                        .iter()
-                        .map(|r| u64::from(r.bytes))
-                        .sum::<u64>();
-                }
-                if batch.done
-                    && let Some(d) = c.done.get_mut(i)
-                {
-                    *d = true;
-                }
-                drop(c);
-                let _ = free.try_send(batch);
-            }
-            Ok(())
-        })?;
-        counters.push(count);
-    }
-    ctl.send_state(super::TEST_START)?;
-    let cpu = CpuMark::now();
-    let t0 = Instant::now();
-    ends.start(t0);
-    ctl.send_state(super::TEST_RUNNING)?;
-
-    let result = watch(ctl, &ends, test, t0)
-        .and_then(|()| finish(ctl, test, &ends, &counters, &dups, &cpu, t0, finishing));
-    if result.is_err() {
-        ends.abort();
-    }
-    // The client closes its streams after DISPLAY_RESULTS; shut them here too, so that no
-    // thread waits on a client that went away.
-    for d in &dups {
-        let _ = d.shutdown(std::net::Shutdown::Both);
-    }
-    // A stream that failed during the test was caught by `watch` (SERVER_ERROR to the
-    // client). Once `finish` has the counts both ends agreed on, what the streams meet
-    // while they end is not a failure of the test: an iperf3 client closes its sockets
-    // with data still unread (`-R`), which resets a sender draining to EOF.
-    let _ = ends.join(test.zerocopy);
-    result
+    Ok((socks, dups))
 }
 
-/// One direction's running counts, from its batches.
-struct Counts {
-    bytes: Vec<u64>,
-    done: Vec<bool>,
+/// The test's UDP streams: the listener on the control port's number is bound before the
+/// client is told to create them (as an iperf3 server's is), then each stream's connect
+/// datagram is answered in turn. `SERVER_ERROR` to the client on failure.
+fn udp_streams(
+    ctl: &mut Ctl,
+    test: &TestParams,
+    deadline: impl Fn() -> Instant,
+) -> Result<Vec<std::net::UdpSocket>> {
+    use std::os::fd::AsRawFd;
+    let local = ctl
+        .sock
+        .local_addr()
+        .map_err(|e| Error::io("read the control connection's address", e))?;
+    let local = std::net::SocketAddr::new(local.ip().to_canonical(), local.port());
+    let listener = match super::udp::Listener::bind(local) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ctl.send_server_error(super::IESTREAMLISTEN, e.raw_os_error().unwrap_or(0));
+            return Err(Error::io(
+                format!("bind the iperf3 UDP listener on {local}"),
+                e,
+            ));
+        }
+    };
+    ctl.send_state(super::CREATE_STREAMS)?;
+    let fd = ctl.sock.as_raw_fd();
+    listener
+        .accept(test.threads(), ctl.peer.ip(), test, fd, deadline())
+        .inspect_err(|_| {
+            let _ = ctl.send_server_error(super::IESTREAMACCEPT, 0);
+        })
 }
 
 /// Until the client's `TEST_END`: a stream failure is `SERVER_ERROR`; the client closing
@@ -240,11 +321,11 @@ fn watch(ctl: &mut Ctl, ends: &Ends, test: &TestParams, t0: Instant) -> Result<(
 fn finish(
     ctl: &mut Ctl,
     test: &TestParams,
-    _ends: &Ends,
     counters: &[Arc<Mutex<Counts>>],
     dups: &[TcpStream],
     cpu: &CpuMark,
     t0: Instant,
+    mut told: Option<Vec<String>>,
     finishing: &dyn Fn(),
 ) -> Result<(u64, u64)> {
     let n = test.streams as usize;
@@ -265,10 +346,18 @@ fn finish(
     }
     ctl.send_state(super::EXCHANGE_RESULTS)?;
     let theirs: Results = ctl.read_json(timeouts::HANDSHAKE, "the client's results")?;
-    // Receivers: until each stream has what the client wrote (no progress for a while
-    // ends the wait: bytes the client counted but never sent, or -O's uncounted ones).
+    // Receivers: until each stream has what the client wrote, or has ended, or (the
+    // project's rule for a peer that stopped) nothing arrived for `timeouts::STALL`: a
+    // receiver thread a loaded host holds off for half a second is not a finished one.
+    // -O's uncounted bytes make the client's count short of what arrives: it is met early.
     for (k, &reverse) in reversed.iter().enumerate() {
         if reverse {
+            continue;
+        }
+        if test.udp {
+            // UDP receivers listen a settle time past the end on their own; what never
+            // came is lost.
+            wait_done(k, timeouts::FINISHING);
             continue;
         }
         let want: Vec<u64> = (0..n)
@@ -276,14 +365,17 @@ fn finish(
             .collect();
         let mut last = (counters[k].lock().bytes.iter().sum::<u64>(), Instant::now());
         loop {
-            let have = counters[k].lock().bytes.clone();
-            if have.iter().zip(&want).all(|(h, w)| h >= w) {
+            let (have, ended) = {
+                let c = counters[k].lock();
+                (c.bytes.clone(), c.done.iter().all(|d| *d))
+            };
+            if ended || have.iter().zip(&want).all(|(h, w)| h >= w) {
                 break;
             }
             let sum: u64 = have.iter().sum();
             if sum != last.0 {
                 last = (sum, Instant::now());
-            } else if last.1.elapsed() > Duration::from_millis(500) {
+            } else if last.1.elapsed() > timeouts::STALL {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -304,16 +396,14 @@ fn finish(
                 true => sent += bytes,
                 false => received += bytes,
             }
-            streams.push(StreamResult {
-                id: stream_id(k * n + i),
-                bytes,
-                retransmits: -1,
-                jitter: 0.0,
-                errors: 0,
-                packets: 0,
-                start_time: 0.0,
-                end_time: elapsed,
-            });
+            let udp = test
+                .udp
+                .then(|| (reverse, c.udp[i].as_ref(), test.block_bytes()));
+            let r = StreamResult::ours(stream_id(k * n + i), bytes, elapsed, udp);
+            if let Some(lines) = told.as_mut() {
+                lines.push(super::stream_line(&r, reverse, test.udp));
+            }
+            streams.push(r);
         }
     }
     let ours = Results {
@@ -323,6 +413,11 @@ fn finish(
         sender_has_retransmits: 0,
         congestion_used: test.transport.congestion.clone(),
         streams,
+        server_output_text: told.map(|mut lines| {
+            lines.push(done_line(ctl.peer, received, sent));
+            lines.join("\n") + "\n"
+        }),
+        server_output_json: None,
     };
     finishing();
     ctl.send_json(&ours, "the server's results")?;
@@ -330,4 +425,31 @@ fn finish(
     // IPERF_DONE, or the client closing: either ends it.
     let _ = ctl.read_state(timeouts::GOODBYE);
     Ok((received, sent))
+}
+
+/// The log's line when an iperf3 test starts (and the first of `--get-server-output`'s).
+pub(crate) fn opening_line(peer: std::net::SocketAddr, test: &TestParams) -> String {
+    let rate = match (test.udp, test.rate()) {
+        (true, Some(r)) => format!(", -b {} per stream", crate::units::format_rate(r)),
+        (true, None) => ", -b 0: as fast as it can".into(),
+        (false, _) => String::new(),
+    };
+    format!(
+        "pinperf: iperf3 test from {peer}: {} {} stream(s){}, {} {}{rate}, {} s",
+        test.streams,
+        if test.udp { "UDP" } else { "TCP" },
+        match test.direction() {
+            crate::params::Direction::Forward => "",
+            crate::params::Direction::Reverse => " (reverse: this server sends)",
+            crate::params::Direction::Bidir => " each way (bidirectional)",
+        },
+        if test.udp { "datagram" } else { "block" },
+        crate::units::format_size(test.block_bytes()),
+        test.duration().as_secs_f64()
+    )
+}
+
+/// The log's line when an iperf3 test is done (and the last of `--get-server-output`'s).
+pub(crate) fn done_line(peer: std::net::SocketAddr, received: u64, sent: u64) -> String {
+    format!("pinperf: iperf3 test from {peer}: done, received {received} bytes, sent {sent} bytes")
 }

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::wire::Header;
+use super::wire::Format;
 use crate::stream::UdpSnapshot;
 
 /// Sequences remembered behind the highest one.
@@ -175,6 +175,7 @@ impl UdpCounters {
 #[derive(Debug, Clone, Default)]
 pub struct Accounting {
     stream: u16,
+    wire: Format,
     window: SeqWindow,
     jitter: Jitter,
     pub counters: UdpCounters,
@@ -188,11 +189,17 @@ impl Accounting {
         }
     }
 
+    /// The same, for datagrams of `wire`'s format.
+    pub fn reading(self, wire: Format) -> Accounting {
+        Accounting { wire, ..self }
+    }
+
     /// Takes one datagram's payload, arrived at `recv_ns`; returns its bytes when it was
     /// counted as received (0 for a duplicate or a foreign datagram).
     pub fn datagram(&mut self, payload: &[u8], recv_ns: u64) -> u64 {
         let c = &mut self.counters;
-        let Some(h) = Header::read(payload).filter(|h| h.stream == self.stream) else {
+        let next = self.window.highest_plus_one();
+        let Some(h) = self.wire.read(payload, self.stream, next) else {
             c.malformed += 1;
             return 0;
         };
@@ -231,6 +238,7 @@ impl Accounting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::udp::wire::Header;
 
     fn dgram(stream: u16, seq: u64, send_ns: u64) -> Vec<u8> {
         let mut b = vec![0u8; 100];
@@ -349,6 +357,37 @@ mod tests {
         assert_eq!(a.datagram(&[1, 2, 3], 0), 0);
         assert_eq!(a.datagram(&dgram(1, 0, 0), 0), 100);
         assert_eq!((a.counters.malformed, a.counters.packets), (2, 1));
+    }
+
+    #[test]
+    fn iperf3_datagrams_are_counted_by_their_own_sequence() {
+        let wire = Format::Iperf3 { seq64: false };
+        let mut a = Accounting::new(1).reading(wire);
+        let d = |seq: u32| {
+            let mut b = vec![0u8; 100];
+            b[8..12].copy_from_slice(&seq.to_be_bytes());
+            b
+        };
+        for seq in [1, 2, 4, 3, 3] {
+            a.datagram(&d(seq), 0);
+        }
+        // iperf3 numbers from 1 and names no stream; 0 is not one of its sequences.
+        assert_eq!(a.datagram(&d(0), 0), 0);
+        let c = a.counters;
+        assert_eq!(
+            (
+                c.packets,
+                c.highest_seq_plus_one,
+                c.lost(),
+                c.out_of_order,
+                c.duplicates
+            ),
+            (4, 4, 0, 1, 1)
+        );
+        assert_eq!(c.malformed, 1);
+        // A pinperf datagram is not an iperf3 stream's, nor the other way round.
+        let mut p = Accounting::new(1);
+        assert_eq!(p.datagram(&d(1), 0), 0);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::counters::{Accounting, UdpCounters};
+use super::wire::Format;
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::stream::{Batcher, StreamCtx, WAKE, aborted};
@@ -32,15 +33,21 @@ pub struct UdpRecvOutcome {
 }
 
 /// Runs one receiving UDP stream (call on its own `stream-N` thread) until `until` after
-/// the start (the sender's run time plus a settle time, the owner's choice).
-pub fn receive(ctx: StreamCtx, sock: UdpSocket, until: Duration) -> Result<UdpRecvOutcome> {
+/// the start (the sender's run time plus a settle time, the owner's choice), reading
+/// datagrams of `wire`'s format.
+pub fn receive(
+    ctx: StreamCtx,
+    sock: UdpSocket,
+    until: Duration,
+    wire: Format,
+) -> Result<UdpRecvOutcome> {
     let id = ctx.id;
     ctx.pin()?;
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut bufs = vec![0u8; SLOTS * SLOT_BYTES];
     let mut meta = [RecvMeta::default(); SLOTS];
-    let mut acc = Accounting::new(id);
+    let mut acc = Accounting::new(id).reading(wire);
     let mut gro_seen = false;
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
 

@@ -12,7 +12,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::MAX_DATAGRAM;
-use super::wire::{HEADER_BYTES, Header};
+use super::wire::{Format, Header};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::pace::{self, Pacer};
@@ -30,6 +30,8 @@ pub struct UdpSend {
     pub run_time: Duration,
     /// Use UDP GSO where the kernel has it (off: one datagram per message, `--no-gsro`).
     pub gso: bool,
+    /// The header each datagram carries (pinperf's, or iperf3's with an iperf3 peer).
+    pub wire: Format,
 }
 
 /// What a UDP sender did.
@@ -60,9 +62,10 @@ const NO_BUFFER_PAUSE: Duration = Duration::from_micros(50);
 pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOutcome> {
     let id = ctx.id;
     let dg = plan.datagram;
-    if !(HEADER_BYTES..=MAX_DATAGRAM).contains(&dg) {
+    let least = plan.wire.header_bytes();
+    if !(least..=MAX_DATAGRAM).contains(&dg) {
         return Err(Error::Usage(format!(
-            "-l {dg}: a UDP datagram holds {HEADER_BYTES} to {MAX_DATAGRAM} bytes"
+            "-l {dg}: a UDP datagram holds {least} to {MAX_DATAGRAM} bytes"
         )));
     }
     ctx.pin()?;
@@ -105,12 +108,12 @@ pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOut
             break;
         }
         for (k, d) in buf.chunks_mut(dg).enumerate() {
-            Header {
+            let h = Header {
                 stream: id,
                 seq: out.datagrams + k as u64,
                 send_ns: stamp_ns,
-            }
-            .write(d);
+            };
+            plan.wire.write(&h, d);
         }
         // Send the batch; what a refusal or a timeout leaves is sent again.
         let mut off = 0;

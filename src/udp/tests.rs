@@ -37,12 +37,13 @@ fn run_pair(
     let (sctx, s_rep, s_start) = side(0, datagram, rate);
     let (rctx, r_rep, r_start) = side(0, datagram, None);
     let until = run + Duration::from_millis(200);
-    let receiver = std::thread::spawn(move || receive(rctx, rx, until));
+    let receiver = std::thread::spawn(move || receive(rctx, rx, until, wire::Format::Pinperf));
     let plan = UdpSend {
         rate_bps: rate,
         datagram,
         run_time: run,
         gso: true,
+        wire: wire::Format::Pinperf,
     };
     let sender = std::thread::spawn(move || send(sctx, tx, plan));
     let t0 = Instant::now();
@@ -171,6 +172,7 @@ fn a_closed_port_is_counted_and_does_not_fail_the_sender() {
         datagram: 1472,
         run_time: Duration::from_millis(300),
         gso: true,
+        wire: wire::Format::Pinperf,
     };
     let h = std::thread::spawn(move || send(ctx, tx, plan));
     start.send(Instant::now()).unwrap();
@@ -189,6 +191,7 @@ fn a_datagram_smaller_than_the_header_is_a_usage_error() {
         datagram: HEADER_BYTES - 1,
         run_time: Duration::from_secs(1),
         gso: true,
+        wire: wire::Format::Pinperf,
     };
     let e = send(ctx, tx, plan).unwrap_err();
     assert!(matches!(e, crate::error::Error::Usage(_)), "{e}");
