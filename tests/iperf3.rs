@@ -61,6 +61,13 @@ fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
         "{}",
         run.explain()
     );
+    // What the iperf3 end never reports is said, not printed as 0B or an empty list.
+    assert!(
+        out.contains("remote window = not reported by the peer")
+            && !out.contains("# CPU remote threads"),
+        "{}",
+        run.explain()
+    );
     let (sent, received) = util::byte_totals(&out).unwrap_or_else(|| panic!("{}", run.explain()));
     let doc = server.document();
     // Both count at the socket layer: what write() took and what read() returned.

@@ -327,7 +327,8 @@ impl<W: Write + Send> TextFormatter<W> {
                 thread_list(&c.local)
             )?;
         }
-        if let Some(r) = &c.remote {
+        // An iperf3 server reports no threads (its header line says so).
+        if let Some(r) = c.remote.as_ref().filter(|r| !r.streams.is_empty()) {
             writeln!(o, "# CPU remote threads{}: {}", remote_role, thread_list(r))?;
         }
         for (who, r) in [("local", Some(&c.local)), ("remote", c.remote.as_ref())] {
@@ -415,6 +416,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.bidir = h.direction == Direction::Bidir;
         self.direction = h.direction;
         let ((local_window, _), (remote_window, _)) = windows(h);
+        // An iperf3 server reports no buffer sizes: say so rather than print 0B.
+        let remote_window = match remote_window {
+            0 => "not reported by the peer".to_string(),
+            b => format!("{b}B"),
+        };
         let o = &mut self.out;
         let (arrow, who) = match h.direction {
             Direction::Forward => ("->", ""),
@@ -438,7 +444,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         match h.local_window.requested {
             Some(req) => writeln!(
                 o,
-                "# local window = {}B; remote window = {}B (requested -w {} = {}B; {})",
+                "# local window = {}B; remote window = {} (requested -w {} = {}B; {})",
                 local_window,
                 remote_window,
                 format_size(req),
@@ -447,7 +453,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             )?,
             None => writeln!(
                 o,
-                "# local window = {}B; remote window = {}B (no -w: {})",
+                "# local window = {}B; remote window = {} (no -w: {})",
                 local_window,
                 remote_window,
                 match h.udp {
