@@ -371,13 +371,15 @@ impl Control {
     /// [`timeouts::CONTROL_WRITE`] is an error.
     pub(crate) fn poll(&self, timeout: Duration) -> Result<Option<ControlMsg>> {
         let mut inbox = self.reader.lock();
+        let deadline = Instant::now() + timeout;
         let mut wait = timeout;
         loop {
             match inbox.step(wait, self.peer)? {
                 Got::Frame(msg, _) => return self.checked(*msg).map(Some),
-                // The rest of a frame in flight comes at once, or on a later call.
-                Got::Part => wait = Duration::ZERO,
-                Got::Nothing => break,
+                // The rest of a frame in flight comes at once, or on a later call (a
+                // trickle never holds a call past its wait).
+                Got::Part if Instant::now() < deadline => wait = Duration::ZERO,
+                Got::Part | Got::Nothing => break,
             }
         }
         match inbox.since {

@@ -246,7 +246,8 @@ impl Drop for Batcher {
         .max()
         .unwrap_or(0);
         last.done = true;
-        let _ = self.tx.send(last);
+        // A destructor must not hang on a reporter that stopped draining.
+        let _ = self.tx.send_timeout(last, crate::timeouts::CONTROL_WRITE);
     }
 }
 

@@ -41,6 +41,10 @@ use crate::sys;
 const MIN_RING_BYTES: u64 = 8 << 20;
 /// Bytes a ring spans at most (twice the largest window TCP can announce, 1 GiB, twice).
 const MAX_RING_BYTES: u64 = 4 << 30;
+/// Memory a stream's ring may touch: its header pages (every page, for blocks under a
+/// page). A tuned host's 512 MiB ring of 4 KiB blocks would touch all of it, per stream.
+const MAX_TOUCHED_BYTES: u64 = 256 << 20;
+const PAGE: u64 = 4096;
 
 /// A sending stream's blocks in a `memfd`, sent with `sendfile`.
 pub struct SendfileRing {
@@ -58,7 +62,7 @@ impl SendfileRing {
     pub fn for_socket(sock: &TcpStream, block: usize) -> io::Result<SendfileRing> {
         let sndbuf = socket2::SockRef::from(sock).send_buffer_size().unwrap_or(0) as u64;
         let bytes = ring_bytes(block as u64, sndbuf, &HostLimits::read());
-        SendfileRing::with_regions(block, bytes.div_ceil(block.max(1) as u64))
+        SendfileRing::with_regions(block, regions_for(block as u64, bytes)?)
     }
 
     /// A ring of `regions` regions (at least 2) of `block` bytes.
@@ -158,6 +162,24 @@ impl HostLimits {
     }
 }
 
+/// The regions of a ring of `block`-byte blocks spanning `bytes`, within the memory a
+/// stream may touch ([`MAX_TOUCHED_BYTES`]).
+fn regions_for(block: u64, bytes: u64) -> io::Result<u64> {
+    let regions = bytes.div_ceil(block.max(1));
+    let touched = regions.saturating_mul(block.min(PAGE));
+    if touched > MAX_TOUCHED_BYTES {
+        return Err(io::Error::other(format!(
+            "its ring of {regions} blocks (spanning {} MiB, what the kernel may still \
+             reference, twice) would touch {} MiB of memory, over {} MiB a stream: use a \
+             larger -l",
+            bytes >> 20,
+            touched >> 20,
+            MAX_TOUCHED_BYTES >> 20
+        )));
+    }
+    Ok(regions)
+}
+
 /// Bytes the ring spans: twice what may still reference its pages (the sender's queue and,
 /// on one host, the receiver's; see the module's notes), two blocks more for the block
 /// being written, within [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`]. Unreadable limits count as
@@ -178,6 +200,23 @@ mod tests {
     use std::net::TcpListener;
 
     use super::*;
+
+    /// Small blocks touch a page each (every page, under 4 KiB): a tuned host's ring is
+    /// refused with what to do, not left to take the memory.
+    #[test]
+    fn a_ring_that_would_touch_too_much_memory_is_refused() {
+        assert_eq!(regions_for(64 << 10, 72 << 20).unwrap(), 1152);
+        assert_eq!(regions_for(4 << 10, 72 << 20).unwrap(), 18432);
+        let e = regions_for(4 << 10, 512 << 20).unwrap_err().to_string();
+        assert!(
+            e.contains("would touch 512 MiB") && e.ends_with("use a larger -l"),
+            "{e}"
+        );
+        assert!(
+            regions_for(64 << 10, 512 << 20).is_ok(),
+            "32 MiB of header pages"
+        );
+    }
     use crate::choices::ZeroCopy;
     use crate::stream::Copying;
     use crate::stream::echo::HeaderEcho;
