@@ -508,11 +508,9 @@ fn await_answer(stream: &std::net::TcpStream) -> Result<()> {
     Ok(())
 }
 
-/// How long `--peer auto` waits for a server's preamble before taking the server for an
-/// iperf3 server: a pinperf server answers within a round trip of ours; 1 s, or four
-/// round trips of the control connection when longer.
+/// [`timeouts::peer_silence`] for this control connection.
 fn detect_wait(stream: &std::net::TcpStream) -> std::time::Duration {
-    (net::rtt(stream) * 4).max(std::time::Duration::from_secs(1))
+    timeouts::peer_silence(net::rtt(stream))
 }
 
 /// Whether the server says something within `wait` (short polls: a stop signal ends it).

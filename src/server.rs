@@ -585,15 +585,11 @@ fn take_slot<'a>(
     Ok(guard)
 }
 
-/// How long the server waits for a client's first bytes before it sends its preamble
-/// first (pinperf clients before iperf3 support waited for it; iperf3 clients and current
-/// pinperf clients speak at once).
-const SNIFF: Duration = Duration::from_millis(300);
-
-/// Whether the client opened with an iperf3 cookie: its first bytes, within [`SNIFF`],
+/// Whether the client opened with an iperf3 cookie: its first bytes, within
+/// [`timeouts::SNIFF`],
 /// are cookie characters and not pinperf's preamble. Silence is a pinperf client.
 fn speaks_iperf3(stream: &TcpStream, deadline: Instant) -> bool {
-    let until = (Instant::now() + SNIFF).min(deadline);
+    let until = (Instant::now() + timeouts::SNIFF).min(deadline);
     let mut first = [0u8; 8];
     loop {
         let left = until.saturating_duration_since(Instant::now());

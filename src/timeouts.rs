@@ -63,6 +63,22 @@ pub fn udp_settle(rtt: Duration) -> Duration {
     (rtt * 2).max(Duration::from_millis(250))
 }
 
+/// How long the server waits for a client's first bytes before it sends its preamble
+/// first (pinperf clients before iperf3 support waited for it; iperf3 clients and current
+/// pinperf clients speak at once).
+pub const SNIFF: Duration = Duration::from_millis(300);
+
+/// How long `--peer auto` (and `--peer pinperf`, to name the mistake) waits for a
+/// server's preamble before taking the server for an iperf3 server: a pinperf server
+/// answers within a round trip of ours, well inside [`SNIFF`] past it; 1 s, or four round
+/// trips of the control connection when longer.
+pub fn peer_silence(rtt: Duration) -> Duration {
+    (rtt * 4).max(Duration::from_secs(1))
+}
+
+/// How long an iperf3 peer's errno may take after its error code: it writes both at once.
+pub const ERRNO_WAIT: Duration = Duration::from_millis(500);
+
 /// How long a stop signal lets the lab's client test stop and print before the lab tears
 /// down and exits anyway. Stopping takes a [`POLL`], a stream wake-up and the
 /// report, well under a second; a test still in its handshake is not waited for.

@@ -74,9 +74,6 @@ pub const IEPROTOCOL: i32 = 131;
 pub const IESETCONGESTION: i32 = 134;
 pub const IEAUTHTEST: i32 = 142;
 
-/// How long the errno after an error code may take (see [`Ctl::read_server_error`]).
-const ERRNO_WAIT: Duration = Duration::from_millis(500);
-
 /// Largest parameter or result document accepted from a peer (iperf3 itself caps
 /// parameters at 8 KiB; results grow with streams and server output).
 pub const MAX_JSON: usize = 1 << 20;
@@ -183,10 +180,11 @@ impl Ctl {
         let mut b = [0u8; 4];
         self.read_exact(&mut b, timeout, "the server's error code")?;
         let code = i32::from_be_bytes(b);
-        let errno = match self.read_exact(&mut b, timeout.min(ERRNO_WAIT), "an errno") {
-            Ok(()) => i32::from_be_bytes(b),
-            Err(_) => 0,
-        };
+        let errno =
+            match self.read_exact(&mut b, timeout.min(crate::timeouts::ERRNO_WAIT), "an errno") {
+                Ok(()) => i32::from_be_bytes(b),
+                Err(_) => 0,
+            };
         let mut words = error_words(code);
         if errno != 0 {
             words += &format!(": {}", std::io::Error::from_raw_os_error(errno));
