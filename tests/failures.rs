@@ -69,11 +69,27 @@ fn reset_one(data_port: u16, nth: usize) -> bool {
 
 #[test]
 fn a_reset_data_connection_fails_the_test_within_a_second_with_its_cause() {
+    reset_fails_the_test(
+        "a_reset_data_connection_fails_the_test_within_a_second",
+        &[],
+    );
+}
+
+/// The same when the server sends (`-R`): the client's receiving stream names the reset.
+#[test]
+fn a_reset_data_connection_fails_a_reverse_test_within_a_second() {
+    reset_fails_the_test(
+        "a_reset_data_connection_fails_a_reverse_test_within_a_second",
+        &["-R"],
+    );
+}
+
+/// Resets one of three data connections once the first interval is out, and checks the
+/// client: exit 1 within a second, a live `stream_failed` event, the totals so far marked
+/// cut short, then the error naming the root cause.
+fn reset_fails_the_test(test: &str, extra: &[&str]) {
     if let Err(why) = can_kill_sockets() {
-        util::skipped(
-            "a_reset_data_connection_fails_the_test_within_a_second",
-            &why,
-        );
+        util::skipped(test, &why);
         return;
     }
     let data_port = free_port();
@@ -90,6 +106,7 @@ fn a_reset_data_connection_fails_the_test_within_a_second_with_its_cause() {
             "--no-echo",
             "--json-lines",
         ])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
