@@ -149,8 +149,6 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         local: local.to_string(),
         remote: peer.to_string(),
         remote_software,
-        streams: cfg.test.streams,
-        block_bytes: cfg.test.block_bytes(),
         local_window,
         remote_window: accept.window.clone(),
         path: match &socks {
@@ -160,19 +158,12 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         local_pin: local_plan.clone(),
         remote_pin: accept.pin_plan.clone(),
         placement_note,
-        duration_s: cfg.test.duration().as_secs_f64(),
-        omit_s: cfg.test.omit().as_secs_f64(),
-        interval_s: cfg.test.interval().as_secs_f64(),
-        echo: cfg.test.echo(),
         congestion,
         same_host: peer.ip().is_loopback(),
         same_process: cfg.target.loopback || cfg.same_process,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
-        direction: cfg.test.direction(),
-        udp: cfg.test.udp,
-        rate_bps: cfg.test.rate(),
-        fq_rate_bps: cfg.test.fq_rate_bps,
+        ..Header::of_test(&cfg.test)
     };
 
     // Threads, per direction: pinned senders (the client sends) or receivers (the server
@@ -319,11 +310,7 @@ fn connect_streams(
     let n = usize::from(cfg.test.streams);
     // Data connections, window set before connect().
     let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
-    let opts = net::SocketOpts {
-        window: cfg.test.window_bytes,
-        force_window: cfg.test.force_window,
-        congestion: cfg.test.transport.congestion.clone(),
-    };
+    let opts = net::SocketOpts::of(&cfg.test);
     let mut local_window = None;
     let mut socks = Vec::with_capacity(cfg.test.threads());
     for &reverse in cfg.test.direction().reversed() {

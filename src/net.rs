@@ -10,6 +10,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::error::{Error, IoContext, Result};
 use crate::netinfo::{PathInfo, WindowGrant};
+use crate::params::TestParams;
 
 pub use crate::sys::TcpInfo;
 
@@ -21,15 +22,38 @@ pub enum Family {
     V6,
 }
 
-/// What to set on a data socket before its handshake.
+/// What a test sets on its data sockets: built from its parameters by [`SocketOpts::of`]
+/// alone, for both ends and either peer protocol, so a new socket option is a field here
+/// and a line in [`SocketOpts::apply`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SocketOpts {
     /// `-w`: both buffers.
     pub window: Option<u64>,
     /// `--force-window`.
     pub force_window: bool,
-    /// `-C`: congestion control algorithm.
+    /// `-C`: congestion control algorithm (TCP only).
     pub congestion: Option<String>,
+}
+
+impl SocketOpts {
+    /// The data sockets' options of `test`.
+    pub fn of(test: &TestParams) -> SocketOpts {
+        SocketOpts {
+            window: test.window_bytes,
+            force_window: test.force_window,
+            congestion: test.transport.congestion.clone().filter(|_| !test.udp),
+        }
+    }
+
+    /// Sets everything but the window (which [`apply_window`] sets before the handshake):
+    /// on a socket before `connect()`, on a listener (accepted sockets inherit it) or on
+    /// an accepted socket. The error opens with the flag (`-C bbr: …`).
+    pub fn apply(&self, sock: &Socket) -> Result<()> {
+        if let Some(name) = &self.congestion {
+            set_congestion(socket2::SockRef::from(sock), name)?;
+        }
+        Ok(())
+    }
 }
 
 /// Sets the congestion control algorithm, with an error that lists what the kernel offers.
@@ -151,9 +175,7 @@ pub fn connect(
     for addr in addrs {
         let sock = new_tcp_socket(addr)?;
         let grant = apply_window(&sock, opts.window, opts.force_window)?;
-        if let Some(name) = &opts.congestion {
-            set_congestion(socket2::SockRef::from(&sock), name)?;
-        }
+        opts.apply(&sock)?;
         if let Some(ip) = bind {
             let local = SocketAddr::new(ip, 0);
             sock.bind(&SockAddr::from(local))

@@ -821,11 +821,11 @@ fn run_test(
             params.window_bytes,
             params.force_window,
         )?;
-        if let Some(name) = &params.transport.congestion {
-            // Checked before Accept so an unknown name is a clean refusal, not a broken test.
-            net::set_congestion(socket2::SockRef::from(&listener), name)
-                .map_err(|e| refuse(ctl, slot, format!("congestion control: {e}")))?;
-        }
+        // Set on the listener before Accept (accepted sockets inherit them), so an unknown
+        // congestion control is a clean refusal, not a broken test.
+        net::SocketOpts::of(&params)
+            .apply(&socket2::SockRef::from(&listener))
+            .map_err(|e| refuse(ctl, slot, e.to_string()))?;
         (Data::Tcp(listener), window)
     };
     let (data_port, udp_ports) = match &data {

@@ -32,6 +32,7 @@ pub(crate) fn configure(sock: &UdpSocket, test: &TestParams) -> Result<WindowGra
     let gro = !test.no_gsro;
     let mut grant =
         crate::udp::configure_with(sock, test.window_bytes, test.force_window, gro)?.window;
+    crate::net::SocketOpts::of(test).apply(&socket2::SockRef::from(sock))?;
     if test.window_bytes.is_none() {
         let want = match test.rate() {
             Some(bps) => (bps as f64 / 8.0 * UDP_RECEIVE_HOLDS.as_secs_f64()) as u64,

@@ -122,20 +122,12 @@ pub(crate) fn run(
             true => REMOTE_WORDS_UDP.into(),
             false => REMOTE_WORDS.into(),
         },
-        streams: test.streams,
-        block_bytes: test.block_bytes(),
         local_window,
-        remote_window: Default::default(),
         path: match &socks {
             Socks::Tcp(s) => net::path_info(&s[0].data),
             _ => net::path_info(&ctl.sock),
         },
         local_pin: local_plan.clone(),
-        remote_pin: PinPlan(Vec::new()),
-        placement_note: None,
-        duration_s: test.duration().as_secs_f64(),
-        omit_s: test.omit().as_secs_f64(),
-        interval_s: test.interval().as_secs_f64(),
         echo: false,
         congestion: match &socks {
             Socks::Tcp(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
@@ -145,10 +137,7 @@ pub(crate) fn run(
         same_process: false,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
-        direction: test.direction(),
-        udp: test.udp,
-        rate_bps: test.rate(),
-        fq_rate_bps: test.fq_rate_bps,
+        ..Header::of_test(test)
     };
 
     // Threads per direction, each direction's batches relayed through a `mirror` thread
@@ -270,11 +259,7 @@ fn tcp_streams(
 )> {
     let test = &cfg.test;
     let n = usize::from(test.streams.max(1));
-    let opts = net::SocketOpts {
-        window: test.window_bytes,
-        force_window: test.force_window,
-        congestion: test.transport.congestion.clone(),
-    };
+    let opts = net::SocketOpts::of(test);
     let mut socks = Vec::with_capacity(test.threads());
     let mut dups = Vec::new();
     let mut local_window = None;

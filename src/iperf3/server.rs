@@ -222,10 +222,8 @@ fn tcp_streams(
             let _ = r.set_recv_buffer_size(w as usize);
             let _ = r.set_send_buffer_size(w as usize);
         }
-        if let Some(name) = &test.transport.congestion
-            && let Err(e) = crate::net::set_congestion(r, name)
-        {
-            let _ = ctl.send_server_error(super::IESETCONGESTION, 0);
+        if let Err(e) = crate::net::SocketOpts::of(test).apply(&r) {
+            let _ = ctl.send_server_error(super::code_for(&e.to_string()), 0);
             return Err(e);
         }
         dups.push(

@@ -612,35 +612,15 @@ mod tests {
     use crate::report::model::RttSummary;
 
     fn header(sndbuf: u64) -> Header {
+        let mut test = crate::params::TestParams::defaults();
+        test.streams = 2;
         Header {
-            software: String::new(),
-            local: String::new(),
-            remote: String::new(),
-            remote_software: String::new(),
-            streams: 2,
-            block_bytes: 131072,
             local_window: crate::netinfo::WindowGrant {
                 sndbuf,
                 ..Default::default()
             },
-            remote_window: Default::default(),
-            path: Default::default(),
-            local_pin: crate::pin::PinPlan(vec![]),
-            remote_pin: crate::pin::PinPlan(vec![]),
-            placement_note: None,
-            duration_s: 10.0,
-            omit_s: 0.0,
-            interval_s: 1.0,
-            echo: true,
             congestion: "cubic".into(),
-            same_host: false,
-            same_process: false,
-            cpu_intervals: false,
-            engine: crate::choices::Engine::Threads,
-            direction: crate::params::Direction::Forward,
-            udp: false,
-            rate_bps: None,
-            fq_rate_bps: None,
+            ..Header::of_test(&test)
         }
     }
 

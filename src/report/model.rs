@@ -62,6 +62,39 @@ pub struct Header {
 }
 
 impl Header {
+    /// What the header says of the test's parameters, the one place they are copied in;
+    /// each end fills in the rest (addresses, windows, path, pinning, engine) by struct
+    /// update.
+    pub fn of_test(test: &crate::params::TestParams) -> Header {
+        Header {
+            software: String::new(),
+            local: String::new(),
+            remote: String::new(),
+            remote_software: String::new(),
+            streams: test.streams,
+            block_bytes: test.block_bytes(),
+            local_window: WindowGrant::default(),
+            remote_window: WindowGrant::default(),
+            path: PathInfo::default(),
+            local_pin: PinPlan(Vec::new()),
+            remote_pin: PinPlan(Vec::new()),
+            placement_note: None,
+            duration_s: test.duration().as_secs_f64(),
+            omit_s: test.omit().as_secs_f64(),
+            interval_s: test.interval().as_secs_f64(),
+            echo: test.echo(),
+            congestion: String::new(),
+            same_host: false,
+            same_process: false,
+            cpu_intervals: false,
+            engine: Engine::Threads,
+            direction: test.direction(),
+            udp: test.udp,
+            rate_bps: test.rate(),
+            fq_rate_bps: test.fq_rate_bps,
+        }
+    }
+
     /// What each write carries, for titles: `128k blocks`, `1472 UDP datagrams`.
     pub fn payload(&self) -> String {
         let size = crate::units::format_size(self.block_bytes);
@@ -517,32 +550,17 @@ pub(crate) mod sample {
 
     /// One stream over loopback, two seconds, no `-w`.
     pub(crate) fn header() -> Header {
+        let mut test = crate::params::TestParams::defaults();
+        test.duration = std::time::Duration::from_secs(2);
         Header {
             software: "pinperf test".into(),
             local: "127.0.0.1:40000".into(),
             remote: "127.0.0.1:5201".into(),
             remote_software: "pinperf test".into(),
-            streams: 1,
-            block_bytes: 131_072,
-            local_window: WindowGrant::default(),
-            remote_window: WindowGrant::default(),
-            path: PathInfo::default(),
-            local_pin: PinPlan(vec![]),
-            remote_pin: PinPlan(vec![]),
-            placement_note: None,
-            duration_s: 2.0,
-            omit_s: 0.0,
-            interval_s: 1.0,
-            echo: true,
             congestion: "cubic".into(),
             same_host: true,
             same_process: true,
-            cpu_intervals: false,
-            engine: Engine::Threads,
-            direction: Direction::Forward,
-            udp: false,
-            rate_bps: None,
-            fq_rate_bps: None,
+            ..Header::of_test(&test)
         }
     }
 
