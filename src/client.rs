@@ -338,7 +338,7 @@ fn connect_streams(
                 let (mut echo, _) = net::connect(
                     &[data_addr],
                     cfg.target.bind,
-                    &net::SocketOpts::default(),
+                    &opts.echo(),
                     cfg.target.connect_timeout,
                 )
                 .map_err(|e| Error::Test(format!("stream-{id} echo connection: {e}")))?;

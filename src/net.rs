@@ -33,6 +33,8 @@ pub struct SocketOpts {
     pub force_window: bool,
     /// `-C`: congestion control algorithm (TCP only).
     pub congestion: Option<String>,
+    /// `-S`: the IP TOS byte (IPv6: the traffic class).
+    pub tos: Option<u8>,
 }
 
 impl SocketOpts {
@@ -42,18 +44,52 @@ impl SocketOpts {
             window: test.window_bytes,
             force_window: test.force_window,
             congestion: test.transport.congestion.clone().filter(|_| !test.udp),
+            tos: test.tos,
+        }
+    }
+
+    /// What an echo connection carries of them: the TOS, so the echoes cross the path in
+    /// the data's class (a window or a congestion control would change nothing there).
+    pub fn echo(&self) -> SocketOpts {
+        SocketOpts {
+            tos: self.tos,
+            ..SocketOpts::default()
         }
     }
 
     /// Sets everything but the window (which [`apply_window`] sets before the handshake):
     /// on a socket before `connect()`, on a listener (accepted sockets inherit it) or on
-    /// an accepted socket. The error opens with the flag (`-C bbr: …`).
+    /// an accepted socket. The error opens with the flag (`-C bbr: …`, `-S 0x10: …`).
     pub fn apply(&self, sock: &Socket) -> Result<()> {
         if let Some(name) = &self.congestion {
             set_congestion(socket2::SockRef::from(sock), name)?;
         }
+        if let Some(tos) = self.tos {
+            set_tos(sock, tos)?;
+        }
         Ok(())
     }
+}
+
+/// Sets the TOS byte. An IPv6 socket gets it as its traffic class and, for the IPv4
+/// peers a dual-stack socket may have, as its IPv4 TOS too.
+fn set_tos(sock: &Socket, tos: u8) -> Result<()> {
+    let v6 = sock.domain().is_ok_and(|d| d == Domain::IPV6);
+    let set = match v6 {
+        true => sock
+            .set_tclass_v6(u32::from(tos))
+            .and_then(|()| sock.set_tos_v4(u32::from(tos))),
+        false => sock.set_tos_v4(u32::from(tos)),
+    };
+    set.map_err(|e| {
+        Error::Usage(format!(
+            "-S {tos:#04x}: set {}: {e}",
+            match v6 {
+                true => "IPV6_TCLASS and IP_TOS",
+                false => "IP_TOS",
+            }
+        ))
+    })
 }
 
 /// Sets the congestion control algorithm, with an error that lists what the kernel offers.
@@ -382,6 +418,67 @@ mod tests {
             err.starts_with("-C nosuchcc: this kernel has no 'nosuchcc' (available: "),
             "{err}"
         );
+    }
+
+    /// The TOS byte a socket sends with (IPv6: its traffic class).
+    fn tos(sock: &impl AsFd) -> Option<u8> {
+        let sock = socket2::SockRef::from(sock);
+        let v = match sock.domain().ok()? == Domain::IPV6 {
+            true => sock.tclass_v6().ok()?,
+            false => sock.tos_v4().ok()?,
+        };
+        u8::try_from(v).ok()
+    }
+
+    /// `-S` reaches every data socket: the client's before connect(), the server's
+    /// listener and so what it accepts (IPv4, and IPv6 as the traffic class), UDP's; and
+    /// the options of a test are its parameters', with -C left out of UDP.
+    #[test]
+    fn tos_is_set_on_both_ends_of_tcp_and_on_udp() {
+        let mut test = TestParams::defaults();
+        test.tos = Some(0x28);
+        test.transport.congestion = Some("reno".into());
+        let opts = SocketOpts::of(&test);
+        assert_eq!(
+            (opts.tos, opts.congestion.as_deref()),
+            (Some(0x28), Some("reno"))
+        );
+        assert_eq!(
+            opts.echo(),
+            SocketOpts {
+                tos: Some(0x28),
+                ..SocketOpts::default()
+            }
+        );
+        for ip in ["127.0.0.1", "::1"] {
+            let Ok((listener, _)) =
+                listen(SocketAddr::new(ip.parse().unwrap(), 0), true, None, false)
+            else {
+                eprintln!("SKIPPED: tos on {ip}: no such address here");
+                continue;
+            };
+            opts.apply(&socket2::SockRef::from(&listener)).unwrap();
+            let (client, _) = connect(
+                &[listener.local_addr().unwrap()],
+                None,
+                &opts,
+                Duration::from_secs(2),
+            )
+            .unwrap();
+            let (accepted, _) = listener.accept().unwrap();
+            assert_eq!(
+                (tos(&client), tos(&accepted)),
+                (Some(0x28), Some(0x28)),
+                "{ip}"
+            );
+            assert_eq!(congestion(&accepted).as_deref(), Some("reno"), "{ip}");
+        }
+        test.udp = true;
+        let opts = SocketOpts::of(&test);
+        assert_eq!(opts.congestion, None, "-C is TCP's");
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        opts.apply(&socket2::SockRef::from(&udp)).unwrap();
+        assert_eq!(tos(&udp), Some(0x28));
     }
 
     #[test]

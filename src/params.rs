@@ -130,6 +130,13 @@ pub struct TestParams {
     #[serde(default)]
     pub fq_rate_bps: Option<u64>,
 
+    /// IP type of service on every data socket, both ends (iperf3's -S): the DSCP and
+    /// ECN byte, 0-255, as 0x10, 16 or 020 (octal, as iperf3 reads it). IPv6 sockets carry
+    /// it as the traffic class.
+    #[arg(short = 'S', long = "tos", value_name = "TOS", value_parser = parse_tos)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
+
     #[command(flatten)]
     #[serde(flatten)]
     pub transport: Transport,
@@ -197,6 +204,23 @@ fn parse_streams(text: &str) -> Result<u16, String> {
     text.trim()
         .parse()
         .map_err(|_| format!("streams must be 1 to {}", Limits::PROTOCOL.max_streams))
+}
+
+/// `-S`: a byte in C's notation, as iperf3 reads it (`strtol` base 0): `0x10`, `020`
+/// (octal), `16`.
+fn parse_tos(text: &str) -> Result<u8, String> {
+    let t = text.trim();
+    let value = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16)
+    } else if t.len() > 1 && t.starts_with('0') {
+        u64::from_str_radix(&t[1..], 8)
+    } else {
+        t.parse()
+    };
+    value
+        .ok()
+        .and_then(|v| u8::try_from(v).ok())
+        .ok_or_else(|| format!("'{t}': the TOS byte is 0 to 255 (0x00 to 0xff)"))
 }
 
 /// `-Z` on the wire as earlier versions read it: `false` without, `true` for
@@ -736,6 +760,26 @@ mod tests {
                 p.validate(&SERVER).err().as_deref(),
                 *server,
                 "row {i} (server)"
+            );
+        }
+    }
+
+    /// `-S` reads a byte as iperf3 does (C's notation) and names the range otherwise.
+    #[test]
+    fn tos_reads_hex_octal_and_decimal() {
+        for (text, want) in [
+            ("0x10", Ok(16)),
+            ("0XfF", Ok(255)),
+            ("020", Ok(16)),
+            ("16", Ok(16)),
+            ("0", Ok(0)),
+        ] {
+            assert_eq!(parse_tos(text), want, "{text}");
+        }
+        for text in ["256", "0x100", "-1", "08", "ef", ""] {
+            assert_eq!(
+                parse_tos(text),
+                Err(format!("'{text}': the TOS byte is 0 to 255 (0x00 to 0xff)"))
             );
         }
     }

@@ -203,6 +203,58 @@ fn stream_threads_are_named_and_pinned_on_both_ends() {
     }
 }
 
+/// `-S 0x28` marks every data and echo connection on both ends, both ways (-R: the
+/// server's listener carries it to what it accepts), and leaves the control connection
+/// alone; the header says so.
+#[test]
+fn tos_marks_the_data_connections_on_both_ends() {
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    for way in [None, Some("-R")] {
+        let mut args = vec![
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-S",
+            "0x28",
+            "-t",
+            "1.5",
+            "-i",
+            "0.5",
+        ];
+        args.extend(way);
+        let mut client = Spawned::start(&args);
+        client.wait_for_line("the first interval row", is_interval_row, EVENT);
+        let (Some(on_client), Some(on_server)) = (
+            util::tcp_tos_of(client.id()),
+            util::tcp_tos_of(server.child.id()),
+        ) else {
+            util::skipped("tos_marks_the_data_connections_on_both_ends", "no ss here");
+            return;
+        };
+        let run = client.finish(LIMIT);
+        run.assert_ok();
+        // Control (unmarked), data and echo (marked) on each end.
+        for (end, tos) in [("client", &on_client), ("server", &on_server)] {
+            let mut tos = tos.clone();
+            tos.sort();
+            assert_eq!(
+                tos,
+                ["0", "0x28", "0x28"],
+                "{end} {way:?}\n{}",
+                run.explain()
+            );
+        }
+        assert!(
+            run.stdout()
+                .contains("; TOS = 0x28 (DSCP 10, -S) on both ends"),
+            "{}",
+            run.explain()
+        );
+    }
+}
+
 #[test]
 fn oversized_window_warns_with_the_sysctl_line() {
     let read = |name: &str| -> u64 {

@@ -235,6 +235,44 @@ fn iperf3_client_gets_pinned_stream_threads_and_its_normal_report() {
     }
 }
 
+/// `-S` both ways: iperf3's `TOS` key reaches a pinperf server, which marks the data
+/// connections it accepts (their control connection stays unmarked), and pinperf's `-S`
+/// reaches an iperf3 server, whose own document says the TOS it set.
+#[test]
+fn tos_crosses_to_and_from_iperf3() {
+    let test = "tos_crosses_to_and_from_iperf3";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Server::start(&[]);
+    let (pid, port) = (server.child.id(), server.port);
+    let client = std::thread::spawn(move || iperf3_client(port, &["-S", "0x28", "-t", "2"]));
+    let Some(marked) = util::wait_until(
+        "a data connection with TOS 0x28 on the pinperf server",
+        Duration::from_secs(5),
+        || match util::tcp_tos_of(pid) {
+            None => Some(None),
+            Some(tos) => tos.iter().any(|t| t == "0x28").then_some(Some(tos)),
+        },
+        || format!("{:?}\n{}", util::tcp_tos_of(pid), server.log()),
+    ) else {
+        util::skipped(test, "no ss here");
+        return;
+    };
+    assert!(
+        marked.iter().any(|t| t == "0"),
+        "the control connection: {marked:?}"
+    );
+    let (code, out, err, _) = client.join().expect("client thread");
+    assert_eq!(code, Some(0), "{out}{err}\n{}", server.log());
+
+    let iperf3_server = Iperf3Server::start(&[]);
+    let run = client_at(iperf3_server.port, &["-S", "0x28", "-t", "1"]);
+    run.assert_ok();
+    let doc = iperf3_server.document();
+    assert_eq!(doc["start"]["test_start"]["tos"], 40, "{doc}");
+}
+
 #[test]
 fn a_busy_pinperf_server_refuses_an_iperf3_client_at_once() {
     let test = "a_busy_pinperf_server_refuses_an_iperf3_client_at_once";

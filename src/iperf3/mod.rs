@@ -71,6 +71,7 @@ pub const IESTREAMLISTEN: i32 = 202;
 pub const IESTREAMACCEPT: i32 = 204;
 pub const IETOTALRATE: i32 = 27;
 pub const IEPROTOCOL: i32 = 131;
+pub const IESETTOS: i32 = 125;
 pub const IESETCONGESTION: i32 = 134;
 pub const IEAUTHTEST: i32 = 142;
 
@@ -282,6 +283,9 @@ pub struct Params {
     pub fqrate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
+    /// `-S`: iperf3 writes the key only for a TOS other than 0.
+    #[serde(rename = "TOS", default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
     /// UDP datagrams carry 64-bit sequences (iperf3 reads the key's presence, not its
@@ -344,6 +348,7 @@ impl Params {
             bandwidth: test.rate().map(|r| r as f64),
             fqrate: test.fq_rate_bps.map(|r| r as f64),
             congestion: test.transport.congestion.clone(),
+            tos: test.tos.map(f64::from),
             client_version: Some(format!("pinperf {}", env!("CARGO_PKG_VERSION"))),
             // 64-bit sequences: a long fast test never wraps.
             udp_counters_64bit: test.udp.then(|| Value::from(1)),
@@ -370,7 +375,6 @@ impl Params {
             let name = match key.as_str() {
                 "sctp" => "--sctp".to_string(),
                 "MSS" => "-M (MSS)".into(),
-                "TOS" => "-S (TOS)".into(),
                 "flowlabel" => "-L (flow label)".into(),
                 "burst" => "-b RATE/BURST (a burst)".into(),
                 "authtoken" => "--username (authentication)".into(),
@@ -446,6 +450,16 @@ impl Params {
             _ => None,
         };
         test.get_server_output = self.get_server_output.is_some();
+        test.tos = match self.tos {
+            Some(t) if finite(t, 255.0) && t.fract() == 0.0 => (t > 0.0).then_some(t as u8),
+            Some(t) => {
+                return Err(Unsupported {
+                    code: IESETTOS,
+                    reason: format!("-S {t}: the TOS byte is 0 to 255"),
+                });
+            }
+            None => None,
+        };
         test.fq_rate_bps = match self.fqrate {
             Some(f) if finite(f, u64::MAX as f64) && f > 0.0 => Some(f as u64),
             _ => None,
@@ -469,6 +483,7 @@ pub fn code_for(reason: &str) -> i32 {
         "-b" => IETOTALRATE,
         "-u" => IEPROTOCOL,
         "-C" => IESETCONGESTION,
+        "-S" => IESETTOS,
         _ => IEUNIMP,
     }
 }
@@ -673,10 +688,22 @@ mod tests {
     #[test]
     fn an_iperf3_client_s_parameters_become_a_test() {
         let doc = r#"{"tcp":true,"omit":0,"time":3,"num":0,"blockcount":0,"parallel":4,
-            "reverse":true,"len":131072,"pacing_timer":1000,"client_version":"3.12"}"#;
+            "reverse":true,"len":131072,"pacing_timer":1000,"TOS":40,"client_version":"3.12"}"#;
         let p: Params = serde_json::from_str(doc).unwrap();
         let t = p.to_test().unwrap();
         assert_eq!((t.streams, t.reverse, t.len), (4, true, Some(131072)));
+        assert_eq!(t.tos, Some(40));
+        // And back: -S goes to an iperf3 server as its own key, only when set.
+        assert_eq!(
+            serde_json::to_value(Params::from_test(&t)).unwrap()["TOS"],
+            40.0
+        );
+        assert!(
+            serde_json::to_value(Params::from_test(&TestParams::defaults()))
+                .unwrap()
+                .get("TOS")
+                .is_none()
+        );
         assert_eq!(t.duration, Duration::from_secs(3));
         assert!(t.transport.no_echo);
         assert_eq!(p.wire(), crate::udp::wire::Format::Iperf3 { seq64: false });
@@ -742,6 +769,11 @@ mod tests {
                 IEDURATION,
                 "-t",
             ),
+            (
+                r#"{"tcp":true,"time":1,"parallel":1,"TOS":256}"#,
+                IESETTOS,
+                "-S 256: the TOS byte is 0 to 255",
+            ),
         ];
         for (doc, code, words) in cases {
             let p: Params = serde_json::from_str(doc).unwrap();
@@ -798,6 +830,7 @@ mod tests {
         assert_eq!(code_for("-t 99: duration must be"), IEDURATION);
         assert_eq!(code_for("-w 8M: window must be"), IEBUFSIZE);
         assert_eq!(code_for("-b: this server limits"), IETOTALRATE);
+        assert_eq!(code_for("-S 0x10: set IP_TOS: Permission denied"), IESETTOS);
         assert_eq!(code_for("something else"), IEUNIMP);
     }
 }

@@ -28,7 +28,8 @@ use crate::pin::PinPlan;
 use crate::timeouts;
 
 /// Bumped on any incompatible change; a mismatch is refused with both versions named.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 4: the parameters carry `-S` (a version-3 server would ignore it and send unmarked).
+pub const PROTOCOL_VERSION: u32 = 4;
 /// First bytes each side sends on the control connection.
 pub const PREAMBLE: &[u8; 8] = b"pinperf\n";
 /// Largest control frame accepted.

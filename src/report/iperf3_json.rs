@@ -33,8 +33,8 @@
 //! - `snd_wnd` and `end.streams[].sender.max_snd_wnd`: 0 (pinperf does not read the
 //!   peer's receive window from `TCP_INFO`).
 //! - `pmtu`: the path MTU read at the test's start, the same in every interval.
-//! - `test_start.bytes`, `blocks`, `tos`: 0 (pinperf runs by time only and sets no TOS,
-//!   so these are the test's real settings); `test_start.omit` and `duration` are whole
+//! - `test_start.bytes`, `blocks`: 0 (pinperf runs by time only, so these are the test's
+//!   real settings); `tos` is `-S`'s byte, 0 without it; `test_start.omit` and `duration` are whole
 //!   seconds, rounded up (the exact ones are in `pinperf.start`).
 //! - `rtt`, `rttvar`, `max_rtt`, `min_rtt`, `mean_rtt`: the kernel's smoothed RTT in whole
 //!   microseconds (`rtt`: its mean over the interval; the `max`/`min`/`mean` over the
@@ -691,7 +691,7 @@ fn start(header: &Header, facts: &RunFacts) -> Start {
                 bytes: 0,
                 blocks: 0,
                 reverse: u64::from(header.direction == Direction::Reverse),
-                tos: 0,
+                tos: header.tos.map_or(0, u64::from),
                 target_bitrate: rate,
                 bidir: u64::from(header.direction == Direction::Bidir),
                 fqrate: fq_rate,

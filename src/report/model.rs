@@ -59,6 +59,9 @@ pub struct Header {
     /// `--fq-rate` per TCP stream (the kernel's pacing), bits/s.
     #[serde(default)]
     pub fq_rate_bps: Option<u64>,
+    /// `-S`: the IP TOS byte of the data sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
 }
 
 impl Header {
@@ -92,6 +95,7 @@ impl Header {
             udp: test.udp,
             rate_bps: test.rate(),
             fq_rate_bps: test.fq_rate_bps,
+            tos: test.tos,
         }
     }
 

@@ -484,9 +484,13 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         }
         writeln!(
             o,
-            "# MTU: {}; MSS: {}",
+            "# MTU: {}; MSS: {}{}",
             opt_bytes(h.path.mtu),
-            opt_bytes(h.path.mss)
+            opt_bytes(h.path.mss),
+            match h.tos {
+                Some(tos) => format!("; TOS = {tos:#04x} (DSCP {}, -S) on both ends", tos >> 2),
+                None => String::new(),
+            }
         )?;
         writeln!(
             o,

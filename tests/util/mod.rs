@@ -644,3 +644,22 @@ pub fn saved(path: &std::path::Path) -> pinperf::report::json::Document {
     serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("{}: not a -J document: {e}", path.display()))
 }
+
+/// The TOS byte (`ss --tos`) of each established TCP socket process `pid` holds, as `ss`
+/// prints it (`0x28`, `0`); `None` when `ss` cannot run here.
+pub fn tcp_tos_of(pid: u32) -> Option<Vec<String>> {
+    let out = Command::new("ss")
+        .args(["-tnpH", "--tos", "state", "established"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let owner = format!("pid={pid},");
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&owner))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("tos:")))
+            .map(str::to_string)
+            .collect(),
+    )
+}
