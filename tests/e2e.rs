@@ -396,10 +396,26 @@ fn a_client_killed_mid_test_leaves_the_server_serving() {
 
 #[test]
 fn a_server_that_vanishes_mid_test_fails_the_client_quickly() {
+    server_vanishes(&[]);
+}
+
+// UDP and both directions at once: each way a test runs has its own threads and waits, and
+// each must notice the vanished server.
+#[test]
+fn a_server_that_vanishes_mid_udp_test_fails_the_client_quickly() {
+    server_vanishes(&["-u", "-b", "100M"]);
+}
+
+#[test]
+fn a_server_that_vanishes_mid_bidir_test_fails_the_client_quickly() {
+    server_vanishes(&["--bidir"]);
+}
+
+fn server_vanishes(way: &[&str]) {
     let mut server = Server::start(&[]);
     let port = server.port_arg();
     let test = Duration::from_secs(10);
-    let mut client = Spawned::start(&[
+    let mut args = vec![
         "-c",
         "127.0.0.1",
         "-p",
@@ -410,7 +426,9 @@ fn a_server_that_vanishes_mid_test_fails_the_client_quickly() {
         "10",
         "-i",
         "0.2",
-    ]);
+    ];
+    args.extend_from_slice(way);
+    let mut client = Spawned::start(&args);
     client.wait_for_line(
         "the first interval row (the test is running)",
         is_interval_row,
@@ -423,24 +441,34 @@ fn a_server_that_vanishes_mid_test_fails_the_client_quickly() {
     let killed = Instant::now();
     let run = client.finish(LIMIT);
     let noticed = killed.elapsed();
-    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert_eq!(run.code(), Some(1), "{way:?}{}", run.explain());
     assert!(
         noticed < left / 2,
-        "the client took {noticed:?} to notice, with {left:?} of its test left{}",
+        "{way:?}: the client took {noticed:?} to notice, with {left:?} of its test left{}",
         run.explain()
     );
     let stderr = run.stderr();
     assert!(
         stderr.starts_with("pinperf: test aborted ")
             && stderr.contains("closed the control connection"),
-        "{}",
+        "{way:?}{}",
         run.explain()
     );
-    // The rows so far keep their totals, said to be cut short.
+    // The rows so far keep their totals, said to be cut short: each direction's.
     let stdout = run.stdout();
+    let totals = stdout
+        .lines()
+        .filter(|l| l.starts_with("#(") && l.contains("**)"))
+        .count();
+    assert_eq!(
+        totals,
+        1 + usize::from(way.contains(&"--bidir")),
+        "{way:?}{}",
+        run.explain()
+    );
     assert!(
-        stdout.contains("#(**)") && stdout.contains("not reconciled: the test was cut short"),
-        "totals so far, marked cut short{}",
+        stdout.contains("the test was cut short"),
+        "{way:?}: totals so far, marked cut short{}",
         run.explain()
     );
 }

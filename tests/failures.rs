@@ -84,6 +84,15 @@ fn a_reset_data_connection_fails_a_reverse_test_within_a_second() {
     );
 }
 
+/// And both ways at once (`--bidir`): one of the six connections dies, the test fails.
+#[test]
+fn a_reset_data_connection_fails_a_bidir_test_within_a_second() {
+    reset_fails_the_test(
+        "a_reset_data_connection_fails_a_bidir_test_within_a_second",
+        &["--bidir"],
+    );
+}
+
 /// Resets one of three data connections once the first interval is out, and checks the
 /// client: exit 1 within a second, a live `stream_failed` event, the totals so far marked
 /// cut short, then the error naming the root cause.

@@ -25,7 +25,7 @@ use crate::kstat::KernelReport;
 use crate::protocol::{ReceiverDone, ReceiverRow};
 use crate::stream::Batch;
 use crate::stream::TcpSample;
-use interval::{ClosedInterval, IntervalCutter, RttStats};
+use interval::{ClosedInterval, IntervalCutter, RttStats, StreamSlice};
 use model::{
     CpuSummary, CpuUtilization, Header, IntervalReport, KernelSummary, RttSummary, SideTotal,
     StreamRow, SumRow, Summary, TestFairness, UdpFigures,
@@ -245,6 +245,8 @@ struct Direction {
     joined_received: Vec<u64>,
     joined_sent: Vec<u64>,
     joined_until_us: Option<u64>,
+    /// The last of `-O`'s omitted intervals the local cutter closed.
+    omitted_through: Option<u32>,
 }
 
 impl Direction {
@@ -268,6 +270,7 @@ impl Direction {
             joined_received: vec![0; streams],
             joined_sent: vec![0; streams],
             joined_until_us: None,
+            omitted_through: None,
         }
     }
 
@@ -289,12 +292,52 @@ impl Direction {
     /// Moves what the local cutter closed to its half.
     fn pop_local(&mut self, cores: &mut impl FnMut() -> Option<Vec<cpu::CoreTicks>>) {
         while let Some(iv) = self.cutter.pop_ready() {
+            if iv.omitted {
+                self.omitted_through = Some(iv.index);
+            }
             if self.reverse {
                 self.add_row(receiver_row(&iv, self.udp));
             } else {
                 self.add_sender(iv, cores());
             }
         }
+    }
+
+    /// A test cut short: the receiver's rows whose sender half never came (the sender
+    /// vanished before it reported them) are still what the receiver measured. Each is
+    /// joined with a sender half that holds nothing (no bytes, RTT or `TCP_INFO`), so the
+    /// rows and their totals show the receiver's bytes; the sender's count stays what it
+    /// reported ([`Direction::add_sender`]).
+    fn join_without_senders(&mut self) -> Vec<(IntervalReport, Option<Vec<cpu::CoreTicks>>)> {
+        if !self.reverse {
+            // This end sends: its own halves are all in once its batches end.
+            return Vec::new();
+        }
+        let missing: Vec<(u32, u64, u64)> = self
+            .receivers
+            .range(self.next..)
+            .filter(|(k, _)| !self.senders.contains_key(k))
+            .map(|(&k, r)| (k, r.begin_us, r.end_us))
+            .collect();
+        for (index, begin_us, end_us) in missing {
+            let nothing = StreamSlice {
+                bytes: 0,
+                srtt: None,
+                block_rtt: None,
+                retransmits: None,
+                last: None,
+                udp: None,
+            };
+            let iv = ClosedInterval {
+                index,
+                omitted: self.omitted_through.is_some_and(|o| index <= o),
+                begin_ns: begin_us * 1000,
+                end_ns: end_us * 1000,
+                streams: vec![nothing; self.rows_received.len()],
+            };
+            self.senders.insert(index, (iv, None));
+        }
+        self.ready()
     }
 
     /// The next intervals whose both halves are in, joined.
@@ -468,6 +511,11 @@ pub(crate) fn run_reporter(
             }
         }
         let ended = !remote_open && dirs.iter().all(|d| !d.open);
+        if ended && cut_short {
+            for (i, d) in dirs.iter_mut().enumerate() {
+                pending[i].extend(d.join_without_senders().into_iter().map(|(r, _)| r));
+            }
+        }
         while let Some(report) = next_in_order(&mut pending, &dirs, ended) {
             if output_ok {
                 output_ok = output.check(out.interval(&report));
@@ -1276,6 +1324,75 @@ mod tests {
         };
         assert_eq!(receiver_row(&iv, true).udp, [UdpSlice::default(), got]);
         assert!(receiver_row(&iv, false).udp.is_empty());
+    }
+
+    /// A test cut short when the sending server vanished (`--bidir`'s second direction,
+    /// `-R`): the rows this end received keep their bytes (found by the vanished-server
+    /// test: --bidir printed no RX row and no RX totals at all).
+    #[test]
+    fn the_receivers_rows_stay_when_the_sender_vanished_before_reporting_them() {
+        let row = |index: u32, bytes: u64| ReceiverRow {
+            index,
+            begin_us: u64::from(index) * 500_000,
+            end_us: u64::from(index + 1) * 500_000,
+            bytes: vec![bytes, bytes],
+            udp: Vec::new(),
+        };
+        let sender = |index: u32, bytes: u64| ClosedInterval {
+            index,
+            omitted: false,
+            begin_ns: u64::from(index) * 500_000_000,
+            end_ns: u64::from(index + 1) * 500_000_000,
+            streams: vec![
+                StreamSlice {
+                    bytes,
+                    srtt: None,
+                    block_rtt: None,
+                    retransmits: Some(0),
+                    last: None,
+                    udp: None,
+                };
+                2
+            ],
+        };
+        let mut header = model::sample::header();
+        header.streams = 2;
+        // This end receives (-R, or --bidir's second direction); the server's sender
+        // reported interval 0 and vanished before its report of interval 1.
+        let mut d = Direction::new(
+            true,
+            IntervalCutter::for_test(2, &crate::params::TestParams::defaults()),
+            2,
+            false,
+        );
+        d.add_row(row(0, 100));
+        d.add_row(row(1, 70));
+        d.add_sender(sender(0, 120), None);
+        assert_eq!(d.ready().len(), 1);
+        let late = d.join_without_senders();
+        assert_eq!(late.len(), 1, "interval 1, from the receiver's row alone");
+        let (report, _) = &late[0];
+        assert_eq!(
+            (report.index, report.reverse, report.sum.bytes),
+            (1, true, 140)
+        );
+        assert_eq!(report.sum.sent_bytes, 0, "no sender figures are made up");
+        assert_eq!(report.streams[0].retransmits, None);
+        // The totals of the cut-short test: all the receiver read, what the sender said.
+        assert_eq!(
+            (d.joined_received.clone(), d.intervals_sent.clone()),
+            (vec![170, 170], vec![120, 120])
+        );
+        assert_eq!(d.joined_until_us, Some(1_000_000));
+        // This end's own sending direction never needs it.
+        let mut forward = Direction::new(
+            false,
+            IntervalCutter::for_test(2, &crate::params::TestParams::defaults()),
+            2,
+            false,
+        );
+        forward.add_row(row(0, 100));
+        assert!(forward.join_without_senders().is_empty());
     }
 
     /// `-u -O`: the omitted seconds end at a sequence, not at a time on each end's clock

@@ -661,8 +661,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         for line in &s.diagnosis {
             writeln!(self.out, "# {line}")?;
         }
+        // A test cut short says so whether or not its counts happen to agree (a UDP test
+        // stopped between datagrams does): the totals cover only the part that ran.
         let verdict = match (s.reconciled(), s.cut_short, s.udp()) {
-            (true, _, _) => "equal",
+            (true, true, _) => "equal, over the part that ran: the test was cut short",
+            (true, false, _) => "equal",
             (false, true, _) => "not reconciled: the test was cut short",
             (false, false, Some(_)) => "the difference is the datagrams lost",
             (false, false, None) => "MISMATCH",
@@ -821,6 +824,31 @@ mod tests {
             "copied 0 of 5 MSG_ZEROCOPY sends after all (none: the device took the pages)"
         ));
         assert!(both[1].ends_with("no copy (one host: the receiver still copies them out)"));
+    }
+
+    /// The bytes line says a test was cut short whether or not its counts agree.
+    #[test]
+    fn the_bytes_line_says_a_cut_short_test_was_cut_short() {
+        let line = |cut_short: bool| {
+            let mut s = sample::summary();
+            s.sum_sent.bytes = s.sum_received.bytes;
+            assert!(s.reconciled(), "the counts agree");
+            s.cut_short = cut_short;
+            let mut out = Vec::new();
+            TextFormatter::new(&mut out).summary(&s).unwrap();
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .find(|l| l.starts_with("# bytes:"))
+                .map(String::from)
+                .unwrap()
+        };
+        assert!(line(false).ends_with(": equal"), "{}", line(false));
+        assert!(
+            line(true).ends_with(": equal, over the part that ran: the test was cut short"),
+            "{}",
+            line(true)
+        );
     }
 
     /// The `#(**)` line's appended columns have a heading over them, and `fgrep '**'`
