@@ -222,9 +222,11 @@ fn is_first_row(line: &str) -> bool {
 }
 
 /// Text: the rows so far, a `#(**)` line over what the receiver reported, the reason.
-fn text_run_stopped_by(sig: i32, name: &str, code: i32) {
+fn text_run_stopped_by(sig: i32, name: &str, code: i32, way: &[&str]) {
     let _one = ONE_AT_A_TIME.lock();
-    let mut run = Watched::spawn(&["--loopback", "-t", "10"]);
+    let mut args = vec!["--loopback", "-t", "10"];
+    args.extend_from_slice(way);
+    let mut run = Watched::spawn(&args);
     run.wait_line("first row", is_first_row);
     let end = run.stop_with(sig);
     end.assert_stopped(code, name);
@@ -239,9 +241,22 @@ fn text_run_stopped_by(sig: i32, name: &str, code: i32) {
         "the totals cover the rows received, nothing later{}",
         end.explain
     );
+    // The live line names the span the totals cover, the same one (review: under -R it
+    // said "up to 2.000 s" over totals to 2.345 s).
+    let said = end
+        .stdout
+        .lines()
+        .find(|l| l.contains(&format!("interrupted by {name}")))
+        .unwrap_or_else(|| panic!("the report says it was interrupted{}", end.explain));
+    let up_to = said
+        .split_once("rows up to ")
+        .and_then(|(_, t)| t.split(' ').next())
+        .and_then(|t| t.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("the span in {said:?}{}", end.explain));
     assert!(
-        end.stdout.contains(&format!("interrupted by {name}")),
-        "the report says it was interrupted{}",
+        (up_to - totals[0].end).abs() < 0.0015,
+        "{way:?}: said up to {up_to} s, totals end at {}{}",
+        totals[0].end,
         end.explain
     );
     eprintln!(
@@ -257,12 +272,28 @@ fn text_run_stopped_by(sig: i32, name: &str, code: i32) {
 
 #[test]
 fn sigint_mid_test_prints_rows_and_totals_so_far_and_exits_130() {
-    text_run_stopped_by(libc::SIGINT, "SIGINT", 130);
+    text_run_stopped_by(libc::SIGINT, "SIGINT", 130, &[]);
 }
 
 #[test]
 fn sigterm_mid_test_exits_143() {
-    text_run_stopped_by(libc::SIGTERM, "SIGTERM", 143);
+    text_run_stopped_by(libc::SIGTERM, "SIGTERM", 143, &[]);
+}
+
+// The server's threads send: its reports end with it while this end's rows go on.
+#[test]
+fn sigterm_mid_reverse_test_totals_the_span_it_names() {
+    text_run_stopped_by(libc::SIGTERM, "SIGTERM", 143, &["-R", "-i", "0.5"]);
+}
+
+#[test]
+fn sigterm_mid_reverse_udp_test_totals_the_span_it_names() {
+    text_run_stopped_by(
+        libc::SIGTERM,
+        "SIGTERM",
+        143,
+        &["-R", "-u", "-b", "100M", "-i", "0.5"],
+    );
 }
 
 #[test]

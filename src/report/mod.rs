@@ -215,11 +215,26 @@ struct StreamTotal {
 }
 
 /// Everything the client's reporter accumulates across intervals.
+#[derive(Clone)]
 struct Totals {
     streams: Vec<StreamTotal>,
     intervals: u32,
     /// Runs of intervals in which no stream read anything.
     stalls: diagnosis::StallLog,
+    /// A test cut short before the sender reported any interval: the totals are the
+    /// receiver's alone, and the sender's figures are unknown (not zero).
+    sender_silent: bool,
+}
+
+impl Totals {
+    fn new(streams: usize) -> Self {
+        Totals {
+            streams: vec![StreamTotal::default(); streams],
+            intervals: 0,
+            stalls: diagnosis::StallLog::whole_test(),
+            sender_silent: false,
+        }
+    }
 }
 
 /// One direction's halves waiting to be joined, and its totals.
@@ -259,11 +274,7 @@ impl Direction {
             senders: BTreeMap::new(),
             receivers: BTreeMap::new(),
             next: 0,
-            totals: Totals {
-                streams: vec![StreamTotal::default(); streams],
-                intervals: 0,
-                stalls: diagnosis::StallLog::whole_test(),
-            },
+            totals: Totals::new(streams),
             rows_received: vec![0; streams],
             intervals_sent: vec![0; streams],
             rows_until_us: None,
@@ -304,11 +315,12 @@ impl Direction {
     }
 
     /// A test cut short: the receiver's rows whose sender half never came (the sender
-    /// vanished before it reported them) are still what the receiver measured. Each is
-    /// joined with a sender half that holds nothing (no bytes, RTT or `TCP_INFO`), so the
-    /// rows and their totals show the receiver's bytes; the sender's count stays what it
-    /// reported ([`Direction::add_sender`]).
-    fn join_without_senders(&mut self) -> Vec<(IntervalReport, Option<Vec<cpu::CoreTicks>>)> {
+    /// vanished before it reported them) are still what the receiver measured, so they are
+    /// printed, each joined with a sender half that holds nothing (no bytes, RTT or
+    /// `TCP_INFO` made up). They count in the totals only when the sender reported no
+    /// interval at all ([`Totals::sender_silent`]); otherwise the totals end with the
+    /// sender's last report, so both ends' counts (and UDP's loss) cover the same span.
+    fn join_without_senders(&mut self) -> Vec<IntervalReport> {
         if !self.reverse {
             // This end sends: its own halves are all in once its batches end.
             return Vec::new();
@@ -319,7 +331,10 @@ impl Direction {
             .filter(|(k, _)| !self.senders.contains_key(k))
             .map(|(&k, r)| (k, r.begin_us, r.end_us))
             .collect();
-        for (index, begin_us, end_us) in missing {
+        if missing.is_empty() {
+            return Vec::new();
+        }
+        for &(index, begin_us, end_us) in &missing {
             let nothing = StreamSlice {
                 bytes: 0,
                 srtt: None,
@@ -337,7 +352,25 @@ impl Direction {
             };
             self.senders.insert(index, (iv, None));
         }
-        self.ready()
+        self.totals.sender_silent = self.joined_until_us.is_none();
+        if self.totals.sender_silent {
+            return self.ready().into_iter().map(|(r, _)| r).collect();
+        }
+        // Shown, not counted: joined against a copy of the totals, which is dropped.
+        let kept = (
+            self.totals.clone(),
+            self.joined_received.clone(),
+            self.joined_sent.clone(),
+            self.joined_until_us,
+        );
+        let out = self.ready().into_iter().map(|(r, _)| r).collect();
+        (
+            self.totals,
+            self.joined_received,
+            self.joined_sent,
+            self.joined_until_us,
+        ) = kept;
+        out
     }
 
     /// The next intervals whose both halves are in, joined.
@@ -434,6 +467,7 @@ pub(crate) fn run_reporter(
     let mut local_kernel = None;
     let mut failed: Option<String> = None;
     let mut cut_short = false;
+    let mut interrupted: Option<(f64, String)> = None;
     let mut prev_cores = header.cpu_intervals.then(cpu::cores);
     let mut remote_open = true;
     // Joined intervals per direction, printed in interval order across directions.
@@ -471,20 +505,9 @@ pub(crate) fn run_reporter(
                 Ok(RemoteEvent::Failed(e)) => failed = Some(e),
                 Ok(RemoteEvent::CutShort { at, say }) => {
                     cut_short = true;
-                    let until = dirs
-                        .iter()
-                        .filter_map(|d| match d.reverse {
-                            true => d.joined_until_us,
-                            false => d.rows_until_us,
-                        })
-                        .min();
-                    if let (Some(say), Some(until), true) = (say, until, output_ok) {
-                        let line = format!(
-                            "{say}; the totals below are over the receiver's rows up to {:.3} s \
-                             (the sender's count also holds what it wrote after them)",
-                            until as f64 / 1e6
-                        );
-                        output_ok = output.check(out.stream_failed(at, &line));
+                    // Said after the last row, when the span the totals cover is known.
+                    if let Some(say) = say {
+                        interrupted = Some((at, say));
                     }
                 }
                 Ok(RemoteEvent::StreamFailed { at, error }) => {
@@ -513,7 +536,7 @@ pub(crate) fn run_reporter(
         let ended = !remote_open && dirs.iter().all(|d| !d.open);
         if ended && cut_short {
             for (i, d) in dirs.iter_mut().enumerate() {
-                pending[i].extend(d.join_without_senders().into_iter().map(|(r, _)| r));
+                pending[i].extend(d.join_without_senders());
             }
         }
         while let Some(report) = next_in_order(&mut pending, &dirs, ended) {
@@ -526,15 +549,15 @@ pub(crate) fn run_reporter(
     // the sender wrote (the server's: what its intervals reported, each of them joined).
     let totals_of = |d: &Direction| -> Option<(Vec<u64>, Vec<u64>, u64)> {
         match (&done, cut_short) {
-            (_, true) if d.reverse => Some((
-                d.intervals_sent.clone(),
-                d.joined_received.clone(),
-                d.joined_until_us?,
-            )),
             // UDP's loss is sent less received: both over the same joined intervals, or
             // what the sender wrote after the last row would count as lost.
             (_, true) if d.udp => Some((
                 d.joined_sent.clone(),
+                d.joined_received.clone(),
+                d.joined_until_us?,
+            )),
+            (_, true) if d.reverse => Some((
+                d.intervals_sent.clone(),
                 d.joined_received.clone(),
                 d.joined_until_us?,
             )),
@@ -558,6 +581,20 @@ pub(crate) fn run_reporter(
             (None, false) => None,
         }
     };
+    if let (Some((at, say)), true) = (&interrupted, output_ok) {
+        // The span is the one the totals below use: the earliest direction's.
+        if let Some(until) = dirs.iter().filter_map(&totals_of).map(|t| t.2).min() {
+            let counts = match header.udp {
+                true => "both ends' datagram counts over those rows",
+                false => "the sender's count also holds what it wrote after them",
+            };
+            let line = format!(
+                "{say}; the totals below are over the receiver's rows up to {:.3} s ({counts})",
+                until as f64 / 1e6
+            );
+            output_ok = output.check(out.stream_failed(*at, &line));
+        }
+    }
     let mut summaries = Vec::new();
     let mut sent_all = Vec::new();
     let mut received_all = Vec::new();
@@ -912,7 +949,10 @@ fn summarize(
             });
             // UDP's totals settle on the sender's count: every datagram it sent and the
             // receiver never got is lost, the tail a dead path swallowed included.
-            if header.udp {
+            if header.udp && totals.sender_silent {
+                // No sender count to settle on: the receiver's own (gaps included).
+                row.udp = t.udp;
+            } else if header.udp {
                 let got = t.udp.unwrap_or_default();
                 let sent = row.sent_bytes / header.block_bytes.max(1);
                 let lost = sent.saturating_sub(got.packets);
@@ -983,6 +1023,7 @@ fn summarize(
         cpu: None,
         kernel: None,
         cut_short,
+        sender_silent: totals.sender_silent,
         omitted: model::Omitted {
             seconds: start,
             sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
@@ -1136,11 +1177,7 @@ mod tests {
     }
 
     fn no_totals(streams: usize) -> Totals {
-        Totals {
-            streams: vec![StreamTotal::default(); streams],
-            intervals: 0,
-            stalls: diagnosis::StallLog::whole_test(),
-        }
+        Totals::new(streams)
     }
 
     /// Issue 15: a client paused from 1.3 s to 3.8 s of `-t 3` printed `#(**) 0.000 1.307
@@ -1313,7 +1350,7 @@ mod tests {
         };
         let got = UdpSlice {
             packets: 7,
-            ..UdpSlice::default()
+            ..crate::measure::UdpSlice::default()
         };
         let iv = ClosedInterval {
             index: 0,
@@ -1327,16 +1364,28 @@ mod tests {
     }
 
     /// A test cut short when the sending server vanished (`--bidir`'s second direction,
-    /// `-R`): the rows this end received keep their bytes (found by the vanished-server
-    /// test: --bidir printed no RX row and no RX totals at all).
+    /// `-R`): the rows this end received are printed (found by the vanished-server test:
+    /// --bidir printed no RX row and no RX totals at all). They count in the totals only
+    /// when the sender reported nothing: otherwise the totals end at its last report
+    /// (review: a -R test stopped at 2.3 s summed the receiver to 2.345 s against the
+    /// sender's 2.0 s, and -u -R said "receiver got 287, lost 0" under rows of 324).
     #[test]
     fn the_receivers_rows_stay_when_the_sender_vanished_before_reporting_them() {
-        let row = |index: u32, bytes: u64| ReceiverRow {
+        let row = |index: u32, bytes: u64, udp: bool| ReceiverRow {
             index,
             begin_us: u64::from(index) * 500_000,
             end_us: u64::from(index + 1) * 500_000,
             bytes: vec![bytes, bytes],
-            udp: Vec::new(),
+            udp: match udp {
+                true => vec![
+                    crate::measure::UdpSlice {
+                        packets: bytes / 10,
+                        ..crate::measure::UdpSlice::default()
+                    };
+                    2
+                ],
+                false => Vec::new(),
+            },
         };
         let sender = |index: u32, bytes: u64| ClosedInterval {
             index,
@@ -1355,35 +1404,75 @@ mod tests {
                 2
             ],
         };
+        let receiving = |udp: bool| {
+            let mut params = crate::params::TestParams::defaults();
+            params.udp = udp;
+            Direction::new(true, IntervalCutter::for_test(2, &params), 2, udp)
+        };
         let mut header = model::sample::header();
         header.streams = 2;
-        // This end receives (-R, or --bidir's second direction); the server's sender
-        // reported interval 0 and vanished before its report of interval 1.
-        let mut d = Direction::new(
-            true,
-            IntervalCutter::for_test(2, &crate::params::TestParams::defaults()),
-            2,
-            false,
-        );
-        d.add_row(row(0, 100));
-        d.add_row(row(1, 70));
-        d.add_sender(sender(0, 120), None);
-        assert_eq!(d.ready().len(), 1);
+        header.block_bytes = 10;
+        for udp in [false, true] {
+            header.udp = udp;
+            // This end receives (-R, or --bidir's second direction); the server's sender
+            // reported interval 0 and vanished before its report of interval 1.
+            let mut d = receiving(udp);
+            d.add_row(row(0, 100, udp));
+            d.add_row(row(1, 70, udp));
+            d.add_sender(sender(0, 120), None);
+            assert_eq!(d.ready().len(), 1);
+            let late = d.join_without_senders();
+            assert_eq!(late.len(), 1, "interval 1, from the receiver's row alone");
+            assert_eq!(
+                (late[0].index, late[0].reverse, late[0].sum.bytes),
+                (1, true, 140)
+            );
+            assert_eq!(late[0].sum.sent_bytes, 0, "no sender figures are made up");
+            assert_eq!(late[0].streams[0].retransmits, None);
+            // The totals end with the sender's last report, for both ends' counts.
+            assert_eq!(d.joined_received, vec![100, 100], "udp {udp}");
+            assert_eq!(d.joined_until_us, Some(500_000));
+            assert!(!d.totals.sender_silent);
+            let s = summarize(
+                &header,
+                &[120, 120],
+                &d.joined_received,
+                500_000,
+                &mut d.totals,
+                true,
+            );
+            assert_eq!(s.sum_received.bytes, 200);
+            if udp {
+                let u = s.udp().unwrap();
+                assert_eq!(
+                    (u.packets, u.packets - u.lost_packets),
+                    (24, 20),
+                    "10 each, of 12"
+                );
+            }
+            assert!(!s.sender_silent);
+        }
+        // The sender reported nothing (it vanished within the first interval): the
+        // receiver's rows are all there is, counted, with the sender's figures unknown.
+        let mut d = receiving(false);
+        d.add_row(row(0, 100, false));
         let late = d.join_without_senders();
-        assert_eq!(late.len(), 1, "interval 1, from the receiver's row alone");
-        let (report, _) = &late[0];
+        assert_eq!(late.len(), 1);
         assert_eq!(
-            (report.index, report.reverse, report.sum.bytes),
-            (1, true, 140)
+            (d.joined_received.clone(), d.joined_until_us),
+            (vec![100, 100], Some(500_000))
         );
-        assert_eq!(report.sum.sent_bytes, 0, "no sender figures are made up");
-        assert_eq!(report.streams[0].retransmits, None);
-        // The totals of the cut-short test: all the receiver read, what the sender said.
-        assert_eq!(
-            (d.joined_received.clone(), d.intervals_sent.clone()),
-            (vec![170, 170], vec![120, 120])
+        header.udp = false;
+        let s = summarize(
+            &header,
+            &[0, 0],
+            &d.joined_received,
+            500_000,
+            &mut d.totals,
+            true,
         );
-        assert_eq!(d.joined_until_us, Some(1_000_000));
+        assert!(s.sender_silent);
+        assert_eq!(s.sum_received.bytes, 200);
         // This end's own sending direction never needs it.
         let mut forward = Direction::new(
             false,
@@ -1391,7 +1480,7 @@ mod tests {
             2,
             false,
         );
-        forward.add_row(row(0, 100));
+        forward.add_row(row(0, 100, false));
         assert!(forward.join_without_senders().is_empty());
     }
 
@@ -1431,12 +1520,12 @@ mod tests {
         // still in flight at the receiver's boundary, and 5 of the rest were lost.
         let omitted = UdpSlice {
             packets: 90,
-            ..UdpSlice::default()
+            ..crate::measure::UdpSlice::default()
         };
         let counted = UdpSlice {
             packets: 105,
             lost: 5,
-            ..UdpSlice::default()
+            ..crate::measure::UdpSlice::default()
         };
         for (l, r) in [iv(0, true, 100, omitted), iv(1, false, 100, counted)] {
             join(&l, &r, &mut totals);

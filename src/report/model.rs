@@ -325,6 +325,10 @@ pub struct Summary {
     /// rows so far, and the sender's count also holds what it wrote after them.
     #[serde(default)]
     pub cut_short: bool,
+    /// Cut short before the sender reported any interval: the totals are the receiver's
+    /// rows alone, and the sender's bytes, rate and retransmits are unknown (not zero).
+    #[serde(default)]
+    pub sender_silent: bool,
     /// The server sent these bytes (`-R`, or `--bidir`'s second direction).
     #[serde(default)]
     pub reverse: bool,
@@ -621,6 +625,7 @@ pub(crate) mod sample {
             kernel: None,
             omitted: Omitted::default(),
             cut_short: false,
+            sender_silent: false,
             reverse: false,
         }
     }

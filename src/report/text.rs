@@ -671,7 +671,14 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             (false, false, None) => "MISMATCH",
         };
         let o = &s.omitted;
-        if let Some(u) = s.udp() {
+        if let (Some(u), true) = (s.udp(), s.sender_silent) {
+            writeln!(
+                self.out,
+                "# datagrams: the sender's count is unknown, receiver got {}; {} out of order, \
+                 {} duplicates, jitter {:.3} ms",
+                u.packets, u.out_of_order, u.duplicates, u.jitter_ms
+            )?;
+        } else if let Some(u) = s.udp() {
             writeln!(
                 self.out,
                 "# datagrams: sender sent {}, receiver got {}, lost {} ({:.3}%); {} out of order, \
@@ -685,12 +692,20 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 u.jitter_ms
             )?;
         }
-        writeln!(
-            self.out,
-            "# bytes: sender wrote {}, receiver read {}: {verdict}",
-            s.sent_whole_run(),
-            s.received_whole_run()
-        )?;
+        match s.sender_silent {
+            true => writeln!(
+                self.out,
+                "# bytes: the sender's count is unknown (it reported no interval before the \
+                 test was cut short), receiver read {}",
+                s.received_whole_run()
+            )?,
+            false => writeln!(
+                self.out,
+                "# bytes: sender wrote {}, receiver read {}: {verdict}",
+                s.sent_whole_run(),
+                s.received_whole_run()
+            )?,
+        }
         if o.seconds > 0.0 {
             writeln!(
                 self.out,
