@@ -163,6 +163,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         same_process: cfg.target.loopback || cfg.same_process,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
+        tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
         ..Header::of_test(&cfg.test)
     };
 

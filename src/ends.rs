@@ -36,6 +36,14 @@ impl Socks {
             Socks::UdpAs(v, wire) => Socks::UdpAs(v.drain(..n.min(v.len())).collect(), *wire),
         }
     }
+
+    /// The TOS byte the first data socket carries, as the kernel keeps it (`-S`).
+    pub(crate) fn tos(&self) -> Option<u8> {
+        match self {
+            Socks::Tcp(v) => v.first().and_then(|s| crate::net::tos(&s.data)),
+            Socks::Udp(v) | Socks::UdpAs(v, _) => v.first().and_then(crate::net::tos),
+        }
+    }
 }
 
 /// One direction's stream threads on this end.

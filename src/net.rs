@@ -92,6 +92,17 @@ fn set_tos(sock: &Socket, tos: u8) -> Result<()> {
     })
 }
 
+/// The TOS byte a socket sends with (IPv6: its traffic class), as the kernel keeps it:
+/// Linux keeps a TCP socket's two ECN bits for itself, whatever `-S` asked.
+pub fn tos(sock: &impl AsFd) -> Option<u8> {
+    let sock = socket2::SockRef::from(sock);
+    let v = match sock.domain().ok()? == Domain::IPV6 {
+        true => sock.tclass_v6().ok()?,
+        false => sock.tos_v4().ok()?,
+    };
+    u8::try_from(v).ok()
+}
+
 /// Sets the congestion control algorithm, with an error that lists what the kernel offers.
 pub fn set_congestion(sock: socket2::SockRef<'_>, name: &str) -> Result<()> {
     sock.set_tcp_congestion(name.as_bytes()).map_err(|e| {
@@ -418,16 +429,6 @@ mod tests {
             err.starts_with("-C nosuchcc: this kernel has no 'nosuchcc' (available: "),
             "{err}"
         );
-    }
-
-    /// The TOS byte a socket sends with (IPv6: its traffic class).
-    fn tos(sock: &impl AsFd) -> Option<u8> {
-        let sock = socket2::SockRef::from(sock);
-        let v = match sock.domain().ok()? == Domain::IPV6 {
-            true => sock.tclass_v6().ok()?,
-            false => sock.tos_v4().ok()?,
-        };
-        u8::try_from(v).ok()
     }
 
     /// `-S` reaches every data socket: the client's before connect(), the server's

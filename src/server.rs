@@ -810,7 +810,9 @@ fn run_test(
     let n = params.streams as usize;
     // TCP: a data listener for every stream's connections; UDP: a socket per stream.
     let (data, window) = if params.udp {
-        let (socks, ports, window) = crate::udp_link::bind(local.ip(), &params)?;
+        // A socket option the host refuses (-S, -w) is a refusal naming the flag, as TCP's.
+        let (socks, ports, window) = crate::udp_link::bind(local.ip(), &params)
+            .map_err(|e| refuse(ctl, slot, e.to_string()))?;
         (Data::Udp(socks, ports), window)
     } else {
         let mut data_addr = local;

@@ -137,6 +137,7 @@ pub(crate) fn run(
         same_process: false,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
+        tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
         ..Header::of_test(test)
     };
 

@@ -266,8 +266,13 @@ fn udp_streams(
     let fd = ctl.sock.as_raw_fd();
     listener
         .accept(test.threads(), ctl.peer.ip(), test, fd, deadline())
-        .inspect_err(|_| {
-            let _ = ctl.send_server_error(super::IESTREAMACCEPT, 0);
+        .inspect_err(|e| {
+            // An option the host refused (-S: set IP_TOS) has iperf3's own code.
+            let code = match super::code_for(&e.to_string()) {
+                super::IEUNIMP => super::IESTREAMACCEPT,
+                named => named,
+            };
+            let _ = ctl.send_server_error(code, 0);
         })
 }
 

@@ -62,6 +62,10 @@ pub struct Header {
     /// `-S`: the IP TOS byte of the data sockets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tos: Option<u8>,
+    /// With `-S`: the TOS byte this end's data sockets carry, read back (Linux keeps a TCP
+    /// socket's ECN bits for itself: `-S 0x2b` carries 0x28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos_carried: Option<u8>,
 }
 
 impl Header {
@@ -96,6 +100,7 @@ impl Header {
             rate_bps: test.rate(),
             fq_rate_bps: test.fq_rate_bps,
             tos: test.tos,
+            tos_carried: None,
         }
     }
 

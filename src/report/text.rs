@@ -96,6 +96,31 @@ fn heading(bidir: bool, udp: bool, unit: RateUnit) -> String {
     }
 }
 
+/// `-S`'s part of the header: the TOS byte the data carries, read back from this end's
+/// socket, and who else was asked for it.
+fn tos_words(h: &Header) -> String {
+    let Some(asked) = h.tos else {
+        return String::new();
+    };
+    let carried = h.tos_carried.unwrap_or(asked);
+    let why = match carried == asked {
+        true => "-S".to_string(),
+        false if carried == asked & !0x03 && !h.udp => {
+            format!("-S {asked:#04x}: the kernel keeps a TCP socket's two ECN bits for itself")
+        }
+        false => format!("-S {asked:#04x}, read back from the socket"),
+    };
+    // An iperf3 server is asked for it; whether it sets it is its own affair.
+    let whose = match h.remote_software.starts_with("iperf3") {
+        true => "here, asked of the iperf3 server",
+        false => "on both ends",
+    };
+    format!(
+        "; TOS = {carried:#04x} (DSCP {}, {why}) {whose}",
+        carried >> 2
+    )
+}
+
 fn opt_bytes(v: Option<u32>) -> String {
     v.map_or("?".to_string(), |v| format!("{v}B"))
 }
@@ -487,10 +512,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             "# MTU: {}; MSS: {}{}",
             opt_bytes(h.path.mtu),
             opt_bytes(h.path.mss),
-            match h.tos {
-                Some(tos) => format!("; TOS = {tos:#04x} (DSCP {}, -S) on both ends", tos >> 2),
-                None => String::new(),
-            }
+            tos_words(h)
         )?;
         writeln!(
             o,
@@ -839,6 +861,41 @@ mod tests {
             "copied 0 of 5 MSG_ZEROCOPY sends after all (none: the device took the pages)"
         ));
         assert!(both[1].ends_with("no copy (one host: the receiver still copies them out)"));
+    }
+
+    /// `-S`: the header says the TOS the socket carries, not only what was asked (review:
+    /// `-S 0x2b` claimed 0x2b on both ends while TCP carried 0x28), and an iperf3 server
+    /// was only asked.
+    #[test]
+    fn the_header_says_the_tos_the_data_carries_and_who_was_asked() {
+        let words = |asked: Option<u8>, carried: Option<u8>, udp: bool, peer: &str| {
+            let mut h = sample::header();
+            (h.tos, h.tos_carried, h.udp, h.remote_software) = (asked, carried, udp, peer.into());
+            tos_words(&h)
+        };
+        assert_eq!(words(None, None, false, "pinperf 0.1.0"), "");
+        assert_eq!(
+            words(Some(0x28), Some(0x28), false, "pinperf 0.1.0"),
+            "; TOS = 0x28 (DSCP 10, -S) on both ends"
+        );
+        assert_eq!(
+            words(Some(0x2b), Some(0x28), false, "pinperf 0.1.0"),
+            "; TOS = 0x28 (DSCP 10, -S 0x2b: the kernel keeps a TCP socket's two ECN bits \
+             for itself) on both ends"
+        );
+        assert_eq!(
+            words(Some(0x2b), Some(0x2b), true, "pinperf 0.1.0"),
+            "; TOS = 0x2b (DSCP 10, -S) on both ends"
+        );
+        assert_eq!(
+            words(
+                Some(0x28),
+                Some(0x28),
+                false,
+                crate::iperf3::client::REMOTE_WORDS
+            ),
+            "; TOS = 0x28 (DSCP 10, -S) here, asked of the iperf3 server"
+        );
     }
 
     /// The bytes line says a test was cut short whether or not its counts agree.
