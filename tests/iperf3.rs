@@ -328,7 +328,13 @@ fn a_busy_iperf3_server_refuses_pinperf_with_the_reason() {
     let server = Iperf3Server::start(&[]);
     let port = server.port;
     let first = std::thread::spawn(move || iperf3_client(port, &["-t", "3"]));
-    std::thread::sleep(Duration::from_millis(500));
+    // Busy once its test runs: the control and the data connection are established.
+    util::wait_until(
+        "iperf3's first test under way (control and data connections)",
+        Duration::from_secs(5),
+        || (util::iperf3::established(port) >= 2).then_some(()),
+        || format!("{} connections", util::iperf3::established(port)),
+    );
     let run = client_at(port, &["-t", "1"]);
     assert_refused_in_words(&run, &["busy"]);
     assert_eq!(first.join().expect("first").0, Some(0));

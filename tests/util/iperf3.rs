@@ -31,6 +31,21 @@ pub fn listening(port: u16) -> bool {
     std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| t.contains(&needle))
 }
 
+/// The server-side connections established on `port` (IPv4): a test under way has its
+/// control connection and at least one data connection.
+pub fn established(port: u16) -> usize {
+    let local = format!(":{port:04X} ");
+    std::fs::read_to_string("/proc/net/tcp").map_or(0, |t| {
+        t.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((*f.get(1)?, *f.get(3)?))
+            })
+            .filter(|(addr, state)| format!("{addr} ").ends_with(&local) && *state == "01")
+            .count()
+    })
+}
+
 /// `iperf3 -s -1 -J` on a free port: one test, then its JSON document. Killed on drop.
 pub struct Iperf3Server {
     child: Option<Child>,
