@@ -105,6 +105,48 @@ fn pinperf_client_against_iperf3_server_reverse() {
     );
 }
 
+/// `-O 1` against `iperf3 -s`: the iperf3 end counts after its omitted second, and
+/// pinperf's totals are that count (they subtracted the omitted bytes twice: 611 Mb/s
+/// for 13 Gbit/s rows), while the results pinperf hands over leave them out too.
+#[test]
+fn pinperf_client_with_omit_totals_what_the_iperf3_server_counted() {
+    let test = "pinperf_client_with_omit_totals_what_the_iperf3_server_counted";
+    if iperf3(test).is_none() {
+        return;
+    }
+    for reverse in [false, true] {
+        let server = Iperf3Server::start(&[]);
+        let mut args = vec!["-t", "1", "-O", "1", "-J"];
+        if reverse {
+            args.push("-R");
+        }
+        let run = client_at(server.port, &args);
+        run.assert_ok();
+        let ours: Value =
+            serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+        let theirs = server.document();
+        // The iperf3 end's own count, to the byte (its -J document holds only its side).
+        let counted = match reverse {
+            false => "sum_received",
+            true => "sum_sent",
+        };
+        assert_eq!(
+            bytes(&ours, counted),
+            bytes(&theirs, counted),
+            "-R {reverse}{}",
+            run.explain()
+        );
+        // This end's count, over the same span, within what crossed -O's boundary.
+        let other = bytes(&ours, ["sum_sent", "sum_received"][usize::from(reverse)]);
+        let ratio = other as f64 / bytes(&ours, counted).max(1) as f64;
+        assert!(
+            (0.9..1.1).contains(&ratio),
+            "-R {reverse}: {ratio:.3}{}",
+            run.explain()
+        );
+    }
+}
+
 #[test]
 fn pinperf_client_detects_an_iperf3_server_and_switches() {
     let test = "pinperf_client_detects_an_iperf3_server_and_switches";
@@ -190,6 +232,37 @@ fn iperf3_client_against_pinperf_server_reverse() {
         &["-R"],
         true,
     );
+}
+
+/// `iperf3 -c -O 1` against `pinperf -s`: the server's results leave the omitted second
+/// out, as an iperf3 server's do (they held it: receiver 0.00-3.00 sec 9.23 GBytes under
+/// the sender's 0.00-2.00 sec 6.08 GBytes).
+#[test]
+fn iperf3_client_with_omit_gets_the_omitted_seconds_left_out() {
+    let test = "iperf3_client_with_omit_gets_the_omitted_seconds_left_out";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Server::start(&[]);
+    for way in [&[][..], &["-R"][..]] {
+        let mut args = vec!["-t", "1", "-O", "1", "-J"];
+        args.extend_from_slice(way);
+        let doc = iperf3_document(&server, &args);
+        let side = |k: &str| {
+            let s = &doc["end"][k];
+            (
+                s["bytes"].as_u64().unwrap_or(0),
+                s["end"].as_f64().unwrap_or(0.0),
+            )
+        };
+        let ((sent, sent_s), (received, received_s)) = (side("sum_sent"), side("sum_received"));
+        // Each end omits on its own clock: they differ by what crossed the boundary.
+        let ratio = received as f64 / sent.max(1) as f64;
+        assert!((0.9..1.1).contains(&ratio), "{way:?}: {ratio:.3}\n{doc}");
+        for secs in [sent_s, received_s] {
+            assert!((0.9..1.3).contains(&secs), "{way:?}: {secs} s\n{doc}");
+        }
+    }
 }
 
 #[test]

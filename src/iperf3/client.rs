@@ -521,14 +521,17 @@ fn finish(
     // receivers; UDP's datagram counts), ids in the order the streams were created.
     let n = cfg.test.streams as usize;
     let reversed = cfg.test.direction().reversed();
+    // As an iperf3 end counts: from the end of -O's omitted seconds.
+    let omit = cfg.test.omit().as_secs_f64();
     let elapsed = t0
         .elapsed()
         .as_secs_f64()
-        .min(cfg.test.run_time().as_secs_f64());
+        .min(cfg.test.run_time().as_secs_f64())
+        - omit;
     let streams = (0..cfg.test.threads())
         .map(|k| {
             let mine = counted.get(k / n);
-            let bytes = mine.and_then(|m| m.totals.get(k % n)).copied().unwrap_or(0);
+            let bytes = mine.map_or(0, |m| m.counted(k % n));
             let udp = cfg.test.udp.then(|| {
                 let last = mine.and_then(|m| m.udp.get(k % n)).and_then(Option::as_ref);
                 let sends = !reversed.get(k / n).copied().unwrap_or(false);
@@ -569,9 +572,13 @@ fn finish(
                 what: format!("the server's results have no stream {id}"),
             })?;
             seconds = seconds.max(s.end_time - s.start_time);
+            // The server's count starts after -O on its clock; the reporter's are of the
+            // whole run, split at -O by this end's rows: this end's omitted bytes stand in
+            // for the server's (they differ by what crossed the boundary).
+            let whole = s.bytes + counted.get(k).map_or(0, |m| m.omitted[i]);
             match reverse {
-                true => done.sent.push(s.bytes),
-                false => done.bytes.push(s.bytes),
+                true => done.sent.push(whole),
+                false => done.bytes.push(whole),
             }
         }
     }
@@ -585,7 +592,6 @@ fn finish(
     // (TCP) or a settle time after its senders stopped (UDP). The receiving ended
     // earlier: when the server's kernel acknowledged the last byte, or (UDP) at the run
     // time, over which the datagrams were sent and arrived.
-    let omit = cfg.test.omit().as_secs_f64();
     let span = match (cfg.test.udp, acked) {
         (true, _) => (seconds + omit).min(cfg.test.run_time().as_secs_f64()),
         (false, Some(at)) => (seconds + omit).min(at.saturating_duration_since(t0).as_secs_f64()),
@@ -610,11 +616,20 @@ fn server_output(theirs: &Results) -> Option<String> {
 /// receiver's last datagram counts, and the rows it held back.
 struct Mirrored {
     totals: Vec<u64>,
+    /// Of `totals`, each stream's bytes in `-O`'s omitted seconds (an iperf3 end leaves
+    /// them out of its results).
+    omitted: Vec<u64>,
     udp: Vec<Option<UdpSnapshot>>,
     held: Vec<ClosedInterval>,
 }
 
 impl Mirrored {
+    /// Stream `i`'s bytes after `-O`'s omitted seconds: what an iperf3 end counts.
+    fn counted(&self, i: usize) -> u64 {
+        let total = self.totals.get(i).copied().unwrap_or(0);
+        total - self.omitted.get(i).copied().unwrap_or(0).min(total)
+    }
+
     /// The rows held back for direction `k` (a UDP direction this end sends) as the
     /// server's rows: all but the last as cut, the last with the server's datagram counts
     /// for the whole test (`theirs`; none when the test failed): datagrams received (its
@@ -673,12 +688,19 @@ fn mirror(
     let streams = cutter.totals().len();
     let mut out = Mirrored {
         totals: Vec::new(),
+        omitted: vec![0; streams],
         udp: vec![None; streams],
         held: Vec::new(),
     };
     let hold_ns = hold.map(|h| h.as_nanos() as u64);
-    let emit = |cutter: &mut IntervalCutter, held: &mut Vec<ClosedInterval>| {
+    let emit = |cutter: &mut IntervalCutter, out: &mut Mirrored| {
+        let held = &mut out.held;
         while let Some(iv) = cutter.pop_ready() {
+            if iv.omitted {
+                for (sum, slice) in out.omitted.iter_mut().zip(&iv.streams) {
+                    *sum += slice.bytes;
+                }
+            }
             if hold_ns.is_some_and(|h| iv.end_ns >= h) {
                 held.push(iv);
                 continue;
@@ -691,7 +713,7 @@ fn mirror(
     };
     for batch in batches {
         cutter.add(&batch);
-        emit(&mut cutter, &mut out.held);
+        emit(&mut cutter, &mut out);
         if let (Some(last), Some(u)) =
             (batch.udp.last(), out.udp.get_mut(usize::from(batch.stream)))
         {
@@ -702,7 +724,7 @@ fn mirror(
         }
     }
     cutter.finish();
-    emit(&mut cutter, &mut out.held);
+    emit(&mut cutter, &mut out);
     out.totals = cutter.totals().to_vec();
     out
 }

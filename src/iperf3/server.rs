@@ -9,8 +9,9 @@
 //! The test runs on pinperf's pinned `stream-N` threads. At `TEST_END` the server asks for
 //! the client's results first, so its receivers read until each stream has every byte the
 //! client says it wrote (then their sockets are shut for reading, which ends them), and
-//! the counts it returns agree with the client's to the byte (`-O` aside: iperf3's sender
-//! leaves the omitted bytes out of its count).
+//! the counts it returns agree with the client's to the byte. With `-O`, both leave out
+//! the bytes of the omitted seconds (each on its own clock, as two iperf3 ends do), and
+//! the time counts from their end.
 //!
 //! UDP (`-u`): the streams connect to a listener on the control port's number
 //! ([`super::udp::Listener`]) and carry iperf3's datagram header. Receivers listen a
@@ -125,20 +126,29 @@ pub(crate) fn run_test(
         ends.0.push(threads);
         let count = Arc::new(Mutex::new(Counts {
             bytes: vec![0; n],
+            omitted: vec![0; n],
             done: vec![false; n],
             udp: vec![None; n],
         }));
         let c2 = Arc::clone(&count);
+        let omit_ns = test.omit().as_nanos() as u64;
         spawn_named("reporter".into(), move || {
             for batch in rx {
                 let mut c = c2.lock();
                 let i = usize::from(batch.stream);
-                if let Some(b) = c.bytes.get_mut(i) {
-                    *b += batch
+                let sum = |omitted: bool| -> u64 {
+                    batch
                         .records
                         .iter()
+                        .filter(|r| !omitted || r.t_ns < omit_ns)
                         .map(|r| u64::from(r.bytes))
-                        .sum::<u64>();
+                        .sum()
+                };
+                if let Some(b) = c.bytes.get_mut(i) {
+                    *b += sum(false);
+                }
+                if let Some(b) = c.omitted.get_mut(i) {
+                    *b += sum(true);
                 }
                 if batch.done
                     && let Some(d) = c.done.get_mut(i)
@@ -184,10 +194,24 @@ pub(crate) fn run_test(
 /// One direction's running counts, from its batches.
 struct Counts {
     bytes: Vec<u64>,
+    /// Of `bytes`, those stamped inside `-O`'s omitted seconds: iperf3 leaves them out of
+    /// its results, on both ends.
+    omitted: Vec<u64>,
     done: Vec<bool>,
     /// `-u` receivers: each stream's last datagram counts.
     udp: Vec<Option<UdpSnapshot>>,
 }
+impl Counts {
+    /// Each stream's bytes past `-O`'s omitted seconds: what iperf3's results count.
+    fn counted(&self) -> Vec<u64> {
+        self.bytes
+            .iter()
+            .zip(&self.omitted)
+            .map(|(b, o)| b - o)
+            .collect()
+    }
+}
+
 /// The test's TCP streams, in the client's order, with `-w` and `-C` set; `SERVER_ERROR`
 /// to the client when they do not all come or cannot be set up.
 fn tcp_streams(
@@ -340,8 +364,9 @@ fn finish(
             std::thread::sleep(Duration::from_millis(2));
         }
     };
-    // The receivers' time, as iperf3's: to the client's end of the test.
-    let elapsed = t0.elapsed().as_secs_f64();
+    // The receivers' time, as iperf3's: to the client's end of the test, from the end of
+    // -O's omitted seconds (iperf3 restarts its clock there).
+    let elapsed = (t0.elapsed().saturating_sub(test.omit())).as_secs_f64();
     for (k, &reverse) in reversed.iter().enumerate() {
         if reverse {
             wait_done(k, timeouts::FINISHING);
@@ -352,7 +377,7 @@ fn finish(
     // Receivers: until each stream has what the client wrote, or has ended, or (the
     // project's rule for a peer that stopped) nothing arrived for `timeouts::STALL`: a
     // receiver thread a loaded host holds off for half a second is not a finished one.
-    // -O's uncounted bytes make the client's count short of what arrives: it is met early.
+    // Both counts leave -O's omitted bytes out.
     for (k, &reverse) in reversed.iter().enumerate() {
         if reverse {
             continue;
@@ -370,7 +395,7 @@ fn finish(
         loop {
             let (have, ended) = {
                 let c = counters[k].lock();
-                (c.bytes.clone(), c.done.iter().all(|d| *d))
+                (c.counted(), c.done.iter().all(|d| *d))
             };
             if ended || have.iter().zip(&want).all(|(h, w)| h >= w) {
                 break;
@@ -393,8 +418,7 @@ fn finish(
     let (mut received, mut sent) = (0, 0);
     for (k, &reverse) in reversed.iter().enumerate() {
         let c = counters[k].lock();
-        for i in 0..n {
-            let bytes = c.bytes[i];
+        for (i, bytes) in c.counted().into_iter().enumerate() {
             match reverse {
                 true => sent += bytes,
                 false => received += bytes,

@@ -40,6 +40,9 @@ pub struct TextFormatter<W: Write> {
     direction: Direction,
     /// `--get-server-output`: printed after the last totals.
     server_output: Option<String>,
+    /// `-O` against an iperf3 server, which leaves its omitted seconds out on its own
+    /// clock: the two ends' whole-run counts part by what crossed the boundary.
+    omit_split_by_peer: bool,
 }
 
 impl<W: Write> TextFormatter<W> {
@@ -56,6 +59,7 @@ impl<W: Write> TextFormatter<W> {
             bidir: false,
             direction: Direction::Forward,
             server_output: None,
+            omit_split_by_peer: false,
         }
     }
 
@@ -439,6 +443,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.streams = h.streams;
         self.echo = h.echo;
         self.bidir = h.direction == Direction::Bidir;
+        self.omit_split_by_peer = h.omit_s > 0.0 && h.remote_software.starts_with("iperf3");
         self.direction = h.direction;
         let ((local_window, _), (remote_window, _)) = windows(h);
         // An iperf3 server reports no buffer sizes: say so rather than print 0B.
@@ -690,6 +695,9 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             (true, false, _) => "equal",
             (false, true, _) => "not reconciled: the test was cut short",
             (false, false, Some(_)) => "the difference is the datagrams lost",
+            (false, false, None) if self.omit_split_by_peer => {
+                "apart by what crossed -O's boundary: the iperf3 server omits on its own clock"
+            }
             (false, false, None) => "MISMATCH",
         };
         let o = &s.omitted;
