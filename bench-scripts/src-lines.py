@@ -43,12 +43,16 @@ def count(text, path, test_files):
             m = DECL.match(lines[j].strip()) if j < len(lines) else None
             if m:
                 test_files.update(child_path(path, m.group(3)))
-            depth, opened = 0, False
+            # A `,` or `;` ends an item without braces (a field, `mod x;`) only outside
+            # parentheses: a fn whose parameters span lines goes on to its body.
+            depth, parens, opened = 0, 0, False
             while j < len(lines):
                 s = lines[j].strip()
                 depth += s.count("{") - s.count("}")
+                parens += s.count("(") - s.count(")")
                 opened |= "{" in s
-                if (opened and depth <= 0) or (not opened and s.endswith((";", ","))):
+                if (opened and depth <= 0) or (
+                        not opened and parens <= 0 and s.endswith((";", ","))):
                     break
                 j += 1
             tests += sum(1 for l in lines[i:j + 1] if l.strip())
@@ -66,10 +70,18 @@ def count(text, path, test_files):
 def totals(rev):
     texts = {f: subprocess.run(["git", "show", f"{rev}:{f}"], capture_output=True,
                                text=True, check=True).stdout for f in files(rev)}
-    # First the files that test-only modules declare, then the counts.
-    test_files = set()
-    for f, text in texts.items():
-        count(text, f, test_files)
+    # First the files that test-only modules declare (and those they declare in turn),
+    # then the counts.
+    test_files, seen = set(), None
+    while seen != test_files:
+        seen = set(test_files)
+        for f, text in texts.items():
+            count(text, f, test_files)
+            if f in test_files:
+                for line in text.split("\n"):
+                    m = DECL.match(line.strip())
+                    if m:
+                        test_files.update(child_path(f, m.group(3)))
     return {f: count(text, f, test_files) for f, text in texts.items()}
 
 if __name__ == "__main__":

@@ -352,7 +352,8 @@ impl Direction {
             };
             self.senders.insert(index, (iv, None));
         }
-        self.totals.sender_silent = self.joined_until_us.is_none();
+        // Silent: no interval past -O's omitted seconds came from the sender.
+        self.totals.sender_silent = self.totals.intervals == 0;
         if self.totals.sender_silent {
             return self.ready().into_iter().map(|(r, _)| r).collect();
         }
@@ -581,19 +582,29 @@ pub(crate) fn run_reporter(
             (None, false) => None,
         }
     };
+    // A test cut short inside `-O`'s seconds measured nothing that counts: no totals.
+    let counts = |elapsed_us: u64| !(failed.is_some() && elapsed_us as f64 / 1e6 <= header.omit_s);
     if let (Some((at, say)), true) = (&interrupted, output_ok) {
         // The span is the one the totals below use: the earliest direction's.
-        if let Some(until) = dirs.iter().filter_map(&totals_of).map(|t| t.2).min() {
-            let counts = match header.udp {
-                true => "both ends' datagram counts over those rows",
-                false => "the sender's count also holds what it wrote after them",
-            };
-            let line = format!(
-                "{say}; the totals below are over the receiver's rows up to {:.3} s ({counts})",
-                until as f64 / 1e6
-            );
-            output_ok = output.check(out.stream_failed(*at, &line));
-        }
+        let until = dirs
+            .iter()
+            .filter_map(&totals_of)
+            .map(|t| t.2)
+            .filter(|&u| counts(u))
+            .min();
+        let line = match until {
+            Some(until) => format!(
+                "{say}; the totals below are over the receiver's rows up to {:.3} s{}",
+                until as f64 / 1e6,
+                match (header.udp, dirs.iter().all(|d| !d.reverse)) {
+                    (true, _) => " (datagrams by the receiver's sequence numbers)",
+                    (false, true) => " (the sender's count also holds what it wrote after them)",
+                    (false, false) => "",
+                }
+            ),
+            None => format!("{say}; no totals: it stopped within -O's omitted seconds"),
+        };
+        output_ok = output.check(out.stream_failed(*at, &line));
     }
     let mut summaries = Vec::new();
     let mut sent_all = Vec::new();
@@ -604,8 +615,7 @@ pub(crate) fn run_reporter(
         };
         sent_all.extend(&sent);
         received_all.extend(&received);
-        // A test cut short inside `-O`'s seconds measured nothing that counts: no totals.
-        if failed.is_some() && elapsed_us as f64 / 1e6 <= header.omit_s {
+        if !counts(elapsed_us) {
             continue;
         }
         let mut s = summarize(
@@ -622,10 +632,15 @@ pub(crate) fn run_reporter(
     // Both ends' CPU and kernel counters cover the whole test: with the first direction's
     // totals (`end`, where iperf3's readers look for `cpu_utilization_percent`), set
     // against every direction's bytes.
-    let all_bytes: u64 = summaries
-        .iter()
-        .map(|s| s.sum_received.bytes + s.omitted.received_bytes)
-        .sum();
+    // A test cut short: the CPU ran to its end, so every row the receivers reported
+    // counts (rows past the totals' span included).
+    let all_bytes: u64 = match cut_short {
+        true => dirs.iter().flat_map(|d| &d.rows_received).sum(),
+        false => summaries
+            .iter()
+            .map(|s| s.sum_received.bytes + s.omitted.received_bytes)
+            .sum(),
+    };
     if let Some(s) = summaries.first_mut() {
         let remote_cpu = done.as_ref().and_then(|d| d.cpu.clone());
         if let Some(mut local) = local_cpu.take() {
@@ -768,6 +783,7 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
             if let Some(u) = udp {
                 let d = t.udp.get_or_insert_default();
                 d.packets += u.packets;
+                d.lost_packets += u.lost;
                 d.out_of_order += u.out_of_order;
                 d.duplicates += u.duplicates;
                 d.rxq_drops += u.rxq_drops;
@@ -949,9 +965,18 @@ fn summarize(
             });
             // UDP's totals settle on the sender's count: every datagram it sent and the
             // receiver never got is lost, the tail a dead path swallowed included.
-            if header.udp && totals.sender_silent {
-                // No sender count to settle on: the receiver's own (gaps included).
-                row.udp = t.udp;
+            if header.udp && cut_short {
+                // A test cut short settles on the receiver's rows it spans: what their
+                // sequence numbers say was sent, received and lost (the sender's count
+                // per interval runs on its own clock, so datagrams in flight across the
+                // last row's end would count as lost, or as received and not sent).
+                let got = t.udp.unwrap_or_default();
+                let sent = got.packets + got.lost_packets;
+                row.udp = Some(UdpFigures {
+                    packets: sent,
+                    lost_percent: model::percent(got.lost_packets, sent),
+                    ..got
+                });
             } else if header.udp {
                 let got = t.udp.unwrap_or_default();
                 let sent = row.sent_bytes / header.block_bytes.max(1);
@@ -1380,6 +1405,7 @@ mod tests {
                 true => vec![
                     crate::measure::UdpSlice {
                         packets: bytes / 10,
+                        lost: u64::from(index) + 1,
                         ..crate::measure::UdpSlice::default()
                     };
                     2
@@ -1444,35 +1470,53 @@ mod tests {
             assert_eq!(s.sum_received.bytes, 200);
             if udp {
                 let u = s.udp().unwrap();
-                assert_eq!(
-                    (u.packets, u.packets - u.lost_packets),
-                    (24, 20),
-                    "10 each, of 12"
-                );
+                // By the receiver's sequence numbers over interval 0: 10 received and 1
+                // lost per stream (the sender's 12 each, on its own clock, are not used).
+                assert_eq!((u.packets, u.lost_packets), (22, 2));
             }
             assert!(!s.sender_silent);
         }
         // The sender reported nothing (it vanished within the first interval): the
-        // receiver's rows are all there is, counted, with the sender's figures unknown.
+        // receiver's rows are all there is, counted, with the sender's figures unknown
+        // and UDP's loss by sequence kept (review: it showed 0 lost under rows of 42 %).
+        for udp in [false, true] {
+            header.udp = udp;
+            let mut d = receiving(udp);
+            d.add_row(row(0, 100, udp));
+            let late = d.join_without_senders();
+            assert_eq!(late.len(), 1);
+            assert_eq!(
+                (d.joined_received.clone(), d.joined_until_us),
+                (vec![100, 100], Some(500_000))
+            );
+            let s = summarize(
+                &header,
+                &[0, 0],
+                &d.joined_received,
+                500_000,
+                &mut d.totals,
+                true,
+            );
+            assert!(s.sender_silent);
+            assert_eq!(s.sum_received.bytes, 200);
+            if udp {
+                let u = s.udp().unwrap();
+                assert_eq!((u.packets, u.lost_packets), (22, 2));
+            }
+        }
+        // -O: a sender that reported only omitted intervals reported nothing that
+        // counts (review: the totals stopped inside -O and never printed).
+        header.udp = false;
         let mut d = receiving(false);
         d.add_row(row(0, 100, false));
-        let late = d.join_without_senders();
-        assert_eq!(late.len(), 1);
-        assert_eq!(
-            (d.joined_received.clone(), d.joined_until_us),
-            (vec![100, 100], Some(500_000))
-        );
-        header.udp = false;
-        let s = summarize(
-            &header,
-            &[0, 0],
-            &d.joined_received,
-            500_000,
-            &mut d.totals,
-            true,
-        );
-        assert!(s.sender_silent);
-        assert_eq!(s.sum_received.bytes, 200);
+        d.add_row(row(1, 70, false));
+        let mut omitted = sender(0, 120);
+        omitted.omitted = true;
+        d.add_sender(omitted, None);
+        assert_eq!(d.ready().len(), 1);
+        assert_eq!(d.join_without_senders().len(), 1);
+        assert!(d.totals.sender_silent);
+        assert_eq!(d.joined_until_us, Some(1_000_000), "interval 1 counts");
         // This end's own sending direction never needs it.
         let mut forward = Direction::new(
             false,

@@ -701,18 +701,15 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             (false, false, None) => "MISMATCH",
         };
         let o = &s.omitted;
-        if let (Some(u), true) = (s.udp(), s.sender_silent) {
+        if let Some(u) = s.udp() {
             writeln!(
                 self.out,
-                "# datagrams: the sender's count is unknown, receiver got {}; {} out of order, \
+                "# datagrams{}: sender sent {}, receiver got {}, lost {} ({:.3}%); {} out of order, \
                  {} duplicates, jitter {:.3} ms",
-                u.packets, u.out_of_order, u.duplicates, u.jitter_ms
-            )?;
-        } else if let Some(u) = s.udp() {
-            writeln!(
-                self.out,
-                "# datagrams: sender sent {}, receiver got {}, lost {} ({:.3}%); {} out of order, \
-                 {} duplicates, jitter {:.3} ms",
+                match s.cut_short {
+                    true => " (by the receiver's sequence numbers: the test was cut short)",
+                    false => "",
+                },
                 u.packets,
                 u.packets - u.lost_packets,
                 u.lost_packets,
@@ -725,7 +722,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         match s.sender_silent {
             true => writeln!(
                 self.out,
-                "# bytes: the sender's count is unknown (it reported no interval before the \
+                "# bytes: the sender's count is unknown (it reported no interval that counts before the \
                  test was cut short), receiver read {}",
                 s.received_whole_run()
             )?,
