@@ -517,6 +517,16 @@ fn server_vanishes(way: &[&str]) {
             .map(|(_, n)| n)
             .sum();
         assert_eq!(counted, spanned, "{way:?}: up to {end} s{}", run.explain());
+        // The rows past the totals' end say so.
+        for line in stdout.lines().filter(|l| l.starts_with("(sum)")) {
+            let past = total(line).is_some_and(|(row_end, _)| row_end > end + 1e-9);
+            assert_eq!(
+                past,
+                line.ends_with("(after the sender's last report: not in the totals)"),
+                "{way:?}: {line}{}",
+                run.explain()
+            );
+        }
     }
 }
 

@@ -276,10 +276,12 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
         let idx = iv.index.to_string();
-        // -O's omitted intervals: their own kinds, so sums over `stream` rows stay the test.
-        let (stream, sum) = match iv.omitted {
-            true => ("omitted_stream", "omitted_sum"),
-            false => ("stream", "sum"),
+        // -O's omitted intervals and a cut-short test's rows past the sender's last report:
+        // their own kinds, so sums over `stream` rows stay the totals.
+        let (stream, sum) = match (iv.omitted, iv.uncounted) {
+            (true, _) => ("omitted_stream", "omitted_sum"),
+            (false, true) => ("uncounted_stream", "uncounted_sum"),
+            (false, false) => ("stream", "sum"),
         };
         let with_direction = |mut r: Record| {
             r.direction = direction(iv.reverse);

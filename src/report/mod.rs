@@ -364,7 +364,14 @@ impl Direction {
             self.joined_sent.clone(),
             self.joined_until_us,
         );
-        let out = self.ready().into_iter().map(|(r, _)| r).collect();
+        let out = self
+            .ready()
+            .into_iter()
+            .map(|(r, _)| IntervalReport {
+                uncounted: true,
+                ..r
+            })
+            .collect();
         (
             self.totals,
             self.joined_received,
@@ -804,6 +811,7 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
     IntervalReport {
         index: local.index,
         omitted: local.omitted,
+        uncounted: false,
         streams: rows,
         sum,
         cores: None,
@@ -1454,6 +1462,7 @@ mod tests {
                 (1, true, 140)
             );
             assert_eq!(late[0].sum.sent_bytes, 0, "no sender figures are made up");
+            assert!(late[0].uncounted, "marked: not in the totals");
             assert_eq!(late[0].streams[0].retransmits, None);
             // The totals end with the sender's last report, for both ends' counts.
             assert_eq!(d.joined_received, vec![100, 100], "udp {udp}");
@@ -1485,6 +1494,7 @@ mod tests {
             d.add_row(row(0, 100, udp));
             let late = d.join_without_senders();
             assert_eq!(late.len(), 1);
+            assert!(!late[0].uncounted, "the totals' only rows");
             assert_eq!(
                 (d.joined_received.clone(), d.joined_until_us),
                 (vec![100, 100], Some(500_000))

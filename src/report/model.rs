@@ -272,6 +272,10 @@ pub struct IntervalReport {
     /// Inside `-O`'s omitted seconds: shown, left out of the totals.
     #[serde(default)]
     pub omitted: bool,
+    /// A test cut short: the receiver measured this row after the sender's last report
+    /// (which it never sent); shown, with no sender figures, left out of the totals.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub uncounted: bool,
     pub streams: Vec<StreamRow>,
     pub sum: SumRow,
     /// With `--cpu`: this host's cores over the interval (as the client printed it).
@@ -581,6 +585,7 @@ pub(crate) mod sample {
         IntervalReport {
             index: 4,
             omitted: false,
+            uncounted: false,
             streams: streams(1.0018994, 1.2504),
             sum: sum(1.0018994, 1.2504),
             cores: Some(cores()),

@@ -568,7 +568,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     }
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
-        let mark = if iv.omitted { "  (omitted)" } else { "" };
+        let mark = match (iv.omitted, iv.uncounted) {
+            (true, _) => "  (omitted)",
+            (false, true) => "  (after the sender's last report: not in the totals)",
+            (false, false) => "",
+        };
         let (bidir, reverse) = (self.bidir, iv.reverse);
         for s in &iv.streams {
             let line = row(
