@@ -198,37 +198,60 @@ impl Ends {
         zerocopy: Option<ZeroCopy>,
     ) -> (Vec<(String, CpuTime)>, Option<SendPath>, Option<Error>) {
         let both = self.0.len() > 1;
-        let name = |id: u16, sends: bool| match (both, sends) {
-            (false, _) => format!("stream-{id}"),
-            (true, true) => format!("stream-{id} send"),
-            (true, false) => format!("stream-{id} recv"),
+        let name = |id: &str, sends: bool| match (both, sends) {
+            (false, _) => id.to_string(),
+            (true, true) => format!("{id} send"),
+            (true, false) => format!("{id} recv"),
         };
+        // A thread that failed is named by its thread's name (`stream-N`, `stream-mux`).
+        let named = |o: (u16, CpuTime), sends: bool| (name(&format!("stream-{}", o.0), sends), o.1);
         let mut cpu = Vec::new();
         let mut first: Option<Error> = None;
         let (mut sent, mut sends, mut copied) = (false, 0, 0);
         for t in self.0 {
-            let (times, err): (Vec<_>, _) = match t {
+            let (times, failed, err, sends_here): (Vec<_>, _, _, bool) = match t {
                 Threads::Send(s) => {
-                    let (o, e) = s.join();
+                    let (o, f, e) = s.join();
                     sent = true;
                     sends += o.iter().map(|o| o.zerocopy_sends).sum::<u64>();
                     copied += o.iter().map(|o| o.zerocopy_copied).sum::<u64>();
-                    (o.iter().map(|o| (name(o.id, true), o.cpu)).collect(), e)
+                    (
+                        o.iter().map(|o| named((o.id, o.cpu), true)).collect(),
+                        f,
+                        e,
+                        true,
+                    )
                 }
                 Threads::Receive(s) => {
-                    let (o, e) = s.join();
-                    (o.iter().map(|o| (name(o.id, false), o.cpu)).collect(), e)
+                    let (o, f, e) = s.join();
+                    (
+                        o.iter().map(|o| named((o.id, o.cpu), false)).collect(),
+                        f,
+                        e,
+                        false,
+                    )
                 }
                 Threads::UdpSend(s) => {
-                    let (o, e) = s.join();
-                    (o.iter().map(|o| (name(o.id, true), o.cpu)).collect(), e)
+                    let (o, f, e) = s.join();
+                    (
+                        o.iter().map(|o| named((o.id, o.cpu), true)).collect(),
+                        f,
+                        e,
+                        true,
+                    )
                 }
                 Threads::UdpReceive(s) => {
-                    let (o, e) = s.join();
-                    (o.iter().map(|o| (name(o.id, false), o.cpu)).collect(), e)
+                    let (o, f, e) = s.join();
+                    (
+                        o.iter().map(|o| named((o.id, o.cpu), false)).collect(),
+                        f,
+                        e,
+                        false,
+                    )
                 }
             };
             cpu.extend(times);
+            cpu.extend(failed.into_iter().map(|(n, t)| (name(&n, sends_here), t)));
             if let Some(e) = err
                 && first.as_ref().is_none_or(|f| {
                     matches!(f, Error::Aborted(_)) && !matches!(e, Error::Aborted(_))

@@ -166,7 +166,7 @@ pub(crate) fn run(
         // A UDP direction this end sends: its last row waits for the server's counts.
         let hold = (test.udp && !reverse).then_some(test.run_time());
         mirrors.push(spawn_named("mirror".into(), move || {
-            Ok(mirror(batches, relay_tx, cutter, reverse, tx, hold))
+            mirror(batches, relay_tx, cutter, reverse, tx, hold)
         })?);
         feeds.push(report::Feed {
             reverse,
@@ -195,7 +195,7 @@ pub(crate) fn run(
     let local_cpu = cpu_mark.map(|m| m.report(thread_cpu, send_path));
     let mut counted = Vec::new();
     for m in mirrors {
-        if let Ok(Ok(mirrored)) = m.join() {
+        if let Ok(mirrored) = m.join() {
             counted.push(mirrored);
         }
     }

@@ -161,7 +161,6 @@ pub(crate) fn run_test(
                 drop(c);
                 let _ = free.try_send(batch);
             }
-            Ok(())
         })?;
         counters.push(count);
     }

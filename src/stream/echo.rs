@@ -437,10 +437,7 @@ impl EchoReader {
         let shared = Arc::<Shared>::default();
         let mut state = HUB.state.lock();
         if !state.1 {
-            spawn_named("echo".into(), || {
-                serve(&HUB);
-                Ok(())
-            })?;
+            spawn_named("echo".into(), || serve(&HUB))?;
             state.1 = true;
         }
         state.0.push(Lane {

@@ -298,7 +298,8 @@ impl StreamCtx {
 /// together, joined with the first failure named. Normally one `stream-N` thread per
 /// stream; the `single` engine runs every stream on one `stream-mux` thread.
 pub(crate) struct StreamSet<T> {
-    workers: Vec<std::thread::JoinHandle<Result<Vec<T>>>>,
+    /// Each worker's outcome, and its thread's CPU time whatever the outcome.
+    workers: Vec<std::thread::JoinHandle<(Result<Vec<T>>, crate::cpu::CpuTime)>>,
     streams: usize,
     abort: Arc<AtomicBool>,
     start_tx: Sender<Instant>,
@@ -397,7 +398,9 @@ impl<T: Send + 'static> StreamSet<T> {
             let body = body.clone();
             let name = format!("stream-{}", ctx.id);
             let report = set.reporter();
-            match spawn_named(name, move || report(body(ctx, sock).map(|v| vec![v]))) {
+            match spawn_named(name, move || {
+                timed(|| report(body(ctx, sock).map(|v| vec![v])))
+            }) {
                 Ok(h) => set.workers.push(h),
                 Err(e) => {
                     // Threads already waiting see the start channel close and end.
@@ -422,7 +425,7 @@ impl<T: Send + 'static> StreamSet<T> {
         let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes, None);
         let report = set.reporter();
         set.workers.push(spawn_named("stream-mux".into(), move || {
-            report(body(ctxs, datas))
+            timed(|| report(body(ctxs, datas)))
         })?);
         Ok((set, rx, free_tx))
     }
@@ -467,10 +470,11 @@ impl<T: Send + 'static> StreamSet<T> {
         self.abort.store(true, Ordering::Relaxed);
     }
 
-    /// Joins all streams: their outcomes, and the first error that is a cause (a stream
-    /// stopped because another failed is never named; it is the error only when nothing
-    /// else failed, i.e. the owner aborted the test).
-    pub(crate) fn join(self) -> (Vec<T>, Option<Error>) {
+    /// Joins all streams: their outcomes, the CPU time of each thread that failed (its
+    /// outcome, which holds it otherwise, is lost), and the first error that is a cause (a
+    /// stream stopped because another failed is never named; it is the error only when
+    /// nothing else failed, i.e. the owner aborted the test).
+    pub(crate) fn join(self) -> (Vec<T>, Vec<(String, crate::cpu::CpuTime)>, Option<Error>) {
         let StreamSet {
             workers,
             abort,
@@ -479,15 +483,18 @@ impl<T: Send + 'static> StreamSet<T> {
         } = self;
         drop(start_tx);
         let mut outcomes = Vec::new();
+        let mut failed_cpu = Vec::new();
         let mut first = None;
         for h in workers {
             let name = h.thread().name().unwrap_or("stream").to_string();
-            match h
-                .join()
-                .unwrap_or_else(|_| Err(Error::Test(format!("{name}: thread panicked"))))
-            {
+            let (outcome, cpu) = h.join().unwrap_or_else(|_| {
+                let e = Error::Test(format!("{name}: thread panicked"));
+                (Err(e), crate::cpu::CpuTime::default())
+            });
+            match outcome {
                 Ok(v) => outcomes.extend(v),
                 Err(e) => {
+                    failed_cpu.push((name, cpu));
                     abort.store(true, Ordering::Relaxed);
                     let replace = match (&first, &e) {
                         (None, _) => true,
@@ -500,8 +507,15 @@ impl<T: Send + 'static> StreamSet<T> {
                 }
             }
         }
-        (outcomes, first)
+        (outcomes, failed_cpu, first)
     }
+}
+
+/// Runs a worker's `body` and measures its thread's CPU time, whatever it returns.
+fn timed<V>(body: impl FnOnce() -> V) -> (V, crate::cpu::CpuTime) {
+    let start = crate::cpu::thread();
+    let v = body();
+    (v, crate::cpu::thread_since(start))
 }
 
 /// After `shutdown(SHUT_WR)`: reads until the receiver closes (it does once it has read
@@ -569,8 +583,8 @@ pub(crate) fn aborted(id: u16) -> Error {
 /// Spawns a named thread running `body`.
 pub(crate) fn spawn_named<T: Send + 'static>(
     name: String,
-    body: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<std::thread::JoinHandle<Result<T>>> {
+    body: impl FnOnce() -> T + Send + 'static,
+) -> Result<std::thread::JoinHandle<T>> {
     std::thread::Builder::new()
         .name(name.clone())
         .spawn(body)
@@ -589,6 +603,37 @@ pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream thread that fails still says what CPU it used (review: a --bidir test
+    /// cut short by a reset listed only the threads that ended cleanly).
+    #[test]
+    fn a_failed_stream_threads_cpu_time_is_kept() {
+        let socks = (0..2)
+            .map(|_| StreamSocks {
+                data: (),
+                echo: None,
+            })
+            .collect();
+        let plan = crate::pin::PinPlan(vec![None, None]);
+        let (set, _rx, _free) = StreamSet::spawn(socks, &plan, 1024, |ctx, ()| {
+            if ctx.id == 1 {
+                return Ok(1u16);
+            }
+            // Busy for 50 ms of its own CPU, then fail.
+            let start = crate::cpu::thread();
+            while crate::cpu::thread_since(start).total_us() < 50_000 {
+                std::hint::black_box(0u64.wrapping_add(1));
+            }
+            Err(Error::Test("stream-0: boom".into()))
+        })
+        .expect("spawned");
+        let (outcomes, failed, first) = set.join();
+        assert_eq!(outcomes, [1]);
+        assert_eq!(first.map(|e| e.to_string()), Some("stream-0: boom".into()));
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].0, "stream-0");
+        assert!(failed[0].1.total_us() >= 50_000, "{:?}", failed[0].1);
+    }
 
     #[test]
     fn a_stream_that_stops_between_flushes_still_hands_over_its_records() {
