@@ -527,6 +527,7 @@ fn finish(
         .elapsed()
         .as_secs_f64()
         .min(cfg.test.run_time().as_secs_f64())
+        .max(omit)
         - omit;
     let streams = (0..cfg.test.threads())
         .map(|k| {
