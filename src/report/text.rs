@@ -548,7 +548,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             writeln!(
                 o,
                 "# lost/total: datagrams by sequence (an interval's total is what its highest \
-                 sequence says was sent; the end line's is the sender's own count)"
+                 sequence says was sent; the end line's is the sender's own count, or the \
+                 rows' when the test is cut short)"
             )?;
         } else if h.echo {
             writeln!(
