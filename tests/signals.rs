@@ -296,6 +296,50 @@ fn sigterm_mid_reverse_udp_test_totals_the_span_it_names() {
     );
 }
 
+/// Against an iperf3 server (review: no live line, no totals, and a made-up 3.000-4.000
+/// row of 0.000 after a stop at 2.5 s of -t 4): the rows so far, marked cut short, with
+/// totals that say they are this end's counts, and no row after the last byte.
+#[test]
+fn sigterm_against_an_iperf3_server_keeps_this_ends_rows_and_totals() {
+    let test = "sigterm_against_an_iperf3_server_keeps_this_ends_rows_and_totals";
+    if util::iperf3::iperf3(test).is_none() {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock();
+    let server = util::iperf3::Iperf3Server::start(&[]);
+    let port = server.port.to_string();
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--peer",
+        "iperf3",
+        "-t",
+        "4",
+        "-i",
+        "1",
+    ];
+    let mut run = Watched::spawn(&args);
+    run.wait_line("the second row", |l| l.starts_with("( 0)    1.000"));
+    let end = run.stop_with(libc::SIGTERM);
+    end.assert_stopped(143, "SIGTERM");
+    let rows = rows(&end.stdout);
+    let live: Vec<_> = rows.iter().filter(|r| !r.summary).collect();
+    let last = live.last().map_or(0.0, |r| r.end);
+    assert!(last < 4.0, "no row past the stop{}", end.explain);
+    let totals: Vec<_> = rows.iter().filter(|r| r.label == "**").collect();
+    assert_eq!(totals.len(), 1, "one #(**) line{}", end.explain);
+    assert!((totals[0].end - last).abs() < 0.0015, "{}", end.explain);
+    assert!(
+        end.stdout
+            .contains("; the totals below are this end's counts up to ")
+            && end.stdout.contains("# bytes: this end wrote "),
+        "{}",
+        end.explain
+    );
+}
+
 #[test]
 fn sigint_mid_test_with_json_prints_a_document_with_its_intervals_and_the_error() {
     let _one = ONE_AT_A_TIME.lock();

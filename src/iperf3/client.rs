@@ -24,6 +24,8 @@
 //! the server's own count of what it sent.
 
 use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -32,6 +34,7 @@ use super::{
     Ctl, DISPLAY_RESULTS, EXCHANGE_RESULTS, IPERF_DONE, Params, Results, StreamResult, state_name,
     stream_id,
 };
+use crate::choices::Format;
 use crate::config::ClientConfig;
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
@@ -149,6 +152,8 @@ pub(crate) fn run(
     let mut ends = Ends::default();
     let mut feeds = Vec::new();
     let mut mirrors = Vec::new();
+    // Set when the test is stopped early: the mirrors make no interval past its last record.
+    let stopped = Arc::new(AtomicBool::new(false));
     for (k, &reverse) in test.direction().reversed().iter().enumerate() {
         let plan = PinPlan(local_plan.0[k * n..(k + 1) * n].to_vec());
         let (threads, (batches, free)) = Threads::spawn(
@@ -165,8 +170,9 @@ pub(crate) fn run(
         let tx = remote_tx.clone();
         // A UDP direction this end sends: its last row waits for the server's counts.
         let hold = (test.udp && !reverse).then_some(test.run_time());
+        let stop = Arc::clone(&stopped);
         mirrors.push(spawn_named("mirror".into(), move || {
-            mirror(batches, relay_tx, cutter, reverse, tx, hold)
+            mirror(batches, relay_tx, cutter, reverse, tx, hold, &stop)
         })?);
         feeds.push(report::Feed {
             reverse,
@@ -182,8 +188,19 @@ pub(crate) fn run(
         report::run_reporter(header, feeds, remote_rx, out, output2)
     })?;
 
-    let result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending);
+    let mut started = None;
+    let result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending, &mut started);
     let cpu_mark = result.as_ref().ok().map(|(mark, _, _)| mark);
+    if let (Err(e), Some(t0)) = (&result, started) {
+        // Whatever ended a running test (a signal, a stream, the server), the rows so far
+        // keep their totals, marked cut short; the error follows them.
+        stopped.store(true, Ordering::SeqCst);
+        let signal = matches!(e, Error::Interrupted { .. });
+        let _ = remote_tx.send(RemoteEvent::CutShort {
+            at: t0.elapsed().as_secs_f64(),
+            say: (signal && cfg.format == Format::Text).then(|| e.to_string()),
+        });
+    }
     if result.is_err() {
         ends.abort();
         // Closing the streams ends threads blocked on the server.
@@ -382,11 +399,13 @@ fn drive(
     cfg: &ClientConfig,
     output: &report::Output,
     ending: &Ending,
+    started: &mut Option<Instant>,
 ) -> Result<(CpuMark, Instant, Option<Instant>)> {
     expect(ctl, super::TEST_RUNNING)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
     ends.start(t0);
+    *started = Some(t0);
     let run_time = cfg.test.run_time();
     let sends: Vec<bool> = cfg
         .test
@@ -685,6 +704,7 @@ fn mirror(
     reverse: bool,
     remote: Sender<RemoteEvent>,
     hold: Option<Duration>,
+    stopped: &AtomicBool,
 ) -> Mirrored {
     let streams = cutter.totals().len();
     let mut out = Mirrored {
@@ -714,6 +734,9 @@ fn mirror(
     };
     for batch in batches {
         cutter.add(&batch);
+        if stopped.load(Ordering::SeqCst) {
+            cutter.stop();
+        }
         emit(&mut cutter, &mut out);
         if let (Some(last), Some(u)) =
             (batch.udp.last(), out.udp.get_mut(usize::from(batch.stream)))
@@ -723,6 +746,9 @@ fn mirror(
         if relay.send(batch).is_err() {
             break;
         }
+    }
+    if stopped.load(Ordering::SeqCst) {
+        cutter.stop();
     }
     cutter.finish();
     emit(&mut cutter, &mut out);

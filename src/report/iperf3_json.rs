@@ -475,11 +475,12 @@ fn interval_sum(s: &SumRow, omitted: bool, role: Role) -> Entry {
 }
 
 /// The intervals, both directions of `--bidir` in one entry per interval as iperf3 has
-/// them (the client's streams first).
+/// them (the client's streams first). A cut-short test's rows past the sender's last
+/// report are left out: iperf3's document has no mark for them, and `end` leaves them out.
 fn intervals(doc: &Document) -> Vec<Interval> {
     let header = &doc.start;
     let mut out: Vec<(u32, Interval)> = Vec::new();
-    for iv in &doc.intervals {
+    for iv in doc.intervals.iter().filter(|iv| !iv.uncounted) {
         let role = Role::of(header, iv.reverse);
         let at = match out.last() {
             Some((index, _)) if *index == iv.index => out.len() - 1,
@@ -976,6 +977,19 @@ mod tests {
         assert_eq!(doc["end"]["streams"].as_array().map(Vec::len), Some(6));
         assert_eq!(doc["start"]["connected"].as_array().map(Vec::len), Some(6));
         assert_eq!(doc["start"]["test_start"]["bidir"], 1);
+    }
+
+    /// A cut-short test's rows past the sender's last report are left out of iperf3's
+    /// intervals, as they are of `end` (review: they looked like any other interval).
+    #[test]
+    fn uncounted_rows_are_not_iperf3_intervals() {
+        let doc = rendered(|d| {
+            let mut late = d.intervals[0].clone();
+            late.index = 1;
+            late.uncounted = true;
+            d.intervals.push(late);
+        });
+        assert_eq!(doc["intervals"].as_array().map(Vec::len), Some(1));
     }
 
     /// A failure: what was measured, `end` empty and `error`, as iperf3 -J; before the

@@ -513,6 +513,7 @@ pub(crate) fn run_reporter(
                 Ok(RemoteEvent::Failed(e)) => failed = Some(e),
                 Ok(RemoteEvent::CutShort { at, say }) => {
                     cut_short = true;
+                    dirs.iter_mut().for_each(|d| d.cutter.stop());
                     // Said after the last row, when the span the totals cover is known.
                     if let Some(say) = say {
                         interrupted = Some((at, say));
@@ -521,6 +522,7 @@ pub(crate) fn run_reporter(
                 Ok(RemoteEvent::StreamFailed { at, error }) => {
                     // The others stop with it: the totals are over what was measured.
                     cut_short = true;
+                    dirs.iter_mut().for_each(|d| d.cutter.stop());
                     if output_ok {
                         output_ok = output.check(out.stream_failed(at, &error));
                     }
@@ -600,13 +602,24 @@ pub(crate) fn run_reporter(
             .filter(|&u| counts(u))
             .min();
         let line = match until {
+            // Against an iperf3 server the rows are this end's counts (its own come only
+            // with the results, which a test cut short does not get).
+            Some(until) if header.remote_software.starts_with("iperf3") => format!(
+                "{say}; the totals below are this end's counts up to {:.3} s",
+                until as f64 / 1e6
+            ),
             Some(until) => format!(
                 "{say}; the totals below are over the receiver's rows up to {:.3} s{}",
                 until as f64 / 1e6,
-                match (header.udp, dirs.iter().all(|d| !d.reverse)) {
+                match (header.udp, header.direction) {
                     (true, _) => " (datagrams by the receiver's sequence numbers)",
-                    (false, true) => " (the sender's count also holds what it wrote after them)",
-                    (false, false) => "",
+                    (false, crate::params::Direction::Forward) => {
+                        " (the sender's count also holds what it wrote after them)"
+                    }
+                    (false, crate::params::Direction::Bidir) => {
+                        " (TX's sender count also holds what it wrote after them)"
+                    }
+                    (false, crate::params::Direction::Reverse) => "",
                 }
             ),
             None => format!("{say}; no totals: it stopped within -O's omitted seconds"),

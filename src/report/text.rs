@@ -43,6 +43,9 @@ pub struct TextFormatter<W: Write> {
     /// `-O` against an iperf3 server, which leaves its omitted seconds out on its own
     /// clock: the two ends' whole-run counts part by what crossed the boundary.
     omit_split_by_peer: bool,
+    /// An iperf3 server: its counts come only with its results, which a test cut short
+    /// never gets (the rows and totals are then this end's counts alone).
+    iperf3_peer: bool,
 }
 
 impl<W: Write> TextFormatter<W> {
@@ -60,6 +63,7 @@ impl<W: Write> TextFormatter<W> {
             direction: Direction::Forward,
             server_output: None,
             omit_split_by_peer: false,
+            iperf3_peer: false,
         }
     }
 
@@ -443,7 +447,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.streams = h.streams;
         self.echo = h.echo;
         self.bidir = h.direction == Direction::Bidir;
-        self.omit_split_by_peer = h.omit_s > 0.0 && h.remote_software.starts_with("iperf3");
+        self.iperf3_peer = h.remote_software.starts_with("iperf3");
+        self.omit_split_by_peer = h.omit_s > 0.0 && self.iperf3_peer;
         self.direction = h.direction;
         let ((local_window, _), (remote_window, _)) = windows(h);
         // An iperf3 server reports no buffer sizes: say so rather than print 0B.
@@ -706,7 +711,9 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             (false, false, None) => "MISMATCH",
         };
         let o = &s.omitted;
-        if let Some(u) = s.udp() {
+        // Cut short against an iperf3 server: its counts never came, only this end's.
+        let ours_only = self.iperf3_peer && s.cut_short;
+        if let (Some(u), false) = (s.udp(), ours_only && !s.reverse) {
             writeln!(
                 self.out,
                 "# datagrams{}: sender sent {}, receiver got {}, lost {} ({:.3}%); {} out of order, \
@@ -725,6 +732,17 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             )?;
         }
         match s.sender_silent {
+            _ if ours_only => writeln!(
+                self.out,
+                "# bytes: this end {} {}; the iperf3 server's count comes with its results, \
+                 which a test cut short does not get",
+                if s.reverse { "read" } else { "wrote" },
+                if s.reverse {
+                    s.received_whole_run()
+                } else {
+                    s.sent_whole_run()
+                }
+            )?,
             true => writeln!(
                 self.out,
                 "# bytes: the sender's count is unknown (it reported no interval that counts before the \
