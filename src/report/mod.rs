@@ -221,8 +221,8 @@ struct Totals {
     intervals: u32,
     /// Runs of intervals in which no stream read anything.
     stalls: diagnosis::StallLog,
-    /// A test cut short before the sender reported any interval: the totals are the
-    /// receiver's alone, and the sender's figures are unknown (not zero).
+    /// A test cut short before the sender reported any interval past `-O`'s seconds: the
+    /// totals are the receiver's alone, and the sender's figures are unknown (not zero).
     sender_silent: bool,
 }
 
@@ -318,8 +318,9 @@ impl Direction {
     /// vanished before it reported them) are still what the receiver measured, so they are
     /// printed, each joined with a sender half that holds nothing (no bytes, RTT or
     /// `TCP_INFO` made up). They count in the totals only when the sender reported no
-    /// interval at all ([`Totals::sender_silent`]); otherwise the totals end with the
-    /// sender's last report, so both ends' counts (and UDP's loss) cover the same span.
+    /// interval past `-O`'s seconds ([`Totals::sender_silent`]); otherwise they are marked
+    /// `uncounted` and the totals end with the sender's last report, so both ends' counts
+    /// cover the same span.
     fn join_without_senders(&mut self) -> Vec<IntervalReport> {
         if !self.reverse {
             // This end sends: its own halves are all in once its batches end.

@@ -334,8 +334,9 @@ pub struct Summary {
     /// rows so far, and the sender's count also holds what it wrote after them.
     #[serde(default)]
     pub cut_short: bool,
-    /// Cut short before the sender reported any interval: the totals are the receiver's
-    /// rows alone, and the sender's bytes, rate and retransmits are unknown (not zero).
+    /// Cut short before the sender reported any interval past `-O`'s seconds: the totals
+    /// are the receiver's rows alone, and the sender's bytes, rate and retransmits are
+    /// unknown (not zero).
     #[serde(default)]
     pub sender_silent: bool,
     /// The server sent these bytes (`-R`, or `--bidir`'s second direction).
