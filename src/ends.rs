@@ -203,55 +203,34 @@ impl Ends {
             (true, true) => format!("{id} send"),
             (true, false) => format!("{id} recv"),
         };
-        // A thread that failed is named by its thread's name (`stream-N`, `stream-mux`).
-        let named = |o: (u16, CpuTime), sends: bool| (name(&format!("stream-{}", o.0), sends), o.1);
         let mut cpu = Vec::new();
         let mut first: Option<Error> = None;
         let (mut sent, mut sends, mut copied) = (false, 0, 0);
         for t in self.0 {
-            let (times, failed, err, sends_here): (Vec<_>, _, _, bool) = match t {
+            let (times, failed, err, sends_here): (Vec<(u16, CpuTime)>, _, _, bool) = match t {
                 Threads::Send(s) => {
                     let (o, f, e) = s.join();
                     sent = true;
                     sends += o.iter().map(|o| o.zerocopy_sends).sum::<u64>();
                     copied += o.iter().map(|o| o.zerocopy_copied).sum::<u64>();
-                    (
-                        o.iter().map(|o| named((o.id, o.cpu), true)).collect(),
-                        f,
-                        e,
-                        true,
-                    )
+                    (o.iter().map(|o| (o.id, o.cpu)).collect(), f, e, true)
                 }
                 Threads::Receive(s) => {
                     let (o, f, e) = s.join();
-                    (
-                        o.iter().map(|o| named((o.id, o.cpu), false)).collect(),
-                        f,
-                        e,
-                        false,
-                    )
+                    (o.iter().map(|o| (o.id, o.cpu)).collect(), f, e, false)
                 }
                 Threads::UdpSend(s) => {
                     let (o, f, e) = s.join();
-                    (
-                        o.iter().map(|o| named((o.id, o.cpu), true)).collect(),
-                        f,
-                        e,
-                        true,
-                    )
+                    (o.iter().map(|o| (o.id, o.cpu)).collect(), f, e, true)
                 }
                 Threads::UdpReceive(s) => {
                     let (o, f, e) = s.join();
-                    (
-                        o.iter().map(|o| named((o.id, o.cpu), false)).collect(),
-                        f,
-                        e,
-                        false,
-                    )
+                    (o.iter().map(|o| (o.id, o.cpu)).collect(), f, e, false)
                 }
             };
-            cpu.extend(times);
-            cpu.extend(failed.into_iter().map(|(n, t)| (name(&n, sends_here), t)));
+            let times = times.into_iter().map(|(id, t)| (format!("stream-{id}"), t));
+            // A thread that failed is named by its thread's name (`stream-N`, `stream-mux`).
+            cpu.extend(times.chain(failed).map(|(n, t)| (name(&n, sends_here), t)));
             if let Some(e) = err
                 && first.as_ref().is_none_or(|f| {
                     matches!(f, Error::Aborted(_)) && !matches!(e, Error::Aborted(_))

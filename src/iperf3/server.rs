@@ -136,19 +136,15 @@ pub(crate) fn run_test(
             for batch in rx {
                 let mut c = c2.lock();
                 let i = usize::from(batch.stream);
-                let sum = |omitted: bool| -> u64 {
-                    batch
-                        .records
-                        .iter()
-                        .filter(|r| !omitted || r.t_ns < omit_ns)
-                        .map(|r| u64::from(r.bytes))
-                        .sum()
-                };
-                if let Some(b) = c.bytes.get_mut(i) {
-                    *b += sum(false);
-                }
-                if let Some(b) = c.omitted.get_mut(i) {
-                    *b += sum(true);
+                // One pass over the batch: all its bytes, and those inside -O.
+                let (all, early) = batch.records.iter().fold((0, 0), |(all, early), r| {
+                    let b = u64::from(r.bytes);
+                    (all + b, early + if r.t_ns < omit_ns { b } else { 0 })
+                });
+                let Counts { bytes, omitted, .. } = &mut *c;
+                if let (Some(b), Some(o)) = (bytes.get_mut(i), omitted.get_mut(i)) {
+                    *b += all;
+                    *o += early;
                 }
                 if batch.done
                     && let Some(d) = c.done.get_mut(i)

@@ -355,52 +355,40 @@ impl Direction {
         }
         // Silent: no interval past -O's omitted seconds came from the sender.
         self.totals.sender_silent = self.totals.intervals == 0;
-        if self.totals.sender_silent {
-            return self.ready().into_iter().map(|(r, _)| r).collect();
-        }
-        // Shown, not counted: joined against a copy of the totals, which is dropped.
-        let kept = (
-            self.totals.clone(),
-            self.joined_received.clone(),
-            self.joined_sent.clone(),
-            self.joined_until_us,
-        );
-        let out = self
-            .ready()
-            .into_iter()
-            .map(|(r, _)| IntervalReport {
-                uncounted: true,
-                ..r
-            })
-            .collect();
-        (
-            self.totals,
-            self.joined_received,
-            self.joined_sent,
-            self.joined_until_us,
-        ) = kept;
-        out
+        let counted = self.totals.sender_silent;
+        self.joined(counted).into_iter().map(|(r, _)| r).collect()
     }
 
     /// The next intervals whose both halves are in, joined.
     fn ready(&mut self) -> Vec<(IntervalReport, Option<Vec<cpu::CoreTicks>>)> {
+        self.joined(true)
+    }
+
+    /// [`Direction::ready`]; rows not `counted` are marked `uncounted` and joined against
+    /// a copy of the totals, so nothing of theirs reaches the totals or `joined_*`.
+    fn joined(&mut self, counted: bool) -> Vec<(IntervalReport, Option<Vec<cpu::CoreTicks>>)> {
         let mut out = Vec::new();
-        while let (Some((l, cores)), Some(r)) =
-            (self.senders.get(&self.next), self.receivers.get(&self.next))
-        {
-            let mut report = join(l, r, &mut self.totals);
+        let mut scratch = (!counted).then(|| self.totals.clone());
+        let k = &mut self.next;
+        while self.senders.contains_key(k) && self.receivers.contains_key(k) {
+            let (Some((l, cores)), Some(r)) = (self.senders.remove(k), self.receivers.remove(k))
+            else {
+                break;
+            };
+            *k += 1;
+            let mut report = join(&l, &r, scratch.as_mut().unwrap_or(&mut self.totals));
             report.reverse = self.reverse;
-            for (sum, bytes) in self.joined_received.iter_mut().zip(&r.bytes) {
-                *sum += bytes;
+            report.uncounted = !counted;
+            out.push((report, cores));
+            if counted {
+                for (sum, bytes) in self.joined_received.iter_mut().zip(&r.bytes) {
+                    *sum += bytes;
+                }
+                for (sum, slice) in self.joined_sent.iter_mut().zip(&l.streams) {
+                    *sum += slice.bytes;
+                }
+                self.joined_until_us = Some(r.end_us);
             }
-            for (sum, slice) in self.joined_sent.iter_mut().zip(&l.streams) {
-                *sum += slice.bytes;
-            }
-            self.joined_until_us = Some(r.end_us);
-            out.push((report, cores.clone()));
-            self.senders.remove(&self.next);
-            self.receivers.remove(&self.next);
-            self.next += 1;
         }
         out
     }

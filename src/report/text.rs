@@ -40,9 +40,6 @@ pub struct TextFormatter<W: Write> {
     direction: Direction,
     /// `--get-server-output`: printed after the last totals.
     server_output: Option<String>,
-    /// `-O` against an iperf3 server, which leaves its omitted seconds out on its own
-    /// clock: the two ends' whole-run counts part by what crossed the boundary.
-    omit_split_by_peer: bool,
     /// An iperf3 server: its counts come only with its results, which a test cut short
     /// never gets (the rows and totals are then this end's counts alone).
     iperf3_peer: bool,
@@ -62,7 +59,6 @@ impl<W: Write> TextFormatter<W> {
             bidir: false,
             direction: Direction::Forward,
             server_output: None,
-            omit_split_by_peer: false,
             iperf3_peer: false,
         }
     }
@@ -448,7 +444,6 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.echo = h.echo;
         self.bidir = h.direction == Direction::Bidir;
         self.iperf3_peer = h.remote_software.starts_with("iperf3");
-        self.omit_split_by_peer = h.omit_s > 0.0 && self.iperf3_peer;
         self.direction = h.direction;
         let ((local_window, _), (remote_window, _)) = windows(h);
         // An iperf3 server reports no buffer sizes: say so rather than print 0B.
@@ -705,7 +700,9 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             (true, false, _) => "equal",
             (false, true, _) => "not reconciled: the test was cut short",
             (false, false, Some(_)) => "the difference is the datagrams lost",
-            (false, false, None) if self.omit_split_by_peer => {
+            // -O against an iperf3 server, which leaves its omitted seconds out on its own
+            // clock: the two ends' whole-run counts part by what crossed the boundary.
+            (false, false, None) if self.iperf3_peer && s.omitted.seconds > 0.0 => {
                 "apart by what crossed -O's boundary: the iperf3 server omits on its own clock"
             }
             (false, false, None) => "MISMATCH",
