@@ -25,12 +25,13 @@ def child_path(parent, name):
     folder = d if stem in ("mod", "lib", "main") else os.path.join(d, stem)
     return [os.path.join(folder, name + ".rs"), os.path.join(folder, name, "mod.rs")]
 
-def count(text, path, test_files):
-    """(code, comments, tests) of one file; adds the files its test-only `mod x;` name."""
-    if path in test_files:
-        return 0, 0, sum(1 for l in text.split("\n") if l.strip())
-    code = comments = tests = 0
+def kinds(text, path, test_files):
+    """Each line's kind: "code", "comment", "test" or "blank". Adds the files its
+    test-only `mod x;` declarations name to `test_files`."""
     lines = text.split("\n")
+    if path in test_files:
+        return ["test" if l.strip() else "blank" for l in lines]
+    out = []
     i = 0
     while i < len(lines):
         line = lines[i].strip()
@@ -55,33 +56,37 @@ def count(text, path, test_files):
                         not opened and parens <= 0 and s.endswith((";", ","))):
                     break
                 j += 1
-            tests += sum(1 for l in lines[i:j + 1] if l.strip())
+            out += ["test" if l.strip() else "blank" for l in lines[i:j + 1]]
             i = j + 1
             continue
-        if not line:
-            pass
-        elif line.startswith("//"):
-            comments += 1
-        else:
-            code += 1
+        out.append("blank" if not line else "comment" if line.startswith("//") else "code")
         i += 1
-    return code, comments, tests
+    return out[:len(lines)]
 
-def totals(rev):
+def count(text, path, test_files):
+    """(code, comments, tests) of one file."""
+    k = kinds(text, path, test_files)
+    return k.count("code"), k.count("comment"), k.count("test")
+
+def sources(rev):
+    """Each .rs file under src/ at `rev`, and the set of test-only files among them."""
     texts = {f: subprocess.run(["git", "show", f"{rev}:{f}"], capture_output=True,
                                text=True, check=True).stdout for f in files(rev)}
-    # First the files that test-only modules declare (and those they declare in turn),
-    # then the counts.
+    # The files that test-only modules declare (and those they declare in turn).
     test_files, seen = set(), None
     while seen != test_files:
         seen = set(test_files)
         for f, text in texts.items():
-            count(text, f, test_files)
+            kinds(text, f, test_files)
             if f in test_files:
                 for line in text.split("\n"):
                     m = DECL.match(line.strip())
                     if m:
                         test_files.update(child_path(f, m.group(3)))
+    return texts, test_files
+
+def totals(rev):
+    texts, test_files = sources(rev)
     return {f: count(text, f, test_files) for f, text in texts.items()}
 
 if __name__ == "__main__":

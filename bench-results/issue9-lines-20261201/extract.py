@@ -10,48 +10,11 @@ spec = importlib.util.spec_from_file_location('sl', os.path.join(ROOT, 'bench-sc
 sl = importlib.util.module_from_spec(spec); spec.loader.exec_module(sl)
 A, B = '2982606', '9769bb6'
 G = ['git', '-C', ROOT]
-def show(rev, f):
-    return subprocess.run(G+['show', f'{rev}:{f}'], capture_output=True, text=True).stdout
-
 def flags(text, path, test_files):
-    """per-line code flag, mirroring sl.count"""
-    lines = text.split("\n")
-    fl = [False]*len(lines)
-    if path in test_files: return lines, fl
-    i = 0
-    while i < len(lines):
-        line = lines[i].strip()
-        if line == "#[cfg(test)]":
-            j = i + 1
-            while j < len(lines) and lines[j].strip().startswith(("///", "//", "#[")):
-                j += 1
-            depth, parens, opened = 0, 0, False
-            while j < len(lines):
-                s = lines[j].strip()
-                depth += s.count("{") - s.count("}")
-                parens += s.count("(") - s.count(")")
-                opened |= "{" in s
-                if (opened and depth <= 0) or (not opened and parens <= 0 and s.endswith((";", ","))):
-                    break
-                j += 1
-            i = j + 1; continue
-        if line and not line.startswith("//"):
-            fl[i] = True
-        i += 1
-    return lines, fl
+    """Each line, and whether src-lines.py counts it as code."""
+    return text.split("\n"), [k == "code" for k in sl.kinds(text, path, test_files)]
 
-def testfiles(rev):
-    texts = {f: show(rev, f) for f in sl.files(rev)}
-    tf, seen = set(), None
-    while seen != tf:
-        seen = set(tf)
-        for f, t in texts.items():
-            sl.count(t, f, tf)
-            if f in tf:
-                for line in t.split("\n"):
-                    m = sl.DECL.match(line.strip())
-                    if m: tf.update(sl.child_path(f, m.group(3)))
-    return texts, tf
+testfiles = sl.sources
 
 ta, tfa = testfiles(A); tb, tfb = testfiles(B)
 ren = {'src/net/mod.rs': 'src/net.rs', 'src/net/sys.rs': 'src/sys.rs'}
