@@ -93,6 +93,37 @@ fn a_reset_data_connection_fails_a_bidir_test_within_a_second() {
     );
 }
 
+/// Against an iperf3 server, which ends its test when a data connection dies: the client
+/// names the stream, then what the server did.
+#[test]
+fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second() {
+    let test = "a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second";
+    if let Err(why) = can_kill_sockets() {
+        util::skipped(test, &why);
+        return;
+    }
+    if util::iperf3::iperf3(test).is_none() {
+        return;
+    }
+    // Control and data share iperf3's port: the data connections are the ones that
+    // received the most.
+    let server = util::iperf3::Iperf3Server::start(&[]);
+    let port = server.port;
+    let stderr = reset_fails(&port.to_string(), &["--peer", "iperf3"], || {
+        let mut found = connections(port);
+        found.sort_unstable_by_key(|&(_, bytes)| bytes);
+        found
+            .last()
+            .map(|&(client, _)| reset(port, client))
+            .is_some()
+    });
+    // Whichever the client saw first, the stream is named, with the server's word.
+    assert!(
+        stderr.contains("pinperf: stream-") && stderr.contains("; the iperf3 server"),
+        "the stream, with the server's word: {stderr}"
+    );
+}
+
 /// Resets one of three data connections once the first interval is out, and checks the
 /// client: exit 1 within a second, a live `stream_failed` event, the totals so far marked
 /// cut short, then the error naming the root cause.
@@ -103,8 +134,15 @@ fn reset_fails_the_test(test: &str, extra: &[&str]) {
     }
     let data_port = free_port();
     let server = Server::start(&["--data-port", &data_port.to_string()]);
+    reset_fails(&server.port_arg(), extra, || reset_one(data_port, 1));
+}
+
+/// Runs a client against the server on `port` and resets a data connection with `reset`
+/// (true when it found one) after the first interval; asserts what the client did and
+/// returns its stderr.
+fn reset_fails(port: &str, extra: &[&str], reset: impl Fn() -> bool) -> String {
     let mut child = Command::new(bin())
-        .args(["-c", "127.0.0.1", "-p", &server.port_arg()])
+        .args(["-c", "127.0.0.1", "-p", port])
         .args([
             "-P",
             "3",
@@ -132,10 +170,7 @@ fn reset_fails_the_test(test: &str, extra: &[&str]) {
             break;
         }
     }
-    assert!(
-        reset_one(data_port, 1),
-        "no data connection to reset; output {seen:?}"
-    );
+    assert!(reset(), "no data connection to reset; output {seen:?}");
     let reset_at = Instant::now();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().expect("wait");
@@ -172,6 +207,7 @@ fn reset_fails_the_test(test: &str, extra: &[&str]) {
         !stderr.contains("stopped because the test was aborted"),
         "{explain}"
     );
+    stderr
 }
 
 #[test]

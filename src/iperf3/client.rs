@@ -48,6 +48,7 @@ use crate::report::interval::ClosedInterval;
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
+use crate::stream::Failure;
 use crate::stream::UdpSnapshot;
 use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
@@ -188,17 +189,21 @@ pub(crate) fn run(
         report::run_reporter(header, feeds, remote_rx, out, output2)
     })?;
 
-    let mut started = None;
-    let result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending, &mut started);
+    let mut ran = Ran::default();
+    let result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending, &mut ran);
     let cpu_mark = result.as_ref().ok().map(|(mark, _, _)| mark);
-    if let (Err(e), Some(t0)) = (&result, started) {
+    if let (Err(e), Some(t0)) = (&result, ran.started) {
         // Whatever ended a running test (a signal, a stream, the server), the rows so far
-        // keep their totals, marked cut short; the error follows them.
+        // keep their totals, marked cut short; the error follows them. A failed stream
+        // is said live, as against a pinperf server.
         stopped.store(true, Ordering::SeqCst);
         let signal = matches!(e, Error::Interrupted { .. });
-        let _ = remote_tx.send(RemoteEvent::CutShort {
-            at: t0.elapsed().as_secs_f64(),
-            say: (signal && cfg.format == Format::Text).then(|| e.to_string()),
+        let _ = remote_tx.send(match ran.failed {
+            Some((at, error)) => RemoteEvent::StreamFailed { at, error },
+            None => RemoteEvent::CutShort {
+                at: t0.elapsed().as_secs_f64(),
+                say: (signal && cfg.format == Format::Text).then(|| e.to_string()),
+            },
         });
     }
     if result.is_err() {
@@ -389,6 +394,61 @@ fn expect(ctl: &mut Ctl, want: i8) -> Result<()> {
     }
 }
 
+/// What `drive` leaves for a test it ends early: when the streams started, and the stream
+/// that failed (seconds into the test, its error) when one did.
+#[derive(Default)]
+struct Ran {
+    started: Option<Instant>,
+    failed: Option<(f64, String)>,
+}
+
+impl Ran {
+    /// A stream's failure as the test's error, with the server's word when it said one
+    /// (which came first cannot be told from one end, as against a pinperf server).
+    fn stream_failed(&mut self, f: Failure, theirs: Option<String>) -> Error {
+        let t0 = self.started.unwrap_or(f.at);
+        let at = f.at.saturating_duration_since(t0).as_secs_f64();
+        let ours = format!("{} ({at:.2} s into the test)", f.error);
+        self.failed = Some((at, f.error));
+        Error::Test(match theirs {
+            Some(theirs) => format!("{ours}; {theirs}"),
+            None => ours,
+        })
+    }
+}
+
+/// The iperf3 server's word, if it says one within `wait`: it closed the control
+/// connection, or sent its error or another state.
+fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<String>> {
+    let mut fds = [libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let wait = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+    if !crate::sys::poll(&mut fds, wait).is_ok_and(|n| n > 0) {
+        return Ok(None);
+    }
+    let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
+    let peer = ctl.peer;
+    Ok(match ctl.sock.peek(&mut [0u8; 1]) {
+        Ok(0) => Some(format!(
+            "the iperf3 server {peer} closed the control connection during the test"
+        )),
+        Ok(_) => Some(match ctl.read_state(STEP)? {
+            super::SERVER_ERROR => format!(
+                "the iperf3 server {peer} failed: {}",
+                ctl.read_server_error(STEP)?
+            ),
+            other => format!(
+                "the iperf3 server {peer} sent {} during the test",
+                state_name(other)
+            ),
+        }),
+        Err(_) => None,
+    })
+}
+
 /// From `TEST_START` to `TEST_END`: starts the threads at `TEST_RUNNING`, watches the
 /// control connection, the streams and stop signals, and sends `TEST_END` once the run
 /// time is over and (when this end sends) the server's kernel holds every byte.
@@ -399,13 +459,13 @@ fn drive(
     cfg: &ClientConfig,
     output: &report::Output,
     ending: &Ending,
-    started: &mut Option<Instant>,
+    ran: &mut Ran,
 ) -> Result<(CpuMark, Instant, Option<Instant>)> {
     expect(ctl, super::TEST_RUNNING)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
     ends.start(t0);
-    *started = Some(t0);
+    ran.started = Some(t0);
     let run_time = cfg.test.run_time();
     let sends: Vec<bool> = cfg
         .test
@@ -418,11 +478,8 @@ fn drive(
     let mut acked_at: Option<Instant> = None;
     loop {
         if let Some(f) = ends.failure() {
-            return Err(Error::Test(format!(
-                "{} ({:.2} s into the test)",
-                f.error,
-                f.at.saturating_duration_since(t0).as_secs_f64()
-            )));
+            let theirs = their_word(ctl, timeouts::CAUSE).ok().flatten();
+            return Err(ran.stream_failed(f, theirs));
         }
         if output.closed() {
             return Err(Error::OutputClosed);
@@ -439,42 +496,20 @@ fn drive(
         // socket timeout's): when the data was acknowledged ends the server's receiving
         // (see `finish`).
         let look = match t0.elapsed() + Duration::from_millis(20) < run_time {
-            true => 20,
-            false => 1,
+            true => Duration::from_millis(20),
+            false => Duration::from_millis(1),
         };
-        let mut fds = [libc::pollfd {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        let ready = crate::sys::poll(&mut fds, look).is_ok_and(|n| n > 0);
-        let mut b = [0u8; 1];
-        let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
-        let said = match ready {
-            true => ctl.sock.peek(&mut b),
-            false => Err(std::io::ErrorKind::WouldBlock.into()),
-        };
-        match said {
-            Ok(0) => {
-                return Err(Error::Test(format!(
-                    "the iperf3 server {} closed the control connection during the test",
-                    ctl.peer
-                )));
+        if let Some(theirs) = their_word(ctl, look)? {
+            // iperf3 ends a test whose data connection died: a stream that fails with
+            // it is named, as above.
+            let deadline = Instant::now() + timeouts::CAUSE;
+            while ends.failure().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
             }
-            Ok(_) => {
-                let (s, peer) = (ctl.read_state(STEP)?, ctl.peer);
-                return Err(match s {
-                    super::SERVER_ERROR => Error::Test(format!(
-                        "the iperf3 server {peer} failed: {}",
-                        ctl.read_server_error(STEP)?
-                    )),
-                    other => Error::Test(format!(
-                        "the iperf3 server {peer} sent {} during the test",
-                        state_name(other)
-                    )),
-                });
-            }
-            Err(_) => {}
+            return Err(match ends.failure() {
+                Some(f) => ran.stream_failed(f, Some(theirs)),
+                None => Error::Test(theirs),
+            });
         }
         if t0.elapsed() < run_time {
             continue;
