@@ -4,7 +4,13 @@
 //! Threads: `stream-N` (one per stream, each side), `reporter` (one per side), `control`
 //! (the server's handshake with one connection, then its test), `server` (the in-process server of `--loopback`),
 //! `signals` (client modes: takes SIGINT/SIGTERM/SIGHUP, see [`signals`]).
-//! `unsafe` is denied here and allowed only in `sys`.
+//! `unsafe` is denied here and allowed only in `sys`. Linux only: the socket options,
+//! namespaces and signal handling it measures with have no portable equivalent.
+
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "pinperf runs on Linux only (TCP_INFO, SO_*BUFFORCE, namespaces, signalfd-style signal masks)"
+);
 
 pub mod admission;
 pub mod allow;
@@ -20,7 +26,6 @@ pub mod error;
 pub(crate) mod html;
 pub(crate) mod iperf3;
 pub(crate) mod kstat;
-#[cfg(target_os = "linux")]
 pub(crate) mod lab;
 pub mod measure;
 pub(crate) mod net;
@@ -84,12 +89,7 @@ pub(crate) fn run(args: &cli::Args) -> Result<()> {
         _ => {}
     }
     if let Some(cli::Command::Lab(l)) = &args.command {
-        #[cfg(target_os = "linux")]
         return lab::run(l);
-        #[cfg(not(target_os = "linux"))]
-        return Err(Error::Usage(format!(
-            "pinperf lab needs Linux (network namespaces, TUN); got {l:?}"
-        )));
     }
     match config::from_args(args)? {
         config::Mode::Server(cfg) => server::serve(cfg),

@@ -19,7 +19,6 @@ static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
 /// Blocks the stop signals in the calling thread (call it before any other thread
 /// starts) and starts the `signals` thread that takes them.
-#[cfg(target_os = "linux")]
 pub(crate) fn take_over() -> Result<()> {
     crate::sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM/SIGHUP", e))?;
     crate::stream::spawn_named("signals".into(), || -> Result<()> {
@@ -34,11 +33,6 @@ pub(crate) fn take_over() -> Result<()> {
             }
         }
     })?;
-    Ok(())
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn take_over() -> Result<()> {
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! SO_RXQ_OVFL control messages), and for `pinperf lab` TUN devices, `setns()`, `ppoll()` with a nanosecond timeout, timer
 //! slack and signal masks; `MSG_ZEROCOPY` sends and their completions, `sendfile` from a
 //! shared mapping of a `memfd`, `MSG_TRUNC` receives, and `SO_TIMESTAMPNS` receive stamps.
-//! Each returns `io::Error::last_os_error()` on -1. Linux only; elsewhere "unsupported".
+//! Each returns `io::Error::last_os_error()` on -1. Linux only, as the crate is.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -72,7 +72,6 @@ pub struct TcpInfo {
     pub rcv_wnd: u32,
 }
 
-#[cfg(target_os = "linux")]
 fn getsockopt_raw<T: Copy + Default>(
     fd: BorrowedFd<'_>,
     level: i32,
@@ -97,7 +96,6 @@ fn getsockopt_raw<T: Copy + Default>(
     Ok((value, len as usize))
 }
 
-#[cfg(target_os = "linux")]
 fn setsockopt_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int and its exact size.
     let rc = unsafe {
@@ -117,13 +115,11 @@ fn setsockopt_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int)
 }
 
 /// Reads `TCP_INFO`; returns the struct and how many bytes the kernel filled.
-#[cfg(target_os = "linux")]
 pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<(TcpInfo, usize)> {
     getsockopt_raw::<TcpInfo>(fd, libc::IPPROTO_TCP, libc::TCP_INFO)
 }
 
 /// The path MTU the kernel holds for a connected socket (`IP_MTU` / `IPV6_MTU`).
-#[cfg(target_os = "linux")]
 pub fn path_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
     let (level, name) = if ipv6 {
         (libc::IPPROTO_IPV6, libc::IPV6_MTU)
@@ -134,7 +130,6 @@ pub fn path_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
 }
 
 /// `SO_SNDBUFFORCE` / `SO_RCVBUFFORCE`: exceed `net.core.{w,r}mem_max` (needs CAP_NET_ADMIN).
-#[cfg(target_os = "linux")]
 pub fn set_buffer_force(fd: BorrowedFd<'_>, send: bool, bytes: u64) -> io::Result<()> {
     let name = if send {
         libc::SO_SNDBUFFORCE
@@ -147,7 +142,6 @@ pub fn set_buffer_force(fd: BorrowedFd<'_>, send: bool, bytes: u64) -> io::Resul
 
 /// `recv(MSG_DONTWAIT)`: whatever is queued now, or `WouldBlock`. Used by senders to
 /// collect block-header echoes between blocking writes.
-#[cfg(target_os = "linux")]
 pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a live, writable slice and its length bounds what the kernel writes.
     let n = unsafe {
@@ -167,7 +161,6 @@ pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
 
 /// `send(MSG_DONTWAIT | MSG_NOSIGNAL)`: queue what fits now, never block. Used by
 /// receivers to echo block headers without stalling the read loop.
-#[cfg(target_os = "linux")]
 pub fn send_nowait(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a live slice; the kernel only reads `buf.len()` bytes from it.
     let n = unsafe {
@@ -208,7 +201,6 @@ pub fn cpu_time_us(who: Who) -> (u64, u64) {
 }
 
 /// `poll()` over `fds` for up to `timeout_ms`; returns how many are ready.
-#[cfg(target_os = "linux")]
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: `fds` is a live, writable slice of pollfd and its length is passed with it.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -220,16 +212,10 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
 }
 
 /// The memory page size in bytes (what net.ipv4.tcp_mem counts in).
-#[cfg(target_os = "linux")]
 pub fn page_size() -> u64 {
     // SAFETY: sysconf takes a constant and has no other effect.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if n > 0 { n as u64 } else { 4096 }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn page_size() -> u64 {
-    4096
 }
 
 /// The local time now, formatted by strftime(3)'s `format` (`--timestamps`: `"%c "`).
@@ -260,7 +246,6 @@ pub fn local_time(format: &str) -> io::Result<String> {
 }
 
 /// True when the process runs as root (effective uid 0).
-#[cfg(target_os = "linux")]
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -268,7 +253,6 @@ pub fn is_root() -> bool {
 
 /// Opens the TUN device `name` (created if absent) in the calling thread's network
 /// namespace, packets without a protocol-info prefix, non-blocking.
-#[cfg(target_os = "linux")]
 pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::{FromRawFd, OwnedFd};
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
@@ -304,7 +288,6 @@ pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {
 
 /// Moves the calling thread into the network namespace `ns` (an open /run/netns/NAME).
 /// Threads it starts afterwards, and sockets it creates, belong to that namespace.
-#[cfg(target_os = "linux")]
 pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: setns takes a descriptor and a namespace type; `ns` is a live descriptor.
     if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
@@ -315,7 +298,6 @@ pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Waits until `fd` is readable or `timeout` passes (nanosecond resolution, unlike
 /// `poll()`); true when readable.
-#[cfg(target_os = "linux")]
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
     let mut pfd = libc::pollfd {
         fd: fd.as_raw_fd(),
@@ -343,7 +325,6 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Re
 }
 
 /// Sets the calling thread's timer slack (how late the kernel may wake it), in ns.
-#[cfg(target_os = "linux")]
 pub fn set_timer_slack(ns: u64) {
     // SAFETY: PR_SET_TIMERSLACK takes one unsigned long; failure leaves the default.
     let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
@@ -351,7 +332,6 @@ pub fn set_timer_slack(ns: u64) {
 
 /// Gives the calling thread real-time priority `prio` (SCHED_FIFO), so it preempts
 /// ordinary threads on its core. Needs root (CAP_SYS_NICE).
-#[cfg(target_os = "linux")]
 pub fn set_realtime(prio: i32) -> io::Result<()> {
     let param = libc::sched_param {
         sched_priority: prio,
@@ -367,7 +347,6 @@ pub fn set_realtime(prio: i32) -> io::Result<()> {
 /// those this process was started ignoring: `nohup` ignores SIGHUP and a non-interactive
 /// shell's background job SIGINT, and they must stay ignored (a blocked signal is queued
 /// even when its disposition is to ignore it, so taking it would undo theirs).
-#[cfg(target_os = "linux")]
 fn stop_signals() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t; sigaction with a
     // null new action only reads the current one into a live, zeroed sigaction.
@@ -388,7 +367,6 @@ fn stop_signals() -> libc::sigset_t {
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and every thread it starts
 /// afterwards, so that one thread can take them with [`wait_stop_signal`].
-#[cfg(target_os = "linux")]
 pub fn block_stop_signals() -> io::Result<()> {
     let set = stop_signals();
     // SAFETY: `set` is an initialised sigset_t; the old mask is not wanted (null).
@@ -400,7 +378,6 @@ pub fn block_stop_signals() -> io::Result<()> {
 }
 
 /// Waits for SIGINT, SIGTERM or SIGHUP (blocked by [`block_stop_signals`]); returns it.
-#[cfg(target_os = "linux")]
 pub fn wait_stop_signal() -> i32 {
     let set = stop_signals();
     let mut sig: libc::c_int = 0;
@@ -412,7 +389,6 @@ pub fn wait_stop_signal() -> i32 {
 /// Ends the process by `sig`'s default action, once the run has printed what it measured:
 /// a shell running pinperf in a loop then sees that the signal killed it and stops the loop
 /// as well (bash goes on with the loop when the child only exits 128 + sig).
-#[cfg(target_os = "linux")]
 pub fn die_by(sig: i32) -> ! {
     // SAFETY: signal() resets one valid signal's disposition; the set is a local,
     // initialised sigset_t; raise() sends `sig` to this thread, where it is now unblocked
@@ -428,14 +404,8 @@ pub fn die_by(sig: i32) -> ! {
     std::process::exit(128 + sig)
 }
 
-#[cfg(not(target_os = "linux"))]
-pub fn die_by(sig: i32) -> ! {
-    std::process::exit(128 + sig)
-}
-
 /// Like [`wait_stop_signal`], but gives up after `timeout`: `None` when no stop signal
 /// came in that time.
-#[cfg(target_os = "linux")]
 pub fn wait_stop_signal_for(timeout: std::time::Duration) -> Option<i32> {
     let set = stop_signals();
     let deadline = std::time::Instant::now() + timeout;
@@ -460,15 +430,12 @@ pub fn wait_stop_signal_for(timeout: std::time::Duration) -> Option<i32> {
 
 /// `SO_RXQ_OVFL` and `SO_MAX_PACING_RATE` (asm-generic numbers: x86, arm, riscv, powerpc;
 /// the libc crate does not export them for glibc targets).
-#[cfg(target_os = "linux")]
 const SO_RXQ_OVFL: libc::c_int = 40;
-#[cfg(target_os = "linux")]
 const SO_MAX_PACING_RATE: libc::c_int = 47;
 
 /// `SO_MAX_PACING_RATE`: caps the kernel's pacing of this socket at `bytes_per_sec` (TCP
 /// paces itself on current kernels; with the fq qdisc otherwise). Passes a u64 (kernels
 /// since 4.20 take one) and falls back to a u32 capped at its largest value.
-#[cfg(target_os = "linux")]
 pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result<()> {
     // SAFETY: passes a pointer to a live u64 and its exact size.
     let rc = unsafe {
@@ -493,7 +460,6 @@ pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result
 }
 
 /// Reads `SO_MAX_PACING_RATE` back, bytes/s (`u64::MAX` or `u32::MAX`: no cap).
-#[cfg(target_os = "linux")]
 pub fn max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let (v, len) = getsockopt_raw::<u64>(fd, libc::SOL_SOCKET, SO_MAX_PACING_RATE)?;
     Ok(if len == 4 { v & 0xffff_ffff } else { v })
@@ -501,20 +467,17 @@ pub fn max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
 
 /// Asks the kernel to report datagrams dropped on the socket's receive queue
 /// (`SO_RXQ_OVFL`): each received datagram then carries the socket's drop count.
-#[cfg(target_os = "linux")]
 pub fn set_rxq_ovfl(fd: BorrowedFd<'_>) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_SOCKET, SO_RXQ_OVFL, 1)
 }
 
 /// Turns UDP GRO on (`UDP_GRO`, kernel 5.0+): the kernel may hand several datagrams of
 /// one flow over in one buffer, with their segment size in a control message.
-#[cfg(target_os = "linux")]
 pub fn set_udp_gro(fd: BorrowedFd<'_>) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1)
 }
 
 /// True when the kernel knows UDP GSO (`UDP_SEGMENT`, kernel 4.18+).
-#[cfg(target_os = "linux")]
 pub fn udp_gso_supported(fd: BorrowedFd<'_>) -> bool {
     getsockopt_raw::<libc::c_int>(fd, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok()
 }
@@ -531,7 +494,6 @@ const CTRL_BYTES: usize = 64;
 /// `UDP_SEGMENT` control message and the kernel cuts it into datagrams of that size
 /// (`msg_len` must then be at most 64 segments and 65507 bytes). Returns the number of
 /// messages sent (from the first).
-#[cfg(target_os = "linux")]
 pub fn send_datagrams(
     fd: BorrowedFd<'_>,
     data: &[u8],
@@ -606,7 +568,6 @@ pub struct RecvMeta {
 /// message, then takes whatever else is queued, up to `meta.len()` (at most [`MAX_MSGS`])
 /// messages into consecutive `buf_len`-byte slots of `bufs`. Fills `meta` per message and
 /// returns how many arrived.
-#[cfg(target_os = "linux")]
 pub fn recv_datagrams(
     fd: BorrowedFd<'_>,
     bufs: &mut [u8],
@@ -685,17 +646,12 @@ pub fn recv_datagrams(
 // --- Copy-avoiding data paths (-Z, --skip-rx-copy) and kernel receive timestamps. ---
 // asm-generic/socket.h and linux/errqueue.h values (x86_64, aarch64, riscv64): the libc
 // crate does not define them for Linux.
-#[cfg(target_os = "linux")]
 const SO_ZEROCOPY: libc::c_int = 60;
-#[cfg(target_os = "linux")]
 const SO_TIMESTAMPNS: libc::c_int = 35;
-#[cfg(target_os = "linux")]
 const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
-#[cfg(target_os = "linux")]
 const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
 
 /// `SO_ZEROCOPY`: lets `send(MSG_ZEROCOPY)` pin the caller's pages instead of copying.
-#[cfg(target_os = "linux")]
 pub fn set_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_SOCKET, SO_ZEROCOPY, 1)
 }
@@ -703,7 +659,6 @@ pub fn set_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// `send(MSG_ZEROCOPY | MSG_NOSIGNAL)`, blocking up to the socket's `SO_SNDTIMEO`. The
 /// kernel references `buf`'s pages until it reports the send complete on the error queue
 /// ([`reap_zerocopy`]); the caller must not change them before that.
-#[cfg(target_os = "linux")]
 pub fn send_zerocopy(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a live slice; the kernel reads at most `buf.len()` bytes from it (and
     // keeps page references, not pointers into our memory map, until completion).
@@ -734,7 +689,6 @@ pub struct ZcDone {
 
 /// Reads one notification from the error queue without blocking: `Ok(None)` when it is
 /// empty. An error queued for another reason (a real socket error) is returned as one.
-#[cfg(target_os = "linux")]
 pub fn reap_zerocopy(fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
     let mut ctrl = [0u64; 16];
     // SAFETY: an all-zero msghdr is a valid plain C value.
@@ -789,7 +743,6 @@ pub fn reap_zerocopy(fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
 
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file in memory, empty (size it with
 /// `File::set_len`, which is `ftruncate`). Kernels before 3.17 answer `ENOSYS`.
-#[cfg(target_os = "linux")]
 pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: `name` is a live NUL-terminated string; the call touches no other memory.
@@ -810,7 +763,6 @@ pub struct SharedMap {
 
 impl SharedMap {
     /// Maps the first `len` bytes of `fd` (a file at least that long) read-write, shared.
-    #[cfg(target_os = "linux")]
     pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<SharedMap> {
         // SAFETY: a fresh mapping placed by the kernel (no address hint, so nothing of ours
         // is replaced); `fd` is open for the call's duration.
@@ -832,11 +784,6 @@ impl SharedMap {
         Ok(SharedMap { ptr, len })
     }
 
-    #[cfg(not(target_os = "linux"))]
-    pub fn new(_fd: BorrowedFd<'_>, _len: usize) -> io::Result<SharedMap> {
-        unsupported()
-    }
-
     /// The mapped bytes. The kernel may hold references to these pages (a `sendfile` in
     /// flight reads them later): what is stored here is what it sends.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
@@ -851,7 +798,6 @@ impl Drop for SharedMap {
         // SAFETY: unmaps exactly the mapping `new` made; no reference into it outlives
         // `self` (`bytes_mut` borrows `self`). Pages the kernel still references stay
         // alive through its own references.
-        #[cfg(target_os = "linux")]
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
@@ -861,7 +807,6 @@ impl Drop for SharedMap {
 /// `sendfile(sock, file, &offset, len)`: the kernel queues up to `len` bytes of `file` from
 /// `offset` on `sock` by page reference, no copy (blocking up to `SO_SNDTIMEO`); returns
 /// how many it took. The pages must not change while the kernel may still send them.
-#[cfg(target_os = "linux")]
 pub fn sendfile(
     sock: BorrowedFd<'_>,
     file: BorrowedFd<'_>,
@@ -881,7 +826,6 @@ pub fn sendfile(
 
 /// `recv(MSG_TRUNC)` on TCP: the kernel consumes up to `len` queued bytes without copying
 /// them anywhere and returns how many (blocking up to `SO_RCVTIMEO`; 0 at EOF).
-#[cfg(target_os = "linux")]
 pub fn recv_discard(fd: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
     // SAFETY: with MSG_TRUNC on a TCP socket the kernel writes nothing to the buffer; a
     // null pointer is what iperf3 passes too, and no memory of ours is touched.
@@ -895,14 +839,12 @@ pub fn recv_discard(fd: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
 
 /// `SO_TIMESTAMPNS`: the kernel stamps every arriving segment (CLOCK_REALTIME) and
 /// [`recv_stamped_nowait`] returns the stamp of the data it read.
-#[cfg(target_os = "linux")]
 pub fn set_rx_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, 1)
 }
 
 /// `recvmsg(MSG_DONTWAIT)` into `buf`: the bytes read and, with [`set_rx_timestamps`]
 /// on, when the kernel received the last segment they came from (ns of CLOCK_REALTIME).
-#[cfg(target_os = "linux")]
 pub fn recv_stamped_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
     let mut ctrl = [0u64; 8];
     let mut iov = libc::iovec {
@@ -937,7 +879,6 @@ pub fn recv_stamped_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(us
 
 /// Waits until `fd`'s error queue has something (a zerocopy completion) or `timeout`
 /// passes; true when it has.
-#[cfg(target_os = "linux")]
 pub fn wait_error_queue(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
     let mut fds = [libc::pollfd {
         fd: fd.as_raw_fd(),
@@ -956,7 +897,6 @@ pub fn wait_error_queue(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io:
 }
 
 /// CLOCK_REALTIME now in ns (to place a kernel receive stamp on the monotonic clock).
-#[cfg(target_os = "linux")]
 pub fn realtime_ns() -> u64 {
     // SAFETY: an all-zero timespec is valid; clock_gettime fills it.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -989,102 +929,6 @@ pub fn tsc_keeps_time() -> bool {
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
         )
         .is_ok_and(|s| s.trim() == "tsc")
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn set_zerocopy(_fd: BorrowedFd<'_>) -> io::Result<()> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn send_zerocopy(_fd: BorrowedFd<'_>, _buf: &[u8]) -> io::Result<usize> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn reap_zerocopy(_fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn memfd(_name: &std::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn sendfile(
-    _sock: BorrowedFd<'_>,
-    _file: BorrowedFd<'_>,
-    _offset: u64,
-    _len: usize,
-) -> io::Result<usize> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn recv_discard(_fd: BorrowedFd<'_>, _len: usize) -> io::Result<usize> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn set_rx_timestamps(_fd: BorrowedFd<'_>) -> io::Result<()> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn recv_stamped_nowait(
-    _fd: BorrowedFd<'_>,
-    _buf: &mut [u8],
-) -> io::Result<(usize, Option<u64>)> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn wait_error_queue(_fd: BorrowedFd<'_>, _timeout: std::time::Duration) -> io::Result<bool> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn realtime_ns() -> u64 {
-    0
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn poll(_fds: &mut [libc::pollfd], _timeout_ms: i32) -> io::Result<usize> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn recv_nowait(_fd: BorrowedFd<'_>, _buf: &mut [u8]) -> io::Result<usize> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn send_nowait(_fd: BorrowedFd<'_>, _buf: &[u8]) -> io::Result<usize> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-fn unsupported<T>() -> io::Result<T> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "unsupported on this OS",
-    ))
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn tcp_info(_fd: BorrowedFd<'_>) -> io::Result<(TcpInfo, usize)> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn path_mtu(_fd: BorrowedFd<'_>, _ipv6: bool) -> io::Result<u32> {
-    unsupported()
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn set_buffer_force(_fd: BorrowedFd<'_>, _send: bool, _bytes: u64) -> io::Result<()> {
-    unsupported()
 }
 
 #[cfg(test)]
