@@ -72,6 +72,11 @@ pub struct TcpInfo {
     pub rcv_wnd: u32,
 }
 
+/// A system call's result: negative is the errno (`-1`), anything else the count.
+fn cvt<T: TryInto<usize>>(n: T) -> io::Result<usize> {
+    n.try_into().map_err(|_| io::Error::last_os_error())
+}
+
 fn getsockopt_raw<T: Copy + Default>(
     fd: BorrowedFd<'_>,
     level: i32,
@@ -90,9 +95,7 @@ fn getsockopt_raw<T: Copy + Default>(
             &mut len,
         )
     };
-    if rc == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(rc)?;
     Ok((value, len as usize))
 }
 
@@ -107,11 +110,7 @@ fn setsockopt_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int)
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    if rc == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    cvt(rc).map(drop)
 }
 
 /// Reads `TCP_INFO`; returns the struct and how many bytes the kernel filled.
@@ -152,11 +151,7 @@ pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
             libc::MSG_DONTWAIT,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt(n)
 }
 
 /// `send(MSG_DONTWAIT | MSG_NOSIGNAL)`: queue what fits now, never block. Used by
@@ -171,11 +166,7 @@ pub fn send_nowait(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
             libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt(n)
 }
 
 /// Whose CPU time [`cpu_time_us`] reads.
@@ -204,11 +195,7 @@ pub fn cpu_time_us(who: Who) -> (u64, u64) {
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: `fds` is a live, writable slice of pollfd and its length is passed with it.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt(n)
 }
 
 /// The memory page size in bytes (what net.ipv4.tcp_mem counts in).
@@ -268,9 +255,7 @@ pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {
             libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
         )
     };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(fd)?;
     // SAFETY: `fd` was just opened and is owned by nothing else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: an all-zero ifreq is a valid value of this plain C struct.
@@ -280,9 +265,7 @@ pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {
     }
     req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one ifreq, which `req` is; `fd` is a tun fd.
-    if unsafe { libc::ioctl(fd, libc::TUNSETIFF, &mut req) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::ioctl(fd, libc::TUNSETIFF, &mut req) })?;
     Ok(owned)
 }
 
@@ -290,9 +273,7 @@ pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {
 /// Threads it starts afterwards, and sockets it creates, belong to that namespace.
 pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: setns takes a descriptor and a namespace type; `ns` is a live descriptor.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })?;
     Ok(())
 }
 
@@ -337,9 +318,7 @@ pub fn set_realtime(prio: i32) -> io::Result<()> {
         sched_priority: prio,
     };
     // SAFETY: pid 0 is the calling thread; `param` is a live sched_param.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) })?;
     Ok(())
 }
 
@@ -544,11 +523,7 @@ pub fn send_datagrams(
             libc::MSG_NOSIGNAL,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt(n)
 }
 
 /// One message [`recv_datagrams`] received.
@@ -608,9 +583,7 @@ pub fn recv_datagrams(
             std::ptr::null_mut(),
         )
     };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(n)?;
     let n = n as usize;
     for (m, out) in msgs[..n].iter().zip(meta.iter_mut()) {
         let hdr = &m.msg_hdr;
@@ -670,11 +643,7 @@ pub fn send_zerocopy(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
             libc::MSG_ZEROCOPY | libc::MSG_NOSIGNAL,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt(n)
 }
 
 /// One zerocopy completion notification: sends numbered `lo..=hi` (each successful
@@ -747,9 +716,7 @@ pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: `name` is a live NUL-terminated string; the call touches no other memory.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(fd)?;
     // SAFETY: `fd` was just opened by the kernel for us and nothing else owns it.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
@@ -817,11 +784,7 @@ pub fn sendfile(
         libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `off` is a live off_t the kernel may update; both descriptors are open.
     let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt(n)
 }
 
 /// `recv(MSG_TRUNC)` on TCP: the kernel consumes up to `len` queued bytes without copying
@@ -830,11 +793,7 @@ pub fn recv_discard(fd: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
     // SAFETY: with MSG_TRUNC on a TCP socket the kernel writes nothing to the buffer; a
     // null pointer is what iperf3 passes too, and no memory of ours is touched.
     let n = unsafe { libc::recv(fd.as_raw_fd(), std::ptr::null_mut(), len, libc::MSG_TRUNC) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt(n)
 }
 
 /// `SO_TIMESTAMPNS`: the kernel stamps every arriving segment (CLOCK_REALTIME) and
@@ -859,9 +818,7 @@ pub fn recv_stamped_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(us
     msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
     // SAFETY: `msg` points at `buf` (writable, its true length) and a live control buffer.
     let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(n)?;
     let mut stamp = None;
     // SAFETY: as in `reap_zerocopy`: the walk stays inside what the kernel wrote.
     unsafe {
