@@ -169,11 +169,7 @@ impl Server {
             if spare.is_none() {
                 spare = open_spare();
             }
-            let mut fds = [libc::pollfd {
-                fd: self.listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }];
+            let mut fds = [crate::sys::pollfd(self.listener.as_raw_fd(), libc::POLLIN)];
             match crate::sys::poll(&mut fds, timeouts::POLL.as_millis() as i32) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -1130,19 +1126,14 @@ fn accept_streams(
             .saturating_duration_since(now)
             .as_millis()
             .clamp(1, i32::MAX as u128) as i32;
-        let watch = |fd: RawFd, events: libc::c_short| libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
         let mut fds = vec![
-            watch(listener.as_raw_fd(), libc::POLLIN),
-            watch(ctl_fd, libc::POLLIN),
+            crate::sys::pollfd(listener.as_raw_fd(), libc::POLLIN),
+            crate::sys::pollfd(ctl_fd, libc::POLLIN),
         ];
         fds.extend(
             pending
                 .iter()
-                .map(|p| watch(p.sock.as_raw_fd(), libc::POLLIN)),
+                .map(|p| crate::sys::pollfd(p.sock.as_raw_fd(), libc::POLLIN)),
         );
         match crate::sys::poll(&mut fds, wait_ms) {
             Ok(_) => {}

@@ -191,6 +191,15 @@ pub fn cpu_time_us(who: Who) -> (u64, u64) {
     (us(usage.ru_utime), us(usage.ru_stime))
 }
 
+/// One entry for [`poll`]: `fd`, watched for `events`.
+pub fn pollfd(fd: std::os::fd::RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
 /// `poll()` over `fds` for up to `timeout_ms`; returns how many are ready.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: `fds` is a live, writable slice of pollfd and its length is passed with it.
@@ -280,11 +289,7 @@ pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
 /// Waits until `fd` is readable or `timeout` passes (nanosecond resolution, unlike
 /// `poll()`); true when readable.
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut pfd = pollfd(fd.as_raw_fd(), libc::POLLIN);
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,

@@ -114,11 +114,7 @@ pub(crate) fn await_hellos(
             .min(timeouts::POLL)
             .as_millis()
             .max(1) as i32;
-        let watch = |fd: RawFd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let watch = |fd: RawFd| crate::sys::pollfd(fd, libc::POLLIN);
         let mut fds: Vec<libc::pollfd> = std::iter::once(watch(ctl_fd))
             .chain(socks.iter().map(|s| watch(s.as_raw_fd())))
             .collect();

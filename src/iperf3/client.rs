@@ -420,11 +420,10 @@ impl Ran {
 /// The iperf3 server's word, if it says one within `wait`: it closed the control
 /// connection, or sent its error or another state.
 fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<String>> {
-    let mut fds = [libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
+    let mut fds = [crate::sys::pollfd(
+        std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
+        libc::POLLIN,
+    )];
     let wait = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
     if !crate::sys::poll(&mut fds, wait).is_ok_and(|n| n > 0) {
         return Ok(None);

@@ -155,11 +155,7 @@ impl Listener {
                     socks.len()
                 )));
             }
-            let watch = |fd: RawFd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
+            let watch = |fd: RawFd| crate::sys::pollfd(fd, libc::POLLIN);
             let mut fds = [watch(ctl), watch(self.sock.as_raw_fd())];
             let wait = left.min(crate::timeouts::POLL).as_millis().max(1) as i32;
             match crate::sys::poll(&mut fds, wait) {

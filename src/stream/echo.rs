@@ -502,11 +502,11 @@ fn serve(hub: &Hub) {
             }
         }
         fds.clear();
-        fds.extend(lanes.iter().map(|l| libc::pollfd {
-            fd: l.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
+        fds.extend(
+            lanes
+                .iter()
+                .map(|l| crate::sys::pollfd(l.sock.as_raw_fd(), libc::POLLIN)),
+        );
         match sys::poll(&mut fds, HUB_WAKE_MS) {
             Ok(0) => continue,
             Ok(_) => {}

@@ -87,15 +87,9 @@ pub fn run(
     let n = lanes.len();
     let mut fds: Vec<libc::pollfd> = lanes
         .iter()
-        .map(|l| libc::pollfd {
-            fd: l.sock.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        })
-        .chain(lanes.iter().map(|l| libc::pollfd {
-            fd: l.echo.as_ref().map_or(-1, |e| e.as_raw_fd()),
-            events: libc::POLLIN,
-            revents: 0,
+        .map(|l| crate::sys::pollfd(l.sock.as_raw_fd(), libc::POLLOUT))
+        .chain(lanes.iter().map(|l| {
+            crate::sys::pollfd(l.echo.as_ref().map_or(-1, |e| e.as_raw_fd()), libc::POLLIN)
         }))
         .collect();
     loop {
