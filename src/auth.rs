@@ -272,12 +272,7 @@ pub(crate) fn client_step(
             })?
         }
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
-        other => {
-            return Err(Error::Protocol {
-                peer,
-                what: format!("expected challenge, got {}", other.kind()),
-            });
-        }
+        other => return Err(other.unexpected(peer, "challenge")),
     };
     let body = crate::protocol::params_body(test);
     let proof = mac(

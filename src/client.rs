@@ -202,7 +202,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     let mut marks = None; // CPU and kernel counters from the start, once it started
     let mut failure = match recv_step(&ctl) {
         Ok(ControlMsg::Start) => None,
-        Ok(other) => Some(unexpected(peer, "start", &other)),
+        Ok(other) => Some(other.unexpected(peer, "start")),
         Err(e) => Some(e),
     };
     if failure.is_none() {
@@ -277,14 +277,14 @@ fn negotiate(
     let remote_software = match recv_step(ctl)? {
         ControlMsg::Welcome { software, .. } => software,
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
-        other => return Err(unexpected(peer, "welcome", &other)),
+        other => return Err(other.unexpected(peer, "welcome")),
     };
     crate::auth::client_step(ctl, auth, test, recv_step)?;
     ctl.send(&ControlMsg::Params(test.clone()))?;
     let accept = match recv_step(ctl)? {
         ControlMsg::Accept(a) => a,
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
-        other => return Err(unexpected(peer, "accept", &other)),
+        other => return Err(other.unexpected(peer, "accept")),
     };
     let data = match test.udp {
         true => accept.udp_ports.len() == test.threads(),
@@ -444,7 +444,7 @@ fn watch(
                 let _ = remote_tx.send(RemoteEvent::Done(done));
                 return None;
             }
-            Ok(other) => return Some(unexpected(peer, "a row or the totals", &other)),
+            Ok(other) => return Some(other.unexpected(peer, "a row or the totals")),
             Err(e) => {
                 // Host TCP memory in pressure or exhausted explains a crawling test.
                 kernel.sample();
@@ -552,11 +552,4 @@ fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: u
 /// included), as it reaches any server.
 fn start_loopback_server() -> Result<SocketAddr> {
     Server::spawn_local(true, Affinity::Auto)
-}
-
-fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
-    Error::Protocol {
-        peer,
-        what: format!("expected {expected}, got {}", got.kind()),
-    }
 }

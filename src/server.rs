@@ -918,7 +918,7 @@ fn run_test(
             Ok(None) => {}
             Ok(Some(ControlMsg::Bye)) => {}
             Ok(Some(other)) => {
-                failure = Some(unexpected(peer, "nothing during the test", &other));
+                failure = Some(other.unexpected(peer, "nothing during the test"));
                 break;
             }
             Err(e) => {
@@ -1062,13 +1062,6 @@ fn run_reporter(
     })
 }
 
-fn unexpected(peer: SocketAddr, expected: &str, got: &ControlMsg) -> Error {
-    Error::Protocol {
-        peer,
-        what: format!("expected {expected}, got {}", got.kind()),
-    }
-}
-
 /// A data connection waiting for its stream hello.
 struct Pending {
     sock: TcpStream,
@@ -1150,7 +1143,7 @@ fn accept_streams(
             match ctl.poll(Duration::ZERO) {
                 Ok(None) => {}
                 Ok(Some(other)) => {
-                    return Err(gave_up(unexpected(peer, "nothing before start", &other)));
+                    return Err(gave_up(other.unexpected(peer, "nothing before start")));
                 }
                 Err(e) => return Err(gave_up(e)),
             }

@@ -127,12 +127,7 @@ pub(crate) fn await_hellos(
             match ctl.poll(Duration::ZERO)? {
                 None => {}
                 Some(ControlMsg::UdpReady) => ready = true,
-                Some(other) => {
-                    return Err(Error::Protocol {
-                        peer,
-                        what: format!("expected udp_ready, got {}", other.kind()),
-                    });
-                }
+                Some(other) => return Err(other.unexpected(peer, "udp_ready")),
             }
         }
         for (i, sock) in socks.iter().enumerate() {

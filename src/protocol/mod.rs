@@ -147,6 +147,14 @@ impl ControlMsg {
             ControlMsg::AuthProof { .. } => "auth_proof",
         }
     }
+
+    /// The error for this message from `peer` where `expected` should have come.
+    pub(crate) fn unexpected(&self, peer: SocketAddr, expected: &str) -> Error {
+        Error::Protocol {
+            peer,
+            what: format!("expected {expected}, got {}", self.kind()),
+        }
+    }
 }
 
 /// Encodes one frame (length + JSON).
