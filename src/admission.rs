@@ -52,6 +52,18 @@ pub struct Refusal {
     pub user: Option<String>,
 }
 
+impl Refusal {
+    /// A refusal whose reason is both what the client hears and what the log says.
+    pub fn plain(why: &'static str, reason: String, user: Option<String>) -> Refusal {
+        Refusal {
+            why,
+            to_client: reason.clone(),
+            to_log: reason,
+            user,
+        }
+    }
+}
+
 /// An admitted test's parameters, pin plan and authenticated user.
 #[derive(Debug)]
 pub struct Ticket {
@@ -153,12 +165,7 @@ impl Handshake {
                     "{} speaks protocol {version}; this server ({SOFTWARE}) speaks {PROTOCOL_VERSION}",
                     printable(&software)
                 );
-                Step::Refuse(Refusal {
-                    why: "version",
-                    to_client: reason.clone(),
-                    to_log: reason,
-                    user: None,
-                })
+                Step::Refuse(Refusal::plain("version", reason, None))
             }
             (State::Hello, other) => expected("hello", &other),
             (State::AuthRequest, ControlMsg::AuthRequest { user, nonce }) => {
@@ -219,12 +226,7 @@ impl Handshake {
                     }
                 }
                 if let Err(reason) = params.validate(&self.limits) {
-                    return Step::Refuse(Refusal {
-                        why: "params",
-                        to_client: reason.clone(),
-                        to_log: reason,
-                        user: self.user.clone(),
-                    });
+                    return Step::Refuse(Refusal::plain("params", reason, self.user.clone()));
                 }
                 let n = params.threads();
                 let affinity = params.pin.as_ref().unwrap_or(&self.affinity);
@@ -236,12 +238,7 @@ impl Handshake {
                     })),
                     Err(reason) => {
                         let reason = format!("remote -A: {reason}");
-                        Step::Refuse(Refusal {
-                            why: "params",
-                            to_client: reason.clone(),
-                            to_log: reason,
-                            user: self.user.clone(),
-                        })
+                        Step::Refuse(Refusal::plain("params", reason, self.user.clone()))
                     }
                 }
             }
@@ -250,12 +247,7 @@ impl Handshake {
                 let reason = "this server does not use authentication (it has no --auth-keys); \
                               run the client without --auth"
                     .to_string();
-                Step::Refuse(Refusal {
-                    why: "auth",
-                    to_client: reason.clone(),
-                    to_log: reason,
-                    user: None,
-                })
+                Step::Refuse(Refusal::plain("auth", reason, None))
             }
             (State::Params, other) => expected("params", &other),
             (State::Done, other) => expected("nothing more", &other),

@@ -551,12 +551,7 @@ fn take_slot<'a>(
     peer: SocketAddr,
     run_time: Duration,
 ) -> std::result::Result<SlotGuard<'a>, Refusal> {
-    let refusal = |why, reason: String| Refusal {
-        why,
-        to_client: reason.clone(),
-        to_log: reason,
-        user: None,
-    };
+    let refusal = |why, reason: String| Refusal::plain(why, reason, None);
     let taken = match shared.slot.try_take(run_time) {
         Err(FINISHING) if shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => {
             let got = shared.slot.wait_take(run_time, timeouts::FINISHING);
