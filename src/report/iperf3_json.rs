@@ -236,7 +236,7 @@ struct TestStart {
     interval: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Interval {
     streams: Vec<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -309,7 +309,7 @@ struct End {
     whole: Option<EndWhole>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct EndWhole {
     streams: Vec<EndStream>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -341,7 +341,7 @@ struct EndStream {
     udp: Option<Entry>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Cpu {
     host_total: f64,
     host_user: f64,
@@ -482,21 +482,10 @@ fn intervals(doc: &Document) -> Vec<Interval> {
     let mut out: Vec<(u32, Interval)> = Vec::new();
     for iv in doc.intervals.iter().filter(|iv| !iv.uncounted) {
         let role = Role::of(header, iv.reverse);
-        let at = match out.last() {
-            Some((index, _)) if *index == iv.index => out.len() - 1,
-            _ => {
-                out.push((
-                    iv.index,
-                    Interval {
-                        streams: Vec::new(),
-                        sum: None,
-                        sum_bidir_reverse: None,
-                    },
-                ));
-                out.len() - 1
-            }
-        };
-        let entry = &mut out[at].1;
+        if out.last().is_none_or(|(index, _)| *index != iv.index) {
+            out.push((iv.index, Interval::default()));
+        }
+        let entry = &mut out.last_mut().expect("pushed above").1;
         entry.streams.extend(
             iv.streams
                 .iter()
@@ -595,16 +584,8 @@ fn end(doc: &Document) -> End {
         return End::default();
     }
     let mut whole = EndWhole {
-        streams: Vec::new(),
-        sum: None,
-        sum_sent: None,
-        sum_received: None,
-        sum_bidir_reverse: None,
-        sum_sent_bidir_reverse: None,
-        sum_received_bidir_reverse: None,
         cpu_utilization_percent: cpu(doc.end.as_ref()),
-        sender_tcp_congestion: None,
-        receiver_tcp_congestion: None,
+        ..EndWhole::default()
     };
     for s in summaries {
         let role = Role::of(header, s.reverse);
