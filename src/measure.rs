@@ -58,7 +58,7 @@ impl RttStats {
 }
 
 /// One stream's share of a closed interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StreamSlice {
     pub bytes: u64,
     /// Kernel smoothed RTT over the interval's `TCP_INFO` samples.

@@ -336,20 +336,12 @@ impl Direction {
             return Vec::new();
         }
         for &(index, begin_us, end_us) in &missing {
-            let nothing = StreamSlice {
-                bytes: 0,
-                srtt: None,
-                block_rtt: None,
-                retransmits: None,
-                last: None,
-                udp: None,
-            };
             let iv = ClosedInterval {
                 index,
                 omitted: self.omitted_through.is_some_and(|o| index <= o),
                 begin_ns: begin_us * 1000,
                 end_ns: end_us * 1000,
-                streams: vec![nothing; self.rows_received.len()],
+                streams: vec![StreamSlice::default(); self.rows_received.len()],
             };
             self.senders.insert(index, (iv, None));
         }
