@@ -44,8 +44,6 @@ pub(crate) mod signals;
 pub mod stream;
 pub(crate) mod sys;
 pub(crate) mod timeouts;
-// Until the client and the server run UDP tests (the lead wires them in).
-#[allow(dead_code, unused_imports)]
 pub(crate) mod udp;
 pub(crate) mod udp_link;
 pub(crate) mod units;

@@ -25,17 +25,13 @@ use std::os::fd::AsFd;
 use crate::error::Result;
 use crate::netinfo::WindowGrant;
 
-pub use crate::stream::UdpSnapshot;
-pub use counters::UdpCounters;
 pub use receiver::{UdpRecvOutcome, receive};
 pub use sender::{UdpSend, UdpSendOutcome, send};
-pub use wire::HEADER_BYTES;
 
-/// The datagram sizes are the parameter table's ([`crate::params`]).
-pub const DEFAULT_DATAGRAM: usize = crate::params::DEFAULT_DATAGRAM as usize;
+/// The largest datagram is the parameter table's ([`crate::params`]).
 pub const MAX_DATAGRAM: usize = crate::params::MAX_DATAGRAM as usize;
 
-/// What [`configure`] set on a UDP socket.
+/// What [`configure_with`] set on a UDP socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UdpSetup {
     /// `-w` (both buffers) as requested and granted, as for TCP.
@@ -51,14 +47,9 @@ pub struct UdpSetup {
 }
 
 /// Sets `-w` on a UDP socket (as `net::apply_window` does for TCP, `force` for
-/// `--force-window`), turns GRO and the receive-queue drop count on, and says what the
-/// kernel offers. Call on both ends before the test.
-pub fn configure(sock: &UdpSocket, window: Option<u64>, force: bool) -> Result<UdpSetup> {
-    configure_with(sock, window, force, true)
-}
-
-/// [`configure`], with GRO left off when `gro` is false (exact per-datagram drop counts at
-/// the cost of one buffer per datagram).
+/// `--force-window`), turns the receive-queue drop count on and GRO unless `gro` is false
+/// (exact per-datagram drop counts at the cost of one buffer per datagram), and says what
+/// the kernel offers. Call on both ends before the test.
 pub fn configure_with(
     sock: &UdpSocket,
     window: Option<u64>,
@@ -72,17 +63,6 @@ pub fn configure_with(
         rxq_ovfl: crate::sys::set_rxq_ovfl(sock.as_fd()).is_ok(),
         gso: crate::sys::udp_gso_supported(sock.as_fd()),
     })
-}
-
-/// The datagram size for a connected socket when `-l` is not given: its path MTU
-/// (`IP_MTU`/`IPV6_MTU`) by the parameter table's rule ([`crate::params::datagram_for_mtu`]).
-/// On loopback (MTU 65536) this is the largest datagram, 65507 bytes.
-pub fn path_datagram(sock: &UdpSocket) -> usize {
-    let Ok(peer) = sock.peer_addr() else {
-        return DEFAULT_DATAGRAM;
-    };
-    let mtu = crate::sys::path_mtu(sock.as_fd(), peer.is_ipv6()).ok();
-    crate::params::datagram_for_mtu(mtu, peer.is_ipv6()) as usize
 }
 
 #[cfg(test)]

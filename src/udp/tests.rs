@@ -62,8 +62,8 @@ fn run_pair(
 #[test]
 fn two_hundred_megabits_for_a_second_arrive_paced_and_complete() {
     let (tx, rx) = pair();
-    configure(&tx, None, false).unwrap();
-    let setup = configure(&rx, Some(2 << 20), false).unwrap();
+    configure_with(&tx, None, false, true).unwrap();
+    let setup = configure_with(&rx, Some(2 << 20), false, true).unwrap();
     assert!(setup.rxq_ovfl && setup.gro, "{setup:?}");
     let r = run_pair(tx, rx, Some(200_000_000), 1472, Duration::from_secs(1));
     let c = r.got.counters;
@@ -188,7 +188,7 @@ fn a_datagram_smaller_than_the_header_is_a_usage_error() {
     let (ctx, _rep, _start) = side(0, 1472, None);
     let plan = UdpSend {
         rate_bps: None,
-        datagram: HEADER_BYTES - 1,
+        datagram: wire::HEADER_BYTES - 1,
         run_time: Duration::from_secs(1),
         gso: true,
         wire: wire::Format::Pinperf,
@@ -200,8 +200,16 @@ fn a_datagram_smaller_than_the_header_is_a_usage_error() {
 #[test]
 fn the_path_datagram_fills_the_mtu() {
     let (tx, _rx) = pair();
-    // Loopback's MTU (65536, reported as 65535) allows the largest datagram.
-    assert_eq!(path_datagram(&tx), MAX_DATAGRAM);
+    // Loopback's MTU (65536, reported as 65535) allows the largest datagram; without an
+    // MTU (an unconnected socket has none) the size is the table's default.
+    let datagram = |sock: &UdpSocket| {
+        let mtu = crate::sys::path_mtu(std::os::fd::AsFd::as_fd(sock), false).ok();
+        crate::params::datagram_for_mtu(mtu, false) as usize
+    };
+    assert_eq!(datagram(&tx), MAX_DATAGRAM);
     let unconnected = UdpSocket::bind("127.0.0.1:0").unwrap();
-    assert_eq!(path_datagram(&unconnected), DEFAULT_DATAGRAM);
+    assert_eq!(
+        datagram(&unconnected),
+        crate::params::DEFAULT_DATAGRAM as usize
+    );
 }
