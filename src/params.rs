@@ -539,6 +539,16 @@ impl TestParams {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_datagram_fills_the_path_mtu_less_its_headers() {
+        assert_eq!(datagram_for_mtu(Some(1500), false), 1472);
+        assert_eq!(datagram_for_mtu(Some(1500), true), 1452);
+        // Loopback (65535 as IP_MTU reports it) and beyond: the largest datagram.
+        assert_eq!(datagram_for_mtu(Some(65_535), false), MAX_DATAGRAM);
+        assert_eq!(datagram_for_mtu(Some(40), true), MIN_DATAGRAM);
+        assert_eq!(datagram_for_mtu(None, true), DEFAULT_DATAGRAM);
+    }
+
     fn params() -> TestParams {
         let mut p = TestParams::defaults();
         p.streams = 4;

@@ -90,6 +90,8 @@ pub const BUSY_ANSWER: Duration = Duration::from_secs(1);
 
 /// After a local stream fails, how long the client listens for the server's word on it:
 /// a reset seen here is often the server's own failure, and its message names the cause.
+/// Against an iperf3 server that closed the control connection, also how long the client
+/// waits for a stream to fail with it (iperf3 closes when a data connection dies).
 pub const CAUSE: Duration = Duration::from_millis(200);
 
 /// The longest silence on the control connection a client accepts while the test runs:

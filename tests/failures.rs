@@ -93,8 +93,8 @@ fn a_reset_data_connection_fails_a_bidir_test_within_a_second() {
     );
 }
 
-/// Against an iperf3 server, which ends its test when a data connection dies: the client
-/// names the stream, then what the server did.
+/// Against an iperf3 server: the client names the stream, then whatever the server said
+/// (3.12 ends its test and closes when a data connection dies).
 #[test]
 fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second() {
     let test = "a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second";
@@ -117,11 +117,18 @@ fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second
             .map(|&(client, _)| reset(port, client))
             .is_some()
     });
-    // Whichever the client saw first, the stream is named, with the server's word.
+    // Whichever the client saw first, the stream is named first; iperf3 3.12 then closes
+    // the control connection, 3.21 says nothing, and what it said follows the stream.
     assert!(
-        stderr.contains("pinperf: stream-") && stderr.contains("; the iperf3 server"),
-        "the stream, with the server's word: {stderr}"
+        stderr.starts_with("pinperf: stream-"),
+        "the stream is named first: {stderr}"
     );
+    if let Some(at) = stderr.find("the iperf3 server") {
+        assert!(
+            stderr[..at].ends_with("; "),
+            "the server's word follows: {stderr}"
+        );
+    }
 }
 
 /// Resets one of three data connections once the first interval is out, and checks the

@@ -190,22 +190,35 @@ pub(crate) fn run(
     })?;
 
     let mut ran = Ran::default();
-    let result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending, &mut ran);
-    let cpu_mark = result.as_ref().ok().map(|(mark, _, _)| mark);
-    if let (Err(e), Some(t0)) = (&result, ran.started) {
+    let mut result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending, &mut ran);
+    if let (Err(e), Some(t0)) = (&mut result, ran.started) {
         // Whatever ended a running test (a signal, a stream, the server), the rows so far
-        // keep their totals, marked cut short; the error follows them. A failed stream
-        // is said live, as against a pinperf server.
+        // keep their totals, marked cut short; the error follows them.
         stopped.store(true, Ordering::SeqCst);
-        let signal = matches!(e, Error::Interrupted { .. });
-        let _ = remote_tx.send(match ran.failed {
-            Some((at, error)) => RemoteEvent::StreamFailed { at, error },
-            None => RemoteEvent::CutShort {
-                at: t0.elapsed().as_secs_f64(),
-                say: (signal && cfg.format == Format::Text).then(|| e.to_string()),
-            },
-        });
+        match ran.failed.take() {
+            Some((at, error)) => {
+                // A failed stream is said live, then the server's word on it is added if
+                // it says one soon: which came first cannot be told from one end (as
+                // against a pinperf server).
+                let _ = remote_tx.send(RemoteEvent::StreamFailed { at, error });
+                let theirs = ran.theirs.take().or_else(|| {
+                    let word = their_word(&mut ctl, timeouts::CAUSE).ok().flatten();
+                    word.map(|w| w.text)
+                });
+                if let Some(theirs) = theirs {
+                    *e = Error::Test(format!("{e}; {theirs}"));
+                }
+            }
+            None => {
+                let signal = matches!(e, Error::Interrupted { .. });
+                let _ = remote_tx.send(RemoteEvent::CutShort {
+                    at: t0.elapsed().as_secs_f64(),
+                    say: (signal && cfg.format == Format::Text).then(|| e.to_string()),
+                });
+            }
+        }
     }
+    let cpu_mark = result.as_ref().ok().map(|(mark, _, _)| mark);
     if result.is_err() {
         ends.abort();
         // Closing the streams ends threads blocked on the server.
@@ -394,32 +407,36 @@ fn expect(ctl: &mut Ctl, want: i8) -> Result<()> {
     }
 }
 
-/// What `drive` leaves for a test it ends early: when the streams started, and the stream
-/// that failed (seconds into the test, its error) when one did.
+/// What `drive` leaves for a test it ends early: when the streams started; the stream that
+/// failed (seconds into the test, its error) when one did, and what the server said with it.
 #[derive(Default)]
 struct Ran {
     started: Option<Instant>,
     failed: Option<(f64, String)>,
+    theirs: Option<String>,
 }
 
 impl Ran {
-    /// A stream's failure as the test's error, with the server's word when it said one
-    /// (which came first cannot be told from one end, as against a pinperf server).
-    fn stream_failed(&mut self, f: Failure, theirs: Option<String>) -> Error {
+    /// A stream's failure as the test's error (the server's word is added once the failure
+    /// has been said live, see `run`).
+    fn stream_failed(&mut self, f: Failure) -> Error {
         let t0 = self.started.unwrap_or(f.at);
         let at = f.at.saturating_duration_since(t0).as_secs_f64();
-        let ours = format!("{} ({at:.2} s into the test)", f.error);
+        let e = Error::Test(format!("{} ({at:.2} s into the test)", f.error));
         self.failed = Some((at, f.error));
-        Error::Test(match theirs {
-            Some(theirs) => format!("{ours}; {theirs}"),
-            None => ours,
-        })
+        e
     }
 }
 
-/// The iperf3 server's word, if it says one within `wait`: it closed the control
-/// connection, or sent its error or another state.
-fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<String>> {
+/// What the iperf3 server said during the test, in words.
+struct Word {
+    /// It closed the control connection (rather than sending its error or a state).
+    closed: bool,
+    text: String,
+}
+
+/// The iperf3 server's word, if it says one within `wait`.
+fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<Word>> {
     let mut fds = [crate::sys::pollfd(
         std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
         libc::POLLIN,
@@ -430,11 +447,16 @@ fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<String>> {
     }
     let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
     let peer = ctl.peer;
-    Ok(match ctl.sock.peek(&mut [0u8; 1]) {
-        Ok(0) => Some(format!(
-            "the iperf3 server {peer} closed the control connection during the test"
-        )),
-        Ok(_) => Some(match ctl.read_state(STEP)? {
+    let text = match ctl.sock.peek(&mut [0u8; 1]) {
+        Ok(0) => {
+            return Ok(Some(Word {
+                closed: true,
+                text: format!(
+                    "the iperf3 server {peer} closed the control connection during the test"
+                ),
+            }));
+        }
+        Ok(_) => match ctl.read_state(STEP)? {
             super::SERVER_ERROR => format!(
                 "the iperf3 server {peer} failed: {}",
                 ctl.read_server_error(STEP)?
@@ -443,9 +465,13 @@ fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<String>> {
                 "the iperf3 server {peer} sent {} during the test",
                 state_name(other)
             ),
-        }),
-        Err(_) => None,
-    })
+        },
+        Err(_) => return Ok(None),
+    };
+    Ok(Some(Word {
+        closed: false,
+        text,
+    }))
 }
 
 /// From `TEST_START` to `TEST_END`: starts the threads at `TEST_RUNNING`, watches the
@@ -477,8 +503,7 @@ fn drive(
     let mut acked_at: Option<Instant> = None;
     loop {
         if let Some(f) = ends.failure() {
-            let theirs = their_word(ctl, timeouts::CAUSE).ok().flatten();
-            return Err(ran.stream_failed(f, theirs));
+            return Err(ran.stream_failed(f));
         }
         if output.closed() {
             return Err(Error::OutputClosed);
@@ -498,17 +523,20 @@ fn drive(
             true => Duration::from_millis(20),
             false => Duration::from_millis(1),
         };
-        if let Some(theirs) = their_word(ctl, look)? {
-            // iperf3 ends a test whose data connection died: a stream that fails with
-            // it is named, as above.
-            let deadline = Instant::now() + timeouts::CAUSE;
-            while ends.failure().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
+        if let Some(word) = their_word(ctl, look)? {
+            // iperf3 ends a test whose data connection died by closing: a stream that fails
+            // with it is named first. Its error or a state (a signal) is its own cause.
+            if word.closed {
+                let deadline = Instant::now() + timeouts::CAUSE;
+                while ends.failure().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if let Some(f) = ends.failure() {
+                    ran.theirs = Some(word.text);
+                    return Err(ran.stream_failed(f));
+                }
             }
-            return Err(match ends.failure() {
-                Some(f) => ran.stream_failed(f, Some(theirs)),
-                None => Error::Test(theirs),
-            });
+            return Err(Error::Test(word.text));
         }
         if t0.elapsed() < run_time {
             continue;
