@@ -842,12 +842,8 @@ pub fn recv_stamped_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(us
 /// Waits until `fd`'s error queue has something (a zerocopy completion) or `timeout`
 /// passes; true when it has.
 pub fn wait_error_queue(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut fds = [libc::pollfd {
-        fd: fd.as_raw_fd(),
-        // POLLERR is always reported; asking for nothing else waits for it alone.
-        events: 0,
-        revents: 0,
-    }];
+    // POLLERR is always reported; asking for nothing else waits for it alone.
+    let mut fds = [pollfd(fd.as_raw_fd(), 0)];
     let ms = i32::try_from(timeout.as_millis())
         .unwrap_or(i32::MAX)
         .max(1);
