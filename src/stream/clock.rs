@@ -23,6 +23,10 @@ use crate::sys;
 /// Shortest span over which ticks are fitted to ns.
 const MIN_FIT_NS: u64 = 1_000_000;
 
+/// Most ticks between the two TSC readings around a monotonic one before the scale is
+/// known (25 µs at 4 GHz): more, and the thread was preempted between them.
+const PAIR_TICKS: u64 = 100_000;
+
 /// Fixed-point shift of the ns-per-tick factor.
 const SHIFT: u32 = 32;
 
@@ -63,12 +67,25 @@ impl BlockClock {
         c
     }
 
-    /// A TSC reading and a monotonic reading taken together (the TSC at their midpoint).
+    /// A TSC reading and a monotonic reading taken together (the TSC at their midpoint),
+    /// tried again (up to 8 times) when the thread was preempted between them: more than
+    /// [`PAIR_TICKS`] apart, or 10 µs once the scale is known.
     fn pair(&self) -> (u64, u64) {
-        let a = sys::rdtsc();
-        let n = self.test.ns(Instant::now());
-        let b = sys::rdtsc();
-        (a / 2 + b / 2, n)
+        let mut tries = 0;
+        loop {
+            let a = sys::rdtsc();
+            let n = self.test.ns(Instant::now());
+            let b = sys::rdtsc();
+            let ticks = b.saturating_sub(a);
+            let apart = match self.mult {
+                0 => ticks > PAIR_TICKS,
+                m => (u128::from(ticks) * u128::from(m)) >> SHIFT > 10_000,
+            };
+            tries += 1;
+            if !apart || tries == 8 {
+                return (a / 2 + b / 2, n);
+            }
+        }
     }
 
     /// The stamp for a block that just went through the socket: ns since the start.
@@ -113,9 +130,11 @@ impl BlockClock {
         if span_ns >= MIN_FIT_NS && span_ticks > 0 {
             self.mult = ((u128::from(span_ns) << SHIFT) / u128::from(span_ticks)) as u64;
         }
+        // Extrapolation restarts at the reading itself: stamps that ran ahead of it wait
+        // for it (they never go back) rather than carrying the lead into every later stamp.
         self.last_ns = self.last_ns.max(n);
         self.anchor_tsc = t;
-        self.anchor_ns = self.last_ns;
+        self.anchor_ns = n;
         self.last_ns
     }
 
@@ -164,5 +183,34 @@ mod tests {
             c.uses_tsc()
         );
         assert!(worst < 50_000, "a stamp was {worst} ns off");
+    }
+
+    /// Stamps that ran ahead of the monotonic clock (a scale fitted over a preempted
+    /// reading) are back on it after the next anchor: they wait for it, and the lead does
+    /// not carry into later stamps.
+    #[test]
+    fn a_stamp_ahead_of_the_clock_does_not_stay_ahead() {
+        let test = TestClock { t0: Instant::now() };
+        let mut c = BlockClock::new(test);
+        if !c.uses_tsc() {
+            eprintln!(
+                "SKIPPED: a_stamp_ahead_of_the_clock_does_not_stay_ahead: clocksource is not \
+                 tsc (stamps are monotonic readings)"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        c.anchor();
+        // A stamp 1 ms ahead, as a bad fit extrapolates.
+        c.last_ns += 1_000_000;
+        c.anchor();
+        std::thread::sleep(Duration::from_millis(3));
+        let before = test.ns(Instant::now());
+        let s = c.now_ns();
+        assert!(
+            s < before + 50_000,
+            "a stamp {} µs ahead of the clock after the anchor",
+            (s - before) / 1000
+        );
     }
 }

@@ -278,17 +278,20 @@ impl EchoCollector {
 
     /// Reads whatever echoes are queued (never blocks) and calls `on_rtt(rtt_ns)` for each:
     /// from the block's stamp to the echo's arrival (the kernel's stamp, placed on the
-    /// test clock, or `now_ns`), leaving out stamped echoes a later one was merged with.
-    /// An error when the echo connection was closed or failed.
+    /// test clock, or the look's time), leaving out stamped echoes a later one was merged
+    /// with. `now_ns` reads the test clock. An error when the echo connection was closed
+    /// or failed.
     pub fn drain(
         &mut self,
         sock: &impl AsFd,
-        now_ns: u64,
+        now_ns: impl Fn() -> u64,
         mut on_rtt: impl FnMut(u64),
     ) -> io::Result<()> {
-        // CLOCK_REALTIME at this look, read once and only when a stamp needs it: a stamp
-        // `d` ns before it arrived `d` ns before `now_ns`.
-        let mut real_now: Option<u64> = None;
+        // The look's time on the test clock and on CLOCK_REALTIME, read together once the
+        // first echo is in ([`clock_pair`]; a stamp `d` ns before the second arrived `d` ns
+        // before the first). Read apart, a thread preempted between them placed arrivals
+        // early by the preemption, and short RTTs read 0 (found at -P 2 on 2 cores).
+        let mut look: Option<(u64, u64)> = None;
         // The newest kernel-stamped echo (its segment's stamp, its RTT), held until a read
         // shows that no later echo shares its segment's stamp.
         let mut held: Option<(u64, u64)> = None;
@@ -323,12 +326,10 @@ impl EchoCollector {
                 held = None;
                 self.coalesced += 1;
             }
+            let (mono, real) = *look.get_or_insert_with(|| clock_pair(&now_ns));
             let arrival_ns = match stamp {
-                Some(k) => {
-                    let real = *real_now.get_or_insert_with(sys::realtime_ns);
-                    now_ns.saturating_sub(real.saturating_sub(k))
-                }
-                None => now_ns,
+                Some(k) => mono.saturating_sub(real.saturating_sub(k)),
+                None => mono,
             };
             let mut chunk = &self.buf[..n];
             while !chunk.is_empty() {
@@ -362,6 +363,22 @@ impl EchoCollector {
             on_rtt(r);
         }
         Ok(())
+    }
+}
+
+/// The test clock (`now_ns`) and CLOCK_REALTIME read together: the test clock between two
+/// realtime readings at most 10 µs apart, tried again (up to 8 times) when the thread was
+/// preempted between them.
+fn clock_pair(now_ns: &impl Fn() -> u64) -> (u64, u64) {
+    let mut tries = 0;
+    loop {
+        let before = sys::realtime_ns();
+        let mono = now_ns();
+        let after = sys::realtime_ns();
+        tries += 1;
+        if after.saturating_sub(before) <= 10_000 || tries == 8 {
+            return (mono, before / 2 + after / 2);
+        }
     }
 }
 
@@ -524,9 +541,10 @@ fn serve(hub: &Hub) {
             if fd.revents == 0 {
                 continue;
             }
-            let now_ns = l.clock.ns(Instant::now());
+            let clock = l.clock;
             let rtts = &l.rtts;
             // A full queue (a stream thread that stopped taking) drops samples, never blocks.
+            let now_ns = || clock.ns(Instant::now());
             if let Err(e) = l.collector.drain(&l.sock, now_ns, |rtt_ns| {
                 let _ = rtts.try_send(rtt_ns);
             }) {
@@ -658,7 +676,9 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let mut collector = EchoCollector::new();
         let mut rtts = Vec::new();
-        collector.drain(&sender, 10_000, |r| rtts.push(r)).unwrap();
+        collector
+            .drain(&sender, || 10_000, |r| rtts.push(r))
+            .unwrap();
         // Only the newest header (block 2, stamped 1002) is echoed.
         assert_eq!(rtts, vec![10_000 - 1002]);
         // Within ECHO_EVERY_NS nothing more is sent even with a new header (block 3's).
@@ -669,7 +689,9 @@ mod tests {
         echo.maybe_echo(&receiver, 5_000_000 + ECHO_EVERY_NS - 1)
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
-        collector.drain(&sender, 20_000, |r| rtts.push(r)).unwrap();
+        collector
+            .drain(&sender, || 20_000, |r| rtts.push(r))
+            .unwrap();
         assert_eq!(rtts.len(), 1);
     }
 
@@ -695,7 +717,7 @@ mod tests {
             echo.maybe_echo(&receiver, at).unwrap();
             at += ECHO_EVERY_NS;
             std::thread::sleep(std::time::Duration::from_millis(10));
-            collector.drain(&sender, ns(), |_| {}).unwrap();
+            collector.drain(&sender, ns, |_| {}).unwrap();
             if collector.stamped > 0 {
                 break;
             }
@@ -708,7 +730,7 @@ mod tests {
         at += ECHO_EVERY_NS;
         std::thread::sleep(std::time::Duration::from_millis(100));
         let mut rtts = Vec::new();
-        collector.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
+        collector.drain(&sender, ns, |r| rtts.push(r)).unwrap();
         assert_eq!(rtts.len(), 1);
         assert_eq!(collector.stamped, stamped + 1);
         assert!(
@@ -722,7 +744,7 @@ mod tests {
         echo.feed(&block);
         echo.maybe_echo(&receiver, at).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        plain.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
+        plain.drain(&sender, ns, |r| rtts.push(r)).unwrap();
         assert_eq!(plain.unstamped, 1);
         assert!(rtts[1] >= 100_000_000, "{rtts:?}");
     }
@@ -745,7 +767,7 @@ mod tests {
             stamp(&mut h, 0, ns());
             receiver.write_all(&h).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(10));
-            collector.drain(&sender, ns(), |_| {}).unwrap();
+            collector.drain(&sender, ns, |_| {}).unwrap();
             if collector.stamped > 0 {
                 break;
             }
@@ -758,7 +780,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(30));
         }
         let mut rtts = Vec::new();
-        collector.drain(&sender, ns(), |r| rtts.push(r)).unwrap();
+        collector.drain(&sender, ns, |r| rtts.push(r)).unwrap();
         eprintln!(
             "4 echoes read late: RTTs {rtts:?} ns, {} merged",
             collector.coalesced
@@ -782,7 +804,7 @@ mod tests {
         drop(receiver);
         std::thread::sleep(std::time::Duration::from_millis(20));
         let mut collector = EchoCollector::new();
-        let err = collector.drain(&sender, 1, |_| {}).unwrap_err();
+        let err = collector.drain(&sender, || 1, |_| {}).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
         // The other way: echoing into a connection the sender has reset.
         let sender2 = TcpStream::connect(l.local_addr().unwrap()).unwrap();

@@ -120,7 +120,11 @@ pub fn run(
                 let t_ns = clock.ns(Instant::now());
                 let batcher = &mut lane.batcher;
                 lane.echoes
-                    .drain(echo_sock, t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
+                    .drain(
+                        echo_sock,
+                        || clock.ns(Instant::now()),
+                        |rtt_ns| batcher.push_rtt(t_ns, rtt_ns),
+                    )
                     .map_err(|e| echo::lost(id as u16, e))?;
             }
             if lane.filling || fd.revents & libc::POLLOUT != 0 {
