@@ -309,8 +309,15 @@ fn one() -> f64 {
 }
 
 /// Keys iperf3 clients send that change nothing this end does (or that it honours as
-/// iperf3 would: `pacing_timer` is a sender detail).
+/// iperf3 would: `pacing_timer` is a sender detail). The UDP offload hints (`gso*`, `gro*`,
+/// which iperf3 3.21 and later always send, `--gsro` or not) leave the datagrams on the wire
+/// as they are: this server batches its UDP sends and receives as it always does.
 const HARMLESS: &[&str] = &[
+    "gso",
+    "gso_dg_size",
+    "gso_bf_size",
+    "gro",
+    "gro_bf_size",
     "nodelay",
     "pacing_timer",
     "repeating_payload",
@@ -508,6 +515,13 @@ pub struct StreamResult {
     pub errors: i64,
     #[serde(deserialize_with = "lenient")]
     pub packets: i64,
+    /// Datagrams and losses within `-O`'s seconds: 0 here (-O with -u is refused). iperf3
+    /// 3.21 reads a receiver's results without them as "every datagram omitted" (a sender
+    /// line of 0/0), so this end always sends them.
+    #[serde(default, deserialize_with = "lenient")]
+    pub omitted_errors: i64,
+    #[serde(default, deserialize_with = "lenient")]
+    pub omitted_packets: i64,
     #[serde(default)]
     pub start_time: f64,
     #[serde(default)]
@@ -531,6 +545,8 @@ impl StreamResult {
             jitter: 0.0,
             errors: 0,
             packets: 0,
+            omitted_errors: 0,
+            omitted_packets: 0,
             start_time: 0.0,
             end_time,
         };
@@ -721,6 +737,13 @@ mod tests {
             (2, Some(1460), Some(100_000_000))
         );
         assert_eq!(p.wire(), crate::udp::wire::Format::Iperf3 { seq64: true });
+        // A newer iperf3's offload hints, sent with every UDP test (`--gsro` or not).
+        let hints = doc.replace(
+            r#""len":1460,"#,
+            r#""len":1460,"gso":0,"gso_dg_size":0,"gso_bf_size":65507,"gro":0,"gro_bf_size":65507,"#,
+        );
+        let p: Params = serde_json::from_str(&hints).unwrap();
+        assert_eq!(p.to_test().unwrap().len, Some(1460));
         // No rate: as fast as it can, as an iperf3 server sends.
         let p: Params =
             serde_json::from_str(&doc.replace(r#""bandwidth":100000000,"#, "")).unwrap();
@@ -797,6 +820,13 @@ mod tests {
         assert_eq!(r.stream(1).map(|s| s.bytes), Some(123));
         let bad = doc.replace("\"bytes\":123", "\"bytes\":-5");
         assert!(serde_json::from_str::<Results>(&bad).is_err());
+        // What this end sends carries the omitted pair: iperf3 3.21 takes a receiver's
+        // results without it as every datagram omitted.
+        let ours = serde_json::to_value(StreamResult::ours(1, 1000, 1.0, None)).unwrap();
+        assert_eq!(
+            (&ours["omitted_packets"], &ours["omitted_errors"]),
+            (&0.into(), &0.into())
+        );
     }
 
     #[test]
