@@ -422,7 +422,8 @@ impl TestParams {
                 format_size(block)
             ));
         }
-        if !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
+        // A TCP block; a datagram answers to the rule above alone.
+        if !self.udp && !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
             return Err(format!(
                 "-l {}: block size must be {MIN_BLOCK} to {MAX_BLOCK} bytes ({} to {})",
                 format_size(block),
@@ -694,6 +695,17 @@ mod tests {
                 },
                 Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
                 Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
+            ),
+            (
+                // A datagram below TCP's smallest block is a datagram all the same.
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.udp = true;
+                    p.len = Some(32)
+                },
+                None,
+                Some("-u: UDP tests are not allowed (this server's --no-udp)"),
             ),
             (
                 |p| {
