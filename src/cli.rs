@@ -343,7 +343,9 @@ pub const DEFAULT_PORT: u16 = 5301;
     about,
     max_term_width = 100,
     args_conflicts_with_subcommands = true,
-    disable_version_flag = true
+    disable_version_flag = true,
+    // `-t -1` is a bad value for -t (said by its parser), not a missing one.
+    allow_negative_numbers = true
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -479,6 +481,18 @@ pub struct Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_negative_value_is_refused_by_its_flags_rule() {
+        for (flag, says) in [("-t", "not a duration"), ("-P", "-1"), ("-w", "-1")] {
+            let e = Args::try_parse_from(["pinperf", "-c", "h", flag, "-1"]).unwrap_err();
+            let e = e.to_string();
+            assert!(
+                e.contains(says) && !e.contains("a value is required"),
+                "{flag} -1: {e}"
+            );
+        }
+    }
 
     #[test]
     fn iperf3_flags_we_lack_get_a_hint_and_ours_pass() {
