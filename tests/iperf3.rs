@@ -608,6 +608,32 @@ fn pinperf_speaking_pinperf_to_an_iperf3_server_is_told_to_use_peer_iperf3() {
     assert_refused_in_words(&run, &["not a pinperf server", "--peer iperf3"]);
 }
 
+/// pinperf's iperf3 client against pinperf's iperf3 server (no iperf3 binary needed):
+/// each end waits on the other at the end of a test (the client's senders for the
+/// server's EOF, the server for the client's results) unless a receiver answers its
+/// sender's EOF at once. Before it did, every sending test hung 10 s and failed.
+#[test]
+fn pinperf_speaking_iperf3_to_a_pinperf_server_ends_on_time_and_reconciles() {
+    let server = Server::start(&[]);
+    for args in [&["-t", "1"][..], &["-t", "1", "-P", "2", "--bidir"]] {
+        let run = client_at(server.port, args);
+        run.assert_ok();
+        assert!(
+            run.elapsed < Duration::from_secs(4),
+            "{args:?} took {:?}: {}",
+            run.elapsed,
+            run.explain()
+        );
+        let out = run.stdout();
+        let lines: Vec<_> = out.lines().filter(|l| l.starts_with("# bytes:")).collect();
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| l.ends_with(": equal")),
+            "{args:?}: {}",
+            run.explain()
+        );
+    }
+}
+
 #[test]
 fn an_iperf3_client_asking_what_pinperf_cannot_honour_is_refused_with_a_reason() {
     let test = "an_iperf3_client_asking_what_pinperf_cannot_honour_is_refused_with_a_reason";

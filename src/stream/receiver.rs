@@ -136,6 +136,10 @@ pub fn run(
         }
     }
     let eof_ns = stamps.anchor();
+    // The sender's EOF answered with ours at once, whoever else holds the socket (a server
+    // keeps a handle for shutting it; pinperf's iperf3 server keeps its own until the
+    // results): the sender waits for it before it reports (`drain_to_eof`).
+    let _ = sock.shutdown(std::net::Shutdown::Write);
     batcher.flush(eof_ns, None, true)?;
     Ok(RecvOutcome {
         id,
