@@ -45,6 +45,14 @@ pub struct TextFormatter<W: Write> {
     iperf3_peer: bool,
 }
 
+/// Why there is no block RTT: `--no-echo`, or an iperf3 peer, which echoes nothing.
+fn no_echo_why(iperf3_peer: bool) -> &'static str {
+    match iperf3_peer {
+        true => "an iperf3 peer echoes no blocks",
+        false => "--no-echo",
+    }
+}
+
 impl<W: Write> TextFormatter<W> {
     pub fn new(out: W) -> Self {
         Self::with_options(out, TextOptions::default())
@@ -288,8 +296,6 @@ fn send_path(p: &SendPath, same_host: bool) -> String {
 }
 
 impl<W: Write + Send> TextFormatter<W> {
-    /// The end-of-test `# CPU` block: both processes, each stream thread, each core, and
-    /// what a gigabit cost.
     /// `# kernel:` with each end's TCP drop counters, only when one of them moved.
     fn kernel_line(&mut self, k: &KernelSummary) -> io::Result<()> {
         let ends: Vec<(&str, &crate::kstat::KernelReport)> = match &k.receiver {
@@ -323,6 +329,8 @@ impl<W: Write + Send> TextFormatter<W> {
         )
     }
 
+    /// The end-of-test `# CPU` block: both processes, each stream thread, each core, and
+    /// what a gigabit cost.
     fn cpu_block(&mut self, c: &CpuSummary) -> io::Result<()> {
         let (local_role, remote_role) = (self.role(false), self.role(true));
         let o = &mut self.out;
@@ -557,7 +565,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 "# RTT = block RTT: each block's header echoed by the receiver (every queue it met)"
             )?;
         } else {
-            writeln!(o, "# RTT = kernel srtt (TCP_INFO; --no-echo)")?;
+            writeln!(
+                o,
+                "# RTT = kernel srtt (TCP_INFO; {})",
+                no_echo_why(self.iperf3_peer)
+            )?;
         }
         writeln!(o, "{}", heading(self.bidir, h.udp, self.opts.unit))?;
         o.flush()
@@ -678,7 +690,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 s.sum.block_rtt.map_or_else(
                     || match self.echo {
                         true => "- (no echo came back while the senders wrote)".into(),
-                        false => "- (--no-echo)".into(),
+                        false => format!("- ({})", no_echo_why(self.iperf3_peer)),
                     },
                     |r| ms(r.avg_us)
                 )
@@ -748,9 +760,13 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             )?,
             false => writeln!(
                 self.out,
-                "# bytes: sender wrote {}, receiver read {}: {verdict}",
+                "# bytes: sender wrote {}, receiver read {}{}: {verdict}",
                 s.sent_whole_run(),
-                s.received_whole_run()
+                s.received_whole_run(),
+                match o.seconds > 0.0 {
+                    true => " over the whole run, -O's seconds included",
+                    false => "",
+                }
             )?,
         }
         if o.seconds > 0.0 {
@@ -891,6 +907,39 @@ mod tests {
     /// `-S`: the header says the TOS the socket carries, not only what was asked (review:
     /// `-S 0x2b` claimed 0x2b on both ends while TCP carried 0x28), and an iperf3 server
     /// was only asked.
+    /// Without block RTT, the text says why: `--no-echo`, or an iperf3 peer (which was
+    /// blamed on a `--no-echo` nobody gave). With -O the bytes line says it spans the
+    /// whole run, beside a `# omitted` line that leaves those seconds out of the totals.
+    #[test]
+    fn missing_block_rtt_and_whole_run_bytes_say_why() {
+        let text = |peer: &str, omit: f64| {
+            let mut h = sample::header();
+            (h.echo, h.remote_software) = (false, peer.into());
+            let mut s = sample::summary();
+            s.sum.block_rtt = None;
+            s.omitted.seconds = omit;
+            let mut out = Vec::new();
+            let mut f = TextFormatter::new(&mut out);
+            f.header(&h).unwrap();
+            f.summary(&s).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let ours = text("pinperf 0.1.0", 0.0);
+        assert!(ours.contains("block RTT avg - (--no-echo)"), "{ours}");
+        let theirs = text("iperf3 3.12", 0.0);
+        assert!(!theirs.contains("--no-echo"), "{theirs}");
+        assert!(
+            theirs.contains("- (an iperf3 peer echoes no blocks)"),
+            "{theirs}"
+        );
+        assert!(!ours.contains("whole run"), "{ours}");
+        let omitted = text("pinperf 0.1.0", 1.0);
+        assert!(
+            omitted.contains(" over the whole run, -O's seconds included: "),
+            "{omitted}"
+        );
+    }
+
     #[test]
     fn the_header_says_the_tos_the_data_carries_and_who_was_asked() {
         let words = |asked: Option<u8>, carried: Option<u8>, udp: bool, peer: &str| {
