@@ -223,10 +223,10 @@ pub struct CompareArgs {
     #[arg(long, value_name = "LIST")]
     pub rates: Option<String>,
     /// Seconds each configuration runs but leaves out of its row (as -O).
-    #[arg(short = 'O', long, value_name = "SECS", default_value = "0", value_parser = units::parse_duration)]
+    #[arg(short = 'O', allow_negative_numbers = true, long, value_name = "SECS", default_value = "0", value_parser = units::parse_duration)]
     pub omit: Duration,
     /// Seconds per configuration.
-    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "3", value_parser = units::parse_duration)]
+    #[arg(short = 't', allow_negative_numbers = true, long = "time", value_name = "SECS", default_value = "3", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// Pause between configurations.
     #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = units::parse_duration)]
@@ -256,7 +256,7 @@ pub struct TargetArgs {
     pub loopback: bool,
 
     /// Control port: the server listens on it, the client connects to it.
-    #[arg(short = 'p', long, default_value_t = DEFAULT_PORT, help_heading = "Connection")]
+    #[arg(short = 'p', allow_negative_numbers = true, long, default_value_t = DEFAULT_PORT, help_heading = "Connection")]
     pub port: u16,
 
     /// Local address to bind (server: listen address; client: source address).
@@ -343,9 +343,7 @@ pub const DEFAULT_PORT: u16 = 5301;
     about,
     max_term_width = 100,
     args_conflicts_with_subcommands = true,
-    disable_version_flag = true,
-    // `-t -1` is a bad value for -t (said by its parser), not a missing one.
-    allow_negative_numbers = true
+    disable_version_flag = true
 )]
 pub struct Args {
     #[command(subcommand)]

@@ -52,19 +52,19 @@ pub const DEFAULT_UDP_RATE: u64 = 1_000_000;
 #[command(next_help_heading = "Test")]
 pub struct TestParams {
     /// Number of parallel TCP streams, each on its own pinned thread (1-256).
-    #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = 1,
+    #[arg(short = 'P', allow_negative_numbers = true, long = "parallel", value_name = "N", default_value_t = 1,
           value_parser = parse_streams)]
     pub streams: u16,
 
     /// Block size of each write()/read(): 8192, 64k, 1M [default: 128k]. With -u: the
     /// datagram size [default: what fits the path MTU].
-    #[arg(short = 'l', long = "len", value_name = "SIZE", value_parser = units::parse_size)]
+    #[arg(short = 'l', allow_negative_numbers = true, long = "len", value_name = "SIZE", value_parser = units::parse_size)]
     #[serde(rename = "block_bytes")]
     pub len: Option<u64>,
 
     /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
     /// Default: kernel autotuning.
-    #[arg(short = 'w', long = "window", value_name = "SIZE", value_parser = units::parse_size)]
+    #[arg(short = 'w', allow_negative_numbers = true, long = "window", value_name = "SIZE", value_parser = units::parse_size)]
     pub window_bytes: Option<u64>,
 
     /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE to exceed net.core.{w,r}mem_max (needs CAP_NET_ADMIN).
@@ -72,20 +72,20 @@ pub struct TestParams {
     pub force_window: bool,
 
     /// Test duration in seconds (after the omitted seconds of -O).
-    #[arg(short = 't', long = "time", value_name = "SECS", default_value = "10",
+    #[arg(short = 't', allow_negative_numbers = true, long = "time", value_name = "SECS", default_value = "10",
           value_parser = units::parse_duration)]
     #[serde(rename = "duration_us", with = "micros")]
     pub duration: Duration,
 
     /// Reporting interval in seconds [default: 1, or -t when shorter].
-    #[arg(short = 'i', long = "interval", value_name = "SECS",
+    #[arg(short = 'i', allow_negative_numbers = true, long = "interval", value_name = "SECS",
           value_parser = units::parse_duration)]
     #[serde(rename = "interval_us", with = "micros_opt")]
     pub interval: Option<Duration>,
 
     /// Run SECS before -t and leave them out of the totals (slow start, as iperf3's -O);
     /// their rows are shown, marked omitted.
-    #[arg(short = 'O', long = "omit", value_name = "SECS", default_value = "0",
+    #[arg(short = 'O', allow_negative_numbers = true, long = "omit", value_name = "SECS", default_value = "0",
           value_parser = units::parse_duration)]
     #[serde(rename = "omit_us", with = "micros", default)]
     pub omit: Duration,
@@ -107,7 +107,7 @@ pub struct TestParams {
 
     /// Target rate per stream in bits/s (100M, 2.5G); 0 = as fast as possible. TCP: each
     /// stream thread paces its writes. UDP [default: 1M, as iperf3].
-    #[arg(short = 'b', long = "bitrate", value_name = "RATE",
+    #[arg(short = 'b', allow_negative_numbers = true, long = "bitrate", value_name = "RATE",
           value_parser = units::parse_rate_or_zero)]
     #[serde(default)]
     pub rate_bps: Option<u64>,
@@ -133,7 +133,7 @@ pub struct TestParams {
     /// IP type of service on every data socket, both ends (iperf3's -S): the DSCP and
     /// ECN byte, 0-255, as 0x10, 16 or 020 (octal, as iperf3 reads it). IPv6 sockets carry
     /// it as the traffic class.
-    #[arg(short = 'S', long = "tos", value_name = "TOS", value_parser = parse_tos)]
+    #[arg(short = 'S', allow_negative_numbers = true, long = "tos", value_name = "TOS", value_parser = parse_tos)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tos: Option<u8>,
 

@@ -401,18 +401,14 @@ pub fn serve(cfg: ServerConfig) -> Result<()> {
 }
 
 /// The reason a client hears when a test is running: its time left, or (past its planned
-/// end) that it is finishing, for as long as the server gives a slow client.
+/// end: draining, its results, or a slow client) that it is ending.
 fn busy_reason(left: Duration) -> String {
     match left.is_zero() {
         false => format!(
             "server busy: a test is running, about {:.0} s left; try again then",
             left.as_secs_f64().ceil()
         ),
-        true => format!(
-            "server busy: a test is finishing past its planned end (its client is slow to \
-             end it; the server waits up to {} s); try again shortly",
-            timeouts::STALL.as_secs()
-        ),
+        true => "server busy: a test is ending; try again in a few seconds".into(),
     }
 }
 
@@ -1328,11 +1324,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_busy_server_says_a_test_past_its_end_is_finishing_not_0_s_left() {
+    fn a_busy_server_says_a_test_past_its_end_is_ending_not_0_s_left() {
         assert!(busy_reason(Duration::from_millis(2300)).contains("about 3 s left"));
         let past = busy_reason(Duration::ZERO);
         assert!(
-            past.contains("finishing past its planned end") && !past.contains("0 s left"),
+            past.contains("a test is ending") && !past.contains("0 s left"),
             "{past}"
         );
     }

@@ -904,9 +904,6 @@ mod tests {
         assert!(both[1].ends_with("no copy (one host: the receiver still copies them out)"));
     }
 
-    /// `-S`: the header says the TOS the socket carries, not only what was asked (review:
-    /// `-S 0x2b` claimed 0x2b on both ends while TCP carried 0x28), and an iperf3 server
-    /// was only asked.
     /// Without block RTT, the text says why: `--no-echo`, or an iperf3 peer (which was
     /// blamed on a `--no-echo` nobody gave). With -O the bytes line says it spans the
     /// whole run, beside a `# omitted` line that leaves those seconds out of the totals.
@@ -940,6 +937,9 @@ mod tests {
         );
     }
 
+    /// `-S`: the header says the TOS the socket carries, not only what was asked (review:
+    /// `-S 0x2b` claimed 0x2b on both ends while TCP carried 0x28), and an iperf3 server
+    /// was only asked.
     #[test]
     fn the_header_says_the_tos_the_data_carries_and_who_was_asked() {
         let words = |asked: Option<u8>, carried: Option<u8>, udp: bool, peer: &str| {

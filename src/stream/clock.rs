@@ -24,8 +24,9 @@ use crate::sys;
 const MIN_FIT_NS: u64 = 1_000_000;
 
 /// Most ticks between the two TSC readings around a monotonic one before the scale is
-/// known (25 µs at 4 GHz): more, and the thread was preempted between them.
-const PAIR_TICKS: u64 = 100_000;
+/// known (5 µs at 4 GHz; unpreempted they are a few hundred apart): more, and the thread
+/// was preempted between them. The first pair stays in every later fit.
+const PAIR_TICKS: u64 = 20_000;
 
 /// Fixed-point shift of the ns-per-tick factor.
 const SHIFT: u32 = 32;
