@@ -28,6 +28,30 @@ const MIN_FIT_NS: u64 = 1_000_000;
 /// was preempted between them. The first pair stays in every later fit.
 const PAIR_TICKS: u64 = 20_000;
 
+/// How far apart two readings of one clock around a reading of another may be for the
+/// three to count as taken together: further, the thread was preempted between them.
+pub(crate) const TOGETHER_NS: u64 = 10_000;
+
+/// Reads `inner` between two readings of `outer`, again (up to 8 times) while `apart` says
+/// their distance shows a preemption; returns `outer` at their midpoint, and `inner`. A
+/// time on one clock placed on another is only as good as this pairing.
+pub(crate) fn read_together(
+    outer: impl Fn() -> u64,
+    inner: impl Fn() -> u64,
+    apart: impl Fn(u64) -> bool,
+) -> (u64, u64) {
+    let mut tries = 0;
+    loop {
+        let before = outer();
+        let n = inner();
+        let after = outer();
+        tries += 1;
+        if !apart(after.saturating_sub(before)) || tries == 8 {
+            return (before / 2 + after / 2, n);
+        }
+    }
+}
+
 /// Fixed-point shift of the ns-per-tick factor.
 const SHIFT: u32 = 32;
 
@@ -68,25 +92,15 @@ impl BlockClock {
         c
     }
 
-    /// A TSC reading and a monotonic reading taken together (the TSC at their midpoint),
-    /// tried again (up to 8 times) when the thread was preempted between them: more than
-    /// [`PAIR_TICKS`] apart, or 10 µs once the scale is known.
+    /// A TSC reading and a monotonic reading taken together (the TSC at their midpoint,
+    /// see [`read_together`]): before the scale is known, the TSC readings at most
+    /// [`PAIR_TICKS`] apart.
     fn pair(&self) -> (u64, u64) {
-        let mut tries = 0;
-        loop {
-            let a = sys::rdtsc();
-            let n = self.test.ns(Instant::now());
-            let b = sys::rdtsc();
-            let ticks = b.saturating_sub(a);
-            let apart = match self.mult {
-                0 => ticks > PAIR_TICKS,
-                m => (u128::from(ticks) * u128::from(m)) >> SHIFT > 10_000,
-            };
-            tries += 1;
-            if !apart || tries == 8 {
-                return (a / 2 + b / 2, n);
-            }
-        }
+        let inner = || self.test.ns(Instant::now());
+        read_together(sys::rdtsc, inner, |ticks| match self.mult {
+            0 => ticks > PAIR_TICKS,
+            m => (u128::from(ticks) * u128::from(m)) >> SHIFT > u128::from(TOGETHER_NS),
+        })
     }
 
     /// The stamp for a block that just went through the socket: ns since the start.

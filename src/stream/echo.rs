@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::clock::{TOGETHER_NS, read_together};
 use super::{TestClock, spawn_named};
 use crate::error::{Error, Result};
 use crate::sys;
@@ -288,10 +289,10 @@ impl EchoCollector {
         mut on_rtt: impl FnMut(u64),
     ) -> io::Result<()> {
         // The look's time on the test clock and on CLOCK_REALTIME, read together once the
-        // first echo is in ([`clock_pair`]; a stamp `d` ns before the second arrived `d` ns
+        // first echo is in ([`read_together`]; a stamp `d` ns before the second arrived `d` ns
         // before the first). Read apart, a thread preempted between them placed arrivals
         // early by the preemption, and short RTTs read 0 (found at -P 2 on 2 cores).
-        let mut look: Option<(u64, u64)> = None;
+        let mut look: Option<(u64, u64)> = None; // (realtime, test clock)
         // The newest kernel-stamped echo (its segment's stamp, its RTT), held until a read
         // shows that no later echo shares its segment's stamp.
         let mut held: Option<(u64, u64)> = None;
@@ -326,7 +327,9 @@ impl EchoCollector {
                 held = None;
                 self.coalesced += 1;
             }
-            let (mono, real) = *look.get_or_insert_with(|| clock_pair(&now_ns));
+            let (real, mono) = *look.get_or_insert_with(|| {
+                read_together(sys::realtime_ns, &now_ns, |ns| ns > TOGETHER_NS)
+            });
             let arrival_ns = match stamp {
                 Some(k) => mono.saturating_sub(real.saturating_sub(k)),
                 None => mono,
@@ -363,22 +366,6 @@ impl EchoCollector {
             on_rtt(r);
         }
         Ok(())
-    }
-}
-
-/// The test clock (`now_ns`) and CLOCK_REALTIME read together: the test clock between two
-/// realtime readings at most 10 µs apart, tried again (up to 8 times) when the thread was
-/// preempted between them.
-fn clock_pair(now_ns: &impl Fn() -> u64) -> (u64, u64) {
-    let mut tries = 0;
-    loop {
-        let before = sys::realtime_ns();
-        let mono = now_ns();
-        let after = sys::realtime_ns();
-        tries += 1;
-        if after.saturating_sub(before) <= 10_000 || tries == 8 {
-            return (mono, before / 2 + after / 2);
-        }
     }
 }
 
