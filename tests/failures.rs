@@ -339,3 +339,77 @@ fn a_reset_echo_connection_fails_the_test_and_says_so() {
         "{doc}"
     );
 }
+
+/// An iperf3 server stopped by a signal says so (`SERVER_TERMINATE`) and closes its data
+/// connections: that is the cause, not the streams it resets, so no stream is said to have
+/// failed and the totals so far are marked cut short.
+#[test]
+fn an_iperf3_server_stopped_by_a_signal_is_the_cause_not_its_streams() {
+    let test = "an_iperf3_server_stopped_by_a_signal_is_the_cause_not_its_streams";
+    if util::iperf3::iperf3(test).is_none() {
+        return;
+    }
+    let port = free_port();
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn iperf3 -s");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !util::iperf3::listening(port) {
+        assert!(Instant::now() < deadline, "iperf3 -s never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut child = Command::new(bin())
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--peer",
+            "iperf3",
+        ])
+        .args(["-P", "2", "-t", "8", "-i", "0.5", "--json-lines"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn client");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    for line in lines.by_ref() {
+        if line.expect("read").contains("\"event\":\"interval\"") {
+            break;
+        }
+    }
+    // SIGTERM to the iperf3 server this test started.
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let stopped = Instant::now();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("wait");
+    let took = stopped.elapsed();
+    let _ = server.kill();
+    let _ = server.wait();
+    let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap();
+    let explain = format!("status {status:?} after {took:?}\nstdout {rest:#?}\nstderr {stderr}");
+    assert_eq!(status.code(), Some(1), "{explain}");
+    assert!(took < Duration::from_secs(2), "{explain}");
+    assert!(
+        stderr.contains("SERVER_TERMINATE"),
+        "the server's word: {explain}"
+    );
+    assert!(!stderr.contains("pinperf: stream-"), "{explain}");
+    assert!(
+        !rest
+            .iter()
+            .any(|l| l.contains("\"event\":\"stream_failed\"")),
+        "{explain}"
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("\"event\":\"end\"") && l.contains("\"cut_short\":true")),
+        "the totals so far, cut short: {explain}"
+    );
+}
