@@ -663,14 +663,14 @@ fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
     Ok(())
 }
 
-/// Writes `svg` to `path`: as it is for `.svg`, rasterised for `.png`.
-pub(crate) fn write(path: &Path, svg: &str) -> Result<()> {
-    let bytes = match picture_kind(path)? {
+/// The bytes of `svg` as `path`'s extension asks: as it is for `.svg`, rasterised for `.png`.
+pub(crate) fn encode(path: &Path, svg: &str) -> Result<Vec<u8>> {
+    Ok(match picture_kind(path)? {
         Picture::Svg => svg.as_bytes().to_vec(),
-        Picture::Png => to_png(svg)
-            .map_err(|e| Error::Test(format!("{}: render the plot as PNG: {e}", path.display())))?,
-    };
-    std::fs::write(path, bytes).map_err(|e| Error::io(format!("write {}", path.display()), e))
+        Picture::Png => {
+            to_png(svg).map_err(|e| Error::Test(format!("render the plot as PNG: {e}")))?
+        }
+    })
 }
 
 /// What a plot file's extension asks for.

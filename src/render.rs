@@ -56,10 +56,37 @@ fn report_writer(o: &OutputArgs) -> Result<Box<dyn Write + Send>> {
         .append(true)
         .open(path)
         .map_err(|e| Error::io(format!("--logfile {}: open", path.display()), e))?;
+    let file = Named {
+        what: format!("--logfile {}", path.display()),
+        inner: file,
+    };
     Ok(match o.forceflush {
         true => Box::new(LineWriter::new(file)),
         false => Box::new(BufWriter::new(file)),
     })
+}
+
+/// A writer whose errors say which flag's file failed (`--logfile /dev/full: No space
+/// left on device`), keeping the error's kind.
+struct Named<W> {
+    what: String,
+    inner: W,
+}
+
+impl<W> Named<W> {
+    fn name(&self, e: io::Error) -> io::Error {
+        io::Error::new(e.kind(), format!("{}: {e}", self.what))
+    }
+}
+
+impl<W: Write> Write for Named<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.name(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush().map_err(|e| self.name(e))
+    }
 }
 
 /// The formatter of a client run: the chosen format with the text flags, and a capture
@@ -106,10 +133,28 @@ pub(crate) fn client_output(format: Format, o: &OutputArgs) -> Result<Box<dyn Fo
     }))
 }
 
-fn create(path: &Path, flag: &str) -> Result<(PathBuf, File)> {
+/// A file a flag asked for, created before the test so a wrong path stops it early.
+struct Made {
+    flag: &'static str,
+    path: PathBuf,
+    file: File,
+}
+
+impl Made {
+    /// Why writing it failed, naming the flag and the file (`--plot x.svg: ...`).
+    fn failed(&self, e: impl std::fmt::Display) -> io::Error {
+        io::Error::other(format!("{} {}: {e}", self.flag, self.path.display()))
+    }
+}
+
+fn create(path: &Path, flag: &'static str) -> Result<Made> {
     let file = File::create(path)
         .map_err(|e| Error::io(format!("{flag} {}: create", path.display()), e))?;
-    Ok((path.to_path_buf(), file))
+    Ok(Made {
+        flag,
+        path: path.to_path_buf(),
+        file,
+    })
 }
 
 /// Runs one test as configured; prints the report on stdout (or `--logfile`), and in the
@@ -125,9 +170,9 @@ pub(crate) fn run_client(cfg: ClientConfig, o: &OutputArgs) -> Result<()> {
 struct Capture {
     inner: Box<dyn Formatter>,
     doc: Option<Document>,
-    plot: Option<(PathBuf, File)>,
-    html: Option<(PathBuf, File)>,
-    json: Option<(PathBuf, File)>,
+    plot: Option<Made>,
+    html: Option<Made>,
+    json: Option<Made>,
     title: Option<String>,
     options: TextOptions,
 }
@@ -137,8 +182,8 @@ impl Capture {
         let Some(doc) = self.doc.take() else {
             // Nothing was measured: no picture, and no empty file left behind.
             let files = [self.plot.take(), self.html.take(), self.json.take()];
-            for (path, _) in files.into_iter().flatten() {
-                let _ = std::fs::remove_file(path);
+            for made in files.into_iter().flatten() {
+                let _ = std::fs::remove_file(made.path);
             }
             return Ok(());
         };
@@ -150,27 +195,24 @@ impl Capture {
             doc,
             lab_rate_bps: None,
         };
-        let failed = |path: &Path, e: Error| io::Error::other(format!("{}: {e}", path.display()));
-        let write_err = |path: &Path, e: io::Error| {
-            io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-        };
-        if let Some((path, mut file)) = self.json.take() {
+        if let Some(mut made) = self.json.take() {
             // As `-J` prints it.
-            serde_json::to_writer_pretty(&mut file, &test.doc)
+            serde_json::to_writer_pretty(&mut made.file, &test.doc)
                 .map_err(io::Error::from)
-                .and_then(|()| writeln!(file))
-                .map_err(|e| write_err(&path, e))?;
+                .and_then(|()| writeln!(made.file))
+                .map_err(|e| made.failed(e))?;
         }
-        if let Some((path, _)) = self.plot.take() {
-            plot::test_svg(&test.doc, None, &title)
-                .and_then(|svg| plot::write(&path, &svg))
-                .map_err(|e| failed(&path, e))?;
+        if let Some(mut made) = self.plot.take() {
+            let bytes = plot::test_svg(&test.doc, None, &title)
+                .and_then(|svg| plot::encode(&made.path, &svg))
+                .map_err(|e| made.failed(e))?;
+            made.file.write_all(&bytes).map_err(|e| made.failed(e))?;
         }
-        if let Some((path, mut file)) = self.html.take() {
-            let page =
-                html::test_page(&test, &title, self.options).map_err(|e| failed(&path, e))?;
-            file.write_all(page.as_bytes())
-                .map_err(|e| write_err(&path, e))?;
+        if let Some(mut made) = self.html.take() {
+            let page = html::test_page(&test, &title, self.options).map_err(|e| made.failed(e))?;
+            made.file
+                .write_all(page.as_bytes())
+                .map_err(|e| made.failed(e))?;
         }
         Ok(())
     }
@@ -263,7 +305,10 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
             plot::compare_svg(&c, &title)?
         }
     };
-    plot::write(&a.output, &svg)
+    let bytes = plot::encode(&a.output, &svg)
+        .map_err(|e| Error::Test(format!("-o {}: {e}", a.output.display())))?;
+    std::fs::write(&a.output, bytes)
+        .map_err(|e| Error::io(format!("-o {}: write", a.output.display()), e))
 }
 
 fn compare_title(c: &crate::compare::CompareDoc) -> String {

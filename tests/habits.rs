@@ -173,6 +173,28 @@ fn logfile_appends_live() {
     assert!(bad.stderr().contains("--logfile /nonexistent/x.log: open"));
 }
 
+/// A report or picture file that fills up fails the run with the flag and the file named
+/// (`--logfile /dev/full: No space left on device`), not a bare "write the report".
+#[test]
+fn a_full_output_file_is_named_by_its_flag() {
+    if !std::path::Path::new("/dev/full").exists() {
+        util::skipped(
+            "a_full_output_file_is_named_by_its_flag",
+            "no /dev/full here",
+        );
+        return;
+    }
+    let dir = scratch("full-output");
+    let svg = dir.join("full.svg");
+    std::os::unix::fs::symlink("/dev/full", &svg).expect("symlink");
+    for (flag, path) in [("--logfile", "/dev/full"), ("--plot", arg(&svg))] {
+        let run = pinperf(&["--loopback", "-t", "0.3", "-i", "0.1", flag, path], LIMIT);
+        assert_eq!(run.code(), Some(1), "{flag}: {}", run.stderr());
+        let said = format!("{flag} {path}: No space left on device");
+        assert!(run.stderr().contains(&said), "{flag}: {}", run.stderr());
+    }
+}
+
 /// `--get-server-output`: a separate server's own lines about the test (its start and end
 /// log lines, and what its stream threads counted per interval) after the client's
 /// totals in text and as `server_output_text` in `-J`; its byte counts are the report's.
