@@ -762,6 +762,14 @@ fn lab_usage_errors_name_the_flag_and_create_nothing() {
             "client options after `--`",
         ),
         (&["lab", "--", "-C", "nosuchcc"][..], "nosuchcc"),
+        (
+            &["lab", "--blackout-from", "5", "--", "-t", "1"][..],
+            "--blackout-from 5s: the test ends 1s after",
+        ),
+        (
+            &["lab", "--blackout-from", "3", "--", "-t", "1", "-O", "2"][..],
+            "--blackout-from 3s: the test ends 3s after",
+        ),
     ] {
         let run = pinperf(args, Duration::from_secs(5));
         assert_eq!(run.code(), Some(2), "{args:?}: {}", run.explain());

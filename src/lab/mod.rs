@@ -216,6 +216,19 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
 pub fn run(a: &LabArgs) -> Result<()> {
     let spec = path_spec(a)?;
     let mut cfg = client_config(a)?;
+    if let Some(from) = a.blackout_from {
+        // The path comes up just before the handshake, so a blackout at or past the
+        // test's planned end (-O and -t) would never be seen.
+        let planned = cfg.test.omit() + cfg.test.duration();
+        if from >= planned {
+            return Err(Error::Usage(format!(
+                "--blackout-from {}s: the test ends {}s after the path comes up (-O and -t); \
+                 use less, or a longer -t after --",
+                from.as_secs_f64(),
+                planned.as_secs_f64()
+            )));
+        }
+    }
     if !sys::is_root() {
         return Err(Error::Usage(
             "pinperf lab creates network namespaces and TUN devices: run it as root".into(),
