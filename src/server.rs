@@ -939,6 +939,7 @@ fn run_test(
         cpu: Some(cpu),
         kernel: None,
         server_output: None,
+        retransmits: Vec::new(),
     };
     let mut reporter_error = None;
     for (reporter, &reverse) in reporters.into_iter().zip(params.direction().reversed()) {
@@ -988,7 +989,7 @@ fn run_test(
     // Finishing before the client can see the totals: its next test (a shell loop's next
     // run) may connect the moment they arrive, and must wait rather than be refused.
     slot.finishing();
-    ctl.send(&ControlMsg::Done(done))?;
+    ctl.send(&ControlMsg::Done(Box::new(done)))?;
     if !cfg.quiet {
         serverlog::test_end(peer, received, sent, secs, || ended);
     }

@@ -76,6 +76,16 @@ fn client_against_iperf3(test: &str, args: &[&str], reverse: bool) {
         true => assert_eq!(bytes(&doc, "sum_sent"), received, "{}", run.explain()),
     }
     assert_eq!(sent, received, "{}", run.explain());
+    if reverse {
+        // The iperf3 sender's retransmits come with its results: the totals carry its
+        // count (they showed `-`).
+        let retr = out
+            .lines()
+            .find(|l| l.starts_with("#(**)"))
+            .and_then(|l| l.split_whitespace().nth(7));
+        let theirs = doc["end"]["sum_sent"]["retransmits"].to_string();
+        assert_eq!(retr, Some(theirs.as_str()), "{}", run.explain());
+    }
 }
 
 #[test]
@@ -225,12 +235,30 @@ fn iperf3_client_against_pinperf_server_four_streams_json() {
     assert_eq!(doc["end"]["streams"].as_array().map(Vec::len), Some(4));
 }
 
+/// `iperf3 -c -R` against `pinperf -s`: and pinperf's senders' retransmits are in the
+/// results, so iperf3 shows them on its sender lines (it showed none: no `retransmits`).
 #[test]
 fn iperf3_client_against_pinperf_server_reverse() {
-    iperf3_against_pinperf(
+    let Some(doc) = iperf3_against_pinperf(
         "iperf3_client_against_pinperf_server_reverse",
-        &["-R"],
+        &["-R", "-P", "2"],
         true,
+    ) else {
+        return;
+    };
+    let end = &doc["end"];
+    let each: Option<Vec<u64>> = end["streams"].as_array().map(|streams| {
+        streams
+            .iter()
+            .filter_map(|s| s["sender"]["retransmits"].as_u64())
+            .collect()
+    });
+    let each = each.unwrap_or_default();
+    assert_eq!(each.len(), 2, "{doc}");
+    assert_eq!(
+        end["sum_sent"]["retransmits"].as_u64(),
+        Some(each.iter().sum()),
+        "{doc}"
     );
 }
 

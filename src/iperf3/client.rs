@@ -257,7 +257,7 @@ pub(crate) fn run(
     });
     match &outcome {
         Ok(done) => {
-            let _ = remote_tx.send(RemoteEvent::Done(done.clone()));
+            let _ = remote_tx.send(RemoteEvent::Done(Box::new(done.clone())));
         }
         Err(e) => {
             let _ = remote_tx.send(RemoteEvent::Failed(e.to_string()));
@@ -644,6 +644,7 @@ fn finish(
         cpu: None,
         kernel: None,
         server_output: server_output(&theirs),
+        retransmits: Vec::new(),
     };
     let mut seconds: f64 = 0.0;
     for (k, &reverse) in reversed.iter().enumerate() {
@@ -659,7 +660,13 @@ fn finish(
             // for the server's (they differ by what crossed the boundary).
             let whole = s.bytes + counted.get(k).map_or(0, |m| m.omitted[i]);
             match reverse {
-                true => done.sent.push(whole),
+                true => {
+                    done.sent.push(whole);
+                    // A Linux iperf3 sender counts them (-1 where it has none).
+                    let counted = theirs.sender_has_retransmits == 1 && s.retransmits >= 0;
+                    done.retransmits
+                        .push(counted.then_some(s.retransmits.unsigned_abs()));
+                }
                 false => done.bytes.push(whole),
             }
         }

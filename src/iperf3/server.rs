@@ -31,6 +31,7 @@ use super::{Ctl, Params, Results, StreamResult, stream_id};
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, Result};
+use crate::measure::TcpSample;
 use crate::params::{Limits, TestParams};
 use crate::pin::{self, Affinity, PinPlan};
 use crate::stream::{StreamSocks, UdpSnapshot, spawn_named};
@@ -129,6 +130,7 @@ pub(crate) fn run_test(
             omitted: vec![0; n],
             done: vec![false; n],
             udp: vec![None; n],
+            retransmits: vec![Retransmits::default(); n],
         }));
         let c2 = Arc::clone(&count);
         let omit_ns = test.omit().as_nanos() as u64;
@@ -153,6 +155,9 @@ pub(crate) fn run_test(
                 }
                 if let (Some(last), Some(u)) = (batch.udp.last(), c.udp.get_mut(i)) {
                     *u = Some(*last);
+                }
+                if let Some(r) = c.retransmits.get_mut(i) {
+                    batch.samples.iter().for_each(|s| r.sample(s, omit_ns));
                 }
                 drop(c);
                 let _ = free.try_send(batch);
@@ -195,7 +200,33 @@ struct Counts {
     done: Vec<bool>,
     /// `-u` receivers: each stream's last datagram counts.
     udp: Vec<Option<UdpSnapshot>>,
+    /// TCP senders: each stream's retransmits, from its kernel samples.
+    retransmits: Vec<Retransmits>,
 }
+
+/// A sending stream's retransmits as iperf3 counts them: after `-O`'s omitted seconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Retransmits {
+    /// The kernel's count at the last sample inside `-O`.
+    omitted: u32,
+    last: Option<u32>,
+}
+
+impl Retransmits {
+    fn sample(&mut self, s: &TcpSample, omit_ns: u64) {
+        if s.t_ns < omit_ns {
+            self.omitted = s.total_retrans;
+        }
+        self.last = Some(s.total_retrans);
+    }
+
+    /// None when the stream never sampled its socket (UDP, a receiver).
+    fn counted(&self) -> Option<u64> {
+        self.last
+            .map(|last| u64::from(last.saturating_sub(self.omitted)))
+    }
+}
+
 impl Counts {
     /// Each stream's bytes past `-O`'s omitted seconds: what iperf3's results count.
     fn counted(&self) -> Vec<u64> {
@@ -411,6 +442,8 @@ fn finish(
     let report = cpu.report(Vec::new(), None);
     let mut streams = Vec::new();
     let (mut received, mut sent) = (0, 0);
+    // Whether this end's senders counted retransmits (iperf3 then shows them).
+    let mut sender_has_retransmits = 0;
     for (k, &reverse) in reversed.iter().enumerate() {
         let c = counters[k].lock();
         for (i, bytes) in c.counted().into_iter().enumerate() {
@@ -421,7 +454,11 @@ fn finish(
             let udp = test
                 .udp
                 .then(|| (reverse, c.udp[i].as_ref(), test.block_bytes()));
-            let r = StreamResult::ours(stream_id(k * n + i), bytes, elapsed, udp);
+            let mut r = StreamResult::ours(stream_id(k * n + i), bytes, elapsed, udp);
+            if let (true, Some(retransmits)) = (reverse, c.retransmits[i].counted()) {
+                r.retransmits = i64::try_from(retransmits).unwrap_or(i64::MAX);
+                sender_has_retransmits = 1;
+            }
             if let Some(lines) = told.as_mut() {
                 lines.push(super::stream_line(&r, reverse, test.udp));
             }
@@ -432,7 +469,7 @@ fn finish(
         cpu_util_total: report.host_total,
         cpu_util_user: report.host_user,
         cpu_util_system: report.host_system,
-        sender_has_retransmits: 0,
+        sender_has_retransmits,
         congestion_used: test.transport.congestion.clone(),
         streams,
         server_output_text: told.map(|mut lines| {
@@ -474,4 +511,27 @@ pub(crate) fn opening_line(peer: std::net::SocketAddr, test: &TestParams) -> Str
 /// The log's line when an iperf3 test is done (and the last of `--get-server-output`'s).
 pub(crate) fn done_line(peer: std::net::SocketAddr, received: u64, sent: u64) -> String {
     format!("pinperf: iperf3 test from {peer}: done, received {received} bytes, sent {sent} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retransmits_count_after_the_omitted_seconds() {
+        let at = |t_ns, total_retrans| TcpSample {
+            t_ns,
+            total_retrans,
+            ..TcpSample::default()
+        };
+        let mut r = Retransmits::default();
+        assert_eq!(r.counted(), None, "a stream that never sampled has none");
+        for s in [at(100, 2), at(900, 3), at(1_000, 5), at(2_000, 9)] {
+            r.sample(&s, 1_000);
+        }
+        assert_eq!(r.counted(), Some(6), "9 less the 3 inside -O");
+        let mut whole = Retransmits::default();
+        whole.sample(&at(2_000, 9), 0);
+        assert_eq!(whole.counted(), Some(9));
+    }
 }

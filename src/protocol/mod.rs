@@ -81,6 +81,11 @@ pub struct ReceiverDone {
     /// `--get-server-output`: the server's own lines about the test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_output: Option<String>,
+    /// Each server sender's retransmits after `-O`, in `sent`'s order, where they come
+    /// only with the totals (an iperf3 server's results; a pinperf server's rows carry
+    /// them, and this stays empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retransmits: Vec<Option<u64>>,
 }
 
 /// Every control message.
@@ -105,7 +110,7 @@ pub enum ControlMsg {
     Start,
     Row(ReceiverRow),
     SenderInterval(ClosedInterval),
-    Done(ReceiverDone),
+    Done(Box<ReceiverDone>),
     Error {
         reason: String,
     },

@@ -123,7 +123,7 @@ pub(crate) enum RemoteEvent {
     /// A server sender's interval (a direction the server sends: `-R`, `--bidir`).
     SenderInterval(ClosedInterval),
     /// The server's totals, once every stream there has ended.
-    Done(ReceiverDone),
+    Done(Box<ReceiverDone>),
     /// The client's own CPU over the test (sent by the client's main thread once its
     /// stream threads are joined).
     LocalCpu(CpuReport),
@@ -488,7 +488,7 @@ pub(crate) fn run_reporter(
                         d.add_sender(iv, None);
                     }
                 }
-                Ok(RemoteEvent::Done(d)) => done = Some(d),
+                Ok(RemoteEvent::Done(d)) => done = Some(*d),
                 Ok(RemoteEvent::LocalCpu(c)) => local_cpu = Some(c),
                 Ok(RemoteEvent::LocalKernel(k)) => local_kernel = Some(k),
                 Ok(RemoteEvent::Failed(e)) => failed = Some(e),
@@ -618,6 +618,13 @@ pub(crate) fn run_reporter(
         received_all.extend(&received);
         if !counts(elapsed_us) {
             continue;
+        }
+        if let (Some(done), false, true) = (&done, cut_short, d.reverse) {
+            // A far sender whose rows had no retransmits (an iperf3 server) gave its
+            // count with the totals.
+            for (t, &r) in d.totals.streams.iter_mut().zip(&done.retransmits) {
+                t.retransmits = t.retransmits.or(r);
+            }
         }
         let mut s = summarize(
             &header,
