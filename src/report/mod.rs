@@ -946,6 +946,14 @@ fn summarize(
         for t in &mut totals.streams {
             t.omitted_sent = t.omitted_seqs * datagram;
         }
+    } else if !header.udp {
+        // -O's end at the same byte of each stream: the receiver's, where the totals
+        // start. Cut on the sender's clock, what its socket buffers held then was counted
+        // sent inside -O and received after it, and the totals read more received than
+        // sent (by up to the buffers and the window: 16 MB at -w 8M).
+        for t in &mut totals.streams {
+            t.omitted_sent = t.omitted_received;
+        }
     }
     totals.stalls.finish();
     totals.streams.iter_mut().for_each(|t| t.stalls.finish());
@@ -1598,5 +1606,46 @@ mod tests {
         assert_eq!(s.streams[0].sent_bytes, 110 * datagram);
         // The whole run still adds up to what the sender wrote.
         assert_eq!(s.omitted.sent_bytes + s.sum_sent.bytes, all);
+    }
+
+    /// TCP `-O`: the omitted seconds end at the same byte of the stream on both sides, the
+    /// receiver's (review: cut on each end's clock, what the buffers held at the boundary
+    /// was counted sent inside -O and received after it: more received than sent).
+    #[test]
+    fn tcp_omit_ends_at_the_receivers_byte() {
+        use crate::measure::StreamSlice;
+        let mut totals = no_totals(1);
+        let iv = |index: u32, omitted: bool, sent: u64, got: u64| {
+            let local = ClosedInterval {
+                index,
+                begin_ns: u64::from(index) * 1_000_000_000,
+                end_ns: u64::from(index + 1) * 1_000_000_000,
+                omitted,
+                streams: vec![StreamSlice {
+                    bytes: sent,
+                    ..StreamSlice::default()
+                }],
+            };
+            let remote = ReceiverRow {
+                index,
+                begin_us: u64::from(index) * 1_000_000,
+                end_us: u64::from(index + 1) * 1_000_000,
+                bytes: vec![got],
+                udp: Vec::new(),
+            };
+            (local, remote)
+        };
+        // 10 of the sender's first 100 bytes were in its buffers at the boundary.
+        for (l, r) in [iv(0, true, 100, 90), iv(1, false, 100, 110)] {
+            join(&l, &r, &mut totals);
+        }
+        let mut h = model::sample::header();
+        h.streams = 1;
+        h.omit_s = 1.0;
+        h.duration_s = 1.0;
+        let s = summarize(&h, &[200], &[200], 2_000_000, &mut totals, false);
+        assert_eq!((s.sum_sent.bytes, s.sum_received.bytes), (110, 110));
+        assert_eq!((s.omitted.sent_bytes, s.omitted.received_bytes), (90, 90));
+        assert!(s.reconciled());
     }
 }

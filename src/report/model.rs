@@ -327,7 +327,8 @@ pub struct Summary {
     pub cpu: Option<CpuSummary>,
     /// Both ends' kernel TCP drop and memory-pressure counters over the test.
     pub kernel: Option<KernelSummary>,
-    /// Bytes sent and received in `-O`'s omitted seconds (not in the totals above).
+    /// Bytes sent and received in `-O`'s omitted seconds (not in the totals above). TCP
+    /// cuts both at the receiver's byte, so the two are equal; UDP at its sequence.
     #[serde(default)]
     pub omitted: Omitted,
     /// The test was cut short (a failure, a signal): the totals are over the receiver's
@@ -434,8 +435,8 @@ impl Summary {
         self.sum_received.bytes + self.omitted.received_bytes
     }
 
-    /// Sender and receiver agree to the byte over the whole test (with `-O`, the split
-    /// at the end of the omitted seconds differs by what was in flight then).
+    /// Sender and receiver agree to the byte over the whole test (the whole run: an
+    /// iperf3 server splits at `-O` on its own clock, which differs by what was in flight).
     pub fn reconciled(&self) -> bool {
         self.sent_whole_run() == self.received_whole_run()
     }

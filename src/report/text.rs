@@ -769,7 +769,14 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 }
             )?,
         }
-        if o.seconds > 0.0 {
+        if o.seconds > 0.0 && o.sent_bytes == o.received_bytes {
+            writeln!(
+                self.out,
+                "# omitted (-O {}): the first {} s, {} bytes (sender and receiver cut at the same \
+                 byte), are not in the totals",
+                o.seconds, o.seconds, o.received_bytes
+            )?;
+        } else if o.seconds > 0.0 {
             writeln!(
                 self.out,
                 "# omitted (-O {}): the first {} s, sender {} and receiver {} bytes, are not in the totals",
@@ -933,6 +940,10 @@ mod tests {
         let omitted = text("pinperf 0.1.0", 1.0);
         assert!(
             omitted.contains(" over the whole run, -O's seconds included: "),
+            "{omitted}"
+        );
+        assert!(
+            omitted.contains("the first 1 s, 0 bytes (sender and receiver cut at the same byte)"),
             "{omitted}"
         );
     }
