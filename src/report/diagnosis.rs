@@ -6,6 +6,7 @@
 //! the report model; the client's reporter calls them once, at the end.
 
 use super::model::{Fairness, Header, KernelSummary, StreamRow, UdpFigures};
+use crate::stream::echo::HEADER_LEN;
 
 /// What the diagnosis looks at.
 pub struct Evidence<'a> {
@@ -257,6 +258,14 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     }
     let block_bytes = e.header.block_bytes as f64;
     let write_us = block_bytes * 8.0 / per_stream_bps * 1e6;
+    // A sender paced by -b writes a block in pieces of at most pace::QUANTUM of its rate
+    // and reads echoes between them: a sample holds the pacing of the block's header (at
+    // -b 10k, 16 one-byte pieces: 12.8 ms), not the whole block's write.
+    let paced = e.header.rate_bps.filter(|_| !e.header.udp).map(|rate| {
+        let header_us = HEADER_LEN as f64 * 8.0 / rate.max(1) as f64 * 1e6;
+        (rate, header_us.min(write_us))
+    });
+    let write_us = paced.map_or(write_us, |(_, us)| us);
     let queue_us = block_us - path_us - write_us;
     let waited = format!(
         "diagnosis: blocks waited {:.2} ms on average against a path RTT of {:.3} ms (kernel \
@@ -264,20 +273,32 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
         block_us / 1e3,
         path_us / 1e3
     );
-    let block = format!(
-        "-l {} takes {:.2} ms to write at {} per stream",
-        crate::units::format_size(e.header.block_bytes),
-        write_us / 1e3,
-        human_rate(per_stream_bps)
-    );
+    let block = match paced {
+        Some((rate, _)) => format!(
+            "-b {} paces out each block's {HEADER_LEN}-byte header in {:.2} ms",
+            human_rate(rate as f64),
+            write_us / 1e3
+        ),
+        None => format!(
+            "-l {} takes {:.2} ms to write at {} per stream",
+            crate::units::format_size(e.header.block_bytes),
+            write_us / 1e3,
+            human_rate(per_stream_bps)
+        ),
+    };
     if queue_us < QUEUE_MIN_US || queue_us + path_us < QUEUE_FACTOR * path_us {
         if write_us < 0.5 * (block_us - path_us) {
             return;
         }
-        out.push(format!(
-            "{waited}: that is each block's own write time ({block}; the sender reads echoes \
-             between writes), not a queue. A smaller -l gives a finer block RTT."
-        ));
+        out.push(match paced {
+            Some(_) => format!(
+                "{waited}: that is the pacing of each block's header ({block}), not a queue."
+            ),
+            None => format!(
+                "{waited}: that is each block's own write time ({block}; the sender reads \
+                 echoes between writes), not a queue. A smaller -l gives a finer block RTT."
+            ),
+        });
         return;
     }
     let queue = per_stream_bps * queue_us / 1e6 / 8.0;
@@ -292,7 +313,10 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     // queue in on the hosts. Autotuned receive buffers grow unseen, so no bound then.
     let buffers = window.map(|_| sndbuf + e.header.remote_window.rcvbuf);
     let own_write = if write_us >= 0.1 * (block_us - path_us) {
-        format!(" beyond each block's own write time ({block})")
+        match paced {
+            Some(_) => format!(" beyond the pacing of each block's header ({block})"),
+            None => format!(" beyond each block's own write time ({block})"),
+        }
     } else {
         String::new()
     };
@@ -894,6 +918,25 @@ mod tests {
                     "each block's own write time (-l 64M takes 19.25 ms to write \
                                   at 27896 Mb/s per stream"
                 ),
+            "{d:?}"
+        );
+    }
+
+    /// `-b 10k` on loopback: block RTT 11.85 ms was called each 128 KiB block's write time
+    /// at the measured rate (104807 ms, longer than the test). A paced sender writes
+    /// one-byte pieces at that rate and reads echoes between them: the wait is the pacing
+    /// of the 16-byte header (12.8 ms), and no advice about -l.
+    #[test]
+    fn a_paced_senders_wait_is_its_header_s_pacing() {
+        let mut h = windowed(128 << 10, 64 << 10, 128 << 10, 128 << 10);
+        h.rate_bps = Some(10_000);
+        let d = one_stream(&h, row(0, 1000, 4, 11_850.0, 0), 10_008.0);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            d[0].contains(
+                "the pacing of each block's header (-b 10 kb/s paces out each \
+                           block's 16-byte header in 12.80 ms), not a queue."
+            ) && !d[0].contains("-l "),
             "{d:?}"
         );
     }
