@@ -769,7 +769,20 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 }
             )?,
         }
-        if o.seconds > 0.0 && o.sent_bytes == o.received_bytes {
+        if o.seconds > 0.0 && self.iperf3_peer {
+            writeln!(
+                self.out,
+                "# omitted (-O {}): the first {} s, {} bytes by this end's clock, are not in the \
+                 totals (nor, by its own clock, in the iperf3 server's)",
+                o.seconds,
+                o.seconds,
+                if s.reverse {
+                    o.received_bytes
+                } else {
+                    o.sent_bytes
+                }
+            )?;
+        } else if o.seconds > 0.0 && o.sent_bytes == o.received_bytes {
             writeln!(
                 self.out,
                 "# omitted (-O {}): the first {} s, {} bytes (sender and receiver cut at the same \
@@ -945,6 +958,13 @@ mod tests {
         assert!(
             omitted.contains("the first 1 s, 0 bytes (sender and receiver cut at the same byte)"),
             "{omitted}"
+        );
+        // An iperf3 server cuts on its own clock: no claim of one byte for both ends.
+        let theirs = text("iperf3 3.12", 1.0);
+        assert!(
+            theirs.contains("the first 1 s, 0 bytes by this end's clock")
+                && !theirs.contains("same byte"),
+            "{theirs}"
         );
     }
 
