@@ -758,6 +758,15 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                  test was cut short), receiver read {}",
                 s.received_whole_run()
             )?,
+            // Each end left its own -O seconds out on its own clock: the counts after -O
+            // are what the two ends have (a whole run made of this end's omitted bytes and
+            // the server's count after them read more received than sent).
+            false if self.iperf3_peer && o.seconds > 0.0 => writeln!(
+                self.out,
+                "# bytes after -O, each end by its own clock: sender wrote {}, receiver read {}: \
+                 {verdict}",
+                s.sum_sent.bytes, s.sum_received.bytes
+            )?,
             false => writeln!(
                 self.out,
                 "# bytes: sender wrote {}, receiver read {}{}: {verdict}",
@@ -964,6 +973,12 @@ mod tests {
         assert!(
             theirs.contains("the first 1 s, 0 bytes by this end's clock")
                 && !theirs.contains("same byte"),
+            "{theirs}"
+        );
+        // Nor a whole run made of this end's omitted bytes and the server's count after them.
+        assert!(
+            theirs.contains("# bytes after -O, each end by its own clock: sender wrote ")
+                && !theirs.contains("whole run"),
             "{theirs}"
         );
     }
