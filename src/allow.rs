@@ -106,7 +106,7 @@ impl Rate {
 
     /// `Err(wait)` when `ip` already started `max` tests within the last minute: the time
     /// until the oldest of them leaves the window.
-    pub fn check(&mut self, ip: IpAddr, max: u32, now: Instant) -> Result<(), Duration> {
+    fn check(&mut self, ip: IpAddr, max: u32, now: Instant) -> Result<(), Duration> {
         self.prune(now);
         match self.started.get(&Self::source(ip)) {
             Some(q) if q.len() >= max as usize => Err(q.front().map_or(RATE_WINDOW, |&t| {

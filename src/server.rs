@@ -1,5 +1,5 @@
 //! The server: an acceptor (the calling thread) that checks each connection's address
-//! (`--allow`, `--max-tests-per-minute`) and hands it to its own `control` thread for the
+//! (`--allow`; `--max-tests-per-minute` when a test is admitted) and hands it to its own `control` thread for the
 //! handshake (see [`crate::admission`]: at most [`MAX_HANDSHAKES`] at once, each under a
 //! deadline the acceptor enforces by cutting the connection). Only an admitted test takes
 //! the slot; one that finds a test running is told "busy" with the time left. The control
@@ -135,8 +135,9 @@ impl Server {
 
     /// Serves tests until killed (or one test with `-1`, whose result it returns).
     ///
-    /// The acceptor (this thread) checks `--allow` and `--max-tests-per-minute` on each
-    /// new connection's address, registers it in [`Handshakes`] (at most
+    /// The acceptor (this thread) checks `--allow` on each new connection's address
+    /// (`--max-tests-per-minute` counts tests, not connections: an iperf3 test's streams
+    /// connect here too, so it is checked when a test is admitted), registers it in [`Handshakes`] (at most
     /// [`MAX_HANDSHAKES`]; when full, the oldest is cut) and hands it to a `control`
     /// thread for its handshake. Between accepts it cuts the handshakes past their
     /// deadline. Only an admitted test touches the slot.
@@ -218,15 +219,6 @@ impl Server {
                 drop(stream);
                 log_refused(&cfg, peer, None, "allow", "address not in --allow");
                 continue;
-            }
-            if let Some(max) = cfg.max_tests_per_minute {
-                let checked = shared.rate.lock().check(peer.ip(), max, Instant::now());
-                if let Err(wait) = checked {
-                    let reason = rate_refusal(peer, max, wait);
-                    log_refused(&cfg, peer, None, "rate", &reason);
-                    refuse_with(stream, reason, &shared.refusers);
-                    continue;
-                }
             }
             if let Some(refused) = fd_burst {
                 if spare.is_none() {
@@ -668,19 +660,13 @@ fn iperf3_session(
     if !shared.pending.remove(id) {
         return None;
     }
-    // Busy is iperf3's ACCESS_DENIED (its client says the server is busy); the rate
-    // limit has no code of its own and goes as SERVER_ERROR.
+    // Busy and the rate limit are iperf3's ACCESS_DENIED: its client says the server is
+    // busy, "try again later" (iperf3 has no code for a rate limit; as SERVER_ERROR it
+    // read "an option you are trying to set is not implemented yet").
     let _release = match take_slot(shared, cfg, peer, admitted.test.run_time()) {
         Ok(guard) => guard,
         Err(r) => {
-            match r.why {
-                "busy" => {
-                    let _ = ctl.send_state(iperf3::ACCESS_DENIED);
-                }
-                _ => {
-                    let _ = ctl.send_server_error(iperf3::IEUNIMP, 0);
-                }
-            }
+            let _ = ctl.send_state(iperf3::ACCESS_DENIED);
             log_refused(cfg, peer, None, r.why, &r.to_log);
             return None;
         }

@@ -382,6 +382,29 @@ fn tos_crosses_to_and_from_iperf3() {
     );
 }
 
+/// `--max-tests-per-minute 1` counts an iperf3 test once: its stream connections come to
+/// the control port too, and were refused as further tests (with the limit at 1 no iperf3
+/// test could run). The next test in the minute is refused in words iperf3 shows, and the
+/// log names the flag.
+#[test]
+fn the_rate_limit_counts_an_iperf3_test_once() {
+    let test = "the_rate_limit_counts_an_iperf3_test_once";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let mut server = Server::start(&["--max-tests-per-minute", "1"]);
+    let (code, out, err, _) = iperf3_client(server.port, &["-t", "1", "-P", "2"]);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", server.log());
+    let (code, out, err, took) = iperf3_client(server.port, &["-t", "1"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("try again later"),
+        "{out}{err}"
+    );
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    server.wait_for_log("at most 1 per minute", Duration::from_secs(3));
+}
+
 #[test]
 fn a_busy_pinperf_server_refuses_an_iperf3_client_at_once() {
     let test = "a_busy_pinperf_server_refuses_an_iperf3_client_at_once";
