@@ -5,8 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-/// Each step of the control handshake (preamble, hello, parameters, accept, start) and
-/// the arrival of all data connections: a peer on the far side of a slow path answers in
+/// Each step of the control handshake (preamble, hello, parameters, accept, start): a peer on the far side of a slow path answers in
 /// well under a second; ten leave room for DNS, SYN retries and a loaded host.
 pub const HANDSHAKE: Duration = Duration::from_secs(10);
 
@@ -48,13 +47,19 @@ pub const GOODBYE: Duration = Duration::from_secs(2);
 /// slot instead of being told "busy".
 pub const FINISHING: Duration = Duration::from_secs(3);
 
-/// How long the server waits for all of a test's data and echo connections: the client
-/// opens them one after another, each a round trip (SYN, SYN-ACK) and its hello, so a
-/// long path (the lab's 4 s RTT, a satellite hop) adds two round trips per connection to
-/// [`HANDSHAKE`]. `rtt` is the control connection's, as the kernel measured it.
+/// How long the server waits for all of a test's data and echo connections, holding the
+/// test slot: the client opens them one after another, each a round trip (SYN, SYN-ACK)
+/// and its hello, so a long path (the lab's 4 s RTT, a satellite hop) adds two round trips
+/// per connection to [`STREAMS_BASE`]. `rtt` is the control connection's, as the kernel
+/// measured it.
 pub fn streams_arrive(connections: usize, rtt: Duration) -> Duration {
-    HANDSHAKE + rtt.saturating_mul(2 * u32::try_from(connections).unwrap_or(u32::MAX))
+    STREAMS_BASE + rtt.saturating_mul(2 * u32::try_from(connections).unwrap_or(u32::MAX))
 }
+
+/// The part of [`streams_arrive`] that is not round trips: a lost SYN is sent again after
+/// 1 s and once more 2 s later. A peer that sent its parameters and connects nothing holds
+/// the slot this long (it held it [`HANDSHAKE`], 10 s).
+pub const STREAMS_BASE: Duration = Duration::from_secs(3);
 
 /// How long a UDP receiver listens past the senders' end: the last datagrams' way there
 /// (twice the path's RTT, for the two ends' start offsets), at least 250 ms. Tail losses

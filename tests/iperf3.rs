@@ -405,6 +405,34 @@ fn the_rate_limit_counts_an_iperf3_test_once() {
     server.wait_for_log("at most 1 per minute", Duration::from_secs(3));
 }
 
+/// An iperf3 client that fails after sending its parameters (`-w 64M` above this host's
+/// `wmem_max`: "socket buffer size not set correctly") closes its control connection
+/// before its streams connect: the slot is free at once (it was held 10 s, every client
+/// told "busy").
+#[test]
+fn an_iperf3_client_that_leaves_before_its_streams_frees_the_slot_at_once() {
+    let test = "an_iperf3_client_that_leaves_before_its_streams_frees_the_slot_at_once";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let mut server = Server::start(&[]);
+    let (code, out, err, _) = iperf3_client(server.port, &["-t", "1", "-w", "256M"]);
+    if code == Some(0) {
+        util::skipped(
+            test,
+            "this host grants a 256M window (wmem_max), so iperf3 ran",
+        );
+        return;
+    }
+    assert!(
+        format!("{out}{err}").contains("socket buffer size"),
+        "{out}{err}"
+    );
+    server.wait_for_log("closed its control connection", Duration::from_secs(1));
+    let run = client_at(server.port, &["--peer", "pinperf", "-t", "0.3"]);
+    run.assert_ok();
+}
+
 #[test]
 fn a_busy_pinperf_server_refuses_an_iperf3_client_at_once() {
     let test = "a_busy_pinperf_server_refuses_an_iperf3_client_at_once";

@@ -21,6 +21,7 @@
 //! client prints as its receiver's line.
 
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -238,6 +239,13 @@ impl Counts {
     }
 }
 
+/// Whether the peer closed `sock` (or it failed): nothing is read from it.
+fn closed(sock: &TcpStream) -> bool {
+    let mut fds = [crate::sys::pollfd(sock.as_raw_fd(), libc::POLLRDHUP)];
+    let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+    crate::sys::poll(&mut fds, 0).is_ok() && fds[0].revents & gone != 0
+}
+
 /// The test's TCP streams, in the client's order, with `-w` and `-C` set; `SERVER_ERROR`
 /// to the client when they do not all come or cannot be set up.
 fn tcp_streams(
@@ -249,8 +257,19 @@ fn tcp_streams(
     let mut arrived = Vec::with_capacity(test.threads());
     while arrived.len() < test.threads() {
         let left = deadline.saturating_duration_since(Instant::now());
-        match streams.recv_timeout(left) {
+        match streams.recv_timeout(left.min(timeouts::POLL)) {
             Ok(s) => arrived.push(s),
+            // An iperf3 client that failed after its parameters (its own -w refused, say)
+            // closes the control connection: the slot is free at once, not at the deadline.
+            Err(_) if closed(&ctl.sock) => {
+                return Err(Error::Test(format!(
+                    "the iperf3 client closed its control connection while {} of {} stream \
+                     connections had arrived",
+                    arrived.len(),
+                    test.threads()
+                )));
+            }
+            Err(_) if !left.is_zero() => {}
             Err(_) => {
                 let _ = ctl.send_server_error(super::IESTREAMACCEPT, 0);
                 return Err(Error::Test(format!(
