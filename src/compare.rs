@@ -576,7 +576,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
                 ),
                 None => serde_json::to_writer_pretty(&mut out, &doc),
             };
-            written.map_err(|e| Error::io("write the comparison", e.into()))?;
+            written.map_err(|e| io_err(e.into()))?;
             writeln!(out).map_err(io_err)?;
         }
         Format::Text => {

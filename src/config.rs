@@ -220,6 +220,12 @@ pub fn from_args(args: &Args) -> Result<Mode> {
                 .into(),
         ));
     }
+    if cfg.engine == Engine::Single && cfg.test.zerocopy.is_some() {
+        // Said before any connection (it was found by the sender, after the handshake).
+        return Err(Error::Usage(
+            "-Z: the single engine sends with copies; use the default --engine threads".into(),
+        ));
+    }
     if cfg.engine == Engine::Single && cfg.test.direction() != crate::params::Direction::Forward {
         return Err(Error::Usage(
             "--engine single drives the client's senders; with -R or --bidir the server sends \

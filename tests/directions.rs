@@ -223,3 +223,21 @@ fn reverse_with_the_single_engine_is_refused_with_the_reason() {
         run.explain()
     );
 }
+
+/// `-Z --engine single` is a usage error said before any connection (it was found by the
+/// sender after the handshake: exit 1, and with no server there `Connection refused`).
+#[test]
+fn zerocopy_with_the_single_engine_is_refused_before_connecting() {
+    // Nothing listens on port 1: a client that connected first would fail there.
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", "1", "-Z", "--engine", "single"],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("-Z: the single engine sends with copies; use the default --engine threads"),
+        "{}",
+        run.explain()
+    );
+}

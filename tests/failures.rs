@@ -282,6 +282,19 @@ fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
     let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap();
     assert_eq!(status.code(), Some(0), "compare | head -1: {stderr}");
     assert!(stderr.is_empty(), "nothing said on a closed pipe: {stderr}");
+    // `-J` too: its one document is written at the end, into a pipe closed by then (it
+    // said "write the comparison: Broken pipe" and exited 1).
+    let mut child = Command::new(bin())
+        .args(["compare", "--loopback", "--blocks", "8k", "-t", "0.2", "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn compare -J");
+    drop(child.stdout.take());
+    let status = child.wait().expect("wait");
+    let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap();
+    assert_eq!(status.code(), Some(0), "compare -J | true: {stderr}");
+    assert!(stderr.is_empty(), "nothing said on a closed pipe: {stderr}");
 }
 
 #[test]
