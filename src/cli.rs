@@ -193,9 +193,10 @@ pub struct LabArgs {
 pub struct CompareArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Block sizes: 8k,64k,256k or 8k..1m.
-    #[arg(long, value_name = "LIST", default_value = "128k")]
-    pub blocks: String,
+    /// Block sizes: 8k,64k,256k or 8k..1m [default: each protocol's -l: 128k for TCP,
+    /// 1472 for UDP].
+    #[arg(long, value_name = "LIST")]
+    pub blocks: Option<String>,
     /// Stream counts: 1,2,4 or 1..16.
     #[arg(long, value_name = "LIST", default_value = "1")]
     pub streams: String,

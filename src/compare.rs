@@ -145,7 +145,11 @@ pub struct CompareDoc {
 
 /// Builds the matrix from the axis flags, validating every value as a single test would.
 pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
-    let blocks = parse_size_list("--blocks", &a.blocks)?;
+    let blocks = a
+        .blocks
+        .as_deref()
+        .map(|b| parse_size_list("--blocks", b))
+        .transpose()?;
     let streams = parse_count_list("--streams", &a.streams)?;
     let windows: Vec<Option<u64>> = a
         .windows
@@ -211,6 +215,13 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
     )?;
     let mut out = Vec::new();
     for &udp in &protocols {
+        // Without --blocks, each protocol's own -l default.
+        let default = TestParams {
+            udp,
+            ..TestParams::defaults()
+        }
+        .block_bytes();
+        let blocks = blocks.clone().unwrap_or_else(|| vec![default]);
         for &rate_bps in &rates {
             for &block in &blocks {
                 for &n in &streams {
@@ -649,6 +660,27 @@ mod tests {
             "--copy default,splice: 'splice' is not one of default, zerocopy, sendfile, \
              msg-zerocopy, skip-rx"
         );
+    }
+
+    /// Without --blocks each protocol runs at its own -l default (UDP's 128k default was
+    /// refused: "--blocks 128k: a UDP datagram must be 32 to 65507 bytes").
+    #[test]
+    fn without_blocks_each_protocol_has_its_own_default() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            a: CompareArgs,
+        }
+        let a = Only::parse_from(["compare", "--loopback", "--protocols", "tcp,udp"]).a;
+        let pts = points(&a).unwrap();
+        let blocks: Vec<_> = pts.iter().map(|p| (p.udp, p.block_bytes)).collect();
+        assert_eq!(
+            blocks,
+            [(false, 128 << 10), (true, crate::params::DEFAULT_DATAGRAM)]
+        );
+        let target = Target::from_args(&a.target).unwrap();
+        assert!(pts.iter().all(|p| config_for(&a, &target, p).is_ok()));
     }
 
     #[test]
