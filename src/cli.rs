@@ -330,6 +330,53 @@ pub fn not_yet<S: AsRef<str>>(argv: &[S]) -> Option<String> {
         })
 }
 
+/// A flag of the other mode given on the command line: a test's parameters (and
+/// `--engine`, `--peer`, `--auth`) to a server, which takes each test's from its client; a
+/// "Server" flag to a client or `--loopback` (whose in-process server takes none). iperf3
+/// refuses client options on a server too; run without them, they were silently ignored
+/// (`pinperf -s -R`, `pinperf --loopback --max-rate 1M` at 22 Gbit/s).
+pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
+    use clap::{Args as _, CommandFactory, parser::ValueSource};
+    if m.subcommand().is_some() {
+        return None;
+    }
+    let given =
+        |a: &&clap::Arg| m.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine);
+    let name = |a: &clap::Arg| {
+        let short = a.get_short().map(|c| format!("-{c}"));
+        let long = a.get_long().map(|l| format!("--{l}"));
+        [short, long]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let cmd = Args::command();
+    if m.get_flag("server") {
+        let test = TestParams::augment_args(clap::Command::new("test"));
+        let mut client_only: Vec<clap::Id> =
+            test.get_arguments().map(|a| a.get_id().clone()).collect();
+        client_only.extend(["engine", "peer", "auth"].map(clap::Id::from));
+        let arg = cmd
+            .get_arguments()
+            .filter(|a| client_only.contains(a.get_id()))
+            .find(given)?;
+        return Some(format!(
+            "{}: a client option; a server (-s) takes each test's parameters from its client",
+            name(arg)
+        ));
+    }
+    let arg = cmd
+        .get_arguments()
+        .filter(|a| a.get_help_heading() == Some("Server"))
+        .find(given)?;
+    Some(format!(
+        "{}: a server option (pinperf -s); a client, and --loopback's in-process server, \
+         take none",
+        name(arg)
+    ))
+}
+
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
 pub const DEFAULT_PORT: u16 = 5301;
 

@@ -48,7 +48,7 @@ pub(crate) mod udp;
 pub(crate) mod udp_link;
 pub(crate) mod units;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 pub use error::{Error, Result};
 
@@ -70,7 +70,12 @@ pub fn run_from_env() -> Result<()> {
     if let Some(msg) = cli::not_yet(&argv[1..]) {
         return Err(Error::Usage(msg));
     }
-    run(&cli::Args::parse_from(argv))
+    let matches = cli::Args::command().get_matches_from(argv);
+    if let Some(msg) = cli::wrong_mode(&matches) {
+        return Err(Error::Usage(msg));
+    }
+    let args = cli::Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    run(&args)
 }
 
 /// Runs parsed arguments.

@@ -412,6 +412,40 @@ fn options_that_would_fail_every_test_are_refused_at_startup() {
     }
 }
 
+/// A flag of the other mode is refused by name (helper-29: `-s -R`, `-s -P 4`, a client's
+/// `--max-streams 2 -P 4` and `--loopback --max-rate 1M` ran, the flag ignored).
+#[test]
+fn a_flag_of_the_other_mode_is_refused_by_name() {
+    let limit = Duration::from_secs(5);
+    let client = "a client option; a server (-s) takes each test's parameters from its client";
+    let server =
+        "a server option (pinperf -s); a client, and --loopback's in-process server, take none";
+    let cases: [(&[&str], &str, &str); 5] = [
+        (&["-s", "-p", "0", "-R"], "-R/--reverse", client),
+        (
+            &["-s", "-p", "0", "-P", "4", "-t", "3"],
+            "-P/--parallel",
+            client,
+        ),
+        (&["-s", "-p", "0", "--engine", "single"], "--engine", client),
+        (
+            &["-c", "127.0.0.1", "-p", "1", "--max-streams", "2"],
+            "--max-streams",
+            server,
+        ),
+        (&["--loopback", "--max-rate", "1M"], "--max-rate", server),
+    ];
+    for (args, flag, why) in cases {
+        let run = pinperf(args, limit);
+        assert_eq!(run.code(), Some(2), "{args:?}{}", run.explain());
+        assert_eq!(
+            run.stderr(),
+            format!("pinperf: {flag}: {why}\n"),
+            "{args:?}"
+        );
+    }
+}
+
 #[test]
 fn the_server_log_calls_its_peer_the_client() {
     let server = Srv::start(&["-p", "0", "-B", "127.0.0.1", "--max-streams", "1"]);
