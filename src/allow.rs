@@ -1,7 +1,8 @@
 //! The server's address allow-list (`--allow CIDR[,CIDR…]`, IPv4 and IPv6) and its
-//! per-source test rate (`--max-tests-per-minute`). Both are checked by the acceptor on
-//! the connection's address before any handshake work; the rate is counted again, atomically,
-//! when a test takes the slot. Plain data, no sockets.
+//! per-source test rate (`--max-tests-per-minute`). The acceptor checks the allow-list on
+//! the connection's address before any handshake work; the rate is checked and counted
+//! when a test is admitted (tests, not connections: an iperf3 test's streams connect to
+//! the control port too). Plain data, no sockets.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -106,7 +107,7 @@ impl Rate {
 
     /// `Err(wait)` when `ip` already started `max` tests within the last minute: the time
     /// until the oldest of them leaves the window.
-    fn check(&mut self, ip: IpAddr, max: u32, now: Instant) -> Result<(), Duration> {
+    pub fn check(&mut self, ip: IpAddr, max: u32, now: Instant) -> Result<(), Duration> {
         self.prune(now);
         match self.started.get(&Self::source(ip)) {
             Some(q) if q.len() >= max as usize => Err(q.front().map_or(RATE_WINDOW, |&t| {

@@ -548,6 +548,13 @@ fn take_slot<'a>(
     run_time: Duration,
 ) -> std::result::Result<SlotGuard<'a>, Refusal> {
     let refusal = |why, reason: String| Refusal::plain(why, reason, None);
+    // A source over its rate never takes the slot, not even for a moment (a client then
+    // would be told "busy" for the refused test's -t).
+    if let Some(max) = cfg.max_tests_per_minute
+        && let Err(wait) = shared.rate.lock().check(peer.ip(), max, Instant::now())
+    {
+        return Err(refusal("rate", rate_refusal(peer, max, wait)));
+    }
     let taken = match shared.slot.try_take(run_time) {
         Err(FINISHING) if shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => {
             let got = shared.slot.wait_take(run_time, timeouts::FINISHING);
@@ -1085,8 +1092,7 @@ fn accept_streams(
     let expected = if echo { 2 * n } else { n };
     // A long path makes each connection slower to arrive: the control connection's RTT.
     let rtt = net::rtt(&ctl.socket());
-    let allowed = timeouts::streams_arrive(expected, rtt);
-    let deadline = Instant::now() + allowed;
+    let mut wait = timeouts::StreamsArrive::new(expected, rtt);
     let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =
         (0..n).map(|_| (None, None)).collect();
     let mut pending: Vec<Pending> = Vec::new();
@@ -1095,10 +1101,13 @@ fn accept_streams(
     let mut arrived = 0;
     while arrived < expected {
         let now = Instant::now();
+        let deadline = wait.deadline();
         if now >= deadline {
             return Err(Error::Test(format!(
-                "only {arrived} of {expected} data and echo connections from {peer} arrived within {:.1} s",
-                allowed.as_secs_f64()
+                "only {arrived} of {expected} data and echo connections from {peer} arrived \
+                 ({:.1} s after the last, or {:.1} s in all)",
+                timeouts::STREAMS_BASE.as_secs_f64(),
+                wait.allowed.as_secs_f64()
             )));
         }
         let wait_ms = deadline
@@ -1174,6 +1183,7 @@ fn accept_streams(
                             })?;
                             *slot = Some(sock);
                             arrived += 1;
+                            wait.arrived();
                         }
                         _ => log!(
                             quiet,

@@ -47,18 +47,51 @@ pub const GOODBYE: Duration = Duration::from_secs(2);
 /// slot instead of being told "busy".
 pub const FINISHING: Duration = Duration::from_secs(3);
 
-/// How long the server waits for all of a test's data and echo connections, holding the
-/// test slot: the client opens them one after another, each a round trip (SYN, SYN-ACK)
-/// and its hello, so a long path (the lab's 4 s RTT, a satellite hop) adds two round trips
-/// per connection to [`STREAMS_BASE`]. `rtt` is the control connection's, as the kernel
-/// measured it.
+/// The longest a test's data and echo connections may take to arrive: the client opens
+/// them one after another, each a round trip (SYN, SYN-ACK) and its hello, so a long path
+/// (the lab's 4 s RTT, a satellite hop) adds two round trips per connection to
+/// [`HANDSHAKE`]. `rtt` is the control connection's, as the kernel measured it.
 pub fn streams_arrive(connections: usize, rtt: Duration) -> Duration {
-    STREAMS_BASE + rtt.saturating_mul(2 * u32::try_from(connections).unwrap_or(u32::MAX))
+    HANDSHAKE + rtt.saturating_mul(2 * u32::try_from(connections).unwrap_or(u32::MAX))
 }
 
-/// The part of [`streams_arrive`] that is not round trips: a lost SYN is sent again after
-/// 1 s and once more 2 s later. A peer that sent its parameters and connects nothing holds
-/// the slot this long (it held it [`HANDSHAKE`], 10 s).
+/// How long a server holding the test slot waits for the next of a test's connections:
+/// [`STREAMS_BASE`] and two round trips after the last one arrived (or the test was
+/// admitted), never past [`streams_arrive`] from the start. A peer that connects nothing
+/// frees the slot in 3 s (it held it 10 s); a slow one that keeps connecting is not cut.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamsArrive {
+    last: Instant,
+    step: Duration,
+    end: Instant,
+    /// The whole allowance, for messages.
+    pub allowed: Duration,
+}
+
+impl StreamsArrive {
+    pub fn new(connections: usize, rtt: Duration) -> StreamsArrive {
+        let now = Instant::now();
+        let allowed = streams_arrive(connections, rtt);
+        StreamsArrive {
+            last: now,
+            step: STREAMS_BASE + rtt.saturating_mul(2),
+            end: now + allowed,
+            allowed,
+        }
+    }
+
+    /// One more connection arrived.
+    pub fn arrived(&mut self) {
+        self.last = Instant::now();
+    }
+
+    pub fn deadline(&self) -> Instant {
+        (self.last + self.step).min(self.end)
+    }
+}
+
+/// The part of [`StreamsArrive`]'s step that is not round trips: a lost SYN is sent again
+/// after 1 s and once more 2 s later.
 pub const STREAMS_BASE: Duration = Duration::from_secs(3);
 
 /// How long a UDP receiver listens past the senders' end: the last datagrams' way there
@@ -151,11 +184,26 @@ mod tests {
 
     #[test]
     fn streams_on_a_long_path_get_two_round_trips_each() {
-        assert_eq!(streams_arrive(4, Duration::ZERO), Duration::from_secs(3));
+        assert_eq!(streams_arrive(4, Duration::ZERO), HANDSHAKE);
         assert_eq!(
             streams_arrive(2, Duration::from_secs(4)),
-            Duration::from_secs(3 + 16)
+            HANDSHAKE + Duration::from_secs(16)
         );
+    }
+
+    /// The slot is held 3 s (and two round trips) past the last arrival, never past the
+    /// whole allowance: silence frees it soon, a slow steady client is not cut.
+    #[test]
+    fn streams_get_three_seconds_after_the_last_one_within_the_whole() {
+        let rtt = Duration::from_millis(100);
+        let mut w = StreamsArrive::new(100, rtt);
+        let step = STREAMS_BASE + rtt * 2;
+        assert_eq!(w.deadline(), w.last + step);
+        w.last += Duration::from_secs(20);
+        assert_eq!(w.deadline(), w.last + step, "a later arrival moves it");
+        w.last += Duration::from_secs(60);
+        assert_eq!(w.deadline(), w.end, "never past the whole allowance");
+        assert_eq!(w.allowed, HANDSHAKE + rtt * 200);
     }
 
     #[test]

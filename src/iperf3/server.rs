@@ -103,7 +103,8 @@ pub(crate) fn run_test(
     let (mut socks, dups) = match test.udp {
         false => {
             ctl.send_state(super::CREATE_STREAMS)?;
-            let (socks, dups) = tcp_streams(ctl, test, streams, deadline())?;
+            let wait = timeouts::StreamsArrive::new(test.threads(), rtt);
+            let (socks, dups) = tcp_streams(ctl, test, streams, wait)?;
             (Socks::Tcp(socks), dups)
         }
         true => {
@@ -252,13 +253,16 @@ fn tcp_streams(
     ctl: &mut Ctl,
     test: &TestParams,
     streams: &Receiver<(u64, TcpStream)>,
-    deadline: Instant,
+    mut wait: timeouts::StreamsArrive,
 ) -> Result<(Vec<StreamSocks>, Vec<TcpStream>)> {
     let mut arrived = Vec::with_capacity(test.threads());
     while arrived.len() < test.threads() {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = wait.deadline().saturating_duration_since(Instant::now());
         match streams.recv_timeout(left.min(timeouts::POLL)) {
-            Ok(s) => arrived.push(s),
+            Ok(s) => {
+                arrived.push(s);
+                wait.arrived();
+            }
             // An iperf3 client that failed after its parameters (its own -w refused, say)
             // closes the control connection: the slot is free at once, not at the deadline.
             Err(_) if closed(&ctl.sock) => {
