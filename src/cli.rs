@@ -352,11 +352,16 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
             .join("/")
     };
     let cmd = Args::command();
+    let client = m.value_source("client").is_some() || m.get_flag("loopback");
     if m.get_flag("server") {
         let test = TestParams::augment_args(clap::Command::new("test"));
-        let mut client_only: Vec<clap::Id> =
-            test.get_arguments().map(|a| a.get_id().clone()).collect();
-        client_only.extend(["engine", "peer", "auth"].map(clap::Id::from));
+        // -i is iperf3's on a server too; --auth has its own message (config.rs).
+        let mut client_only: Vec<clap::Id> = test
+            .get_arguments()
+            .map(|a| a.get_id().clone())
+            .filter(|id| id != "interval")
+            .collect();
+        client_only.extend(["engine", "peer"].map(clap::Id::from));
         let arg = cmd
             .get_arguments()
             .filter(|a| client_only.contains(a.get_id()))
@@ -365,6 +370,10 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
             "{}: a client option; a server (-s) takes each test's parameters from its client",
             name(arg)
         ));
+    }
+    if !client {
+        // No mode given: clap's or config's own message says to choose one.
+        return None;
     }
     let arg = cmd
         .get_arguments()

@@ -141,9 +141,14 @@ struct Made {
 }
 
 impl Made {
-    /// Why writing it failed, naming the flag and the file (`--plot x.svg: ...`).
-    fn failed(&self, e: impl std::fmt::Display) -> io::Error {
-        io::Error::other(format!("{} {}: {e}", self.flag, self.path.display()))
+    /// Why writing it failed, naming the flag and the file (`--plot x.svg: ...`), with
+    /// the failure's kind (a side file is no report on stdout: a closed pipe is an error).
+    fn failed(&self, e: io::Error) -> io::Error {
+        let kind = match e.kind() {
+            io::ErrorKind::BrokenPipe => io::ErrorKind::Other,
+            kind => kind,
+        };
+        io::Error::new(kind, format!("{} {}: {e}", self.flag, self.path.display()))
     }
 }
 
@@ -205,11 +210,12 @@ impl Capture {
         if let Some(mut made) = self.plot.take() {
             let bytes = plot::test_svg(&test.doc, None, &title)
                 .and_then(|svg| plot::encode(&made.path, &svg))
-                .map_err(|e| made.failed(e))?;
+                .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
             made.file.write_all(&bytes).map_err(|e| made.failed(e))?;
         }
         if let Some(mut made) = self.html.take() {
-            let page = html::test_page(&test, &title, self.options).map_err(|e| made.failed(e))?;
+            let page = html::test_page(&test, &title, self.options)
+                .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
             made.file
                 .write_all(page.as_bytes())
                 .map_err(|e| made.failed(e))?;

@@ -764,11 +764,11 @@ fn lab_usage_errors_name_the_flag_and_create_nothing() {
         (&["lab", "--", "-C", "nosuchcc"][..], "nosuchcc"),
         (
             &["lab", "--blackout-from", "5", "--", "-t", "1"][..],
-            "--blackout-from 5s: the test ends 1s after",
+            "--blackout-from 5s: the test ends about 1.5s after",
         ),
         (
-            &["lab", "--blackout-from", "3", "--", "-t", "1", "-O", "2"][..],
-            "--blackout-from 3s: the test ends 3s after",
+            &["lab", "--blackout-from", "4", "--", "-t", "1", "-O", "2"][..],
+            "--blackout-from 4s: the test ends about 3.5s after",
         ),
     ] {
         let run = pinperf(args, Duration::from_secs(5));

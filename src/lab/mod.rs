@@ -217,15 +217,18 @@ pub fn run(a: &LabArgs) -> Result<()> {
     let spec = path_spec(a)?;
     let mut cfg = client_config(a)?;
     if let Some(from) = a.blackout_from {
-        // The path comes up just before the handshake, so a blackout at or past the
-        // test's planned end (-O and -t) would never be seen.
-        let planned = cfg.test.omit() + cfg.test.duration();
-        if from >= planned {
+        // The path comes up just before the handshake: a blackout past the handshake (a
+        // few round trips, two per data and echo connection) and the test's planned end
+        // (-O and -t) would never be seen.
+        let connections = u32::try_from(2 * cfg.test.threads()).unwrap_or(u32::MAX);
+        let setup = spec.rtt.saturating_mul(4 + 2 * connections);
+        let end = cfg.test.omit() + cfg.test.duration() + setup;
+        if from >= end {
             return Err(Error::Usage(format!(
-                "--blackout-from {}s: the test ends {}s after the path comes up (-O and -t); \
-                 use less, or a longer -t after --",
+                "--blackout-from {}s: the test ends about {:.1}s after the path comes up (its \
+                 handshake over --rtt, then -O and -t); use less, or a longer -t after --",
                 from.as_secs_f64(),
-                planned.as_secs_f64()
+                end.as_secs_f64()
             )));
         }
     }

@@ -258,12 +258,15 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     }
     let block_bytes = e.header.block_bytes as f64;
     let write_us = block_bytes * 8.0 / per_stream_bps * 1e6;
-    // A sender paced by -b writes a block in pieces of at most pace::QUANTUM of its rate
-    // and reads echoes between them: a sample holds the pacing of the block's header (at
-    // -b 10k, 16 one-byte pieces: 12.8 ms), not the whole block's write.
+    // A sender paced by -b writes a block in pieces of pace::QUANTUM of its rate (at least
+    // a byte) and reads echoes between them: a sample holds the pacing of the header's
+    // bytes after the first piece (at -b 10k, 15 more one-byte pieces: 12 ms), not the
+    // whole block's write.
     let paced = e.header.rate_bps.filter(|_| !e.header.udp).map(|rate| {
-        let header_us = HEADER_LEN as f64 * 8.0 / rate.max(1) as f64 * 1e6;
-        (rate, header_us.min(write_us))
+        let rate = rate.max(1) as f64;
+        let piece = (rate * crate::pace::QUANTUM.as_secs_f64() / 8.0).max(1.0);
+        let header_us = (HEADER_LEN as f64 - piece).max(0.0) * 8.0 / rate * 1e6;
+        (rate as u64, header_us.min(write_us))
     });
     let write_us = paced.map_or(write_us, |(_, us)| us);
     let queue_us = block_us - path_us - write_us;
@@ -925,7 +928,7 @@ mod tests {
     /// `-b 10k` on loopback: block RTT 11.85 ms was called each 128 KiB block's write time
     /// at the measured rate (104807 ms, longer than the test). A paced sender writes
     /// one-byte pieces at that rate and reads echoes between them: the wait is the pacing
-    /// of the 16-byte header (12.8 ms), and no advice about -l.
+    /// of the 16-byte header after its first byte (12 ms), and no advice about -l.
     #[test]
     fn a_paced_senders_wait_is_its_header_s_pacing() {
         let mut h = windowed(128 << 10, 64 << 10, 128 << 10, 128 << 10);
@@ -935,7 +938,7 @@ mod tests {
         assert!(
             d[0].contains(
                 "the pacing of each block's header (-b 10 kb/s paces out each \
-                           block's 16-byte header in 12.80 ms), not a queue."
+                           block's 16-byte header in 12.00 ms), not a queue."
             ) && !d[0].contains("-l "),
             "{d:?}"
         );

@@ -328,7 +328,9 @@ pub struct Summary {
     /// Both ends' kernel TCP drop and memory-pressure counters over the test.
     pub kernel: Option<KernelSummary>,
     /// Bytes sent and received in `-O`'s omitted seconds (not in the totals above). TCP
-    /// cuts both at the receiver's byte, so the two are equal; UDP at its sequence.
+    /// cuts both at the receiver's byte, so the two are equal (the omitted rows' own
+    /// `sent_bytes` stay on the sender's clock, so they add up to more); UDP at its
+    /// sequence.
     #[serde(default)]
     pub omitted: Omitted,
     /// The test was cut short (a failure, a signal): the totals are over the receiver's
