@@ -519,6 +519,12 @@ impl TestParams {
                 ));
             }
         }
+        if let Some(fq) = self.fq_rate_bps.filter(|&r| r < 8) {
+            // SO_MAX_PACING_RATE is in bytes per second: 1 to 7 bit/s would be 0, no pacing.
+            return Err(format!(
+                "--fq-rate {fq}: at least 8 bit/s (the kernel paces in bytes per second)"
+            ));
+        }
         if let (None, Some(max)) = (self.rate(), limits.max_rate_bps) {
             return Err(format!(
                 "-b: this server limits each stream to {}{}; ask for a rate with -b",
@@ -587,6 +593,15 @@ mod tests {
                 |p| p.streams = 300,
                 Some("-P 300: streams must be 1 to 256"),
                 Some("-P 300: streams must be 1 to 2 (this server's --max-streams)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.fq_rate_bps = Some(7)
+                },
+                Some("--fq-rate 7: at least 8 bit/s (the kernel paces in bytes per second)"),
+                Some("--fq-rate 7: at least 8 bit/s (the kernel paces in bytes per second)"),
             ),
             (
                 |p| {

@@ -28,7 +28,13 @@ pub(crate) enum Saved {
 /// Reads and parses `path`.
 pub(crate) fn load(path: &Path) -> Result<Saved> {
     let name = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read {name}"), e))?;
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        // Bytes that are not text are no document (a usage error, as any other one).
+        std::io::ErrorKind::InvalidData => {
+            Error::Usage(format!("{name}: not a pinperf -J document: not text ({e})"))
+        }
+        _ => Error::io(format!("read {name}"), e),
+    })?;
     parse(&text).map_err(|why| Error::Usage(format!("{name}: {why}")))
 }
 

@@ -240,10 +240,15 @@ fn malformed_input_is_named_not_a_panic() {
         "{\"start\": {\"streams\": \"eight\"}, \"intervals\": [}",
     )
     .unwrap();
+    // Bytes that are not text are no document either (they exited 1, "read ...").
+    let binary = dir.join("binary.json");
+    std::fs::write(&binary, [0xff_u8, 0xfe, 0x00, 0x7b]).unwrap();
     for args in [
         vec!["plot", arg(&bad), "-o", "x.svg"],
         vec!["report", arg(&bad)],
+        vec!["report", arg(&binary)],
     ] {
+        let bad = std::path::Path::new(args[1]);
         let run = pinperf(&args, LIMIT);
         assert_eq!(run.code(), Some(2), "{}", run.explain());
         let err = run.stderr();
