@@ -298,6 +298,7 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         Error::Usage(axis.unwrap_or(msg))
     })?;
     cfg.engine = p.engine;
+    cfg.check_engine()?;
     Ok(cfg)
 }
 
@@ -681,6 +682,34 @@ mod tests {
         );
         let target = Target::from_args(&a.target).unwrap();
         assert!(pts.iter().all(|p| config_for(&a, &target, p).is_ok()));
+    }
+
+    /// What `--engine single` cannot do is refused for compare's rows as for a single test,
+    /// before anything connects (review: it failed the row after connecting).
+    #[test]
+    fn the_single_engine_s_rules_hold_for_every_row() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            a: CompareArgs,
+        }
+        let a = Only::parse_from([
+            "compare",
+            "--loopback",
+            "--engines",
+            "single",
+            "--copy",
+            "zerocopy",
+        ])
+        .a;
+        let target = Target::from_args(&a.target).unwrap();
+        let p = &points(&a).unwrap()[0];
+        let err = config_for(&a, &target, p).unwrap_err().to_string();
+        assert!(
+            err.starts_with("-Z: the single engine sends with copies"),
+            "{err}"
+        );
     }
 
     #[test]

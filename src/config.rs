@@ -213,27 +213,38 @@ pub fn from_args(args: &Args) -> Result<Mode> {
             "--peer iperf3: --loopback starts a pinperf server; use -c HOST against an iperf3 server",
         ));
     }
-    if cfg.engine == Engine::Single && (cfg.test.udp || cfg.test.rate().is_some()) {
-        return Err(Error::Usage(
-            "--engine single: its one thread neither paces (-b) nor sends UDP (-u); use the \
-             default --engine threads"
-                .into(),
-        ));
-    }
-    if cfg.engine == Engine::Single && cfg.test.zerocopy.is_some() {
-        // Said before any connection (it was found by the sender, after the handshake).
-        return Err(Error::Usage(
-            "-Z: the single engine sends with copies; use the default --engine threads".into(),
-        ));
-    }
-    if cfg.engine == Engine::Single && cfg.test.direction() != crate::params::Direction::Forward {
-        return Err(Error::Usage(
-            "--engine single drives the client's senders; with -R or --bidir the server sends \
-             on its own threads: use the default --engine threads"
-                .into(),
-        ));
-    }
+    cfg.check_engine()?;
     Ok(Mode::Client(cfg))
+}
+
+impl ClientConfig {
+    /// What `--engine single` cannot do, said before any connection: one rule for a
+    /// single test and every row of `compare` (which sets the engine per row).
+    pub(crate) fn check_engine(&self) -> Result<()> {
+        if self.engine == Engine::Single && (self.test.udp || self.test.rate().is_some()) {
+            return Err(Error::Usage(
+                "--engine single: its one thread neither paces (-b) nor sends UDP (-u); use the \
+                 default --engine threads"
+                    .into(),
+            ));
+        }
+        if self.engine == Engine::Single && self.test.zerocopy.is_some() {
+            // Said before any connection (it was found by the sender, after the handshake).
+            return Err(Error::Usage(
+                "-Z: the single engine sends with copies; use the default --engine threads".into(),
+            ));
+        }
+        if self.engine == Engine::Single
+            && self.test.direction() != crate::params::Direction::Forward
+        {
+            return Err(Error::Usage(
+                "--engine single drives the client's senders; with -R or --bidir the server sends \
+                 on its own threads: use the default --engine threads"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
