@@ -892,10 +892,9 @@ fn add_cpu(
                 .map_or(0.0, |r| r.process.total_us() as f64 / 1e6)
         };
     // CPU is measured over the whole run, `-O`'s seconds and every direction included: so
-    // are the bytes (`whole_bytes`) and the time it is set against.
-    // Gbit per busy core-second: bytes and busy time over the same span. (Set against the
-    // rate's span instead, a UDP test looked 1.4x as efficient as it was, and a test
-    // stopped early 14x: 468 Gbit/s per busy core at 0.336 CPU-seconds per GB.)
+    // are the bytes (`whole_bytes`), set against the busy core-seconds of that same span
+    // (against the rate's span, a UDP test looked 1.4x as efficient as it was, and a test
+    // stopped early 14x: 468 Gbit/s per busy core at 0.336 CPU-seconds per GB).
     let gb = whole_bytes as f64 / 1e9;
     summary.cpu = Some(CpuSummary {
         local,
@@ -1574,37 +1573,51 @@ mod tests {
         assert!(forward.join_without_senders().is_empty());
     }
 
+    /// Second `index` of one stream: the sender's half (`sent` bytes) and the receiver's
+    /// row (`got` bytes, and UDP's datagram counts).
+    fn one_second(
+        index: u32,
+        omitted: bool,
+        sent: u64,
+        got: u64,
+        udp: Option<crate::measure::UdpSlice>,
+    ) -> (ClosedInterval, ReceiverRow) {
+        let local = ClosedInterval {
+            index,
+            begin_ns: u64::from(index) * 1_000_000_000,
+            end_ns: u64::from(index + 1) * 1_000_000_000,
+            omitted,
+            streams: vec![crate::measure::StreamSlice {
+                bytes: sent,
+                ..Default::default()
+            }],
+        };
+        let remote = ReceiverRow {
+            index,
+            begin_us: u64::from(index) * 1_000_000,
+            end_us: u64::from(index + 1) * 1_000_000,
+            bytes: vec![got],
+            udp: udp.into_iter().collect(),
+        };
+        (local, remote)
+    }
+
     /// `-u -O`: the omitted seconds end at a sequence, not at a time on each end's clock
     /// (review: datagrams in flight at the boundary were counted received but not sent,
     /// hiding that much loss).
     #[test]
     fn udp_omit_ends_at_the_receivers_sequence() {
-        use crate::measure::{StreamSlice, UdpSlice};
+        use crate::measure::UdpSlice;
         let datagram = 1000u64;
         let mut totals = no_totals(1);
         let iv = |index: u32, omitted: bool, sent: u64, got: UdpSlice| {
-            let local = ClosedInterval {
+            one_second(
                 index,
-                begin_ns: u64::from(index) * 1_000_000_000,
-                end_ns: u64::from(index + 1) * 1_000_000_000,
                 omitted,
-                streams: vec![StreamSlice {
-                    bytes: sent * datagram,
-                    srtt: None,
-                    block_rtt: None,
-                    retransmits: None,
-                    last: None,
-                    udp: None,
-                }],
-            };
-            let remote = ReceiverRow {
-                index,
-                begin_us: u64::from(index) * 1_000_000,
-                end_us: u64::from(index + 1) * 1_000_000,
-                bytes: vec![got.packets * datagram],
-                udp: vec![got],
-            };
-            (local, remote)
+                sent * datagram,
+                got.packets * datagram,
+                Some(got),
+            )
         };
         // The sender wrote 100 datagrams in each second; 10 of the first second's were
         // still in flight at the receiver's boundary, and 5 of the rest were lost.
@@ -1640,27 +1653,9 @@ mod tests {
     /// was counted sent inside -O and received after it: more received than sent).
     #[test]
     fn tcp_omit_ends_at_the_receivers_byte() {
-        use crate::measure::StreamSlice;
         let mut totals = no_totals(1);
         let iv = |index: u32, omitted: bool, sent: u64, got: u64| {
-            let local = ClosedInterval {
-                index,
-                begin_ns: u64::from(index) * 1_000_000_000,
-                end_ns: u64::from(index + 1) * 1_000_000_000,
-                omitted,
-                streams: vec![StreamSlice {
-                    bytes: sent,
-                    ..StreamSlice::default()
-                }],
-            };
-            let remote = ReceiverRow {
-                index,
-                begin_us: u64::from(index) * 1_000_000,
-                end_us: u64::from(index + 1) * 1_000_000,
-                bytes: vec![got],
-                udp: Vec::new(),
-            };
-            (local, remote)
+            one_second(index, omitted, sent, got, None)
         };
         // 10 of the sender's first 100 bytes were in its buffers at the boundary.
         for (l, r) in [iv(0, true, 100, 90), iv(1, false, 100, 110)] {
