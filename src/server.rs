@@ -1106,7 +1106,7 @@ fn accept_streams(
             return Err(Error::Test(format!(
                 "only {arrived} of {expected} data and echo connections from {peer} arrived \
                  ({:.1} s after the last, or {:.1} s in all)",
-                timeouts::STREAMS_BASE.as_secs_f64(),
+                wait.step.as_secs_f64(),
                 wait.allowed.as_secs_f64()
             )));
         }

@@ -62,7 +62,8 @@ pub fn streams_arrive(connections: usize, rtt: Duration) -> Duration {
 #[derive(Debug, Clone, Copy)]
 pub struct StreamsArrive {
     last: Instant,
-    step: Duration,
+    /// The wait after each arrival, for messages too.
+    pub step: Duration,
     end: Instant,
     /// The whole allowance, for messages.
     pub allowed: Duration,

@@ -273,7 +273,9 @@ fn tcp_streams(
                     test.threads()
                 )));
             }
-            Err(_) if !left.is_zero() => {}
+            // Only a timeout waits on: the channel cannot disconnect while the test is
+            // registered, and if it did this would spin until the deadline.
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) if !left.is_zero() => {}
             Err(_) => {
                 let _ = ctl.send_server_error(super::IESTREAMACCEPT, 0);
                 return Err(Error::Test(format!(
