@@ -119,10 +119,12 @@ pub struct TextArgs {
         help_heading = "Output"
     )]
     pub unit: RateUnit,
-    /// Start every text line with "TITLE:  " (JSON: a "title" member; HTML: the title).
+    /// Start every text line with "TITLE:  " (JSON: a "title" member; HTML: the title; -s:
+    /// each text log line).
     #[arg(short = 'T', long, value_name = "TITLE", help_heading = "Output")]
     pub title: Option<String>,
-    /// Start every text line with the local time, by strftime's FORMAT (default "%c ").
+    /// Start every text line with the local time, by strftime's FORMAT (default "%c "); with
+    /// -s, each text log line.
     #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true,
           default_missing_value = "%c ", help_heading = "Output")]
     pub timestamps: Option<String>,
@@ -137,7 +139,8 @@ pub struct TextArgs {
 pub struct OutputArgs {
     #[command(flatten)]
     pub text: TextArgs,
-    /// Append the report to FILE instead of stdout (as iperf3's --logfile).
+    /// Append the report to FILE instead of stdout (as iperf3's --logfile); with -s, the
+    /// server's log instead of stderr.
     #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub logfile: Option<PathBuf>,
     /// Flush every line as it is written (pinperf flushes every interval anyway).
@@ -361,13 +364,27 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
             .map(|a| a.get_id().clone())
             .filter(|id| id != "interval")
             .collect();
-        client_only.extend(["engine", "peer"].map(clap::Id::from));
-        let arg = cmd
+        client_only.extend(["engine", "peer", "connect_timeout"].map(clap::Id::from));
+        if let Some(arg) = cmd
             .get_arguments()
             .filter(|a| client_only.contains(a.get_id()))
+            .find(given)
+        {
+            return Some(format!(
+                "{}: a client option; a server (-s) takes each test's parameters from its client",
+                name(arg)
+            ));
+        }
+        // The report's flags; the server's log takes the text prefixes and a file, as
+        // iperf3 -s does (serverlog.rs), and flushes every line anyway.
+        let log = ["logfile", "timestamps", "title", "forceflush"].map(clap::Id::from);
+        let arg = cmd
+            .get_arguments()
+            .filter(|a| a.get_help_heading() == Some("Output") && !log.contains(a.get_id()))
             .find(given)?;
         return Some(format!(
-            "{}: a client option; a server (-s) takes each test's parameters from its client",
+            "{}: a client's report option; a server (-s) logs each test (text, or \
+             --log-format json) to stderr or --logfile, and its client reports it",
             name(arg)
         ));
     }

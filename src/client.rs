@@ -94,7 +94,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
                 ),
             });
         }
-        eprintln!(
+        stderrln!(
             "pinperf: {peer} said nothing for {wait:.1} s after pinperf's preamble, as an iperf3 \
              server does (it waits for a cookie): speaking iperf3 (--peer iperf3 skips this \
              wait; --peer pinperf expects a pinperf server)"
@@ -533,17 +533,17 @@ fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: u
         .into_iter()
         .chain(accept.window.shortfalls("remote"))
     {
-        eprintln!("pinperf: {w}");
+        stderrln!("pinperf: {w}");
     }
     let most = local.sndbuf.max(accept.window.rcvbuf);
     if let Some(w) = crate::kstat::window_memory_warning(streams, most) {
-        eprintln!("pinperf: warning: {w}");
+        stderrln!("pinperf: warning: {w}");
     }
     if let Some(note) = &local.force_note {
-        eprintln!("pinperf: warning: local {note}");
+        stderrln!("pinperf: warning: local {note}");
     }
     if let Some(note) = &accept.window.force_note {
-        eprintln!("pinperf: warning: remote {note}");
+        stderrln!("pinperf: warning: remote {note}");
     }
 }
 

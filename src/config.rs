@@ -126,8 +126,19 @@ pub struct ServerConfig {
     pub allow: Vec<crate::allow::Cidr>,
     /// `--max-tests-per-minute` per source.
     pub max_tests_per_minute: Option<u32>,
-    /// `--log-format json`.
-    pub log_json: bool,
+    /// Where and how the log is written: `--log-format`, `--logfile`, `--timestamps`, `-T`.
+    pub log: LogOutput,
+}
+
+/// The server's log (`serverlog`): JSON lines or text, on stderr or appended to
+/// `--logfile`'s file; text lines start with `--timestamps`'s time and `-T`'s title, as
+/// iperf3 -s's do (JSON lines carry `time` already).
+#[derive(Debug, Clone, Default)]
+pub struct LogOutput {
+    pub json: bool,
+    pub file: Option<std::path::PathBuf>,
+    pub timestamps: Option<String>,
+    pub title: Option<String>,
 }
 
 impl ServerConfig {
@@ -150,7 +161,7 @@ impl ServerConfig {
             auth: None,
             allow: Vec::new(),
             max_tests_per_minute: None,
-            log_json: false,
+            log: LogOutput::default(),
         }
     }
 }
@@ -322,7 +333,31 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             }
             n => n,
         },
-        log_json: args.log_format == "json",
+        log: server_log(args)?,
+    })
+}
+
+/// `--log-format`, `--logfile`, `--timestamps` and `-T` for the server's log.
+fn server_log(args: &Args) -> Result<LogOutput> {
+    let json = args.log_format == "json";
+    let text = &args.output.text;
+    if json {
+        let prefix = [
+            (text.timestamps.is_some(), "--timestamps"),
+            (text.title.is_some(), "-T/--title"),
+        ];
+        if let Some((_, flag)) = prefix.into_iter().find(|(set, _)| *set) {
+            return Err(usage(format!(
+                "{flag}: starts the server's text log lines; --log-format json lines carry \
+                 \"time\" (and no prefix, so each line stays one JSON object)"
+            )));
+        }
+    }
+    Ok(LogOutput {
+        json,
+        file: args.output.logfile.clone(),
+        timestamps: text.timestamps.clone(),
+        title: text.title.clone(),
     })
 }
 

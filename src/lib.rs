@@ -12,6 +12,17 @@ compile_error!(
     "pinperf runs on Linux only (TCP_INFO, SO_*BUFFORCE, namespaces, signalfd-style signal masks)"
 );
 
+/// `eprintln!` that loses the line instead of panicking when stderr is gone (a closed pipe:
+/// `pinperf … 2>&1 | head -1`, a log reader that left): a warning never ends a test or a
+/// server. Each line goes out in one `write` of the locked stderr.
+macro_rules! stderrln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+
 pub mod admission;
 pub mod allow;
 pub mod auth;
@@ -34,6 +45,7 @@ pub(crate) mod pace;
 pub(crate) mod params;
 pub(crate) mod pin;
 pub(crate) mod plot;
+pub(crate) mod prefix;
 pub mod protocol;
 pub(crate) mod render;
 pub mod report;

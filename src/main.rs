@@ -4,6 +4,7 @@
 //! caught it, so the shell sees it (status 128 + the signal) and a loop around pinperf
 //! stops. Everything else lives in the library so that tests and benches reach it.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -16,9 +17,10 @@ fn main() -> ExitCode {
             None => ExitCode::SUCCESS,
         },
         Err(err) => {
-            eprintln!("pinperf: {err}");
+            // A closed stderr loses the message, not the exit code.
+            let _ = writeln!(std::io::stderr(), "pinperf: {err}");
             if let Some(sig) = pinperf::stop_signal() {
-                let _ = std::io::Write::flush(&mut std::io::stdout());
+                let _ = std::io::stdout().flush();
                 pinperf::die_by_signal(sig);
             }
             ExitCode::from(err.exit_code())

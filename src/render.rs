@@ -96,7 +96,7 @@ pub(crate) fn client_output(format: Format, o: &OutputArgs) -> Result<Box<dyn Fo
     let t = &o.text;
     let inner: Box<dyn Formatter> = match format {
         Format::Text => Box::new(TextFormatter::with_options(
-            Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
+            crate::prefix::Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
             t.options(),
         )),
         Format::Json => Box::new(JsonFormatter::new(out).titled(t.title.clone())),
@@ -353,13 +353,13 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
             // The run's -T is in the document: its lines had the prefix.
             let title = t_args.title.clone().or_else(|| t.doc.title.clone());
             let mut f = TextFormatter::with_options(
-                Prefixed::new(&mut buf, t_args.timestamps.clone(), title),
+                crate::prefix::Prefixed::new(&mut buf, t_args.timestamps.clone(), title),
                 t_args.options(),
             );
             saved::replay(&t.doc, &mut f).map_err(|e| Error::io("render the report", e))?;
             drop(f);
             if let Some(e) = &t.doc.error {
-                eprintln!("pinperf: note: {}: the test failed: {e}", a.file.display());
+                stderrln!("pinperf: note: {}: the test failed: {e}", a.file.display());
             }
             buf
         }
@@ -426,86 +426,4 @@ pub(crate) fn run_man() -> Result<()> {
         .render(&mut buf)
         .map_err(|e| Error::io("render the man page", e))?;
     emit(None, &buf)
-}
-/// A writer that starts every line with a prefix: iperf3's `--timestamps[=FORMAT]` (the
-/// local time by strftime's FORMAT, default `"%c "`) and then `-T`'s `"TITLE:  "`, in
-/// iperf3's order.
-pub struct Prefixed<W: Write> {
-    out: W,
-    timestamps: Option<String>,
-    title: Option<String>,
-    at_line_start: bool,
-}
-
-impl<W: Write> Prefixed<W> {
-    pub fn new(out: W, timestamps: Option<String>, title: Option<String>) -> Self {
-        Prefixed {
-            out,
-            timestamps,
-            title,
-            at_line_start: true,
-        }
-    }
-
-    fn prefix(&mut self) -> io::Result<()> {
-        if let Some(fmt) = &self.timestamps {
-            let now = crate::sys::local_time(fmt)?;
-            self.out.write_all(now.as_bytes())?;
-        }
-        if let Some(title) = &self.title {
-            write!(self.out, "{title}:  ")?;
-        }
-        Ok(())
-    }
-}
-
-impl<W: Write> Write for Prefixed<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        if self.at_line_start {
-            self.prefix()?;
-            self.at_line_start = false;
-        }
-        // Up to and including the first newline; the next call prefixes the next line.
-        let n = buf
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(buf.len(), |i| i + 1);
-        self.out.write_all(&buf[..n])?;
-        self.at_line_start = buf[n - 1] == b'\n';
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `-T` and `--timestamps` start every line, however the writes split the lines,
-    /// and nothing else.
-    #[test]
-    fn prefixed_starts_every_line_once() {
-        let mut out = Vec::new();
-        {
-            let mut p = Prefixed::new(&mut out, None, Some("t1".into()));
-            p.write_all(b"a\nb").unwrap();
-            p.write_all(b"c\n").unwrap();
-            p.write_all(b"\nd\n").unwrap();
-        }
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "t1:  a\nt1:  bc\nt1:  \nt1:  d\n"
-        );
-        let mut out = Vec::new();
-        Prefixed::new(&mut out, Some("[x] ".into()), Some("t".into()))
-            .write_all(b"row\n")
-            .unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), "[x] t:  row\n");
-    }
 }

@@ -382,7 +382,7 @@ impl Slot {
 
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
-    serverlog::set_json(cfg.log_json);
+    serverlog::set_output(&cfg.log)?;
     let (auth, allow) = (
         cfg.auth.is_some(),
         cfg.allow.iter().map(|c| c.to_string()).collect::<Vec<_>>(),

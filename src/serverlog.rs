@@ -1,18 +1,29 @@
-//! The server's log on stderr: human lines (`pinperf: …`, the default) or, with
+//! The server's log on stderr (or appended to `--logfile`'s file): human lines (`pinperf: …`, the default) or, with
 //! `--log-format json`, one JSON object per line for journald and fail2ban. Every line has
 //! `time` (Unix seconds) and `event`: `listening`, `refused` (with `why`, a fixed word a
 //! filter can match: `allow`, `rate`, `busy`, `auth`, `params`, `version`, `handshake`,
 //! `fds`), `test_start` (peer, user, parameters), `test_end` (peer, user, totals),
-//! `error`, and `message` for anything else. Any thread may log; each line is written
-//! whole. The format is the process's (one `-s` server per process; in-process servers
-//! are quiet).
+//! `error`, and `message` for anything else. Text lines start with `--timestamps`'s time
+//! and `-T`'s title, as iperf3 -s's do. Any thread may log; each line is written whole,
+//! and a log nobody reads any more (a closed pipe, a full disk) loses lines, never a test.
+//! The output is the process's (one `-s` server per process; in-process servers are
+//! quiet).
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::config::LogOutput;
+use crate::error::{Error, Result};
+use crate::prefix::Prefixed;
+
 static JSON: AtomicBool = AtomicBool::new(false);
+
+/// The log's writer once [`set_output`] chose one; stderr until then.
+static OUT: Mutex<Option<Box<dyn Write + Send>>> = Mutex::new(None);
 
 thread_local! {
     /// The authenticated user of the test this `control` thread runs, for its events.
@@ -24,9 +35,37 @@ pub fn set_user(user: Option<&str>) {
     USER.with(|u| *u.borrow_mut() = user.map(str::to_string));
 }
 
-/// Chooses the format for the rest of the process (`--log-format`).
-pub fn set_json(json: bool) {
-    JSON.store(json, Ordering::Relaxed);
+/// Chooses the log's format and writer for the rest of the process; `--logfile`'s file is
+/// opened to append now, so a wrong path stops the server before it listens.
+pub fn set_output(log: &LogOutput) -> Result<()> {
+    JSON.store(log.json, Ordering::Relaxed);
+    let out: Box<dyn Write + Send> = match &log.file {
+        Some(path) => Box::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| Error::io(format!("--logfile {}: open", path.display()), e))?,
+        ),
+        None => Box::new(std::io::stderr()),
+    };
+    *OUT.lock() = Some(Box::new(Prefixed::new(
+        out,
+        log.timestamps.clone(),
+        log.title.clone(),
+    )));
+    Ok(())
+}
+
+/// Writes one line whole; a write that fails loses the line (see the module's note).
+fn write_line(line: &str) {
+    match OUT.lock().as_mut() {
+        Some(out) => {
+            let _ = out.write_all(format!("{line}\n").as_bytes());
+            let _ = out.flush();
+        }
+        None => stderrln!("{line}"),
+    }
 }
 
 fn is_json() -> bool {
@@ -49,9 +88,9 @@ fn emit(event: &str, fields: Value, text: impl FnOnce() -> Option<String>) {
         if let Value::Object(rest) = fields {
             obj.extend(rest);
         }
-        eprintln!("{}", Value::Object(obj));
+        write_line(&Value::Object(obj).to_string());
     } else if let Some(line) = text() {
-        eprintln!("{line}");
+        write_line(&line);
     }
 }
 

@@ -25,7 +25,7 @@ pub(crate) fn take_over() -> Result<()> {
         loop {
             let sig = crate::sys::wait_stop_signal();
             if !record(sig) {
-                eprintln!(
+                stderrln!(
                     "pinperf: a second stop signal ({}): exiting at once",
                     crate::error::signal_name(sig)
                 );

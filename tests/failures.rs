@@ -217,6 +217,65 @@ fn reset_fails(port: &str, extra: &[&str], reset: impl Fn() -> bool) -> String {
     stderr
 }
 
+/// A stderr nobody reads any more (`2>&1 | head -1`, a log reader that left) loses lines,
+/// never a test: the server's control thread and the client panicked on their next line
+/// ("failed printing to stderr"), so every test failed and the client exited 101.
+#[test]
+fn a_closed_stderr_loses_lines_not_tests() {
+    let mut server = Command::new(bin())
+        .args(["-s", "-B", "127.0.0.1", "-p", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn server");
+    let mut listening = String::new();
+    BufReader::new(server.stderr.take().expect("stderr"))
+        .read_line(&mut listening)
+        .expect("listening line");
+    // The reader is gone here: the server's next log line meets a closed pipe.
+    let port = util::listening_port(&listening)
+        .unwrap_or_else(|| panic!("no port in {listening:?}"))
+        .to_string();
+    for _ in 0..2 {
+        let out = Command::new(bin())
+            .args(["-c", "127.0.0.1", "-p", &port, "-t", "0.2"])
+            .output()
+            .expect("client");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+    }
+    assert!(
+        server.try_wait().expect("wait").is_none(),
+        "the server runs on"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+
+    // The client: -w 1G over net.core.wmem_max warns on stderr, closed before it runs.
+    let wmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(u64::MAX);
+    if wmem_max >= 1 << 30 {
+        util::skipped(
+            "a_closed_stderr_loses_lines_not_tests (client half)",
+            "net.core.wmem_max allows -w 1G: no warning to write",
+        );
+        return;
+    }
+    let mut client = Command::new(bin())
+        .args(["--loopback", "-t", "0.2", "-w", "1G"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn client");
+    drop(client.stderr.take());
+    let status = client.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "-w 1G warned into a closed pipe");
+}
+
 #[test]
 fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
     let started = Instant::now();

@@ -173,6 +173,64 @@ fn logfile_appends_live() {
     assert!(bad.stderr().contains("--logfile /nonexistent/x.log: open"));
 }
 
+/// `-s --logfile` appends the server's log to the file (stderr says nothing), and
+/// `--timestamps` and `-T` start each text line, as iperf3 -s's; JSON lines take no prefix.
+#[test]
+fn a_server_logs_to_its_logfile_with_iperf3s_prefixes() {
+    let dir = scratch("server-logfile");
+    let log = dir.join("server.log");
+    std::fs::write(&log, "earlier\n").unwrap();
+    let mut server = Spawned::start(&[
+        "-s",
+        "-1",
+        "-B",
+        "127.0.0.1",
+        "-p",
+        "0",
+        "--logfile",
+        arg(&log),
+        "--timestamps=[%Y] ",
+        "-T",
+        "srv",
+    ]);
+    let listening = wait_until(
+        "the listening line in the logfile",
+        Duration::from_secs(10),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.lines()
+                .find(|l| l.contains("listening on "))
+                .map(str::to_string)
+        },
+        || std::fs::read_to_string(&log).unwrap_or_default(),
+    );
+    let port = util::listening_port(&listening)
+        .unwrap_or_else(|| panic!("no port in {listening:?}"))
+        .to_string();
+    pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "0.3"], LIMIT).assert_ok();
+    let done = server.finish(LIMIT);
+    done.assert_ok();
+    assert_eq!(done.stderr(), "", "the log went to the file");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let year = text.lines().nth(1).and_then(|l| l.get(1..5)).unwrap_or("");
+    assert!(year.parse::<u32>().is_ok_and(|y| y >= 2024), "{text}");
+    let prefix = format!("[{year}] srv:  pinperf: ");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "earlier", "appended: {text}");
+    assert!(lines.len() >= 4, "listening, test, done: {text}");
+    for line in &lines[1..] {
+        assert!(line.starts_with(&prefix), "{line:?} in {text}");
+    }
+    assert!(text.contains("done, received "), "{text}");
+    // A JSON line stays one object: no prefix to give it.
+    let bad = pinperf(&["-s", "--log-format", "json", "-T", "srv"], LIMIT);
+    assert_eq!(bad.code(), Some(2), "{}", bad.explain());
+    assert!(
+        bad.stderr()
+            .contains("-T/--title: starts the server's text log lines")
+    );
+}
+
 /// A report or picture file that fills up fails the run with the flag and the file named
 /// (`--logfile /dev/full: No space left on device`), not a bare "write the report".
 #[test]

@@ -420,8 +420,17 @@ fn a_flag_of_the_other_mode_is_refused_by_name() {
     let client = "a client option; a server (-s) takes each test's parameters from its client";
     let server =
         "a server option (pinperf -s); a client, and --loopback's in-process server, take none";
-    let cases: [(&[&str], &str, &str); 5] = [
+    let report = "a client's report option; a server (-s) logs each test (text, or \
+                  --log-format json) to stderr or --logfile, and its client reports it";
+    let cases: [(&[&str], &str, &str); 8] = [
         (&["-s", "-p", "0", "-R"], "-R/--reverse", client),
+        (
+            &["-s", "-p", "0", "--connect-timeout", "3"],
+            "--connect-timeout",
+            client,
+        ),
+        (&["-s", "-p", "0", "-J"], "-J/--json", report),
+        (&["-s", "-p", "0", "--cpu"], "--cpu", report),
         (
             &["-s", "-p", "0", "-P", "4", "-t", "3"],
             "-P/--parallel",

@@ -114,7 +114,7 @@ pub(crate) fn run(
         }
     };
     for w in local_window.shortfalls("local") {
-        eprintln!("pinperf: {w}");
+        stderrln!("pinperf: {w}");
     }
     expect(&mut ctl, super::TEST_START)?;
 
@@ -845,7 +845,7 @@ fn reconcile_udp(cfg: &ClientConfig, counted: &[Mirrored], theirs: &Results) {
             };
             let ours = mine.totals.get(i).copied().unwrap_or(0);
             if s.bytes % datagram != 0 {
-                eprintln!(
+                stderrln!(
                     "pinperf: stream {i}: the iperf3 server counted {} bytes, not whole \
                      {datagram}-byte datagrams",
                     s.bytes
@@ -857,7 +857,7 @@ fn reconcile_udp(cfg: &ClientConfig, counted: &[Mirrored], theirs: &Results) {
                     let sent = ours / datagram;
                     let highest = u64::try_from(s.packets).unwrap_or(0);
                     if highest < sent {
-                        eprintln!(
+                        stderrln!(
                             "pinperf: stream {i}: the iperf3 server's highest sequence was \
                              {highest} of {sent} sent: the last {} never arrived (iperf3 \
                              counts {} lost below it; the totals count all {})",
@@ -871,7 +871,7 @@ fn reconcile_udp(cfg: &ClientConfig, counted: &[Mirrored], theirs: &Results) {
                 true => {
                     let sent = u64::try_from(s.packets).unwrap_or(0);
                     if sent != s.bytes / datagram {
-                        eprintln!(
+                        stderrln!(
                             "pinperf: stream {i}: the iperf3 server counted {sent} datagrams \
                              sent but {} bytes ({} datagrams)",
                             s.bytes,
@@ -891,7 +891,7 @@ fn reconcile(totals: &report::ClientTotals, cfg: &ClientConfig) {
     let sent: u64 = totals.sent.iter().sum();
     let received: u64 = totals.received.as_deref().unwrap_or_default().iter().sum();
     if sent != received && cfg.test.omit().is_zero() {
-        eprintln!(
+        stderrln!(
             "pinperf: the sender counted {sent} bytes, the receiver {received} ({} apart): \
              an iperf3 server counts what it has read when it takes TEST_END and what it \
              writes before it closes",

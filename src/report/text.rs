@@ -21,7 +21,7 @@ use crate::units::format_rate;
 use crate::units::format_size;
 
 /// What the text format's iperf3-style flags change: the rate unit of the rows (`-f`)
-/// and the verbose lines (`-V`). (`-T` and `--timestamps` prefix lines: `render::Prefixed`.)
+/// and the verbose lines (`-V`). (`-T` and `--timestamps` prefix lines: `prefix::Prefixed`.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TextOptions {
     pub unit: RateUnit,

@@ -332,6 +332,15 @@ pub fn is_interval_row(line: &str) -> bool {
 
 /// A `pinperf -s` on 127.0.0.1 and an ephemeral port; killed on drop. Its stderr (the
 /// server's log) is collected as it comes.
+/// The port in a server's `listening on ADDR:PORT (…)` log line (any prefix before it).
+pub fn listening_port(line: &str) -> Option<u16> {
+    line.split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+}
+
 pub struct Server {
     pub child: Child,
     pub port: u16,
@@ -354,12 +363,7 @@ impl Server {
             _reader: reader,
         };
         let line = server.wait_for_log("listening on ", Duration::from_secs(10));
-        server.port = line
-            .split("listening on ")
-            .nth(1)
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|a| a.rsplit(':').next())
-            .and_then(|p| p.parse::<u16>().ok())
+        server.port = listening_port(&line)
             .unwrap_or_else(|| panic!("no port in {line:?}{}", server.explain()));
         server
     }
