@@ -115,6 +115,13 @@ pub fn peer_silence(rtt: Duration) -> Duration {
     (rtt * 4).max(Duration::from_secs(1))
 }
 
+/// How long an iperf3 server may take to answer its cookie: it sends `PARAM_EXCHANGE` (or
+/// `ACCESS_DENIED`, busy) as soon as it has read it; 2 s, or four round trips when longer.
+/// Silence past it is not an iperf3 server's (an iperf 2 server reads and says nothing).
+pub fn cookie_answer(rtt: Duration) -> Duration {
+    (rtt * 4).max(Duration::from_secs(2))
+}
+
 /// How long an iperf3 peer's errno may take after its error code: it writes both at once.
 pub const ERRNO_WAIT: Duration = Duration::from_millis(500);
 

@@ -178,6 +178,48 @@ fn pinperf_client_detects_an_iperf3_server_and_switches() {
     assert_eq!(bytes(&server.document(), "sum_received"), sent);
 }
 
+/// Against Debian's iperf 2 server (`iperf -s`), which reads pinperf's preamble and
+/// iperf3's cookie and says nothing: the client says within 3.5 s that it is neither
+/// server (it took 8 s and said "closed the control connection").
+#[test]
+fn a_client_facing_an_iperf2_server_says_it_is_neither() {
+    let test = "a_client_facing_an_iperf2_server_says_it_is_neither";
+    let found = std::process::Command::new("iperf")
+        .arg("-v")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stderr).contains("iperf version 2"));
+    if !found {
+        util::skipped(test, "no iperf 2 on PATH (apt-get install iperf)");
+        return;
+    }
+    let port = util::free_port();
+    let mut server = std::process::Command::new("iperf")
+        .args(["-s", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("iperf -s");
+    util::wait_until(
+        "iperf -s listening",
+        Duration::from_secs(5),
+        || util::iperf3::listening(port).then_some(()),
+        String::new,
+    );
+    let run = client_at(port, &["--peer", "auto", "-t", "1"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    for words in [
+        "said nothing for 2.0 s after iperf3's cookie",
+        "neither a pinperf server",
+        "nor an iperf3 server",
+        "iperf 2",
+    ] {
+        assert!(run.stderr().contains(words), "no {words:?}: {}", run.explain());
+    }
+    assert!(run.elapsed < Duration::from_millis(3500), "{}", run.explain());
+}
+
 /// `iperf3 -c … args` (with `-J`) against `server`: exit 0 and its document, without an
 /// `error`.
 fn iperf3_document(server: &Server, args: &[&str]) -> Value {

@@ -23,6 +23,7 @@
 //! direction the server sends, this end's receivers count loss and jitter live, against
 //! the server's own count of what it sent.
 
+use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,7 +95,7 @@ pub(crate) fn run(
     let mut cookie = super::new_cookie()?;
     cookie[..sent.len()].copy_from_slice(sent);
     ctl.write(&cookie[sent.len()..], "the cookie")?;
-    expect(&mut ctl, super::PARAM_EXCHANGE)?;
+    expect_cookie_answer(&mut ctl, !sent.is_empty())?;
     let params = Params::from_test(&cfg.test);
     ctl.send_json(&params, "the test parameters")?;
     expect(&mut ctl, super::CREATE_STREAMS)?;
@@ -382,12 +383,75 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
     Ok(())
 }
 
+/// The server's answer to the cookie, `PARAM_EXCHANGE`, or its refusal. Silence, a close or
+/// another byte is no iperf3 server's: the error says so (and, after `--peer auto`'s
+/// preamble, that it is no pinperf server either), not "closed the control connection".
+fn expect_cookie_answer(ctl: &mut Ctl, after_preamble: bool) -> Result<()> {
+    let peer = ctl.peer;
+    let not_iperf3 = |how: String| {
+        let either = if after_preamble {
+            "neither a pinperf server (it did not answer pinperf's preamble) nor"
+        } else {
+            "not"
+        };
+        Error::Protocol {
+            peer,
+            what: format!(
+                "{how}: {either} an iperf3 server, which answers its cookie at once (an \
+                 iperf 2 server, iperf -s, reads both and says nothing; its client is iperf)"
+            ),
+        }
+    };
+    let wait = timeouts::cookie_answer(net::rtt(&ctl.sock));
+    let mut b = [0u8; 1];
+    let _ = ctl.sock.set_read_timeout(Some(wait));
+    let got = match std::io::Read::read(&mut ctl.sock, &mut b) {
+        Ok(0) => {
+            return Err(not_iperf3(
+                "it closed the connection after the cookie".into(),
+            ));
+        }
+        Ok(_) => b[0] as i8,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            return Err(not_iperf3(format!(
+                "it said nothing for {:.1} s after iperf3's cookie",
+                wait.as_secs_f64()
+            )));
+        }
+        Err(e) => {
+            return Err(Error::io(
+                format!("read the answer to the cookie from {peer}"),
+                e,
+            ));
+        }
+    };
+    match got {
+        super::PARAM_EXCHANGE => Ok(()),
+        s @ (super::ACCESS_DENIED | super::SERVER_ERROR | super::SERVER_TERMINATE) => {
+            refusal(ctl, s, super::PARAM_EXCHANGE)
+        }
+        other => Err(not_iperf3(format!(
+            "its first byte after the cookie was {}, not {}",
+            state_name(other),
+            state_name(super::PARAM_EXCHANGE)
+        ))),
+    }
+}
+
 /// Reads the next state byte; anything but `want` is the server's refusal, error or a
 /// protocol error, in words.
 fn expect(ctl: &mut Ctl, want: i8) -> Result<()> {
-    let peer = ctl.peer;
     match ctl.read_state(STEP)? {
         s if s == want => Ok(()),
+        other => refusal(ctl, other, want),
+    }
+}
+
+/// A state byte `got` that is not the `want`ed one: the server's refusal, error or
+/// termination in words, else a protocol error.
+fn refusal(ctl: &mut Ctl, got: i8, want: i8) -> Result<()> {
+    let peer = ctl.peer;
+    match got {
         super::ACCESS_DENIED => Err(Error::Refused {
             peer,
             reason: "the iperf3 server is busy running a test (ACCESS_DENIED); try again later"
