@@ -215,9 +215,17 @@ fn a_client_facing_an_iperf2_server_says_it_is_neither() {
         "nor an iperf3 server",
         "iperf 2",
     ] {
-        assert!(run.stderr().contains(words), "no {words:?}: {}", run.explain());
+        assert!(
+            run.stderr().contains(words),
+            "no {words:?}: {}",
+            run.explain()
+        );
     }
-    assert!(run.elapsed < Duration::from_millis(3500), "{}", run.explain());
+    assert!(
+        run.elapsed < Duration::from_millis(3500),
+        "{}",
+        run.explain()
+    );
 }
 
 /// `iperf3 -c … args` (with `-J`) against `server`: exit 0 and its document, without an
@@ -275,6 +283,27 @@ fn iperf3_client_against_pinperf_server_four_streams_json() {
         return;
     };
     assert_eq!(doc["end"]["streams"].as_array().map(Vec::len), Some(4));
+}
+
+/// `iperf3 -c --fq-rate` against `pinperf -s`: the kernel paces the client's queued bytes
+/// out past TEST_END, and pinperf reads all of them; its receiver time runs to the last
+/// (iperf3 divides by it), not to TEST_END: `-t 1 --fq-rate 1M` showed 3.75 MBytes over
+/// "0.00-1.00 sec", 31.4 Mbits/sec, for 28.6 s of draining.
+#[test]
+fn iperf3_client_with_fq_rate_gets_the_receivers_time_to_its_last_byte() {
+    let Some(doc) = iperf3_against_pinperf(
+        "iperf3_client_with_fq_rate_gets_the_receivers_time_to_its_last_byte",
+        &["--fq-rate", "4M", "-w", "32K"],
+        false,
+    ) else {
+        return;
+    };
+    let secs = |sum: &str| doc["end"][sum]["seconds"].as_f64().unwrap_or(0.0);
+    let (sent, received) = (secs("sum_sent"), secs("sum_received"));
+    assert!(
+        received > sent + 0.03,
+        "receiver {received} s, sender {sent} s: the drain is not in the receiver's time\n{doc}"
+    );
 }
 
 /// `iperf3 -c -R` against `pinperf -s`: and pinperf's senders' retransmits are in the

@@ -131,6 +131,7 @@ pub(crate) fn run_test(
             bytes: vec![0; n],
             omitted: vec![0; n],
             done: vec![false; n],
+            last_ns: vec![0; n],
             udp: vec![None; n],
             retransmits: vec![Retransmits::default(); n],
         }));
@@ -145,10 +146,18 @@ pub(crate) fn run_test(
                     let b = u64::from(r.bytes);
                     (all + b, early + if r.t_ns < omit_ns { b } else { 0 })
                 });
-                let Counts { bytes, omitted, .. } = &mut *c;
+                let Counts {
+                    bytes,
+                    omitted,
+                    last_ns,
+                    ..
+                } = &mut *c;
                 if let (Some(b), Some(o)) = (bytes.get_mut(i), omitted.get_mut(i)) {
                     *b += all;
                     *o += early;
+                }
+                if let (Some(l), Some(r)) = (last_ns.get_mut(i), batch.records.last()) {
+                    *l = (*l).max(r.t_ns);
                 }
                 if batch.done
                     && let Some(d) = c.done.get_mut(i)
@@ -200,6 +209,8 @@ struct Counts {
     /// its results, on both ends.
     omitted: Vec<u64>,
     done: Vec<bool>,
+    /// Each stream's last record's time (ns from the test's start): a receiver's end.
+    last_ns: Vec<u64>,
     /// `-u` receivers: each stream's last datagram counts.
     udp: Vec<Option<UdpSnapshot>>,
     /// TCP senders: each stream's retransmits, from its kernel samples.
@@ -418,6 +429,7 @@ fn finish(
     // The receivers' time, as iperf3's: to the client's end of the test, from the end of
     // -O's omitted seconds (iperf3 restarts its clock there).
     let elapsed = (t0.elapsed().saturating_sub(test.omit())).as_secs_f64();
+    let omit_ns = test.omit().as_nanos() as u64;
     for (k, &reverse) in reversed.iter().enumerate() {
         if reverse {
             wait_done(k, timeouts::FINISHING);
@@ -479,7 +491,13 @@ fn finish(
             let udp = test
                 .udp
                 .then(|| (reverse, c.udp[i].as_ref(), test.block_bytes()));
-            let mut r = StreamResult::ours(stream_id(k * n + i), bytes, elapsed, udp);
+            // A receiver's time runs to its last byte when it drained past TEST_END (a
+            // paced sender's queue, --fq-rate): iperf3 divides by it.
+            let end = match reverse {
+                true => elapsed,
+                false => elapsed.max(c.last_ns[i].saturating_sub(omit_ns) as f64 / 1e9),
+            };
+            let mut r = StreamResult::ours(stream_id(k * n + i), bytes, end, udp);
             if let (true, Some(retransmits)) = (reverse, c.retransmits[i].counted()) {
                 r.retransmits = i64::try_from(retransmits).unwrap_or(i64::MAX);
                 sender_has_retransmits = 1;
