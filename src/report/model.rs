@@ -334,7 +334,8 @@ pub struct Summary {
     #[serde(default)]
     pub omitted: Omitted,
     /// The test was cut short (a failure, a signal): the totals are over the receiver's
-    /// rows so far, and the sender's count also holds what it wrote after them.
+    /// rows so far, and the sender's count also holds what it wrote after them (this
+    /// end's), or is its last report (a far sender's), and over TCP at least what was read.
     #[serde(default)]
     pub cut_short: bool,
     /// Cut short before the sender reported any interval past `-O`'s seconds: the totals
