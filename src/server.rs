@@ -963,7 +963,10 @@ fn run_test(
     done.kernel = kernel_mark.report();
     let received: u64 = done.bytes.iter().sum();
     let sent: u64 = done.sent.iter().sum();
-    let secs = done.elapsed_us as f64 / 1e6;
+    // The test's span, as the client's totals take it: to the later of the planned end
+    // and the last byte (a sparse UDP test's last datagram may come at 0.7 ms).
+    let secs =
+        (done.elapsed_us as f64 / 1e6).max((params.omit() + params.duration()).as_secs_f64());
     let mut what = Vec::new();
     if params.direction() != crate::params::Direction::Reverse {
         what.push(format!(

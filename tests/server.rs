@@ -1094,6 +1094,37 @@ fn the_per_source_rate_is_named_in_its_refusal() {
 /// Issue 12, Show 4: `--log-format json` writes one JSON object per line: listening, the
 /// test's start with its peer and parameters, its end with the totals, and a refusal
 /// with its reason's word.
+/// A sparse UDP test (one datagram at -b 1k -l 1000 in 0.5 s) is logged over its
+/// duration, as the client's totals are: it was "65507 bytes in 0.000 s (1164.569 Mb/s)",
+/// the span from the first datagram to the last.
+#[test]
+fn a_sparse_udp_test_is_logged_over_its_duration() {
+    let server = Srv::start_json(&["-p", "0", "-B", "127.0.0.1", "--log-format", "json"]);
+    let run = client(
+        "127.0.0.1",
+        &server.port(),
+        &["-u", "-b", "1k", "-l", "1000", "-t", "0.5"],
+    );
+    run.assert_ok();
+    assert!(
+        server.wait_for("\"test_end\"", Duration::from_secs(3)),
+        "{}",
+        server.log()
+    );
+    let log = server.log();
+    let end: serde_json::Value = log
+        .lines()
+        .find(|l| l.contains("\"test_end\""))
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .unwrap();
+    let secs = end["seconds"].as_f64().unwrap();
+    let bytes = end["received_bytes"].as_u64().unwrap();
+    assert!((0.5..1.5).contains(&secs), "{end}");
+    assert!(bytes >= 1000, "{end}");
+    let bps = end["bits_per_second"].as_f64().unwrap();
+    assert!((bps - bytes as f64 * 8.0 / secs).abs() < 1.0, "{end}");
+}
+
 #[test]
 fn the_json_log_has_one_event_per_line() {
     let server = Srv::start_json(&["-p", "0", "-B", "127.0.0.1", "--log-format", "json"]);
