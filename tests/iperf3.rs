@@ -869,6 +869,20 @@ fn server_output_travels_both_ways() {
         "{}",
         run.explain()
     );
+    // Only when asked: an iperf3 server that served --get-server-output once sends its
+    // report with every later test (3.12 keeps the flag), which was printed unasked.
+    let serving = Iperf3Server::serving();
+    for asked in [true, false] {
+        let flag: &[&str] = if asked { &["--get-server-output"] } else { &[] };
+        let run = client_at(serving.port, &[&["-t", "0.5"], flag].concat());
+        run.assert_ok();
+        assert_eq!(
+            run.stdout().contains("# server output"),
+            asked,
+            "{}",
+            run.explain()
+        );
+    }
     // iperf3's client gets pinperf's server lines.
     let pinperf_server = Server::start(&[]);
     let (code, out, err, _) =

@@ -707,7 +707,13 @@ fn finish(
         path: net::path_info(&ctl.sock),
         cpu: None,
         kernel: None,
-        server_output: server_output(&theirs),
+        // Only when asked: an iperf3 server keeps a past client's --get-server-output
+        // for every test after it (3.12 does), and sends its report unasked.
+        server_output: cfg
+            .test
+            .get_server_output
+            .then(|| server_output(&theirs))
+            .flatten(),
         retransmits: Vec::new(),
     };
     let mut seconds: f64 = 0.0;

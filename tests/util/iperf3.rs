@@ -54,9 +54,20 @@ pub struct Iperf3Server {
 
 impl Iperf3Server {
     pub fn start(extra: &[&str]) -> Iperf3Server {
+        let mut args = vec!["-1", "-J"];
+        args.extend_from_slice(extra);
+        Iperf3Server::spawn(&args)
+    }
+
+    /// `iperf3 -s` serving test after test (no `-1`), in text.
+    pub fn serving() -> Iperf3Server {
+        Iperf3Server::spawn(&[])
+    }
+
+    fn spawn(extra: &[&str]) -> Iperf3Server {
         let port = super::free_port();
         let child = Command::new("iperf3")
-            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-s", "-B", "127.0.0.1", "-p", &port.to_string()])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
