@@ -209,9 +209,15 @@ fn pct(v: Option<f64>) -> String {
 /// What the header's two windows were granted and why: "Linux grants twice the request"
 /// only when that is what happened to both.
 fn grant_words(h: &Header) -> String {
-    let ((_, lb), (_, rb)) = windows(h);
+    let ((_, lb), (remote_size, rb)) = windows(h);
     let local = h.local_window.grant_words(lb);
-    let remote = h.remote_window.grant_words(rb);
+    // A peer that reports no sizes (an iperf3 server) was still asked for -w: not
+    // "autotuned".
+    let remote = match (remote_size, h.local_window.requested) {
+        (0, Some(_)) => Some("asked for, its size not reported".to_string()),
+        (0, None) => Some("not reported".to_string()),
+        _ => h.remote_window.grant_words(rb),
+    };
     let doubled = |g: &WindowGrant, b| g.grant(b) == Some(Grant::Doubled) && !g.forced;
     if doubled(&h.local_window, lb) && doubled(&h.remote_window, rb) {
         return "Linux grants twice the request".into();
@@ -1119,6 +1125,15 @@ mod tests {
         assert!(
             line.ends_with(
                 "(requested -w 1k = 1024B; both the kernel's minimum, above twice the request)"
+            ),
+            "{line}"
+        );
+        // An iperf3 server reports no sizes (0): asked for -w, not "autotuned" (helper-31).
+        let line = header_line(4 << 20, (8 << 20, 8 << 20), (0, 0));
+        assert!(
+            line.ends_with(
+                "local SO_SNDBUF twice the request; remote SO_RCVBUF asked for, its size not \
+                 reported)"
             ),
             "{line}"
         );
