@@ -77,7 +77,8 @@ pub struct TestParams {
     #[serde(rename = "duration_us", with = "micros")]
     pub duration: Duration,
 
-    /// Reporting interval in seconds [default: 1, or -t when shorter].
+    /// Reporting interval in seconds [default: 1, or -t when shorter]; 0 (or one longer
+    /// than -t): one row over the whole test, as iperf3's -i 0 reports only the totals.
     #[arg(short = 'i', allow_negative_numbers = true, long = "interval", value_name = "SECS",
           value_parser = units::parse_duration)]
     #[serde(rename = "interval_us", with = "micros_opt")]
@@ -125,8 +126,9 @@ pub struct TestParams {
     #[serde(default)]
     pub get_server_output: bool,
 
-    /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G.
-    #[arg(long = "fq-rate", value_name = "RATE", value_parser = units::parse_rate_bps)]
+    /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G; 0 = none (as
+    /// iperf3's).
+    #[arg(long = "fq-rate", value_name = "RATE", value_parser = units::parse_rate_or_zero)]
     #[serde(default)]
     pub fq_rate_bps: Option<u64>,
 
@@ -375,10 +377,14 @@ impl TestParams {
         usize::from(self.streams) * if self.bidir { 2 } else { 1 }
     }
 
-    /// `-i`, or 1 s (the duration when shorter) by default.
+    /// `-i`, or 1 s (the duration when shorter) by default; `-i 0`, or one longer than
+    /// the test, is the whole test (iperf3 takes both: no interval reports).
     pub fn interval(&self) -> Duration {
-        self.interval
-            .unwrap_or(self.duration.min(Duration::from_secs(1)))
+        match self.interval {
+            Some(i) if i.is_zero() || i > self.duration => self.duration,
+            Some(i) => i,
+            None => self.duration.min(Duration::from_secs(1)),
+        }
     }
 
     pub fn omit(&self) -> Duration {
@@ -472,13 +478,6 @@ impl TestParams {
                 "-i {}: interval must be at least {} seconds",
                 secs(interval),
                 secs(MIN_INTERVAL)
-            ));
-        }
-        if interval > duration {
-            return Err(format!(
-                "-i {}: interval must not exceed the duration (-t {})",
-                secs(interval),
-                secs(duration)
             ));
         }
         let rows = ((omit + duration).as_micros() / interval.as_micros().max(1)) as u64;
@@ -655,19 +654,10 @@ mod tests {
                 |p| {
                     p.streams = 1;
                     p.window_bytes = None;
-                    p.interval = Some(Duration::ZERO)
+                    p.interval = Some(Duration::from_millis(50))
                 },
-                Some("-i 0: interval must be at least 0.1 seconds"),
-                Some("-i 0: interval must be at least 0.1 seconds"),
-            ),
-            (
-                |p| {
-                    p.streams = 1;
-                    p.window_bytes = None;
-                    p.interval = Some(Duration::from_secs(4))
-                },
-                Some("-i 4: interval must not exceed the duration (-t 3)"),
-                Some("-i 4: interval must not exceed the duration (-t 3)"),
+                Some("-i 0.05: interval must be at least 0.1 seconds"),
+                Some("-i 0.05: interval must be at least 0.1 seconds"),
             ),
             (
                 |p| {
@@ -839,6 +829,18 @@ mod tests {
         );
         assert!(p.echo());
         assert_eq!(p.validate(&Limits::PROTOCOL), Ok(()));
+        // iperf3's -i 0, and an -i past -t (iperf3 takes both): one row, the whole test.
+        let mut p = TestParams::defaults();
+        p.duration = Duration::from_secs(3);
+        for (given, interval) in [(0, 3000), (5000, 3000), (3000, 3000), (500, 500)] {
+            p.interval = Some(Duration::from_millis(given));
+            assert_eq!(
+                p.interval(),
+                Duration::from_millis(interval),
+                "-i {given} ms"
+            );
+            assert_eq!(p.validate(&Limits::PROTOCOL), Ok(()), "-i {given} ms");
+        }
     }
 
     /// `-Z` on the command line and on the wire: a bare `-Z` is its default method, and

@@ -14,9 +14,16 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             "'{text}' is not a size (examples: 8192, 64k, 256M, 1G)"
         ));
     }
-    let value: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size: '{digits}' is not a whole number"))?;
+    // A fraction as iperf3 takes it (-w 1.5M), when it comes to whole bytes.
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let not_a_number = || format!("'{text}' is not a size: '{digits}' is not a number");
+    let whole: u64 = match whole {
+        "" => 0,
+        w => w.parse().map_err(|_| not_a_number())?,
+    };
+    if fraction.contains('.') || (fraction.is_empty() && digits.ends_with('.')) {
+        return Err(not_a_number());
+    }
     let shift = match suffix.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
@@ -29,9 +36,25 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    value
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{text}' is too large"))
+    let too_large = || format!("'{text}' is too large");
+    let mut bytes = whole.checked_mul(1u64 << shift).ok_or_else(too_large)?;
+    if !fraction.is_empty() {
+        // fraction / 10^digits of the unit, exactly: numerator over denominator.
+        let denominator = 10u128
+            .checked_pow(fraction.len() as u32)
+            .filter(|_| fraction.len() <= 18)
+            .ok_or_else(not_a_number)?;
+        let numerator = fraction.parse::<u128>().map_err(|_| not_a_number())? << shift;
+        if numerator % denominator != 0 {
+            return Err(format!(
+                "'{text}' is not a whole number of bytes ({} and a fraction)",
+                u128::from(bytes) + numerator / denominator
+            ));
+        }
+        let part = u64::try_from(numerator / denominator).map_err(|_| too_large())?;
+        bytes = bytes.checked_add(part).ok_or_else(too_large)?;
+    }
+    Ok(bytes)
 }
 
 /// Formats a byte count as the shortest exact binary form (`65536` → `64k`), the inverse of
@@ -158,10 +181,23 @@ mod tests {
                 "k",
                 Err("'k' is not a size (examples: 8192, 64k, 256M, 1G)"),
             ),
+            ("1.5M", Ok(3 << 19)),
+            ("0.5k", Ok(512)),
+            (".25G", Ok(1 << 28)),
             (
-                "1.5M",
-                Err("'1.5M' is not a size: '1.5' is not a whole number"),
+                "1.3k",
+                Err("'1.3k' is not a whole number of bytes (1331 and a fraction)"),
             ),
+            (
+                "1.5",
+                Err("'1.5' is not a whole number of bytes (1 and a fraction)"),
+            ),
+            (
+                "1.2.3M",
+                Err("'1.2.3M' is not a size: '1.2.3' is not a number"),
+            ),
+            ("1.M", Err("'1.M' is not a size: '1.' is not a number")),
+            (".", Err("'.' is not a size: '.' is not a number")),
             (
                 "10x",
                 Err("'10x' has an unknown size suffix 'x' (use k, M, G or T)"),
