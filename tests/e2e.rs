@@ -496,6 +496,14 @@ fn server_vanishes(way: &[&str]) {
         };
         assert!(ok, "{way:?}: direction {i}: {line}{}", run.explain());
     }
+    // And why, beside the numbers (stdout, or --logfile), not only on stderr.
+    let last = stdout.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("# failed: test aborted ")
+            && last.ends_with("closed the control connection"),
+        "{way:?}: last line {last:?}{}",
+        run.explain()
+    );
     if udp {
         // Rows past the sender's last report are printed, and the totals end before
         // them: the datagrams the totals count are those of the rows they span (review:

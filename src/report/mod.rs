@@ -36,8 +36,8 @@ pub(crate) trait Formatter: Send {
     fn header(&mut self, header: &Header) -> io::Result<()>;
     fn interval(&mut self, interval: &IntervalReport) -> io::Result<()>;
     fn summary(&mut self, summary: &Summary) -> io::Result<()>;
-    /// The test failed with `error` (no summary will come). Machine formats say so on
-    /// stdout; text leaves it to the one-line error on stderr.
+    /// The test failed with `error` (after the totals so far, or with none): every format
+    /// says so on stdout, as well as the one-line error on stderr.
     fn failed(&mut self, _error: &str) -> io::Result<()> {
         Ok(())
     }

@@ -43,6 +43,8 @@ pub struct TextFormatter<W: Write> {
     /// An iperf3 server: its counts come only with its results, which a test cut short
     /// never gets (the rows and totals are then this end's counts alone).
     iperf3_peer: bool,
+    /// A `# failed at` line was written live: the cause is said once.
+    said_failure: bool,
 }
 
 /// Why there is no block RTT: `--no-echo`, or an iperf3 peer, which echoes nothing.
@@ -68,6 +70,7 @@ impl<W: Write> TextFormatter<W> {
             direction: Direction::Forward,
             server_output: None,
             iperf3_peer: false,
+            said_failure: false,
         }
     }
 
@@ -582,7 +585,17 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     }
 
     fn stream_failed(&mut self, at: f64, error: &str) -> io::Result<()> {
+        self.said_failure = true;
         writeln!(self.out, "# failed at {at:.2} s: {error}")?;
+        self.out.flush()
+    }
+
+    /// Why the test failed, after what it measured, unless a live line said it: stdout
+    /// (and `--logfile`) keep the cause beside the numbers, not only stderr.
+    fn failed(&mut self, error: &str) -> io::Result<()> {
+        if !self.said_failure {
+            writeln!(self.out, "# failed: {error}")?;
+        }
         self.out.flush()
     }
 
