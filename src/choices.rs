@@ -132,15 +132,15 @@ impl RateUnit {
         }
     }
 
-    /// The column heading: `Mb/s`, `GB/s`, ... (four characters each).
+    /// The column heading: `Mb/s`, `GiB/s`, ... (bytes are binary, and say so).
     pub fn label(self) -> &'static str {
         match self {
             RateUnit::KiloBits => "Kb/s",
             RateUnit::MegaBits => "Mb/s",
             RateUnit::GigaBits => "Gb/s",
-            RateUnit::KiloBytes => "KB/s",
-            RateUnit::MegaBytes => "MB/s",
-            RateUnit::GigaBytes => "GB/s",
+            RateUnit::KiloBytes => "KiB/s",
+            RateUnit::MegaBytes => "MiB/s",
+            RateUnit::GigaBytes => "GiB/s",
         }
     }
 }
@@ -157,9 +157,9 @@ mod tests {
             (RateUnit::KiloBits, 8_589_934.592, "Kb/s"),
             (RateUnit::MegaBits, 8_589.934592, "Mb/s"),
             (RateUnit::GigaBits, 8.589934592, "Gb/s"),
-            (RateUnit::KiloBytes, 1_048_576.0, "KB/s"),
-            (RateUnit::MegaBytes, 1024.0, "MB/s"),
-            (RateUnit::GigaBytes, 1.0, "GB/s"),
+            (RateUnit::KiloBytes, 1_048_576.0, "KiB/s"),
+            (RateUnit::MegaBytes, 1024.0, "MiB/s"),
+            (RateUnit::GigaBytes, 1.0, "GiB/s"),
         ] {
             assert!((unit.scale(bps) - value).abs() < 1e-6, "{unit:?}");
             assert_eq!(unit.label(), label);

@@ -43,6 +43,13 @@ impl Target {
         if a.loopback && a.bind.is_some() {
             return Err(usage("-B: --loopback always uses 127.0.0.1; drop -B"));
         }
+        if a.loopback && a.port != crate::cli::DEFAULT_PORT {
+            return Err(usage(format!(
+                "-p {0}: --loopback's in-process server listens on an ephemeral port; drop -p \
+                 (or run pinperf -s -p {0} and pinperf -c 127.0.0.1 -p {0})",
+                a.port
+            )));
+        }
         if a.loopback && a.ipv6 {
             return Err(usage(
                 "-6: --loopback runs on 127.0.0.1; use -c ::1 against a server for IPv6",
@@ -443,6 +450,11 @@ mod tests {
             (
                 &["--loopback", "-w", "2G"],
                 "-w 2G: window must be 1k to 1G (the kernel stores twice the request in an int)",
+            ),
+            (
+                &["--loopback", "-p", "6150"],
+                "-p 6150: --loopback's in-process server listens on an ephemeral port; drop -p \
+                 (or run pinperf -s -p 6150 and pinperf -c 127.0.0.1 -p 6150)",
             ),
             (
                 &["--loopback", "-i", "0.01"],

@@ -1016,6 +1016,19 @@ fn cpu_flag_prints_per_core_lines_and_the_end_block_lists_threads() {
     let text = run.stdout();
     let per_interval: Vec<&str> = text.lines().filter(|l| l.starts_with("# cpu ")).collect();
     assert_eq!(per_interval.len(), 2, "{text}");
+    // Each comes after its interval's rows, the (sum) row included (it split them).
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("# cpu "))
+    {
+        assert!(
+            lines[i - 1].starts_with("(sum)"),
+            "{l:?} after {:?}\n{text}",
+            lines[i - 1]
+        );
+    }
     let cores: Vec<String> = std::fs::read_to_string("/proc/stat")
         .unwrap()
         .lines()

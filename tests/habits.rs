@@ -46,7 +46,7 @@ fn rate_units_follow_iperf3s_f() {
     assert_eq!(total_rate(&text), (bps / 1e9 * 1000.0).round() / 1000.0);
     let mib = pinperf(&["report", arg(&json), "-f", "M"], LIMIT);
     mib.assert_ok();
-    assert!(mib.stdout().contains(" MB/s  RTT, ms:"));
+    assert!(mib.stdout().contains(" MiB/s  RTT, ms:"));
     let want = bps / 8.0 / 1048576.0;
     assert!((total_rate(&mib.stdout()) - want).abs() < 0.001, "{want}");
     let bad = pinperf(&["--loopback", "-f", "x"], LIMIT);

@@ -103,10 +103,10 @@ fn heading(bidir: bool, udp: bool, unit: RateUnit) -> String {
     let rate = unit.label();
     match udp {
         false => format!(
-            "#(ID){pad}  begin, s   end, s        {rate}  RTT, ms: min      avg      max   retr  cwnd, KiB"
+            "#(ID){pad}  begin, s   end, s{rate:>12}  RTT, ms: min      avg      max   retr  cwnd, KiB"
         ),
         true => format!(
-            "#(ID){pad}  begin, s   end, s        {rate}  jitter, ms      lost/    total   lost%    ooo"
+            "#(ID){pad}  begin, s   end, s{rate:>12}  jitter, ms      lost/    total   lost%    ooo"
         ),
     }
 }
@@ -617,15 +617,6 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 self.verbose_line(s, reverse)?;
             }
         }
-        if let Some(cores) = &iv.cores {
-            writeln!(
-                self.out,
-                "# cpu {:.3}-{:.3} local: {}",
-                iv.sum.start,
-                iv.sum.end,
-                core_list(cores)
-            )?;
-        }
         if self.streams > 1 {
             let s = &iv.sum;
             let cols = Cols {
@@ -641,6 +632,16 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 self.out,
                 "{}{mark}",
                 row(&label(bidir, reverse, "sum"), &cols, self.opts.unit)
+            )?;
+        }
+        // After the interval's rows: a script reading streams then `(sum)` is not split.
+        if let Some(cores) = &iv.cores {
+            writeln!(
+                self.out,
+                "# cpu {:.3}-{:.3} local: {}",
+                iv.sum.start,
+                iv.sum.end,
+                core_list(cores)
             )?;
         }
         self.out.flush()
