@@ -416,7 +416,10 @@ impl Params {
         if !finite(self.parallel, 65_535.0) || self.parallel < 1.0 {
             return Err(Unsupported {
                 code: IENUMSTREAMS,
-                reason: format!("-P {}: streams must be at least 1", self.parallel),
+                reason: match self.parallel >= 1.0 {
+                    true => format!("-P {}: streams must be 1 to 65535", self.parallel),
+                    false => format!("-P {}: streams must be at least 1", self.parallel),
+                },
             });
         }
         if !finite(self.time, 86_400.0 * 365.0) || !finite(self.omit, 86_400.0) {
@@ -786,6 +789,11 @@ mod tests {
                 r#"{"tcp":true,"time":1,"parallel":0}"#,
                 IENUMSTREAMS,
                 "-P 0",
+            ),
+            (
+                r#"{"tcp":true,"time":1,"parallel":65536}"#,
+                IENUMSTREAMS,
+                "-P 65536: streams must be 1 to 65535",
             ),
             (
                 r#"{"tcp":true,"time":1e300,"parallel":1}"#,
