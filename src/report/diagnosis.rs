@@ -189,7 +189,19 @@ fn stalls(e: &Evidence, out: &mut Vec<String>) {
             .longest
             .as_ref()
             .is_some_and(|l| l.start == 0.0 && l.end <= 2.0 * path_s);
-    if let Some(when) = log.describe().filter(|_| !only_the_first_trip) {
+    // A sender paced (-b) below a block per interval leaves intervals empty by design: a
+    // stretch no longer than its blocks' spacing (and an interval) is the pacing's.
+    let spacing_s = e
+        .header
+        .rate_bps
+        .filter(|&r| r > 0)
+        .map_or(0.0, |r| e.header.block_bytes as f64 * 8.0 / r as f64);
+    let paced = spacing_s >= e.header.interval_s
+        && log
+            .longest
+            .as_ref()
+            .is_some_and(|l| l.end - l.start <= spacing_s + e.header.interval_s);
+    if let Some(when) = log.describe().filter(|_| !only_the_first_trip && !paced) {
         out.push(format!(
             "diagnosis: no data moved {when}: a sender or receiver was stopped (paused, or \
              not scheduled) or the path stalled."
@@ -1091,6 +1103,34 @@ mod tests {
         };
         assert!(!said(4_000_000), "a 4 s path");
         assert!(said(3_000), "a 3 ms path");
+    }
+
+    /// `-b 1M` of 128k blocks sends one block every 1.05 s: empty 0.5 s intervals are the
+    /// pacing's (helper-31: "no data moved" at -b 1); at -b 100M they are a stall.
+    #[test]
+    fn a_pacing_slower_than_a_block_per_interval_is_not_a_stall() {
+        let test = log(
+            true,
+            &[(0.0, false, false), (0.5, true, false), (1.0, false, false)],
+        );
+        let said = |rate: u64| {
+            let mut h = header(1 << 20);
+            h.rate_bps = Some(rate);
+            h.interval_s = 0.5;
+            diagnose(&Evidence {
+                header: &h,
+                streams: &[row(0, 1000, 3_000, 60.0, 0)],
+                starved_intervals: &[0],
+                intervals: 3,
+                rate_bps: 1e6,
+                test_stalls: &test,
+                stream_stalls: &[StallLog::default()],
+            })
+            .iter()
+            .any(|l| l.starts_with("diagnosis: no data moved"))
+        };
+        assert!(!said(1_000_000), "-b 1M");
+        assert!(said(100_000_000), "-b 100M");
     }
 
     /// A paused sender (issue 15: SIGSTOP from 1.3 s to 3.8 s of `-t 3`) and a stream

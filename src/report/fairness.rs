@@ -1,5 +1,6 @@
 //! Fairness across streams: Jain's index, the smallest and largest share, and starvation
-//! (a stream that read nothing). Pure functions over byte counts.
+//! (a stream that read nothing while others read: a span in which none did is a stall,
+//! not unfairness). Pure functions over byte counts.
 
 use super::model::Fairness;
 
@@ -7,16 +8,16 @@ use super::model::Fairness;
 pub fn of(bytes: &[u64]) -> Fairness {
     let n = bytes.len();
     let total: f64 = bytes.iter().map(|&b| b as f64).sum();
-    let starved = bytes.iter().filter(|&&b| b == 0).count() as u32;
     if n == 0 || total == 0.0 {
         return Fairness {
             jain: None,
             min_share: None,
             max_share: None,
-            starved,
+            starved: 0,
             streams: n as u32,
         };
     }
+    let starved = bytes.iter().filter(|&&b| b == 0).count() as u32;
     let squares: f64 = bytes.iter().map(|&b| (b as f64) * (b as f64)).sum();
     let min = bytes.iter().copied().min().unwrap_or(0) as f64;
     let max = bytes.iter().copied().max().unwrap_or(0) as f64;
@@ -62,7 +63,10 @@ mod tests {
         // (1+3)^2 / (2 * (1+9)) = 0.8
         assert!(close(of(&[1, 3]).jain, 0.8));
         let f = of(&[0, 0, 0]);
-        assert_eq!((f.jain, f.starved, f.streams), (None, 3, 3));
+        // Nobody read: a stall, not three starved streams (nor one with -P 1).
+        assert_eq!((f.jain, f.starved, f.streams), (None, 0, 3));
+        assert_eq!(of(&[0]).starved, 0);
+        assert_eq!(of(&[0, 5]).starved, 1);
         assert_eq!(of(&[]).jain, None);
     }
 }

@@ -766,6 +766,8 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
     let start = remote.begin_us as f64 / 1e6;
     let end = remote.end_us as f64 / 1e6;
     let mut rows = Vec::with_capacity(local.streams.len());
+    // Starved: read nothing while another stream read (fairness::of's rule).
+    let moved = remote.bytes.iter().any(|&b| b > 0);
     for (s, slice) in local.streams.iter().enumerate() {
         let bytes = remote.bytes.get(s).copied().unwrap_or(0);
         let mut row = stream_row(s as u16, start, end, bytes, slice.bytes, slice.last);
@@ -802,7 +804,7 @@ fn join(local: &ClosedInterval, remote: &ReceiverRow, totals: &mut Totals) -> In
             }
             t.last = slice.last.or(t.last);
             t.max_cwnd = t.max_cwnd.max(row.snd_cwnd);
-            t.starved_intervals += u32::from(bytes == 0);
+            t.starved_intervals += u32::from(bytes == 0 && moved);
             if let Some(u) = udp {
                 let d = t.udp.get_or_insert_default();
                 d.packets += u.packets;
@@ -1261,6 +1263,37 @@ mod tests {
 
     fn no_totals(streams: usize) -> Totals {
         Totals::new(streams)
+    }
+
+    /// A stream is starved in an interval when it read nothing while another read: a
+    /// lone stream paced below a block per interval (-P 1 -b 1) was counted starved.
+    #[test]
+    fn starved_means_nothing_read_while_another_stream_read() {
+        let joined = |bytes: &[u64]| {
+            let local = ClosedInterval {
+                index: 0,
+                omitted: false,
+                begin_ns: 0,
+                end_ns: 1_000_000_000,
+                streams: vec![StreamSlice::default(); bytes.len()],
+            };
+            let remote = ReceiverRow {
+                index: 0,
+                begin_us: 0,
+                end_us: 1_000_000,
+                bytes: bytes.to_vec(),
+                udp: Vec::new(),
+            };
+            let mut t = no_totals(bytes.len());
+            join(&local, &remote, &mut t);
+            t.streams
+                .iter()
+                .map(|s| s.starved_intervals)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(joined(&[0]), [0]);
+        assert_eq!(joined(&[0, 0]), [0, 0]);
+        assert_eq!(joined(&[0, 7]), [1, 0]);
     }
 
     /// Issue 15: a client paused from 1.3 s to 3.8 s of `-t 3` printed `#(**) 0.000 1.307
