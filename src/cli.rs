@@ -376,8 +376,19 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
             ));
         }
         // The report's flags; the server's log takes the text prefixes and a file, as
-        // iperf3 -s does (serverlog.rs), and flushes every line anyway.
-        let log = ["logfile", "timestamps", "title", "forceflush"].map(clap::Id::from);
+        // iperf3 -s does (serverlog.rs), and flushes every line anyway. iperf3 -s's own
+        // -J, -V and -f are taken and said to be ignored (config::server_log), so a unit
+        // file moved over from iperf3 still starts.
+        let log = [
+            "logfile",
+            "timestamps",
+            "title",
+            "forceflush",
+            "json",
+            "verbose",
+            "unit",
+        ]
+        .map(clap::Id::from);
         let arg = cmd
             .get_arguments()
             .filter(|a| a.get_help_heading() == Some("Output") && !log.contains(a.get_id()))

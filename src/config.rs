@@ -98,8 +98,12 @@ impl ClientConfig {
     /// here, so a typo is a usage error before any connection. Output defaults to text.
     pub fn new(target: Target, test: TestParams, affinity: Affinity) -> Result<ClientConfig> {
         let mut test = test;
-        // --fq-rate 0 is no pacing, as iperf3's (and its wire's) 0.
+        // --fq-rate 0 is no pacing, as iperf3's (and its wire's) 0; -i 0 (or past -t) is
+        // sent as the interval it means, which every pinperf server takes.
         test.fq_rate_bps = test.fq_rate_bps.filter(|&r| r > 0);
+        if test.interval.is_some() {
+            test.interval = Some(test.interval());
+        }
         test.validate(&Limits::PROTOCOL).map_err(Error::Usage)?;
         if let Some(name) = &test.transport.congestion {
             crate::net::check_congestion(name)?;
@@ -149,6 +153,8 @@ pub struct LogOutput {
     pub file: Option<std::path::PathBuf>,
     pub timestamps: Option<String>,
     pub title: Option<String>,
+    /// iperf3 -s's report flags given here, said once in the log as ignored.
+    pub ignored: Vec<&'static str>,
 }
 
 impl ServerConfig {
@@ -363,11 +369,20 @@ fn server_log(args: &Args) -> Result<LogOutput> {
             )));
         }
     }
+    let ignored = [
+        (args.json, "-J"),
+        (text.verbose, "-V"),
+        (text.unit != crate::choices::RateUnit::default(), "-f"),
+    ]
+    .into_iter()
+    .filter_map(|(set, flag)| set.then_some(flag))
+    .collect();
     Ok(LogOutput {
         json,
         file: args.output.logfile.clone(),
         timestamps: text.timestamps.clone(),
         title: text.title.clone(),
+        ignored,
     })
 }
 
@@ -519,7 +534,7 @@ mod tests {
             panic!("--fq-rate 0 -i 0 refused");
         };
         assert_eq!(cfg.test.fq_rate_bps, None);
-        assert_eq!(cfg.test.interval(), Duration::from_secs(2));
+        assert_eq!(cfg.test.interval, Some(Duration::from_secs(2)), "as sent");
     }
 
     #[test]

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         },
         Err(err) => {
             // A closed stderr loses the message, not the exit code.
-            let _ = writeln!(std::io::stderr(), "pinperf: {err}");
+            let _ = std::io::stderr().write_all(format!("pinperf: {err}\n").as_bytes());
             if let Some(sig) = pinperf::stop_signal() {
                 let _ = std::io::stdout().flush();
                 pinperf::die_by_signal(sig);

@@ -3,6 +3,18 @@
 
 use std::io::{self, Write};
 
+/// The start of a line now: `--timestamps`' local time, then `-T`'s `"TITLE:  "`.
+pub(crate) fn line_prefix(timestamps: Option<&str>, title: Option<&str>) -> io::Result<String> {
+    let mut prefix = match timestamps {
+        Some(fmt) => crate::sys::local_time(fmt)?,
+        None => String::new(),
+    };
+    if let Some(title) = title {
+        prefix += &format!("{title}:  ");
+    }
+    Ok(prefix)
+}
+
 /// A writer that starts every line with a prefix: iperf3's `--timestamps[=FORMAT]` (the
 /// local time by strftime's FORMAT, default `"%c "`) and then `-T`'s `"TITLE:  "`, in
 /// iperf3's order.
@@ -24,14 +36,8 @@ impl<W: Write> Prefixed<W> {
     }
 
     fn prefix(&mut self) -> io::Result<()> {
-        if let Some(fmt) = &self.timestamps {
-            let now = crate::sys::local_time(fmt)?;
-            self.out.write_all(now.as_bytes())?;
-        }
-        if let Some(title) = &self.title {
-            write!(self.out, "{title}:  ")?;
-        }
-        Ok(())
+        let prefix = line_prefix(self.timestamps.as_deref(), self.title.as_deref())?;
+        self.out.write_all(prefix.as_bytes())
     }
 }
 

@@ -358,9 +358,6 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
             );
             saved::replay(&t.doc, &mut f).map_err(|e| Error::io("render the report", e))?;
             drop(f);
-            if let Some(e) = &t.doc.error {
-                stderrln!("pinperf: note: {}: the test failed: {e}", a.file.display());
-            }
             buf
         }
         (Saved::Test(t), ReportFormat::Csv) => {

@@ -18,12 +18,18 @@ use serde_json::{Value, json};
 
 use crate::config::LogOutput;
 use crate::error::{Error, Result};
-use crate::prefix::Prefixed;
 
 static JSON: AtomicBool = AtomicBool::new(false);
 
-/// The log's writer once [`set_output`] chose one; stderr until then.
-static OUT: Mutex<Option<Box<dyn Write + Send>>> = Mutex::new(None);
+/// The log's writer and its text lines' prefixes once [`set_output`] chose them; stderr
+/// until then.
+static OUT: Mutex<Option<Sink>> = Mutex::new(None);
+
+struct Sink {
+    out: Box<dyn Write + Send>,
+    timestamps: Option<String>,
+    title: Option<String>,
+}
 
 thread_local! {
     /// The authenticated user of the test this `control` thread runs, for its events.
@@ -49,20 +55,23 @@ pub fn set_output(log: &LogOutput) -> Result<()> {
         ),
         None => Box::new(std::io::stderr()),
     };
-    *OUT.lock() = Some(Box::new(Prefixed::new(
+    *OUT.lock() = Some(Sink {
         out,
-        log.timestamps.clone(),
-        log.title.clone(),
-    )));
+        timestamps: log.timestamps.clone(),
+        title: log.title.clone(),
+    });
     Ok(())
 }
 
-/// Writes one line whole; a write that fails loses the line (see the module's note).
+/// Writes one line, prefixes included, in one write; a write that fails loses the line
+/// (see the module's note), and the next starts a line of its own.
 fn write_line(line: &str) {
     match OUT.lock().as_mut() {
-        Some(out) => {
-            let _ = out.write_all(format!("{line}\n").as_bytes());
-            let _ = out.flush();
+        Some(sink) => {
+            let prefix =
+                crate::prefix::line_prefix(sink.timestamps.as_deref(), sink.title.as_deref())
+                    .unwrap_or_default();
+            let _ = sink.out.write_all(format!("{prefix}{line}\n").as_bytes());
         }
         None => stderrln!("{line}"),
     }

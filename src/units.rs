@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-/// Parses a byte size: a whole number with an optional binary suffix
-/// (`k`, `m`, `g`, `t`, either case, optionally followed by `iB` or `B`).
+/// Parses a byte size: a number with an optional binary suffix (`k`, `m`, `g`, `t`,
+/// either case, optionally followed by `iB` or `B`); a fraction when it comes to whole
+/// bytes (`1.5M`).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let (digits, suffix) = split_number(text);

@@ -312,6 +312,8 @@ fn a_request_over_a_server_limit_is_refused_with_the_limit_named() {
         "{}",
         run.explain()
     );
+    // Said once, on stderr: refused before any header, stdout has nothing to stand beside.
+    assert_eq!(run.stdout(), "", "{}", run.explain());
     // And it still serves a request within its limits.
     pinperf(
         &[
@@ -1016,19 +1018,45 @@ fn cpu_flag_prints_per_core_lines_and_the_end_block_lists_threads() {
     let text = run.stdout();
     let per_interval: Vec<&str> = text.lines().filter(|l| l.starts_with("# cpu ")).collect();
     assert_eq!(per_interval.len(), 2, "{text}");
-    // Each comes after its interval's rows, the (sum) row included (it split them).
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, l) in lines
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.starts_with("# cpu "))
-    {
-        assert!(
-            lines[i - 1].starts_with("(sum)"),
-            "{l:?} after {:?}\n{text}",
-            lines[i - 1]
-        );
-    }
+    // Each comes after its interval's rows, the (sum) row included (it split them), and
+    // with --bidir after both directions' (RXsum).
+    let after_sums = |text: &str, sum: &str| {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("# cpu "))
+        {
+            assert!(
+                lines[i - 1].starts_with(sum),
+                "{l:?} after {:?}\n{text}",
+                lines[i - 1]
+            );
+        }
+    };
+    after_sums(&text, "(sum)");
+    let bidir = pinperf(
+        &[
+            "--loopback",
+            "--bidir",
+            "-P",
+            "2",
+            "-t",
+            "1",
+            "-i",
+            "0.5",
+            "--cpu",
+        ],
+        LIMIT,
+    );
+    bidir.assert_ok();
+    let bidir = bidir.stdout();
+    assert_eq!(
+        bidir.lines().filter(|l| l.starts_with("# cpu ")).count(),
+        2,
+        "{bidir}"
+    );
+    after_sums(&bidir, "(RXsum)");
     let cores: Vec<String> = std::fs::read_to_string("/proc/stat")
         .unwrap()
         .lines()

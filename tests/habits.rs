@@ -192,6 +192,7 @@ fn a_server_logs_to_its_logfile_with_iperf3s_prefixes() {
         "--timestamps=[%Y] ",
         "-T",
         "srv",
+        "-J",
     ]);
     let listening = wait_until(
         "the listening line in the logfile",
@@ -222,6 +223,11 @@ fn a_server_logs_to_its_logfile_with_iperf3s_prefixes() {
         assert!(line.starts_with(&prefix), "{line:?} in {text}");
     }
     assert!(text.contains("done, received "), "{text}");
+    // iperf3 -s's -J is taken (a unit file moved over still starts) and said ignored.
+    assert!(
+        text.contains("pinperf: -J ignored: iperf3 -s takes it"),
+        "{text}"
+    );
     // A JSON line stays one object: no prefix to give it.
     let bad = pinperf(&["-s", "--log-format", "json", "-T", "srv"], LIMIT);
     assert_eq!(bad.code(), Some(2), "{}", bad.explain());

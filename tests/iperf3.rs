@@ -179,7 +179,7 @@ fn pinperf_client_detects_an_iperf3_server_and_switches() {
 }
 
 /// Against Debian's iperf 2 server (`iperf -s`), which reads pinperf's preamble and
-/// iperf3's cookie and says nothing: the client says within 3.5 s that it is neither
+/// iperf3's cookie and says nothing: the client says after 3 s that it is neither
 /// server (it took 8 s and said "closed the control connection").
 #[test]
 fn a_client_facing_an_iperf2_server_says_it_is_neither() {
@@ -221,11 +221,8 @@ fn a_client_facing_an_iperf2_server_says_it_is_neither() {
             run.explain()
         );
     }
-    assert!(
-        run.elapsed < Duration::from_millis(3500),
-        "{}",
-        run.explain()
-    );
+    // 1 s for pinperf's preamble, 2 s for iperf3's cookie (it took 8.2 s): well under 8.
+    assert!(run.elapsed < Duration::from_secs(6), "{}", run.explain());
 }
 
 /// `iperf3 -c … args` (with `-J`) against `server`: exit 0 and its document, without an

@@ -429,7 +429,7 @@ fn a_flag_of_the_other_mode_is_refused_by_name() {
             "--connect-timeout",
             client,
         ),
-        (&["-s", "-p", "0", "-J"], "-J/--json", report),
+        (&["-s", "-p", "0", "--json-lines"], "--json-lines", report),
         (&["-s", "-p", "0", "--cpu"], "--cpu", report),
         (
             &["-s", "-p", "0", "-P", "4", "-t", "3"],
@@ -1091,9 +1091,6 @@ fn the_per_source_rate_is_named_in_its_refusal() {
     );
 }
 
-/// Issue 12, Show 4: `--log-format json` writes one JSON object per line: listening, the
-/// test's start with its peer and parameters, its end with the totals, and a refusal
-/// with its reason's word.
 /// A sparse UDP test (one datagram at -b 1k -l 1000 in 0.5 s) is logged over its
 /// duration, as the client's totals are: it was "65507 bytes in 0.000 s (1164.569 Mb/s)",
 /// the span from the first datagram to the last.
@@ -1125,6 +1122,9 @@ fn a_sparse_udp_test_is_logged_over_its_duration() {
     assert!((bps - bytes as f64 * 8.0 / secs).abs() < 1.0, "{end}");
 }
 
+/// Issue 12, Show 4: `--log-format json` writes one JSON object per line: listening, the
+/// test's start with its peer and parameters, its end with the totals, and a refusal
+/// with its reason's word.
 #[test]
 fn the_json_log_has_one_event_per_line() {
     let server = Srv::start_json(&["-p", "0", "-B", "127.0.0.1", "--log-format", "json"]);

@@ -388,17 +388,23 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
 /// preamble, that it is no pinperf server either), not "closed the control connection".
 fn expect_cookie_answer(ctl: &mut Ctl, after_preamble: bool) -> Result<()> {
     let peer = ctl.peer;
-    let not_iperf3 = |how: String| {
+    // `silent`: it said nothing, as an iperf 2 server does (named as the likely one).
+    let not_iperf3 = |how: String, silent: bool| {
         let either = if after_preamble {
             "neither a pinperf server (it did not answer pinperf's preamble) nor"
         } else {
             "not"
         };
+        let iperf2 = match silent {
+            true => {
+                " (an iperf 2 server, iperf -s, reads both and says nothing; its client is iperf)"
+            }
+            false => "",
+        };
         Error::Protocol {
             peer,
             what: format!(
-                "{how}: {either} an iperf3 server, which answers its cookie at once (an \
-                 iperf 2 server, iperf -s, reads both and says nothing; its client is iperf)"
+                "{how}: {either} an iperf3 server, which answers its cookie at once{iperf2}"
             ),
         }
     };
@@ -409,14 +415,18 @@ fn expect_cookie_answer(ctl: &mut Ctl, after_preamble: bool) -> Result<()> {
         Ok(0) => {
             return Err(not_iperf3(
                 "it closed the connection after the cookie".into(),
+                true,
             ));
         }
         Ok(_) => b[0] as i8,
         Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-            return Err(not_iperf3(format!(
-                "it said nothing for {:.1} s after iperf3's cookie",
-                wait.as_secs_f64()
-            )));
+            return Err(not_iperf3(
+                format!(
+                    "it said nothing for {:.1} s after iperf3's cookie",
+                    wait.as_secs_f64()
+                ),
+                true,
+            ));
         }
         Err(e) => {
             return Err(Error::io(
@@ -430,11 +440,14 @@ fn expect_cookie_answer(ctl: &mut Ctl, after_preamble: bool) -> Result<()> {
         s @ (super::ACCESS_DENIED | super::SERVER_ERROR | super::SERVER_TERMINATE) => {
             refusal(ctl, s, super::PARAM_EXCHANGE)
         }
-        other => Err(not_iperf3(format!(
-            "its first byte after the cookie was {}, not {}",
-            state_name(other),
-            state_name(super::PARAM_EXCHANGE)
-        ))),
+        other => Err(not_iperf3(
+            format!(
+                "its first byte after the cookie was {}, not {}",
+                state_name(other),
+                state_name(super::PARAM_EXCHANGE)
+            ),
+            false,
+        )),
     }
 }
 

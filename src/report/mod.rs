@@ -292,7 +292,11 @@ impl Direction {
         // its last report, on its own clock, which the receiver's rows (cut on this
         // clock at the same interval) can pass by a few blocks (a Ctrl-C of -R read
         // 917504 bytes more than "sender wrote"): the sender wrote at least what was read.
-        let sent = sent.iter().zip(received).map(|(&s, &r)| s.max(r)).collect();
+        // A silent sender's count stays unknown (0, with `sender_silent`), not made up.
+        let sent = match self.totals.sender_silent {
+            true => sent.clone(),
+            false => sent.iter().zip(received).map(|(&s, &r)| s.max(r)).collect(),
+        };
         Some((sent, received.clone(), until))
     }
 
@@ -1593,9 +1597,15 @@ mod tests {
                 (d.joined_received.clone(), d.joined_until_us),
                 (vec![100, 100], Some(500_000))
             );
+            let (sent, _, _) = d.cut_short_totals().unwrap();
+            assert_eq!(
+                sent,
+                [0, 0],
+                "unknown, not made up from the receiver's count"
+            );
             let s = summarize(
                 &header,
-                &[0, 0],
+                &sent,
                 &d.joined_received,
                 500_000,
                 &mut d.totals,

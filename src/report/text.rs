@@ -45,6 +45,10 @@ pub struct TextFormatter<W: Write> {
     iperf3_peer: bool,
     /// A `# failed at` line was written live: the cause is said once.
     said_failure: bool,
+    /// The header is out: a failure before it (a refused connection) is stderr's alone.
+    started: bool,
+    /// `--cpu` with `--bidir`: the interval's core line, held until its RX rows are out.
+    held_cpu: Option<String>,
 }
 
 /// Why there is no block RTT: `--no-echo`, or an iperf3 peer, which echoes nothing.
@@ -56,6 +60,13 @@ fn no_echo_why(iperf3_peer: bool) -> &'static str {
 }
 
 impl<W: Write> TextFormatter<W> {
+    fn write_held_cpu(&mut self) -> io::Result<()> {
+        match self.held_cpu.take() {
+            Some(line) => writeln!(self.out, "{line}"),
+            None => Ok(()),
+        }
+    }
+
     pub fn new(out: W) -> Self {
         Self::with_options(out, TextOptions::default())
     }
@@ -71,6 +82,8 @@ impl<W: Write> TextFormatter<W> {
             server_output: None,
             iperf3_peer: false,
             said_failure: false,
+            started: false,
+            held_cpu: None,
         }
     }
 
@@ -457,6 +470,7 @@ impl<W: Write + Send> TextFormatter<W> {
 
 impl<W: Write + Send> Formatter for TextFormatter<W> {
     fn header(&mut self, h: &Header) -> io::Result<()> {
+        self.started = true;
         self.streams = h.streams;
         self.echo = h.echo;
         self.bidir = h.direction == Direction::Bidir;
@@ -591,9 +605,10 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     }
 
     /// Why the test failed, after what it measured, unless a live line said it: stdout
-    /// (and `--logfile`) keep the cause beside the numbers, not only stderr.
+    /// (and `--logfile`) keep the cause beside the numbers, not only stderr. A test that
+    /// failed before its header printed nothing for it to stand beside.
     fn failed(&mut self, error: &str) -> io::Result<()> {
-        if !self.said_failure {
+        if self.started && !self.said_failure {
             writeln!(self.out, "# failed: {error}")?;
         }
         self.out.flush()
@@ -634,20 +649,25 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 row(&label(bidir, reverse, "sum"), &cols, self.opts.unit)
             )?;
         }
-        // After the interval's rows: a script reading streams then `(sum)` is not split.
+        // After the interval's rows (both directions' with --bidir): a script reading
+        // streams then `(sum)` is not split.
         if let Some(cores) = &iv.cores {
-            writeln!(
-                self.out,
+            self.held_cpu = Some(format!(
                 "# cpu {:.3}-{:.3} local: {}",
                 iv.sum.start,
                 iv.sum.end,
                 core_list(cores)
-            )?;
+            ));
+        }
+        if !bidir || reverse {
+            self.write_held_cpu()?;
         }
         self.out.flush()
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
+        // An interval whose RX half never came still says its cores.
+        self.write_held_cpu()?;
         let (bidir, reverse) = (self.bidir, s.reverse);
         for st in &s.streams {
             let line = row(

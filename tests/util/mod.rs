@@ -330,8 +330,6 @@ pub fn is_interval_row(line: &str) -> bool {
         .is_some_and(|r| !r.summary && r.label != "sum")
 }
 
-/// A `pinperf -s` on 127.0.0.1 and an ephemeral port; killed on drop. Its stderr (the
-/// server's log) is collected as it comes.
 /// The port in a server's `listening on ADDR:PORT (…)` log line (any prefix before it).
 pub fn listening_port(line: &str) -> Option<u16> {
     line.split("listening on ")
@@ -341,6 +339,8 @@ pub fn listening_port(line: &str) -> Option<u16> {
         .and_then(|p| p.parse().ok())
 }
 
+/// A `pinperf -s` on 127.0.0.1 and an ephemeral port; killed on drop. Its stderr (the
+/// server's log) is collected as it comes.
 pub struct Server {
     pub child: Child,
     pub port: u16,
