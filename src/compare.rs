@@ -133,6 +133,10 @@ pub struct CompareRow {
     #[serde(default)]
     pub jitter_ms: Option<f64>,
     pub error: Option<String>,
+    /// A combination the engine cannot run (`--engines single` with `--rates`, UDP or
+    /// `--copy`): not run, and why; the other rows ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// The JSON document of a comparison.
@@ -297,8 +301,9 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         .find_map(|(flag, axis)| msg.strip_prefix(flag).map(|rest| format!("{axis}{rest}")));
         Error::Usage(axis.unwrap_or(msg))
     })?;
+    // The engine's own rules (`check_engine`) are the run's to apply: a combination the
+    // single engine cannot run is a skipped row, not a refused comparison.
     cfg.engine = p.engine;
-    cfg.check_engine()?;
     Ok(cfg)
 }
 
@@ -317,8 +322,9 @@ impl Formatter for Quiet {
     }
 }
 
-fn row(point: Point, result: Result<Summary>) -> CompareRow {
-    let mut r = CompareRow {
+/// A row with no figures yet: a run fills them, a skipped one says why instead.
+fn empty_row(point: Point) -> CompareRow {
+    CompareRow {
         point,
         bits_per_second: None,
         local_cpu_percent: None,
@@ -331,7 +337,12 @@ fn row(point: Point, result: Result<Summary>) -> CompareRow {
         lost_percent: None,
         jitter_ms: None,
         error: None,
-    };
+        skipped: None,
+    }
+}
+
+fn row(point: Point, result: Result<Summary>) -> CompareRow {
+    let mut r = empty_row(point);
     match result {
         Ok(s) => {
             r.bits_per_second = Some(s.sum_received.bits_per_second);
@@ -375,9 +386,10 @@ fn text_row(r: &CompareRow) -> String {
         opt(r.cpu_seconds_per_gb, 3),
         p.copy,
     );
-    match &r.error {
-        Some(e) => format!("{line}  FAILED: {e}"),
-        None => line,
+    match (&r.error, &r.skipped) {
+        (Some(e), _) => format!("{line}  FAILED: {e}"),
+        (None, Some(why)) => format!("{line}  SKIPPED: {why}"),
+        (None, None) => line,
     }
 }
 
@@ -430,7 +442,11 @@ fn csv_row(r: &CompareRow) -> String {
         lost_percent: o(r.lost_percent),
         jitter_ms: o(r.jitter_ms),
         copy: p.copy.clone(),
-        error: r.error.clone().unwrap_or_default(),
+        error: match (&r.error, &r.skipped) {
+            (Some(e), _) => e.clone(),
+            (None, Some(why)) => format!("skipped: {why}"),
+            (None, None) => String::new(),
+        },
     }
     .line()
 }
@@ -476,6 +492,14 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         .iter()
         .map(|p| config_for(a, &target, p))
         .collect::<Result<Vec<_>>>()?;
+    // What the engine cannot run is skipped (said in its row); nothing runnable is refused.
+    let skips: Vec<Option<String>> = configs
+        .iter()
+        .map(|c| c.check_engine().err().map(|e| e.to_string()))
+        .collect();
+    if let Some(Some(why)) = skips.iter().find(|_| skips.iter().all(Option::is_some)) {
+        return Err(Error::Usage(why.clone()));
+    }
     let format = match (a.json, a.csv) {
         (true, _) => Format::Json,
         (_, true) => Format::Csv,
@@ -527,8 +551,22 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     let mut rows = Vec::with_capacity(matrix.len());
     let runs = matrix.len();
     let mut interrupted = None;
-    for (i, (point, mut cfg)) in matrix.into_iter().zip(configs).enumerate() {
-        let settled = if i > 0 {
+    let mut ran = 0;
+    for (i, ((point, mut cfg), skip)) in matrix.into_iter().zip(configs).zip(skips).enumerate() {
+        if let Some(why) = skip {
+            let r = CompareRow {
+                skipped: Some(why),
+                ..empty_row(point)
+            };
+            match format {
+                Format::Text => writeln!(out, "{}", text_row(&r)).map_err(io_err)?,
+                Format::Csv => writeln!(out, "{}", csv_row(&r)).map_err(io_err)?,
+                _ => {}
+            }
+            rows.push(r);
+            continue;
+        }
+        let settled = if ran > 0 {
             crate::signals::sleep(a.settle)
         } else {
             crate::signals::received()
@@ -545,6 +583,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         cfg.target.loopback = false;
         cfg.same_process = same_process;
         let result = crate::client::run_with(cfg, Box::new(Quiet));
+        ran += 1;
         // The run a signal stopped is not a finished row: the comparison ends before it.
         if let Err(Error::Interrupted { signal, when }) = &result {
             interrupted = Some(crate::signals::interrupted(
@@ -705,7 +744,11 @@ mod tests {
         .a;
         let target = Target::from_args(&a.target).unwrap();
         let p = &points(&a).unwrap()[0];
-        let err = config_for(&a, &target, p).unwrap_err().to_string();
+        let err = config_for(&a, &target, p)
+            .unwrap()
+            .check_engine()
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("-Z: the single engine sends with copies"),
             "{err}"
@@ -773,6 +816,7 @@ mod tests {
             lost_percent: Some(0.25),
             jitter_ms: Some(0.012),
             error: None,
+            skipped: None,
         };
         let failed = row(point, Err(Error::Test(error.into())));
         let text = format!(

@@ -1178,6 +1178,56 @@ fn compare_runs_one_row_per_configuration_in_text_and_json() {
     );
 }
 
+/// A combination the single engine cannot run (it does not pace) is a skipped row with its
+/// reason, and the rest of the matrix runs, exit 0 (helper-31: the whole comparison was
+/// refused); a matrix with nothing runnable is refused, exit 2.
+#[test]
+fn compare_skips_what_the_engine_cannot_run_and_runs_the_rest() {
+    use pinperf::compare::CompareDoc;
+    let args = [
+        "compare",
+        "--loopback",
+        "--engines",
+        "threads,single",
+        "--rates",
+        "0,1G",
+        "-t",
+        "0.2",
+        "--settle",
+        "0",
+        "-J",
+    ];
+    let run = pinperf(&args, LIMIT);
+    run.assert_ok();
+    let doc: CompareDoc =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    assert_eq!(doc.rows.len(), 4, "{}", run.explain());
+    for r in &doc.rows {
+        let single_paced = r.point.engine.to_string() == "single" && r.point.rate_bps.is_some();
+        assert_eq!(r.skipped.is_some(), single_paced, "{r:?}");
+        assert_eq!(r.bits_per_second.is_some(), !single_paced, "{r:?}");
+        assert!(r.error.is_none(), "{r:?}");
+    }
+    let skipped = doc.rows.iter().find_map(|r| r.skipped.as_deref()).unwrap();
+    assert!(skipped.starts_with("--engine single: its one thread neither paces (-b)"));
+    let none = pinperf(
+        &[
+            "compare",
+            "--loopback",
+            "--engines",
+            "single",
+            "--rates",
+            "1G",
+        ],
+        LIMIT,
+    );
+    assert_eq!(none.code(), Some(2), "{}", none.explain());
+    assert!(
+        none.stderr()
+            .contains("--engine single: its one thread neither paces")
+    );
+}
+
 #[test]
 fn the_seed_shell_loop_prints_one_total_line_per_size() {
     let server = Server::start(&[]);
