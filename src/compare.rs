@@ -497,7 +497,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         .iter()
         .map(|c| c.check_engine().err().map(|e| e.to_string()))
         .collect();
-    if let Some(Some(why)) = skips.iter().find(|_| skips.iter().all(Option::is_some)) {
+    if let (true, Some(Some(why))) = (skips.iter().all(Option::is_some), skips.first()) {
         return Err(Error::Usage(why.clone()));
     }
     let format = match (a.json, a.csv) {
