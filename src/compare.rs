@@ -551,6 +551,15 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     let mut rows = Vec::with_capacity(matrix.len());
     let runs = matrix.len();
     let mut interrupted = None;
+    // Text and CSV print each row as it is done (JSON prints the document at the end).
+    let print_row = |out: &mut io::StdoutLock, r: &CompareRow| -> Result<()> {
+        match format {
+            Format::Text => writeln!(out, "{}", text_row(r)).map_err(io_err)?,
+            Format::Csv => writeln!(out, "{}", csv_row(r)).map_err(io_err)?,
+            _ => {}
+        }
+        out.flush().map_err(io_err)
+    };
     let mut ran = 0;
     for (i, ((point, mut cfg), skip)) in matrix.into_iter().zip(configs).zip(skips).enumerate() {
         if let Some(why) = skip {
@@ -558,11 +567,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
                 skipped: Some(why),
                 ..empty_row(point)
             };
-            match format {
-                Format::Text => writeln!(out, "{}", text_row(&r)).map_err(io_err)?,
-                Format::Csv => writeln!(out, "{}", csv_row(&r)).map_err(io_err)?,
-                _ => {}
-            }
+            print_row(&mut out, &r)?;
             rows.push(r);
             continue;
         }
@@ -593,12 +598,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
             break;
         }
         let r = row(point, result);
-        match format {
-            Format::Text => writeln!(out, "{}", text_row(&r)).map_err(io_err)?,
-            Format::Csv => writeln!(out, "{}", csv_row(&r)).map_err(io_err)?,
-            _ => {}
-        }
-        out.flush().map_err(io_err)?;
+        print_row(&mut out, &r)?;
         rows.push(r);
     }
     let failed = rows.iter().filter(|r| r.error.is_some()).count();

@@ -383,14 +383,14 @@ impl Slot {
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
     serverlog::set_output(&cfg.log)?;
-    let log = cfg.log.clone();
+    let ignored = cfg.log.ignored.clone();
     let (auth, allow) = (
         cfg.auth.is_some(),
         cfg.allow.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
     );
     let server = Server::bind(cfg)?;
     serverlog::listening(server.local_addr()?, SOFTWARE, auth, &allow);
-    for flag in &log.ignored {
+    for flag in ignored {
         serverlog::message(format!(
             "pinperf: {flag} ignored: iperf3 -s takes it for its report; a pinperf server logs \
              each test in its log (text, or --log-format json) and its client reports it"

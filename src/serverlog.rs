@@ -3,11 +3,11 @@
 //! journald and fail2ban. Every line has `time` (Unix seconds) and `event`: `listening`,
 //! `refused` (with `why`, a fixed word a filter can match: `allow`, `rate`, `busy`,
 //! `auth`, `params`, `version`, `handshake`, `fds`), `test_start` (peer, user,
-//! parameters), `test_end` (peer, user, totals), `error`, and `message` for anything else. Text lines start with `--timestamps`'s time
-//! and `-T`'s title, as iperf3 -s's do. Any thread may log; each line is written whole,
-//! and a log nobody reads any more (a closed pipe, a full disk) loses lines, never a test.
-//! The output is the process's (one `-s` server per process; in-process servers are
-//! quiet).
+//! parameters), `test_end` (peer, user, totals), `error`, and `message` for anything else.
+//! Text lines start with `--timestamps`'s time and `-T`'s title, as iperf3 -s's do. Any
+//! thread may log; each line is written whole, and a log nobody reads any more (a closed
+//! pipe, a full disk) loses lines, never a test. The output is the process's (one `-s`
+//! server per process; in-process servers are quiet).
 
 use std::io::Write;
 use std::net::SocketAddr;
