@@ -11,6 +11,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use crate::error::{Error, IoContext, Result};
 use crate::netinfo::{PathInfo, WindowGrant};
 use crate::params::TestParams;
+use crate::timeouts;
 
 pub use crate::sys::TcpInfo;
 
@@ -315,12 +316,44 @@ pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
 
 /// `--fq-rate`: caps the kernel's pacing of a TCP connection at `rate_bps` bits/s
 /// (`SO_MAX_PACING_RATE`, which counts bytes/s; TCP paces itself on kernels since 4.13,
-/// the fq qdisc is not needed). Returns what the kernel holds, bits/s. Call on both ends'
-/// data connections, at connect/accept.
+/// the fq qdisc is not needed). Returns what the kernel holds, bits/s. Call on a sending
+/// end's data connections, connected.
+///
+/// The socket then keeps at most [`timeouts::PACED_QUEUE`] of the rate unsent, so the test
+/// ends on time; and a rate so low that the kernel's bursts would come more than
+/// [`timeouts::PACED_BURST_MAX`] apart is refused, naming the lowest rate this path takes.
 pub fn set_fq_rate(stream: &TcpStream, rate_bps: u64) -> Result<u64> {
     let fd = stream.as_fd();
+    if let Some(info) = tcp_info(stream) {
+        let min_rtt = Duration::from_micros(u64::from(info.min_rtt_us));
+        // The segment size grows to the path MTU's (less IP and TCP headers with
+        // timestamps) once the peer's window allows: loopback starts at 32 KiB, then 64.
+        let mss = info.snd_mss.max(info.pmtu.saturating_sub(52));
+        let gap = timeouts::paced_burst_gap(rate_bps, mss, min_rtt);
+        if gap > timeouts::PACED_BURST_MAX {
+            let lowest = (1u64..)
+                .map(|k| k * 1000)
+                .find(|&r| timeouts::paced_burst_gap(r, mss, min_rtt) <= timeouts::PACED_BURST_MAX)
+                .unwrap_or(u64::MAX);
+            return Err(Error::Test(format!(
+                "--fq-rate {}: the kernel sends this connection's data in bursts of {} B \
+                 (segments of {} B), one every {:.1} s at this rate, and a receiver that hears \
+                 nothing for {} s takes the path as down; use --fq-rate {} or more on this \
+                 path, or -b (pinperf paces its writes)",
+                crate::units::format_rate(rate_bps),
+                timeouts::paced_burst(rate_bps, mss, min_rtt),
+                mss,
+                gap.as_secs_f64(),
+                timeouts::STALL.as_secs(),
+                crate::units::format_rate(lowest),
+            )));
+        }
+    }
     crate::sys::set_max_pacing_rate(fd, rate_bps / 8)
         .op(|| format!("set SO_MAX_PACING_RATE to {rate_bps} bit/s (--fq-rate)"))?;
+    let queue = rate_bps as f64 / 8.0 * timeouts::PACED_QUEUE.as_secs_f64();
+    crate::sys::set_notsent_lowat(fd, queue.max(1.0) as u32)
+        .op(|| "set TCP_NOTSENT_LOWAT (--fq-rate)".into())?;
     let held = crate::sys::max_pacing_rate(fd).op(|| "read SO_MAX_PACING_RATE".into())?;
     Ok(held.saturating_mul(8))
 }
@@ -516,6 +549,29 @@ mod tests {
         );
         // Above 34 Gbit/s a u32 of bytes/s would overflow: the u64 form keeps it.
         assert_eq!(set_fq_rate(&c, 100_000_000_000).unwrap(), 100_000_000_000);
+    }
+
+    /// Paced, a socket keeps 100 ms of the rate unsent; a rate whose bursts (two 64 KiB
+    /// segments on loopback) would leave more than 5 s apart is refused, the socket
+    /// untouched.
+    #[test]
+    fn a_paced_socket_keeps_a_tenth_of_a_second_unsent_or_is_refused() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(set_fq_rate(&c, 8_000_000).unwrap(), 8_000_000);
+        let (lowat, _) = crate::sys::getsockopt_raw::<i32>(
+            c.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+        )
+        .unwrap();
+        assert_eq!(lowat, 100_000, "100 ms of 1 MB/s");
+
+        let d = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let err = set_fq_rate(&d, 50_000).unwrap_err().to_string();
+        assert!(err.starts_with("--fq-rate 50k: "), "{err}");
+        assert!(err.contains("use --fq-rate 210k or more"), "{err}");
+        assert_eq!(tcp_info(&d).unwrap().max_pacing_rate, u64::MAX, "not paced");
     }
 
     #[test]

@@ -77,7 +77,7 @@ fn cvt<T: TryInto<usize>>(n: T) -> io::Result<usize> {
     n.try_into().map_err(|_| io::Error::last_os_error())
 }
 
-fn getsockopt_raw<T: Copy + Default>(
+pub(crate) fn getsockopt_raw<T: Copy + Default>(
     fd: BorrowedFd<'_>,
     level: i32,
     name: i32,
@@ -441,6 +441,13 @@ pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result
         SO_MAX_PACING_RATE,
         narrow as libc::c_int,
     )
+}
+
+/// `TCP_NOTSENT_LOWAT`: a writer blocks (or polls unwritable) while the socket holds this
+/// many bytes not yet sent, whatever room its send buffer has.
+pub fn set_notsent_lowat(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes)
 }
 
 /// Reads `SO_MAX_PACING_RATE` back, bytes/s (`u64::MAX` or `u32::MAX`: no cap).

@@ -147,6 +147,35 @@ pub fn row_wait(interval: Duration) -> Duration {
     interval + STALL
 }
 
+/// `--fq-rate`: how much unsent data a paced sender may keep in its socket
+/// (`TCP_NOTSENT_LOWAT`), as time at the rate. What is still queued when `-t` ends drains
+/// in about this long plus one burst ([`paced_burst_gap`]); without it the autotuned 4 MiB
+/// at `--fq-rate 100k` took 5.5 minutes to drain after a 2 s test.
+pub const PACED_QUEUE: Duration = Duration::from_millis(100);
+
+/// `--fq-rate`: the longest a paced connection's bursts may come apart. A receiver that
+/// hears nothing for [`STALL`] takes the path as down, so a burst must come at least twice
+/// as often.
+pub const PACED_BURST_MAX: Duration = Duration::from_secs(5);
+
+/// `--fq-rate`: the bytes the kernel sends of a paced connection at once. Linux (5.18+,
+/// `tcp_tso_autosize`) sizes a burst as 1/1024 s of the rate plus 64 KiB halved for every
+/// 512 µs of the connection's min RTT, in whole segments, at least two. On loopback (64 KiB
+/// segments) that is 128 KiB: 1 s apart at 1 Mbit/s, 17 minutes at 1 kbit/s.
+pub fn paced_burst(rate_bps: u64, mss: u32, min_rtt: Duration) -> u64 {
+    let mss = u64::from(mss.max(1));
+    let shift = min_rtt.as_micros() >> 9;
+    let lan = if shift < 32 { 65_536u64 >> shift } else { 0 };
+    let segments = (((rate_bps / 8) >> 10) + lan) / mss;
+    segments.max(2) * mss
+}
+
+/// `--fq-rate`: how far apart a paced connection's bursts ([`paced_burst`]) leave.
+pub fn paced_burst_gap(rate_bps: u64, mss: u32, min_rtt: Duration) -> Duration {
+    let bits = paced_burst(rate_bps, mss, min_rtt) * 8;
+    Duration::from_secs_f64(bits as f64 / rate_bps.max(1) as f64)
+}
+
 /// Watches a counter that grows while the other end makes progress (bytes acknowledged,
 /// bytes read); stalled when it has not grown for `limit`.
 #[derive(Debug, Clone, Copy)]
@@ -222,6 +251,22 @@ mod tests {
             Duration::from_millis(2240)
         );
         assert_eq!(admission(Duration::from_secs(30)), Duration::from_secs(18));
+    }
+
+    /// The kernel's burst: two 64 KiB segments on loopback, 64 KiB of 1448 B segments on
+    /// a LAN, two of them across a WAN; a fast rate adds a millisecond of itself.
+    #[test]
+    fn paced_bursts_are_the_kernels_size_at_the_rate() {
+        let us = Duration::from_micros;
+        let gap = |rate, mss, rtt| paced_burst_gap(rate, mss, rtt).as_secs_f64();
+        assert!((gap(1_000_000, 65_483, us(10)) - 1.0477).abs() < 1e-3);
+        assert!((gap(1_000_000, 1448, us(100)) - 0.5213).abs() < 1e-3);
+        assert!((gap(1_000_000, 1448, Duration::from_millis(60)) - 0.02317).abs() < 1e-4);
+        // 64 KiB halved for each 512 µs of min RTT: 32 KiB at 0.6 ms.
+        assert!((gap(1_000_000, 1448, us(600)) - 0.2549).abs() < 1e-3);
+        // 1 Gbit/s: a millisecond of the rate (122 KiB) plus 64 KiB, about 1.5 ms.
+        assert!((gap(1_000_000_000, 1448, us(10)) - 0.00152).abs() < 1e-4);
+        assert!(paced_burst_gap(1000, 65_483, us(10)) > PACED_BURST_MAX);
     }
 
     #[test]

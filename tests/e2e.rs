@@ -89,6 +89,38 @@ fn loopback_one_stream() {
     check_report(&run.stdout(), 1, 2, 1.0);
 }
 
+/// `--fq-rate`: the paced socket keeps about 100 ms of the rate unsent, so the test ends
+/// on time (`-t 3 --fq-rate 1M` on loopback ran 36 s: the autotuned 4 MiB queued at `-t`
+/// drained at the rate). A rate whose kernel bursts would come more than 5 s apart is
+/// refused before any data, naming the lowest rate the path takes (`--fq-rate 1k` ended
+/// after 12 s with "the path is down").
+#[test]
+fn kernel_pacing_ends_on_time_and_a_rate_too_slow_for_its_bursts_is_refused() {
+    let run = pinperf(&["--loopback", "-t", "1", "--fq-rate", "2M"], LIMIT);
+    run.assert_ok();
+    let text = run.stdout();
+    assert!(
+        run.elapsed < Duration::from_secs(5),
+        "{:?}\n{text}",
+        run.elapsed
+    );
+    let (sent, received) = byte_totals(&text).expect("bytes line");
+    assert_eq!(sent, received, "{text}");
+    // The kernel sends a connection's first ten segments unpaced (64 KiB each on
+    // loopback), then 250 kB/s: about 1.4 s of it at most.
+    assert!(received < 10 * 65_536 + 350_000, "{received} bytes\n{text}");
+
+    let low = pinperf(&["--loopback", "-t", "1", "--fq-rate", "100k"], LIMIT);
+    assert_eq!(low.output.status.code(), Some(1), "{}", low.stderr());
+    assert!(low.elapsed < Duration::from_secs(3), "{:?}", low.elapsed);
+    let err = low.stderr();
+    assert!(
+        err.contains("--fq-rate 100k: the kernel sends this connection's data in bursts of")
+            && err.contains("or more on this path, or -b"),
+        "{err}"
+    );
+}
+
 #[test]
 fn loopback_four_streams_contiguous_and_reconciled() {
     let run = pinperf(
