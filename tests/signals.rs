@@ -275,6 +275,25 @@ fn sigint_mid_test_prints_rows_and_totals_so_far_and_exits_130() {
     text_run_stopped_by(libc::SIGINT, "SIGINT", 130, &[]);
 }
 
+/// Stopped before the receiver's first row: no totals, and the live line says why without
+/// blaming `-O`, which was not given (it said "it stopped within -O's omitted seconds").
+#[test]
+fn sigint_before_the_first_row_says_so_and_names_no_omit() {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&["--loopback", "-t", "10", "-i", "5"]);
+    run.wait_thread("stream-0");
+    let end = run.stop_with(libc::SIGINT);
+    end.assert_stopped(130, "SIGINT");
+    assert!(
+        end.stdout
+            .contains("; no totals: it stopped before the receiver's first row"),
+        "{}",
+        end.explain
+    );
+    assert!(!end.stdout.contains("-O"), "{}", end.explain);
+    assert!(!end.stdout.contains("#(**)"), "{}", end.explain);
+}
+
 #[test]
 fn sigterm_mid_test_exits_143() {
     text_run_stopped_by(libc::SIGTERM, "SIGTERM", 143, &[]);

@@ -622,7 +622,10 @@ pub(crate) fn run_reporter(
                     (false, crate::params::Direction::Reverse) => "",
                 }
             ),
-            None => format!("{say}; no totals: it stopped within -O's omitted seconds"),
+            None if header.omit_s > 0.0 => {
+                format!("{say}; no totals: it stopped within -O's omitted seconds")
+            }
+            None => format!("{say}; no totals: it stopped before the receiver's first row"),
         };
         output_ok = output.check(out.stream_failed(*at, &line));
     }
