@@ -137,7 +137,10 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         )
         .map(|(s, w)| (Socks::Udp(s), w)),
     }
-    .map_err(|e| with_their_word(&ctl, e))?;
+    .map_err(|e| {
+        let peer_closed = e.peer_closed();
+        with_their_word(&ctl, e, peer_closed)
+    })?;
     warn_windows(&local_window, &accept, n);
 
     let congestion = match &socks {
@@ -391,7 +394,7 @@ fn watch(
                 error: f.error.clone(),
             });
             let ours = Error::Test(format!("{} ({at:.2} s into the test)", f.error));
-            return Some(with_their_word(ctl, ours));
+            return Some(with_their_word(ctl, ours, f.peer_closed));
         }
         if output.closed() {
             return Some(Error::OutputClosed);
@@ -518,12 +521,22 @@ fn answers(stream: &std::net::TcpStream, wait: std::time::Duration) -> Result<bo
 }
 
 /// A failure seen here may be the server's own (out of descriptors, a reset there) or
-/// ours seen from there: which came first cannot be told from one end, so the server's
-/// word, if it says one within [`timeouts::CAUSE`], is added to ours.
-fn with_their_word(ctl: &Control, ours: Error) -> Error {
-    match ctl.poll(timeouts::CAUSE) {
-        Err(theirs @ Error::Test(_)) => Error::Test(format!("{ours}; {theirs}")),
-        _ => ours,
+/// ours seen from there. The server's word, if it says one within [`timeouts::CAUSE`]
+/// (past any rows in front of it), joins ours: first when the server closed or reset the
+/// connection ours failed on (`peer_closed`), since then its word is the cause (a client
+/// stopped for 10 s found its echo connection closed by a server that had given up on
+/// it), after ours otherwise.
+fn with_their_word(ctl: &Control, ours: Error, peer_closed: bool) -> Error {
+    let deadline = Instant::now() + timeouts::CAUSE;
+    loop {
+        match ctl.poll(deadline.saturating_duration_since(Instant::now())) {
+            Err(theirs @ Error::Test(_)) if peer_closed => {
+                return Error::Test(format!("{theirs}; here: {ours}"));
+            }
+            Err(theirs @ Error::Test(_)) => return Error::Test(format!("{ours}; {theirs}")),
+            Ok(Some(_)) if Instant::now() < deadline => {}
+            _ => return ours,
+        }
     }
 }
 

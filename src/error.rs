@@ -43,6 +43,20 @@ impl Error {
         }
     }
 
+    /// The other end closed or reset the connection this failed on: a consequence of
+    /// something there (it gave up, failed, or was stopped), not a cause here.
+    pub fn peer_closed(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { source, .. } if matches!(
+                source.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::UnexpectedEof
+            )
+        )
+    }
+
     /// Builds an [`Error::Io`] naming the operation.
     pub fn io(op: impl Into<String>, source: io::Error) -> Self {
         Error::Io {

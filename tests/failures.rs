@@ -67,11 +67,26 @@ fn reset_one(data_port: u16, nth: usize) -> bool {
     true
 }
 
+/// The server's socket is the one killed: its word leads, this end's reset (a
+/// consequence) follows it (the client led with its own "connection reset by peer").
 #[test]
 fn a_reset_data_connection_fails_the_test_within_a_second_with_its_cause() {
-    reset_fails_the_test(
+    let Some(stderr) = reset_fails_the_test(
         "a_reset_data_connection_fails_the_test_within_a_second",
         &[],
+    ) else {
+        return;
+    };
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("pinperf: "))
+        .unwrap_or("");
+    let (before, _) = line
+        .split_once(" reported: stream-")
+        .unwrap_or_else(|| panic!("the server's word: {stderr}"));
+    assert!(
+        !before.contains("stream-"),
+        "the server's word first: {stderr}"
     );
 }
 
@@ -134,14 +149,16 @@ fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second
 /// Resets one of three data connections once the first interval is out, and checks the
 /// client: exit 1 within a second, a live `stream_failed` event, the totals so far marked
 /// cut short, then the error naming the root cause.
-fn reset_fails_the_test(test: &str, extra: &[&str]) {
+fn reset_fails_the_test(test: &str, extra: &[&str]) -> Option<String> {
     if let Err(why) = can_kill_sockets() {
         util::skipped(test, &why);
-        return;
+        return None;
     }
     let data_port = free_port();
     let server = Server::start(&["--data-port", &data_port.to_string()]);
-    reset_fails(&server.port_arg(), extra, || reset_one(data_port, 1));
+    Some(reset_fails(&server.port_arg(), extra, || {
+        reset_one(data_port, 1)
+    }))
 }
 
 /// Runs a client against the server on `port` and resets a data connection with `reset`

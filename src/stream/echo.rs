@@ -224,10 +224,11 @@ impl HeaderEcho {
 
 /// The error of a stream whose echo connection is gone.
 pub fn lost(id: u16, e: io::Error) -> Error {
-    Error::Test(format!(
-        "stream-{id}: the echo connection failed ({e}); block RTT needs it (--no-echo runs \
-         without)"
-    ))
+    let why = format!("{e}; block RTT needs it (--no-echo runs without)");
+    Error::io(
+        format!("stream-{id}: the echo connection failed"),
+        io::Error::new(e.kind(), why),
+    )
 }
 
 /// A would-block is a full path (skip); anything else is the error.

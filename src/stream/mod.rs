@@ -312,6 +312,9 @@ pub(crate) struct StreamSet<T> {
 pub(crate) struct Failure {
     pub at: Instant,
     pub error: String,
+    /// The other end closed or reset the connection: its own word, if it says one, is the
+    /// cause ([`Error::peer_closed`]).
+    pub peer_closed: bool,
 }
 
 /// A stream's sockets: data (a `TcpStream`, or a connected `UdpSocket` for UDP), and the
@@ -441,6 +444,7 @@ impl<T: Send + 'static> StreamSet<T> {
                 failure.lock().get_or_insert(Failure {
                     at: Instant::now(),
                     error: e.to_string(),
+                    peer_closed: e.peer_closed(),
                 });
                 abort.store(true, Ordering::Relaxed);
             }
