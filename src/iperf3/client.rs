@@ -14,7 +14,7 @@
 //!
 //! UDP (`-u`): the streams connect by iperf3's handshake ([`super::udp::connect`]) and
 //! carry its datagram header with 64-bit sequences. This end's senders stop at the run
-//! time and `TEST_END` follows a settle time later ([`timeouts::udp_settle`]), so the
+//! time and `TEST_END` follows a round trip and 20 ms later ([`timeouts::udp_test_end`]), so the
 //! server has read every datagram that arrived; this end's receivers listen a settle time
 //! past `TEST_END`. An iperf3 server reports its datagram counts and jitter once, with its
 //! results: in a direction this end sends, the live rows have this end's bytes and no
@@ -314,7 +314,7 @@ fn tcp_streams(
 }
 
 /// When a test against an iperf3 server ends. TCP: once the run time is over and the
-/// server's kernel holds every byte (see [`drive`]). UDP: `TEST_END` a settle time after
+/// server's kernel holds every byte (see [`drive`]). UDP: `TEST_END` a round trip and 20 ms after
 /// this end's senders stopped (none when only the server sends), and receivers listen a
 /// settle time past it, for the datagrams still on their way.
 struct Ending {
@@ -329,7 +329,7 @@ impl Ending {
         let settle = timeouts::udp_settle(rtt);
         let sends = test.direction() != Direction::Reverse;
         let udp_wait = match test.udp && sends {
-            true => settle,
+            true => timeouts::udp_test_end(rtt),
             false => Duration::ZERO,
         };
         Ending {
@@ -619,28 +619,19 @@ fn drive(
             continue;
         }
         if cfg.test.udp {
-            // Datagrams are not acknowledged: the settle time lets the last ones arrive.
+            // Datagrams are not acknowledged: a round trip lets the last ones arrive.
             match t0.elapsed() >= run_time + ending.udp_wait {
                 true => break,
                 false => continue,
             }
         }
-        // Every sending stream's data and FIN acknowledged (FIN_WAIT2 or later), or
-        // the stall limit: then a grace for the server process to read what its kernel
-        // holds. The data's acknowledgement comes first: the FIN's waits for the
-        // receiver's delayed ACK (up to 40 ms); all but one segment, the FIN's, acked
-        // and nothing unsent is when the server's kernel had every byte.
-        let infos: Vec<_> = dups
-            .iter()
-            .zip(&sends)
-            .filter(|(_, s)| **s)
-            .map(|(d, _)| net::tcp_info(d))
-            .collect();
-        let acked = infos
-            .iter()
-            .all(|i| i.as_ref().is_some_and(|i| i.state >= 5 && i.state != 10));
-        let data_acked = infos.iter().all(|i| {
-            i.as_ref().is_some_and(|i| {
+        // Every sending stream's data acknowledged (all but one segment, the FIN's,
+        // acked and nothing unsent; or FIN_WAIT2 or later), or the stall limit: the
+        // server's kernel has every byte; then a grace for the server process to read
+        // them (timeouts::iperf3_read). Not the FIN's acknowledgement, which waits for
+        // the receiver's delayed ACK (up to 40 ms), all of it in the server's time.
+        let data_acked = dups.iter().zip(&sends).filter(|(_, s)| **s).all(|(d, _)| {
+            net::tcp_info(d).is_some_and(|i| {
                 (i.state >= 5 && i.state != 10)
                     || (i.state == 4 && i.unacked <= 1 && i.notsent_bytes == 0)
             })
@@ -649,11 +640,10 @@ fn drive(
             acked_at.get_or_insert_with(Instant::now);
         }
         let late = t0.elapsed() > run_time + timeouts::STALL;
-        if acked || late {
+        if data_acked || late {
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
-            let grace = (rtt * 4).max(Duration::from_millis(50));
             let at = *drained_at.get_or_insert_with(Instant::now);
-            if at.elapsed() >= grace || late {
+            if at.elapsed() >= timeouts::iperf3_read(rtt) || late {
                 break;
             }
         }
@@ -761,7 +751,7 @@ fn finish(
     };
     // The iperf3 server's receive time covers the measured seconds only (after -O), and
     // runs to TEST_END, which this end sends a grace after the last byte was acknowledged
-    // (TCP) or a settle time after its senders stopped (UDP). The receiving ended
+    // (TCP) or a round trip and 20 ms after its senders stopped (UDP). The receiving ended
     // earlier: when the server's kernel acknowledged the last byte, or (UDP) at the run
     // time, over which the datagrams were sent and arrived.
     let span = match (cfg.test.udp, acked) {
