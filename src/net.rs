@@ -326,9 +326,16 @@ pub fn set_fq_rate(stream: &TcpStream, rate_bps: u64) -> Result<u64> {
     let fd = stream.as_fd();
     if let Some(info) = tcp_info(stream) {
         let min_rtt = Duration::from_micros(u64::from(info.min_rtt_us));
-        // The segment size grows to the path MTU's (less IP and TCP headers with
+        // The segment size grows toward the path MTU's (less IP and TCP headers with
         // timestamps) once the peer's window allows: loopback starts at 32 KiB, then 64.
-        let mss = info.snd_mss.max(info.pmtu.saturating_sub(52));
+        // The peer's own MSS may hold it lower: at most twice what it is now.
+        let ipv6 = matches!(stream.peer_addr(), Ok(SocketAddr::V6(a)) if a.ip().to_ipv4_mapped().is_none());
+        let headers = if ipv6 { 72 } else { 52 };
+        let mss = info.snd_mss.max(
+            info.pmtu
+                .saturating_sub(headers)
+                .min(info.snd_mss.saturating_mul(2)),
+        );
         let gap = timeouts::paced_burst_gap(rate_bps, mss, min_rtt);
         if gap > timeouts::PACED_BURST_MAX {
             let lowest = (1u64..)
@@ -336,14 +343,15 @@ pub fn set_fq_rate(stream: &TcpStream, rate_bps: u64) -> Result<u64> {
                 .find(|&r| timeouts::paced_burst_gap(r, mss, min_rtt) <= timeouts::PACED_BURST_MAX)
                 .unwrap_or(u64::MAX);
             return Err(Error::Test(format!(
-                "--fq-rate {}: the kernel sends this connection's data in bursts of {} B \
-                 (segments of {} B), one every {:.1} s at this rate, and a receiver that hears \
-                 nothing for {} s takes the path as down; use --fq-rate {} or more on this \
-                 path, or -b (pinperf paces its writes)",
+                "--fq-rate {}: the kernel would send this connection's data in bursts of {} B \
+                 (segments of {} B) {:.2} s apart, more than the {} s allowed (half the {} s \
+                 after which a receiver that hears nothing takes the path as down); use \
+                 --fq-rate {} or more on this path, or -b (pinperf paces its writes)",
                 crate::units::format_rate(rate_bps),
                 timeouts::paced_burst(rate_bps, mss, min_rtt),
                 mss,
                 gap.as_secs_f64(),
+                timeouts::PACED_BURST_MAX.as_secs(),
                 timeouts::STALL.as_secs(),
                 crate::units::format_rate(lowest),
             )));
@@ -551,8 +559,8 @@ mod tests {
         assert_eq!(set_fq_rate(&c, 100_000_000_000).unwrap(), 100_000_000_000);
     }
 
-    /// Paced, a socket keeps 100 ms of the rate unsent; a rate whose bursts (two 64 KiB
-    /// segments on loopback) would leave more than 5 s apart is refused, the socket
+    /// Paced, a socket keeps 100 ms of the rate unsent; a rate whose bursts (one 64 KiB
+    /// segment on loopback) would leave more than 5 s apart is refused, the socket
     /// untouched.
     #[test]
     fn a_paced_socket_keeps_a_tenth_of_a_second_unsent_or_is_refused() {
@@ -570,7 +578,7 @@ mod tests {
         let d = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let err = set_fq_rate(&d, 50_000).unwrap_err().to_string();
         assert!(err.starts_with("--fq-rate 50k: "), "{err}");
-        assert!(err.contains("use --fq-rate 210k or more"), "{err}");
+        assert!(err.contains("use --fq-rate 105k or more"), "{err}");
         assert_eq!(tcp_info(&d).unwrap().max_pacing_rate, u64::MAX, "not paced");
     }
 

@@ -127,7 +127,7 @@ pub struct TestParams {
     pub get_server_output: bool,
 
     /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G; 0 = none (as
-    /// iperf3's). A rate whose kernel bursts would come over 5 s apart is refused.
+    /// iperf3's). A rate whose kernel bursts would come more than half the 10 s stall limit apart is refused.
     #[arg(long = "fq-rate", value_name = "RATE", value_parser = units::parse_rate_or_zero)]
     #[serde(default)]
     pub fq_rate_bps: Option<u64>,

@@ -170,21 +170,27 @@ pub fn row_wait(interval: Duration) -> Duration {
 /// at `--fq-rate 100k` took 5.5 minutes to drain after a 2 s test.
 pub const PACED_QUEUE: Duration = Duration::from_millis(100);
 
-/// `--fq-rate`: the longest a paced connection's bursts may come apart. A receiver that
-/// hears nothing for [`STALL`] takes the path as down, so a burst must come at least twice
-/// as often.
-pub const PACED_BURST_MAX: Duration = Duration::from_secs(5);
+/// `--fq-rate`: the longest a paced connection's bursts may come apart: half of
+/// [`STALL`], after which a receiver that hears nothing takes the path as down.
+pub const PACED_BURST_MAX: Duration = Duration::from_secs(STALL.as_secs() / 2);
 
-/// `--fq-rate`: the bytes the kernel sends of a paced connection at once. Linux (5.18+,
-/// `tcp_tso_autosize`) sizes a burst as 1/1024 s of the rate plus 64 KiB halved for every
-/// 512 µs of the connection's min RTT, in whole segments, at least two. On loopback (64 KiB
-/// segments) that is 128 KiB: 1 s apart at 1 Mbit/s, 17 minutes at 1 kbit/s.
+/// The most the kernel puts in one packet it sends (`sk_gso_max_size` less
+/// `MAX_TCP_HEADER`): 64 KiB less 320 bytes, unless BIG TCP raised the device's limit.
+const GSO_MAX: u64 = 65_536 - 321;
+
+/// `--fq-rate`: the bytes the kernel sends of a paced connection at once: one packet of
+/// whole segments, as Linux (5.18+, `tcp_tso_autosize` and `tcp_xmit_size_goal`) sizes it:
+/// 1/1024 s of the rate plus 64 KiB halved for every 512 µs of the connection's min RTT,
+/// at most [`GSO_MAX`], in at least two segments, and at least one segment per packet.
+/// Loopback's 64 KiB segments go one per packet: 0.5 s apart at 1 Mbit/s, 9 minutes at
+/// 1 kbit/s. A small congestion window makes the packets smaller, so the gaps shorter.
 pub fn paced_burst(rate_bps: u64, mss: u32, min_rtt: Duration) -> u64 {
     let mss = u64::from(mss.max(1));
     let shift = min_rtt.as_micros() >> 9;
     let lan = if shift < 32 { 65_536u64 >> shift } else { 0 };
-    let segments = (((rate_bps / 8) >> 10) + lan) / mss;
-    segments.max(2) * mss
+    let autosize = (((rate_bps / 8) >> 10) + lan).min(65_536);
+    let goal = ((autosize / mss).max(2) * mss).min(GSO_MAX);
+    (goal / mss).max(1) * mss
 }
 
 /// `--fq-rate`: how far apart a paced connection's bursts ([`paced_burst`]) leave.
@@ -270,20 +276,27 @@ mod tests {
         assert_eq!(admission(Duration::from_secs(30)), Duration::from_secs(18));
     }
 
-    /// The kernel's burst: two 64 KiB segments on loopback, 64 KiB of 1448 B segments on
-    /// a LAN, two of them across a WAN; a fast rate adds a millisecond of itself.
+    /// The kernel's burst: one 64 KiB segment on loopback, 64 KiB of 1448 B segments on
+    /// a LAN, two of them across a WAN; never more than one packet's 64 KiB.
     #[test]
     fn paced_bursts_are_the_kernels_size_at_the_rate() {
         let us = Duration::from_micros;
         let gap = |rate, mss, rtt| paced_burst_gap(rate, mss, rtt).as_secs_f64();
-        assert!((gap(1_000_000, 65_483, us(10)) - 1.0477).abs() < 1e-3);
-        assert!((gap(1_000_000, 1448, us(100)) - 0.5213).abs() < 1e-3);
-        assert!((gap(1_000_000, 1448, Duration::from_millis(60)) - 0.02317).abs() < 1e-4);
-        // 64 KiB halved for each 512 µs of min RTT: 32 KiB at 0.6 ms.
-        assert!((gap(1_000_000, 1448, us(600)) - 0.2549).abs() < 1e-3);
-        // 1 Gbit/s: a millisecond of the rate (122 KiB) plus 64 KiB, about 1.5 ms.
-        assert!((gap(1_000_000_000, 1448, us(10)) - 0.00152).abs() < 1e-4);
+        assert_eq!(paced_burst(150_000, 65_483, us(10)), 65_483);
+        // Measured on loopback (6.18, cubic and bbr): 65483 B every 3.49 s at 150k.
+        assert!((gap(150_000, 65_483, us(10)) - 3.492).abs() < 1e-3);
+        assert_eq!(paced_burst(1_000_000, 1448, us(100)), 45 * 1448);
+        assert_eq!(
+            paced_burst(1_000_000, 1448, Duration::from_millis(60)),
+            2 * 1448
+        );
+        // 64 KiB halved for each 512 µs of min RTT: 32 KiB (22 segments) at 0.6 ms.
+        assert_eq!(paced_burst(1_000_000, 1448, us(600)), 22 * 1448);
+        // 1 Gbit/s: a millisecond of the rate would be 122 KiB; one packet holds 64 KiB.
+        assert_eq!(paced_burst(1_000_000_000, 1448, us(10)), 45 * 1448);
+        assert!((gap(1_000_000_000, 1448, us(10)) - 0.000521).abs() < 1e-5);
         assert!(paced_burst_gap(1000, 65_483, us(10)) > PACED_BURST_MAX);
+        assert_eq!(PACED_BURST_MAX * 2, STALL);
     }
 
     #[test]

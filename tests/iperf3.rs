@@ -655,8 +655,13 @@ fn pinperf_client_sends_udp_to_an_iperf3_server_and_their_counts_reconcile() {
     // The server's receive time runs to TEST_END, which follows the senders' end by a
     // round trip and 20 ms: its logged rate is the test's (TEST_END came 250 ms late, the
     // server's rate 11 % low over -t 2).
-    let end = theirs["end"]["sum_received"]["end"].as_f64().unwrap_or(f64::NAN);
-    assert!((1.0..1.1).contains(&end), "iperf3 server's end {end}: {theirs}");
+    let end = theirs["end"]["sum_received"]["end"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    assert!(
+        (1.0..1.1).contains(&end),
+        "iperf3 server's end {end}: {theirs}"
+    );
 }
 
 #[test]
