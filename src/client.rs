@@ -139,7 +139,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     }
     .map_err(|e| {
         let peer_closed = e.peer_closed();
-        with_their_word(&ctl, e, peer_closed)
+        with_their_word(&ctl, e, peer_closed, None)
     })?;
     warn_windows(&local_window, &accept, n);
 
@@ -184,7 +184,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             &plan,
             &cfg.test,
             timeouts::udp_settle(rtt),
-        )?;
+        )
+        .inspect_err(|e| ctl.abort(&e.to_string()))?;
         ends.0.push(threads);
         feeds.push(report::Feed {
             reverse,
@@ -394,7 +395,7 @@ fn watch(
                 error: f.error.clone(),
             });
             let ours = Error::Test(format!("{} ({at:.2} s into the test)", f.error));
-            return Some(with_their_word(ctl, ours, f.peer_closed));
+            return Some(with_their_word(ctl, ours, f.peer_closed, Some(remote_tx)));
         }
         if output.closed() {
             return Some(Error::OutputClosed);
@@ -521,21 +522,33 @@ fn answers(stream: &std::net::TcpStream, wait: std::time::Duration) -> Result<bo
 }
 
 /// A failure seen here may be the server's own (out of descriptors, a reset there) or
-/// ours seen from there. The server's word, if it says one within [`timeouts::CAUSE`]
-/// (past any rows in front of it), joins ours: first when the server closed or reset the
-/// connection ours failed on (`peer_closed`), since then its word is the cause (a client
-/// stopped for 10 s found its echo connection closed by a server that had given up on
-/// it), after ours otherwise.
-fn with_their_word(ctl: &Control, ours: Error, peer_closed: bool) -> Error {
-    let deadline = Instant::now() + timeouts::CAUSE;
+/// ours seen from there. The server's word, if it says one within
+/// [`timeouts::cause`] (past any rows in front of it, which go on to the reporter, `relay`),
+/// joins ours: first when the server closed or reset the connection ours failed on
+/// (`peer_closed`), since then its word is the cause (a client stopped for 13 s found its
+/// echo connection closed by a server that had given up on it), after ours otherwise.
+fn with_their_word(
+    ctl: &Control,
+    ours: Error,
+    peer_closed: bool,
+    relay: Option<&crossbeam_channel::Sender<RemoteEvent>>,
+) -> Error {
+    let deadline = Instant::now() + timeouts::cause(peer_closed);
     loop {
-        match ctl.poll(deadline.saturating_duration_since(Instant::now())) {
+        let event = match ctl.poll(deadline.saturating_duration_since(Instant::now())) {
             Err(theirs @ Error::Test(_)) if peer_closed => {
                 return Error::Test(format!("{theirs}; here: {ours}"));
             }
             Err(theirs @ Error::Test(_)) => return Error::Test(format!("{ours}; {theirs}")),
-            Ok(Some(_)) if Instant::now() < deadline => {}
+            Ok(Some(ControlMsg::Row(row))) => RemoteEvent::Row(row),
+            Ok(Some(ControlMsg::SenderInterval(iv))) => RemoteEvent::SenderInterval(iv),
             _ => return ours,
+        };
+        if let Some(relay) = relay {
+            let _ = relay.send(event);
+        }
+        if Instant::now() >= deadline {
+            return ours;
         }
     }
 }

@@ -157,6 +157,16 @@ pub const BUSY_ANSWER: Duration = Duration::from_secs(1);
 /// waits for a stream to fail with it (iperf3 closes when a data connection dies).
 pub const CAUSE: Duration = Duration::from_millis(200);
 
+/// How long a client that saw a stream fail waits for the server's word ([`CAUSE`]);
+/// longer when the server closed or reset the connection (`peer_closed`): its word then
+/// comes once it noticed ([`POLL`]) and stopped its own streams, so it is worth waiting for.
+pub fn cause(peer_closed: bool) -> Duration {
+    match peer_closed {
+        true => CAUSE + POLL * 3,
+        false => CAUSE,
+    }
+}
+
 /// The longest silence on the control connection a client accepts while the test runs:
 /// rows come once per interval; one interval late plus [`STALL`] means the server stopped
 /// answering.

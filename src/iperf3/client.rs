@@ -625,15 +625,17 @@ fn drive(
                 false => continue,
             }
         }
-        // Every sending stream's data acknowledged (all but one segment, the FIN's,
-        // acked and nothing unsent; or FIN_WAIT2 or later), or the stall limit: the
+        // Every sending stream's data acknowledged (in FIN_WAIT1, nothing unsent and
+        // every byte sent acknowledged: `bytes_acked` counts the SYN too, `bytes_sent`
+        // the retransmissions too; or FIN_WAIT2 or later), or the stall limit: the
         // server's kernel has every byte; then a grace for the server process to read
         // them (timeouts::iperf3_read). Not the FIN's acknowledgement, which waits for
         // the receiver's delayed ACK (up to 40 ms), all of it in the server's time.
         let data_acked = dups.iter().zip(&sends).filter(|(_, s)| **s).all(|(d, _)| {
             net::tcp_info(d).is_some_and(|i| {
+                let unique = i.bytes_sent.saturating_sub(i.bytes_retrans);
                 (i.state >= 5 && i.state != 10)
-                    || (i.state == 4 && i.unacked <= 1 && i.notsent_bytes == 0)
+                    || (i.state == 4 && i.notsent_bytes == 0 && i.bytes_acked > unique)
             })
         });
         if data_acked {

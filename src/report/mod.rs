@@ -622,7 +622,7 @@ pub(crate) fn run_reporter(
                     (false, crate::params::Direction::Reverse) => "",
                 }
             ),
-            None if header.omit_s > 0.0 => {
+            None if *at <= header.omit_s => {
                 format!("{say}; no totals: it stopped within -O's omitted seconds")
             }
             None => format!("{say}; no totals: it stopped before the receiver's first row"),
