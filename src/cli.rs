@@ -259,9 +259,15 @@ pub struct TargetArgs {
     #[arg(long, help_heading = "Mode")]
     pub loopback: bool,
 
-    /// Control port: the server listens on it, the client connects to it.
-    #[arg(short = 'p', allow_negative_numbers = true, long, default_value_t = DEFAULT_PORT, help_heading = "Connection")]
-    pub port: u16,
+    /// Control port: the server listens on it, the client connects to it [default: 5301].
+    // No clap default: a -p given, even 5301, is told from none (`--loopback -p 5301`).
+    #[arg(
+        short = 'p',
+        allow_negative_numbers = true,
+        long,
+        help_heading = "Connection"
+    )]
+    pub port: Option<u16>,
 
     /// Local address to bind (server: listen address; client: source address).
     #[arg(short = 'B', long, value_name = "ADDR", help_heading = "Connection")]
@@ -416,6 +422,13 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
 
 /// Default TCP port of the control connection (not iperf's 5201, so both can run).
 pub const DEFAULT_PORT: u16 = 5301;
+
+impl TargetArgs {
+    /// `-p`, or [`DEFAULT_PORT`].
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(DEFAULT_PORT)
+    }
+}
 
 /// pinperf: a pinned thread-per-stream TCP throughput tester.
 ///

@@ -511,7 +511,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
                 "compare: give exactly one of -c HOST and --loopback".into(),
             ));
         }
-        (Some(h), false) => (h.clone(), a.target.port, false),
+        (Some(h), false) => (h.clone(), a.target.port(), false),
         (None, true) => (
             "127.0.0.1".to_string(),
             Server::spawn_local(false, Affinity::Auto)?.port(),

@@ -43,11 +43,10 @@ impl Target {
         if a.loopback && a.bind.is_some() {
             return Err(usage("-B: --loopback always uses 127.0.0.1; drop -B"));
         }
-        if a.loopback && a.port != crate::cli::DEFAULT_PORT {
+        if let (true, Some(port)) = (a.loopback, a.port) {
             return Err(usage(format!(
-                "-p {0}: --loopback's in-process server listens on an ephemeral port; drop -p \
-                 (or run pinperf -s -p {0} and pinperf -c 127.0.0.1 -p {0})",
-                a.port
+                "-p {port}: --loopback's in-process server listens on an ephemeral port; drop \
+                 -p (or run pinperf -s -p {port} and pinperf -c 127.0.0.1 -p {port})"
             )));
         }
         if a.loopback && a.ipv6 {
@@ -62,7 +61,7 @@ impl Target {
         }
         Ok(Target {
             host: a.client.clone(),
-            port: a.port,
+            port: a.port(),
             bind: a.bind,
             family: family(a),
             connect_timeout: a.connect_timeout,
@@ -293,7 +292,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             format_size(MAX_WINDOW)
         )));
     }
-    let port = args.target.port;
+    let port = args.target.port();
     if args.data_port == Some(port) && port != 0 {
         return Err(usage(format!(
             "--data-port {port}: must differ from the control port (-p {port})"
@@ -470,6 +469,11 @@ mod tests {
                 &["--loopback", "-p", "6150"],
                 "-p 6150: --loopback's in-process server listens on an ephemeral port; drop -p \
                  (or run pinperf -s -p 6150 and pinperf -c 127.0.0.1 -p 6150)",
+            ),
+            (
+                &["--loopback", "-p", "5301"],
+                "-p 5301: --loopback's in-process server listens on an ephemeral port; drop -p \
+                 (or run pinperf -s -p 5301 and pinperf -c 127.0.0.1 -p 5301)",
             ),
             (
                 &["--loopback", "-i", "0.01"],
