@@ -143,8 +143,8 @@ impl HeaderEcho {
         self.mismatch.map(|(block, carried)| {
             crate::error::Error::Test(format!(
                 "stream-{id}: block {block} arrived with block {carried}'s header: the bytes \
-                 changed in flight (a -Z sendfile region rewritten while the kernel still held \
-                 its pages; --zerocopy=msg sends without)"
+                 changed in flight (a -Z buffer rewritten while the kernel still held its \
+                 pages, or a block the sender skipped)"
             ))
         })
     }

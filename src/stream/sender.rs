@@ -151,20 +151,24 @@ pub fn run(
                         }
                     }
                 }
-                // The block now in flight is `seq - 1`.
-                match ring.send(&sock, seq - 1, offset, upto) {
-                    // Out of option memory for the pinned pages: reap, and try again.
-                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                        ring.reap(&sock).map_err(|e| {
-                            Error::io(format!("stream-{id}: zerocopy completions"), e)
-                        })?;
-                        crate::sys::wait_error_queue(sock.as_fd(), Duration::from_millis(1))
-                            .map_err(|e| {
-                                Error::io(format!("stream-{id}: zerocopy completions"), e)
-                            })?;
-                        continue;
+                // The block now in flight is `seq - 1`. Out of option memory for the
+                // pinned pages: reap, and send the same piece again (not from the top of
+                // the loop, which would take and stamp the next block's slot and skip this
+                // block: "block 4 arrived with block 13's header" under --fq-rate 1M).
+                loop {
+                    match ring.send(&sock, seq - 1, offset, upto) {
+                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                            if ctx.aborted() {
+                                return Err(aborted(id));
+                            }
+                            let lost =
+                                |e| Error::io(format!("stream-{id}: zerocopy completions"), e);
+                            ring.reap(&sock).map_err(lost)?;
+                            crate::sys::wait_error_queue(sock.as_fd(), Duration::from_millis(1))
+                                .map_err(lost)?;
+                        }
+                        r => break r,
                     }
-                    r => r,
                 }
             }
         };
