@@ -220,8 +220,12 @@ impl IntervalCutter {
             self.first_open = self.count;
             return None;
         }
-        let end_ns = if last {
+        // The planned last interval ends at its nominal end (or past it, at a drain's
+        // last byte) unless the test was stopped: then, like any other, at its last record.
+        let end_ns = if last && !(self.stopped && all_done) {
             nominal_end.max(self.last_record_ns())
+        } else if last && self.last_record_ns() >= nominal_end {
+            self.last_record_ns()
         } else if all_done && self.last_record_ns() < nominal_end {
             // Every stream ended early (the test was stopped): the interval holding the
             // last record ends there, and none follows it (none at all without a record).
@@ -556,6 +560,36 @@ mod tests {
         };
         assert_eq!(rows(true), [(0, 1000), (1000, 2000), (2000, 2500)]);
         assert_eq!(rows(false).last(), Some(&(3000, 4000)), "{:?}", rows(false));
+    }
+
+    /// Stopped inside the planned last interval (`-t 3 -i 5` interrupted at 2.1 s, or
+    /// `-i 2` at 2.01 s): it ends at the last record, not at the planned end (helper-35:
+    /// rows and totals "up to 3.000 s" for a test stopped at 2.1 s, the rate 30 % low).
+    #[test]
+    fn a_test_stopped_in_its_last_interval_ends_it_at_the_last_record() {
+        let ms = 1_000_000;
+        let rows = |interval_s: u64, stopped: bool| {
+            let mut c = IntervalCutter::new(
+                1,
+                Duration::from_secs(3),
+                Duration::from_secs(interval_s),
+                Duration::ZERO,
+            );
+            c.add(&batch(0, &[(500 * ms, 1), (2100 * ms, 2)], 2100 * ms, true));
+            if stopped {
+                c.stop();
+            }
+            std::iter::from_fn(|| c.pop_ready())
+                .map(|iv| (iv.begin_ns / ms, iv.end_ns / ms, iv.streams[0].bytes))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(rows(3, true), [(0, 2100, 3)]);
+        assert_eq!(rows(2, true), [(0, 2000, 1), (2000, 2100, 2)]);
+        assert_eq!(
+            rows(3, false),
+            [(0, 3000, 3)],
+            "ran its course: the planned end"
+        );
     }
 
     #[test]
