@@ -178,6 +178,8 @@ impl IntervalCutter {
         }
         self.watermarks[s] = self.watermarks[s].max(batch.watermark_ns);
         self.done[s] |= batch.done;
+        // A stream that ended early stopped the test (see `stop`).
+        self.stopped |= batch.early;
     }
 
     /// Marks every stream done (their threads are gone), so all intervals can close.
@@ -313,6 +315,7 @@ mod tests {
             udp: Vec::new(),
             watermark_ns,
             done,
+            early: false,
         }
     }
 
@@ -560,6 +563,28 @@ mod tests {
         };
         assert_eq!(rows(true), [(0, 1000), (1000, 2000), (2000, 2500)]);
         assert_eq!(rows(false).last(), Some(&(3000, 4000)), "{:?}", rows(false));
+    }
+
+    /// A stream's batch marked `early` (its thread failed or was aborted) stops the cutter
+    /// by itself: the server's, which hears of no failure, made a 2.0-3.0 row of 0 for a
+    /// connection reset at 1.51 s of `-t 3`.
+    #[test]
+    fn a_stream_that_ended_early_stops_the_rows_at_its_last_record() {
+        let ms = 1_000_000;
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(3),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        let mut last = batch(0, &[(500 * ms, 1), (1510 * ms, 2)], 1510 * ms, true);
+        last.early = true;
+        c.add(&last);
+        c.finish();
+        let rows: Vec<_> = std::iter::from_fn(|| c.pop_ready())
+            .map(|iv| (iv.begin_ns / ms, iv.end_ns / ms))
+            .collect();
+        assert_eq!(rows, [(0, 1000), (1000, 1510)]);
     }
 
     /// Stopped inside the planned last interval (`-t 3 -i 5` interrupted at 2.1 s, or
