@@ -576,7 +576,6 @@ fn drive(
         .iter()
         .flat_map(|&r| std::iter::repeat_n(!r, cfg.test.streams as usize))
         .collect();
-    let mut drained_at: Option<Instant> = None;
     let mut acked_at: Option<Instant> = None;
     loop {
         if let Some(f) = ends.failure() {
@@ -639,15 +638,14 @@ fn drive(
             })
         });
         if data_acked {
-            acked_at.get_or_insert_with(Instant::now);
-        }
-        let late = t0.elapsed() > run_time + timeouts::STALL;
-        if data_acked || late {
+            let at = *acked_at.get_or_insert_with(Instant::now);
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
-            let at = *drained_at.get_or_insert_with(Instant::now);
-            if at.elapsed() >= timeouts::iperf3_read(rtt) || late {
+            if at.elapsed() >= timeouts::iperf3_read(rtt) {
                 break;
             }
+        }
+        if t0.elapsed() > run_time + timeouts::STALL {
+            break;
         }
     }
     ctl.send_state(super::TEST_END)?;
