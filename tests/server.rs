@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pinperf::protocol::{self, Accept, ControlMsg, PROTOCOL_VERSION, TestParams};
-use util::{Run, pinperf, spawn};
+use util::{Run, Server, pinperf, spawn};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -180,6 +180,20 @@ fn refusal(mut s: TcpStream) -> Option<String> {
 
 fn has_ipv6_loopback() -> bool {
     TcpListener::bind("[::1]:0").is_ok()
+}
+
+/// A test this client refuses once its streams are connected (a --fq-rate too slow for
+/// the kernel's bursts) is told to the server, which logs the reason (it logged "the
+/// client gave up while connecting its streams") and serves the next test.
+#[test]
+fn a_client_side_refusal_reaches_the_servers_log() {
+    let mut server = Server::start(&[]);
+    let port = server.port_arg();
+    let run = client("127.0.0.1", &port, &["-t", "1", "--fq-rate", "50k"]);
+    assert_eq!(run.output.status.code(), Some(1), "{}", run.explain());
+    let line = server.wait_for_log(" failed: ", Duration::from_secs(5));
+    assert!(line.contains("reported: --fq-rate 50k: "), "{line}");
+    client("127.0.0.1", &port, &[]).assert_ok();
 }
 
 #[test]
