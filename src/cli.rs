@@ -351,15 +351,6 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
     }
     let given =
         |a: &&clap::Arg| m.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine);
-    let name = |a: &clap::Arg| {
-        let short = a.get_short().map(|c| format!("-{c}"));
-        let long = a.get_long().map(|l| format!("--{l}"));
-        [short, long]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join("/")
-    };
     let cmd = Args::command();
     let client = m.value_source("client").is_some() || m.get_flag("loopback");
     if m.get_flag("server") {
@@ -378,7 +369,7 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
         {
             return Some(format!(
                 "{}: a client option; a server (-s) takes each test's parameters from its client",
-                name(arg)
+                flag_name(arg)
             ));
         }
         // The report's flags; the server's log takes the text prefixes and a file, as
@@ -402,13 +393,34 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
         return Some(format!(
             "{}: a client's report option; a server (-s) logs each test (text, or \
              --log-format json) to stderr or --logfile, and its client reports it",
-            name(arg)
+            flag_name(arg)
         ));
     }
     if !client {
         // No mode given: clap's or config's own message says to choose one.
         return None;
     }
+    server_option(m)
+}
+
+/// `-s/--server`: how an argument is named on the command line.
+fn flag_name(a: &clap::Arg) -> String {
+    let short = a.get_short().map(|c| format!("-{c}"));
+    let long = a.get_long().map(|l| format!("--{l}"));
+    [short, long]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A "Server" flag given to a client (or to `pinperf lab`'s client options), which
+/// would be taken and ignored.
+pub fn server_option(m: &clap::ArgMatches) -> Option<String> {
+    use clap::{CommandFactory, parser::ValueSource};
+    let given =
+        |a: &&clap::Arg| m.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine);
+    let cmd = Args::command();
     let arg = cmd
         .get_arguments()
         .filter(|a| a.get_help_heading() == Some("Server"))
@@ -416,7 +428,7 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
     Some(format!(
         "{}: a server option (pinperf -s); a client, and --loopback's in-process server, \
          take none",
-        name(arg)
+        flag_name(arg)
     ))
 }
 

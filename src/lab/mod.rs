@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use parking_lot::Mutex;
 
 use crate::cli::{Args, LabArgs};
@@ -174,15 +174,23 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
         return Err(Error::Usage(format!("client options after `--`: {msg}")));
     }
     let argv = std::iter::once("pinperf lab --".to_string()).chain(a.client_args.iter().cloned());
-    let mut args = Args::try_parse_from(argv).map_err(|e| {
+    let clap_error = |e: clap::Error| {
         let text = e.to_string();
         let first = text
             .lines()
             .next()
             .unwrap_or("")
-            .trim_start_matches("error: ");
+            .trim_start_matches("error: ")
+            .to_string();
         Error::Usage(format!("client options after `--`: {first}"))
-    })?;
+    };
+    let matches = Args::command()
+        .try_get_matches_from(argv)
+        .map_err(clap_error)?;
+    if let Some(msg) = crate::cli::server_option(&matches) {
+        return Err(Error::Usage(format!("client options after `--`: {msg}")));
+    }
+    let mut args = Args::from_arg_matches(&matches).map_err(clap_error)?;
     if args.server || args.target.client.is_some() || args.target.loopback || args.command.is_some()
     {
         return Err(Error::Usage(
@@ -190,6 +198,12 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
              subcommands out of the options after `--`"
                 .into(),
         ));
+    }
+    if let Some(port) = args.target.port {
+        return Err(Error::Usage(format!(
+            "-p {port}: the lab's server listens on an ephemeral port in its own namespace; \
+             drop -p"
+        )));
     }
     if args.target.bind.is_some() || args.target.ipv6 {
         return Err(Error::Usage(
@@ -730,6 +744,7 @@ fn remove_stale_namespaces() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     #[test]
     fn teardown_reports_only_namespaces_that_existed() {
@@ -861,6 +876,17 @@ mod tests {
         assert!(e.to_string().starts_with("-f is not carried"), "{e}");
         let e = client_config(&lab_args(&["--", "-c", "10.0.0.1"])).unwrap_err();
         assert!(e.to_string().contains("leave -s, -c"), "{e}");
+        let e = client_config(&lab_args(&["--", "-p", "6000"])).unwrap_err();
+        assert!(
+            e.to_string().starts_with("-p 6000: the lab's server"),
+            "{e}"
+        );
+        let e = client_config(&lab_args(&["--", "--max-rate", "1M"])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("client options after `--`: --max-rate: a server option"),
+            "{e}"
+        );
         let e = client_config(&lab_args(&["--", "-P", "x"])).unwrap_err();
         assert!(e.to_string().contains("client options after `--`"), "{e}");
         assert!(matches!(e, Error::Usage(_)));
