@@ -160,7 +160,7 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
     let t_end = ivs
         .iter()
         .map(|iv| iv.sum.end)
-        .fold(doc.start.duration_s + doc.start.omit_s, f64::max)
+        .fold(doc.start.run_time_s(), f64::max)
         .max(0.1);
     let mid_t = |start: f64, end: f64| (start + end) / 2.0;
     let markers = ivs.len() <= 40 && n <= NAMED_STREAMS;

@@ -972,8 +972,7 @@ fn run_test(
     let sent: u64 = done.sent.iter().sum();
     // The test's span, as the client's totals take it: to the later of the planned end
     // and the last byte (a sparse UDP test's last datagram may come at 0.7 ms).
-    let secs =
-        (done.elapsed_us as f64 / 1e6).max((params.omit() + params.duration()).as_secs_f64());
+    let secs = (done.elapsed_us as f64 / 1e6).max(params.run_time().as_secs_f64());
     let mut what = Vec::new();
     if params.direction() != crate::params::Direction::Reverse {
         what.push(format!(

@@ -236,7 +236,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
         // (-O and -t) would never be seen.
         let connections = u32::try_from(2 * cfg.test.threads()).unwrap_or(u32::MAX);
         let setup = spec.rtt.saturating_mul(4 + 2 * connections);
-        let end = cfg.test.omit() + cfg.test.duration() + setup;
+        let end = cfg.test.run_time() + setup;
         if from >= end {
             return Err(Error::Usage(format!(
                 "--blackout-from {}s: the test ends about {:.1}s after the path comes up (its \

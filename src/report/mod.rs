@@ -966,7 +966,7 @@ fn summarize(
     let planned = if cut_short {
         start
     } else {
-        start + header.duration_s
+        header.run_time_s()
     };
     let end = (elapsed_us as f64 / 1e6).max(planned);
     if header.udp && !cut_short {

@@ -104,6 +104,12 @@ impl Header {
         }
     }
 
+    /// When the senders planned to stop, seconds from the start: `-O`'s omitted seconds
+    /// and `-t`'s measured ones (as `TestParams::run_time`).
+    pub fn run_time_s(&self) -> f64 {
+        self.omit_s + self.duration_s
+    }
+
     /// What each write carries, for titles: `128k blocks`, `1472 UDP datagrams`.
     pub fn payload(&self) -> String {
         let size = crate::units::format_size(self.block_bytes);
