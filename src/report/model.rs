@@ -339,9 +339,10 @@ pub struct Summary {
     /// sequence.
     #[serde(default)]
     pub omitted: Omitted,
-    /// The test was cut short (a failure, a signal): the totals are over the receiver's
-    /// rows so far, and the sender's count also holds what it wrote after them (this
-    /// end's), or is its last report (a far sender's), and over TCP at least what was read.
+    /// The test was cut short (a failure, a signal): the totals, sent and received, are
+    /// over the intervals both ends reported so far (what the sender wrote after the
+    /// receiver's last row is in neither); over TCP the sent count is at least what was
+    /// read.
     #[serde(default)]
     pub cut_short: bool,
     /// Cut short before the sender reported any interval past `-O`'s seconds: the totals
