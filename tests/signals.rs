@@ -426,6 +426,34 @@ fn sigint_mid_test_with_json_lines_ends_with_an_error_event() {
 }
 
 #[test]
+fn sigint_mid_test_with_csv_ends_with_an_error_row() {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&["--loopback", "-t", "10", "--csv"]);
+    run.wait_line("sum row", |l| l.starts_with("sum,"));
+    let end = run.stop_with(libc::SIGINT);
+    end.assert_stopped(130, "SIGINT");
+    let mut lines = end.stdout.lines();
+    let columns: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+    let error_col = columns.iter().position(|c| *c == "error");
+    let rows: Vec<Vec<&str>> = lines
+        .map(|l| l.splitn(columns.len(), ',').collect())
+        .collect();
+    let kinds: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    // The totals so far, then why it stopped: a script keeping the rows sees it failed.
+    assert!(kinds.contains(&"total_sum"), "{kinds:?}{}", end.explain);
+    assert_eq!(kinds.last(), Some(&"error"), "{kinds:?}{}", end.explain);
+    let error = error_col.and_then(|c| rows.last()?.get(c).copied());
+    assert!(
+        error.is_some_and(|e| e
+            .trim_start_matches('"')
+            .starts_with("interrupted by SIGINT ")),
+        "{error:?}{}",
+        end.explain
+    );
+    eprintln!("--csv: exit 130, ends with {:?}", rows.last());
+}
+
+#[test]
 fn a_signal_the_run_was_started_ignoring_stays_ignored() {
     let _one = ONE_AT_A_TIME.lock();
     // As `nohup pinperf …` starts it: SIGHUP ignored. The test runs to its end.

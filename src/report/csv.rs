@@ -109,6 +109,7 @@ csv_record! {
         out_of_order,
         duplicates,
         jitter_ms,
+        error,
     }
 }
 
@@ -329,6 +330,17 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
         }
         self.out.flush()
     }
+
+    /// One `error` row, after the totals so far (if any): a script that keeps the rows
+    /// sees the run failed, and why, without reading stderr or the exit code.
+    fn failed(&mut self, error: &str) -> io::Result<()> {
+        self.write([Record {
+            kind: "error".into(),
+            error: error.into(),
+            ..Record::default()
+        }])?;
+        self.out.flush()
+    }
 }
 /// Splits CSV text into records per RFC 4180 (quoted cells may hold commas, quotes and
 /// line breaks): what a reader of our output does, for tests.
@@ -384,17 +396,22 @@ mod tests {
     #[test]
     fn the_header_is_the_column_list() {
         assert_eq!(COLUMNS, Record::NAMES.join(","));
-        assert_eq!(Record::NAMES.len(), 40);
+        assert_eq!(Record::NAMES.len(), 41);
         assert_eq!(parse(COLUMNS), [Record::NAMES]);
     }
 
-    /// Prints the sample report (an interval with cores, a summary with both ends' CPU).
+    /// Prints the sample report (an interval with cores, a summary with both ends' CPU, cut
+    /// short by a failure).
     fn sample_output() -> String {
         let mut out = Vec::new();
         let mut f = CsvFormatter::new(&mut out);
         writeln!(f.out, "{COLUMNS}").unwrap();
         f.interval(&sample::interval()).unwrap();
-        f.summary(&sample::summary()).unwrap();
+        f.cut_short(
+            &sample::summary(),
+            "stream-1: read: Connection reset by peer, here",
+        )
+        .unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -505,6 +522,14 @@ mod tests {
                     ("side", ""),
                     ("gbps_per_busy_core", "27.4188"),
                     ("cpu_seconds_per_gb", "0.1235"),
+                ],
+            ),
+            (
+                "error",
+                "",
+                &[
+                    ("error", "stream-1: read: Connection reset by peer, here"),
+                    ("bytes", ""),
                 ],
             ),
         ];
