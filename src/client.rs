@@ -139,7 +139,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     }
     .map_err(|e| {
         let peer_closed = e.peer_closed();
-        with_their_word(&ctl, e, peer_closed, None)
+        ctl.with_their_word(e, peer_closed, |_| false)
     })?;
     warn_windows(&local_window, &accept, n);
 
@@ -223,7 +223,11 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             let _ = remote_tx.send(RemoteEvent::CutShort { at, say: None });
         }
     }
-    if failure.is_some() {
+    // The server hears why before its streams see the resets (which it would otherwise
+    // take for the cause).
+    let told = failure.is_some();
+    if let Some(e) = &failure {
+        ctl.abort(&e.to_string());
         ends.abort();
     }
     let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
@@ -242,7 +246,9 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         .join()
         .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
     if let Some(e) = failure {
-        ctl.abort(&e.to_string());
+        if !told {
+            ctl.abort(&e.to_string());
+        }
         return Err(output.error().unwrap_or(e));
     }
     let _ = ctl.send(&ControlMsg::Bye);
@@ -395,7 +401,16 @@ fn watch(
                 error: f.error.clone(),
             });
             let ours = Error::Test(format!("{} ({at:.2} s into the test)", f.error));
-            return Some(with_their_word(ctl, ours, f.peer_closed, Some(remote_tx)));
+            // Rows in front of the server's word go on to the reporter.
+            return Some(ctl.with_their_word(ours, f.peer_closed, |msg| {
+                let event = match msg {
+                    ControlMsg::Row(row) => RemoteEvent::Row(row),
+                    ControlMsg::SenderInterval(iv) => RemoteEvent::SenderInterval(iv),
+                    _ => return false,
+                };
+                let _ = remote_tx.send(event);
+                true
+            }));
         }
         if output.closed() {
             return Some(Error::OutputClosed);
@@ -403,7 +418,6 @@ fn watch(
         if let Some(sig) = crate::signals::received() {
             let at = t0.elapsed().as_secs_f64();
             let e = crate::signals::interrupted(sig, format!("{at:.1} s into the test"));
-            ctl.abort(&e.to_string());
             // Every format keeps the totals so far (`-J`: `end` beside `error`).
             let _ = remote_tx.send(RemoteEvent::CutShort {
                 at,
@@ -519,38 +533,6 @@ fn answers(stream: &std::net::TcpStream, wait: std::time::Duration) -> Result<bo
         }
     }
     Ok(false)
-}
-
-/// A failure seen here may be the server's own (out of descriptors, a reset there) or
-/// ours seen from there. The server's word, if it says one within
-/// [`timeouts::cause`] (past any rows in front of it, which go on to the reporter, `relay`),
-/// joins ours: first when the server closed or reset the connection ours failed on
-/// (`peer_closed`), since then its word is the cause (a client stopped for 13 s found its
-/// echo connection closed by a server that had given up on it), after ours otherwise.
-fn with_their_word(
-    ctl: &Control,
-    ours: Error,
-    peer_closed: bool,
-    relay: Option<&crossbeam_channel::Sender<RemoteEvent>>,
-) -> Error {
-    let deadline = Instant::now() + timeouts::cause(peer_closed);
-    loop {
-        let event = match ctl.poll(deadline.saturating_duration_since(Instant::now())) {
-            Err(theirs @ Error::Test(_)) if peer_closed => {
-                return Error::Test(format!("{theirs}; here: {ours}"));
-            }
-            Err(theirs @ Error::Test(_)) => return Error::Test(format!("{ours}; {theirs}")),
-            Ok(Some(ControlMsg::Row(row))) => RemoteEvent::Row(row),
-            Ok(Some(ControlMsg::SenderInterval(iv))) => RemoteEvent::SenderInterval(iv),
-            _ => return ours,
-        };
-        if let Some(relay) = relay {
-            let _ = relay.send(event);
-        }
-        if Instant::now() >= deadline {
-            return ours;
-        }
-    }
 }
 
 fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: usize) {

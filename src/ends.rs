@@ -171,12 +171,13 @@ impl Ends {
         }
     }
 
-    /// The first stream failure of any direction (the earliest when both failed).
+    /// The first stream failure of any direction: the earliest of this end's own, else the
+    /// earliest of the peer closing or resetting a connection.
     pub(crate) fn failure(&self) -> Option<Failure> {
         self.0
             .iter()
             .filter_map(|t| each!(t, s => s.failure()))
-            .min_by_key(|f| f.at)
+            .min_by_key(|f| (f.peer_closed, f.at))
     }
 
     /// True when every thread of every direction has ended.

@@ -903,14 +903,22 @@ fn run_test(
     // Watch the control connection and the streams until every stream has ended.
     let t0 = Instant::now();
     let mut failure: Option<Error> = None;
-    while !reporters.iter().all(|r| r.is_finished()) {
+    loop {
         kernel_mark.sample();
+        // A failure is looked for once more after the streams ended: reset by a client
+        // that failed, they all end at once.
+        let ended = reporters.iter().all(|r| r.is_finished());
         if let Some(f) = ends.failure() {
-            failure = Some(Error::Test(format!(
+            let ours = Error::Test(format!(
                 "{} ({:.2} s into the test, on the server)",
                 f.error,
                 f.at.saturating_duration_since(t0).as_secs_f64()
-            )));
+            ));
+            // A reset here may be the client's failure seen from here: its word leads.
+            failure = Some(ctl.with_their_word(ours, f.peer_closed, |_| false));
+            break;
+        }
+        if ended {
             break;
         }
         match ctl.poll(timeouts::POLL) {

@@ -108,6 +108,26 @@ fn a_reset_data_connection_fails_a_bidir_test_within_a_second() {
     );
 }
 
+/// The single engine (one thread, poll) names its socket's own error too, as the threads
+/// engine's write does: it said only "stream-1: the connection failed".
+#[test]
+fn a_reset_data_connection_fails_a_single_engine_test_with_its_error() {
+    let Some(stderr) = reset_fails_the_test(
+        "a_reset_data_connection_fails_a_single_engine_test_with_its_error",
+        &["--engine", "single"],
+    ) else {
+        return;
+    };
+    let (_, here) = stderr
+        .split_once("; here: ")
+        .unwrap_or_else(|| panic!("this end's error after the server's: {stderr}"));
+    assert!(
+        here.starts_with("stream-1: write: Connection reset by peer"),
+        "{stderr}"
+    );
+    eprintln!("single engine: {stderr}");
+}
+
 /// Against an iperf3 server: the client names the stream, then whatever the server said
 /// (3.12 ends its test and closes when a data connection dies).
 #[test]
@@ -371,6 +391,83 @@ fn a_closed_pipe_stops_the_test_quietly_and_a_full_disk_is_an_error() {
     let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap();
     assert_eq!(status.code(), Some(0), "compare -J | true: {stderr}");
     assert!(stderr.is_empty(), "nothing said on a closed pipe: {stderr}");
+}
+
+/// A connection destroyed on the client (`ss -K` on its socket there): the client's own
+/// error ("Software caused connection abort") is the cause on both ends. The server read
+/// resets on other streams once the client stopped, and logged one of those (the wrong
+/// stream in 4 runs of 5); the client's write on the data connection met the server's
+/// reset after its echo connection died, and named that.
+#[test]
+fn a_connection_destroyed_on_the_client_is_the_cause_on_both_ends() {
+    let test = "a_connection_destroyed_on_the_client_is_the_cause_on_both_ends";
+    if let Err(why) = can_kill_sockets() {
+        util::skipped(test, &why);
+        return;
+    }
+    for echo in [false, true] {
+        let data_port = free_port();
+        let mut server = Server::start(&["--data-port", &data_port.to_string()]);
+        let mut client = Command::new(bin());
+        client
+            .args(["-c", "127.0.0.1", "-p", &server.port_arg()])
+            .args(["-P", "2", "-t", "6", "-i", "0.5"]);
+        if !echo {
+            client.arg("--no-echo");
+        }
+        let child = client
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn client");
+        // Echo connections carry little; the data connections most.
+        let want = if echo { 4 } else { 2 };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let conns = loop {
+            let conns = connections(data_port);
+            if conns.len() == want && conns.iter().filter(|c| c.1 > 1 << 20).count() == 2 {
+                break conns;
+            }
+            assert!(Instant::now() < deadline, "connections: {conns:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (port, _) = match echo {
+            true => conns.iter().min_by_key(|c| c.1),
+            false => conns.iter().max_by_key(|c| c.1),
+        }
+        .copied()
+        .expect("a connection");
+        let _ = Command::new("ss")
+            .args(["-K", "state", "established"])
+            .arg(format!("( dport = :{data_port} and sport = :{port} )"))
+            .output();
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let cause = match echo {
+            true => "the echo connection failed: Software caused connection abort",
+            false => "write: Software caused connection abort",
+        };
+        let line = stderr.lines().find(|l| l.starts_with("pinperf: stream-"));
+        assert!(
+            line.is_some_and(|l| l.split_once(": stream-").is_some_and(|(_, r)| r
+                .split_once(": ")
+                .is_some_and(|(_, r)| r.starts_with(cause)))),
+            "echo {echo}: the client's own error first: {stderr}"
+        );
+        let logged = server.wait_for_log(" failed: ", Duration::from_secs(3));
+        let (_, theirs) = logged
+            .split_once(" reported: stream-")
+            .unwrap_or_else(|| panic!("echo {echo}: the client's word: {logged}"));
+        assert!(
+            theirs
+                .split_once(": ")
+                .is_some_and(|(_, r)| r.starts_with(cause)),
+            "echo {echo}: the server logs the client's cause first: {logged}"
+        );
+        eprintln!("echo {echo}: client: {stderr}server: {logged}");
+    }
 }
 
 #[test]

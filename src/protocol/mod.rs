@@ -380,6 +380,40 @@ impl Control {
         }
     }
 
+    /// A failure seen here may be the peer's own (out of descriptors, a socket destroyed
+    /// there) or ours seen from there. The peer's word, if it says one within
+    /// [`timeouts::cause`] (past other messages in front of it, each handed to `other`,
+    /// which says whether to keep waiting), joins ours: first when the peer closed or
+    /// reset the connection ours failed on (`peer_closed`), since then its word is the
+    /// cause (a client stopped for 13 s found its echo connection closed by a server that
+    /// had given up on it; a server's stream read a reset after the client's own socket was
+    /// destroyed), after ours otherwise.
+    pub(crate) fn with_their_word(
+        &self,
+        ours: Error,
+        peer_closed: bool,
+        mut other: impl FnMut(ControlMsg) -> bool,
+    ) -> Error {
+        let deadline = Instant::now() + timeouts::cause(peer_closed);
+        loop {
+            match self.poll(deadline.saturating_duration_since(Instant::now())) {
+                Err(theirs @ Error::Test(_)) if peer_closed => {
+                    return Error::Test(format!("{theirs}; here: {ours}"));
+                }
+                Err(theirs @ Error::Test(_)) => return Error::Test(format!("{ours}; {theirs}")),
+                Ok(Some(msg)) => {
+                    if !other(msg) {
+                        return ours;
+                    }
+                }
+                _ => return ours,
+            }
+            if Instant::now() >= deadline {
+                return ours;
+            }
+        }
+    }
+
     /// Like [`Control::recv_raw`], but a timeout is `Ok(None)` (for polling loops). Half a
     /// frame stays buffered for the next call; one that has not been completed within
     /// [`timeouts::CONTROL_WRITE`] is an error.

@@ -446,18 +446,27 @@ impl<T: Send + 'static> StreamSet<T> {
     }
 
     /// What a worker calls with its result: a failure (other than being told to stop) is
-    /// recorded as the side's first, and every other stream is told to stop.
+    /// recorded as the side's first, and every other stream is told to stop. A failure
+    /// of this end's own (not the peer closing or resetting the connection) replaces a
+    /// first that was: a socket destroyed here may wake its thread after another stream
+    /// already read the reset the far end sent once it saw that socket go.
     fn reporter<V>(&self) -> impl FnOnce(Result<V>) -> Result<V> + Send + 'static {
         let (failure, abort) = (Arc::clone(&self.failure), Arc::clone(&self.abort));
         move |result| {
             if let Err(e) = &result
                 && !matches!(e, Error::Aborted(_))
             {
-                failure.lock().get_or_insert(Failure {
-                    at: Instant::now(),
-                    error: e.to_string(),
-                    peer_closed: e.peer_closed(),
-                });
+                let mut first = failure.lock();
+                if first
+                    .as_ref()
+                    .is_none_or(|f| f.peer_closed && !e.peer_closed())
+                {
+                    *first = Some(Failure {
+                        at: Instant::now(),
+                        error: e.to_string(),
+                        peer_closed: e.peer_closed(),
+                    });
+                }
                 abort.store(true, Ordering::Relaxed);
             }
             result

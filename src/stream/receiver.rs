@@ -93,7 +93,12 @@ pub fn run(
             crate::sys::recv_discard(sock.as_fd(), len)
         };
         match got {
-            Ok(0) => break,
+            // A socket destroyed here (`ss -K`, the kernel's abort) reads as EOF before
+            // its error: the error, not a sender that finished early, is what happened.
+            Ok(0) => match sock.take_error() {
+                Ok(Some(e)) => return Err(Error::io(format!("stream-{id}: read"), e)),
+                _ => break,
+            },
             Ok(n) => {
                 let t_ns = stamps.now_ns();
                 bytes += n as u64;

@@ -223,7 +223,15 @@ pub fn run(
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io(format!("stream-{id}: write"), e)),
+            Err(e) => {
+                let write = Error::io(format!("stream-{id}: write"), e);
+                return Err(echo::cause_of(
+                    id,
+                    write,
+                    ctx.echo.as_ref(),
+                    echoes.as_mut(),
+                ));
+            }
         }
     }
     let t_ns = stamps.anchor();

@@ -114,7 +114,17 @@ pub fn run(
         let (data_fds, echo_fds) = fds.split_at(n);
         for (id, ((lane, fd), efd)) in lanes.iter_mut().zip(data_fds).zip(echo_fds).enumerate() {
             if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
-                return Err(Error::Test(format!("stream-{id}: the connection failed")));
+                // The socket's own error (SO_ERROR), as the threads engine's write returns
+                // it; a hang-up without one is the receiver closing the connection.
+                let e = match lane.sock.take_error() {
+                    Ok(Some(e)) => e,
+                    Ok(None) | Err(_) => std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "the receiver closed the connection",
+                    ),
+                };
+                let write = Error::io(format!("stream-{id}: write"), e);
+                return Err(echo::cause_of(id as u16, write, lane.echo.as_ref(), None));
             }
             if let (Some(echo_sock), true) = (&lane.echo, efd.revents & libc::POLLIN != 0) {
                 let t_ns = clock.ns(Instant::now());
@@ -151,7 +161,10 @@ pub fn run(
                     }
                     Err(e) if is_timeout(&e) => lane.filling = false,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::io(format!("stream-{id}: write"), e)),
+                    Err(e) => {
+                        let write = Error::io(format!("stream-{id}: write"), e);
+                        return Err(echo::cause_of(id as u16, write, lane.echo.as_ref(), None));
+                    }
                 }
             }
         }
