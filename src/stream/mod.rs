@@ -660,6 +660,48 @@ mod tests {
         assert!(failed[0].1.total_us() >= 50_000, "{:?}", failed[0].1);
     }
 
+    /// A reset read first (the far end's answer) gives way to this end's own failure
+    /// that came after it (the socket destroyed here, whose thread woke later); a second
+    /// reset does not replace the first.
+    #[test]
+    fn this_ends_own_failure_is_the_cause_over_a_reset_read_first() {
+        let socks = (0..3)
+            .map(|_| StreamSocks {
+                data: (),
+                echo: None,
+            })
+            .collect();
+        let plan = crate::pin::PinPlan(vec![None, None, None]);
+        // Each stream fails once the one before it has: 0 (a reset), 1 (its own), 2 (a reset).
+        let turns: Vec<_> = (0..3)
+            .map(|_| crossbeam_channel::bounded::<()>(1))
+            .collect();
+        let waits: Vec<_> = turns.iter().map(|(_, rx)| rx.clone()).collect();
+        let hands: Vec<_> = turns.iter().map(|(tx, _)| tx.clone()).collect();
+        let (set, _rx, _free) = StreamSet::spawn(socks, &plan, 1024, move |ctx, ()| {
+            let id = usize::from(ctx.id);
+            if id > 0 {
+                let _ = waits[id].recv();
+            }
+            let kind = match id {
+                1 => std::io::ErrorKind::ConnectionAborted,
+                _ => std::io::ErrorKind::ConnectionReset,
+            };
+            let result: Result<()> = Err(Error::io(format!("stream-{id}: read"), kind.into()));
+            if let Some(next) = hands.get(id + 1) {
+                let _ = next.send(());
+            }
+            result
+        })
+        .expect("spawned");
+        while !set.finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let f = set.failure().expect("a failure");
+        assert!(f.error.starts_with("stream-1: read"), "{}", f.error);
+        assert!(!f.peer_closed);
+    }
+
     #[test]
     fn a_stream_that_stops_between_flushes_still_hands_over_its_records() {
         let ch = BatchChannels::new(1);
