@@ -31,6 +31,14 @@ pub enum Error {
 /// Result alias used throughout the crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// An I/O error that says the other end closed or reset the connection.
+pub fn closed_by_peer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof
+    )
+}
+
 impl Error {
     /// Process exit code: 2 for usage, 128 + the signal when one stopped the run (130 for
     /// SIGINT, as a shell reports a process it killed), 1 for a failed test.
@@ -46,15 +54,7 @@ impl Error {
     /// The other end closed or reset the connection this failed on: a consequence of
     /// something there (it gave up, failed, or was stopped), not a cause here.
     pub fn peer_closed(&self) -> bool {
-        matches!(
-            self,
-            Error::Io { source, .. } if matches!(
-                source.kind(),
-                io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::BrokenPipe
-                    | io::ErrorKind::UnexpectedEof
-            )
-        )
+        matches!(self, Error::Io { source, .. } if closed_by_peer(source))
     }
 
     /// Builds an [`Error::Io`] naming the operation.

@@ -151,21 +151,15 @@ pub const SIGNAL_GRACE: Duration = Duration::from_secs(5);
 /// client must not hold a thread of the server.
 pub const BUSY_ANSWER: Duration = Duration::from_secs(1);
 
-/// After a local stream fails, how long the client listens for the server's word on it:
-/// a reset seen here is often the server's own failure, and its message names the cause.
-/// Against an iperf3 server that closed the control connection, also how long the client
+/// Against an iperf3 server, how long the client listens for the server's word after a
+/// local stream failed, and how long, after the server closed the control connection, it
 /// waits for a stream to fail with it (iperf3 closes when a data connection dies).
 pub const CAUSE: Duration = Duration::from_millis(200);
 
-/// How long a client that saw a stream fail waits for the server's word ([`CAUSE`]);
-/// longer when the server closed or reset the connection (`peer_closed`): its word then
-/// comes once it noticed ([`POLL`]) and stopped its own streams, so it is worth waiting for.
-pub fn cause(peer_closed: bool) -> Duration {
-    match peer_closed {
-        true => CAUSE + POLL * 3,
-        false => CAUSE,
-    }
-}
+/// How long an end whose stream read the peer's close or reset waits for the peer's word
+/// on why: the peer speaks once it noticed ([`POLL`]) and stopped its own streams. An end
+/// that failed on its own speaks at once, so two ends never wait on each other for long.
+pub const PEER_WORD: Duration = Duration::from_millis(500);
 
 /// The longest silence on the control connection a client accepts while the test runs:
 /// rows come once per interval; one interval late plus [`STALL`] means the server stopped

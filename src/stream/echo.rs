@@ -231,25 +231,35 @@ pub fn lost(id: u16, e: io::Error) -> Error {
     )
 }
 
-/// The error of stream `id`, whose data connection failed with `data`: the failure of its
-/// echo connection (`sock`, read by `reader`) instead when that came first. A receiver
-/// whose echo connection failed closes the stream's data connection too, so a reset of
-/// the data connection may be only the answer to the echo connection's own failure here
-/// (`ss -K` on it): 3 runs in 6 named the data write's "connection reset by peer".
+/// The error of stream `id`, one of whose connections failed with `first`. When that is
+/// only the far end closing or resetting it, an error of this end's own that either of the
+/// stream's connections holds is the cause instead: `data` (with the operation that uses
+/// it, "write" or "read") or the echo connection (`echo`, whose thread may have seen the
+/// error first: `reader`). A far end whose stream failed on one connection closes the
+/// other too, and that may be what this end saw first (`ss -K` on the echo connection
+/// here: 3 runs in 6 named the data write's "connection reset by peer").
 pub(crate) fn cause_of(
     id: u16,
-    data: Error,
-    sock: Option<&std::net::TcpStream>,
+    first: Error,
+    data: (&std::net::TcpStream, &str),
+    echo: Option<&std::net::TcpStream>,
     reader: Option<&mut EchoReader>,
 ) -> Error {
-    if !data.peer_closed() {
-        return data;
+    if !first.peer_closed() {
+        return first;
     }
-    let seen = reader.and_then(|r| r.shared.failed.lock().take());
-    let pending = || sock.and_then(|s| s.take_error().ok().flatten());
-    match seen.or_else(pending).map(|e| lost(id, e)) {
-        Some(echo) if !echo.peer_closed() => echo,
-        _ => data,
+    let own = |e: &io::Error| !crate::error::closed_by_peer(e);
+    let (sock, op) = data;
+    if let Some(e) = sock.take_error().ok().flatten().filter(own) {
+        return Error::io(format!("stream-{id}: {op}"), e);
+    }
+    let seen = reader
+        .and_then(|r| r.shared.failed.lock().take())
+        .filter(own);
+    let pending = || echo.and_then(|s| s.take_error().ok().flatten()).filter(own);
+    match seen.or_else(pending) {
+        Some(e) => lost(id, e),
+        None => first,
     }
 }
 
@@ -337,10 +347,14 @@ impl EchoCollector {
                 break;
             }
             if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the receiver closed it",
-                ));
+                // A socket destroyed here reads as EOF before its error.
+                return Err(socket2::SockRef::from(sock)
+                    .take_error()
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| {
+                        io::Error::new(io::ErrorKind::UnexpectedEof, "the receiver closed it")
+                    }));
             }
             // Echoes that waited unread in the receive queue were merged into one buffer,
             // which carries the newest one's arrival: only that one's stamp is its own.

@@ -112,8 +112,10 @@ pub fn run(
                     if let Some(e) = echo.changed_in_flight(id) {
                         return Err(e);
                     }
-                    echo.maybe_echo(*echo_sock, t_ns)
-                        .map_err(|e| super::echo::lost(id, e))?;
+                    echo.maybe_echo(*echo_sock, t_ns).map_err(|e| {
+                        let lost = super::echo::lost(id, e);
+                        super::echo::cause_of(id, lost, (&sock, "read"), Some(echo_sock), None)
+                    })?;
                 }
                 if batcher.push(t_ns, n as u32) {
                     if ctx.aborted() {
@@ -137,7 +139,17 @@ pub fn run(
                 batcher.flush(t_ns, None, false)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io(format!("stream-{id}: read"), e)),
+            Err(e) => {
+                let read = Error::io(format!("stream-{id}: read"), e);
+                let echo_sock = echo.as_ref().map(|(s, _)| *s);
+                return Err(super::echo::cause_of(
+                    id,
+                    read,
+                    (&sock, "read"),
+                    echo_sock,
+                    None,
+                ));
+            }
         }
     }
     let eof_ns = stamps.anchor();

@@ -186,7 +186,7 @@ pub fn run(
                 {
                     echoes
                         .take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
-                        .map_err(|e| echo::lost(id, e))?;
+                        .map_err(|e| echo_failed(id, e, &sock, ctx.echo.as_ref()))?;
                 }
                 bytes += n as u64;
                 writes += 1;
@@ -212,7 +212,7 @@ pub fn run(
                 if let Some(echoes) = echoes.as_mut() {
                     echoes
                         .take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
-                        .map_err(|e| echo::lost(id, e))?;
+                        .map_err(|e| echo_failed(id, e, &sock, ctx.echo.as_ref()))?;
                 }
                 if ctx.aborted() {
                     return Err(aborted(id));
@@ -228,6 +228,7 @@ pub fn run(
                 return Err(echo::cause_of(
                     id,
                     write,
+                    (&sock, "write"),
                     ctx.echo.as_ref(),
                     echoes.as_mut(),
                 ));
@@ -239,7 +240,7 @@ pub fn run(
         // The last echoes, then no more: the receiver may close the connection from now on.
         let took = echoes.take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
         echoes.stop();
-        took.map_err(|e| echo::lost(id, e))?;
+        took.map_err(|e| echo_failed(id, e, &sock, ctx.echo.as_ref()))?;
     }
     batcher.flush(t_ns, TcpSample::read(&sock, t_ns), true)?;
     let cpu = cpu::thread_since(cpu_start);
@@ -264,6 +265,18 @@ pub fn run(
         zerocopy_sends,
         zerocopy_copied,
     })
+}
+
+/// The error of stream `id`, whose echo connection failed with `e`: the data connection's
+/// own error when it holds one (`ss -K` on it here: the receiver then closed the echo
+/// connection, which this end may see first).
+fn echo_failed(
+    id: u16,
+    e: std::io::Error,
+    sock: &TcpStream,
+    echo_sock: Option<&TcpStream>,
+) -> Error {
+    echo::cause_of(id, echo::lost(id, e), (sock, "write"), echo_sock, None)
 }
 
 #[cfg(test)]

@@ -124,7 +124,13 @@ pub fn run(
                     ),
                 };
                 let write = Error::io(format!("stream-{id}: write"), e);
-                return Err(echo::cause_of(id as u16, write, lane.echo.as_ref(), None));
+                return Err(echo::cause_of(
+                    id as u16,
+                    write,
+                    (&lane.sock, "write"),
+                    lane.echo.as_ref(),
+                    None,
+                ));
             }
             if let (Some(echo_sock), true) = (&lane.echo, efd.revents & libc::POLLIN != 0) {
                 let t_ns = clock.ns(Instant::now());
@@ -135,7 +141,16 @@ pub fn run(
                         || clock.ns(Instant::now()),
                         |rtt_ns| batcher.push_rtt(t_ns, rtt_ns),
                     )
-                    .map_err(|e| echo::lost(id as u16, e))?;
+                    .map_err(|e| {
+                        let lost = echo::lost(id as u16, e);
+                        echo::cause_of(
+                            id as u16,
+                            lost,
+                            (&lane.sock, "write"),
+                            Some(echo_sock),
+                            None,
+                        )
+                    })?;
             }
             if lane.filling || fd.revents & libc::POLLOUT != 0 {
                 if lane.offset == 0 {
@@ -163,7 +178,13 @@ pub fn run(
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
                         let write = Error::io(format!("stream-{id}: write"), e);
-                        return Err(echo::cause_of(id as u16, write, lane.echo.as_ref(), None));
+                        return Err(echo::cause_of(
+                            id as u16,
+                            write,
+                            (&lane.sock, "write"),
+                            lane.echo.as_ref(),
+                            None,
+                        ));
                     }
                 }
             }
