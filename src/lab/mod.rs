@@ -201,8 +201,8 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
     }
     if let Some(port) = args.target.port {
         return Err(Error::Usage(format!(
-            "-p {port}: the lab's server listens on an ephemeral port in its own namespace; \
-             drop -p"
+            "client options after `--`: -p {port}: the lab's server listens on an ephemeral \
+             port in its own namespace; drop -p"
         )));
     }
     if args.target.bind.is_some() || args.target.ipv6 {
@@ -878,7 +878,8 @@ mod tests {
         assert!(e.to_string().contains("leave -s, -c"), "{e}");
         let e = client_config(&lab_args(&["--", "-p", "6000"])).unwrap_err();
         assert!(
-            e.to_string().starts_with("-p 6000: the lab's server"),
+            e.to_string()
+                .starts_with("client options after `--`: -p 6000: the lab's server"),
             "{e}"
         );
         let e = client_config(&lab_args(&["--", "--max-rate", "1M"])).unwrap_err();

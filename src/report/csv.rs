@@ -2,7 +2,9 @@
 //! row per interval, then `total` rows per stream and one `total_sum` row at the end; CPU
 //! rows follow (`cpu_process`, `cpu_thread` per thread that ran streams, named in `thread`
 //! and with its `stream` when it ran one, and `cpu_core` per side, `cpu_efficiency`), and
-//! with `--cpu` a `cpu_core` row per core per interval. Base units only: bytes, bits per
+//! with `--cpu` a `cpu_core` row per core per interval; a test that failed or was
+//! interrupted ends with an `error` row (the message in `error`), after the header even
+//! when it failed before it started. Base units only: bytes, bits per
 //! second, microseconds, percent. Empty cells are values not measured or not applicable.
 //!
 //! The columns are declared once, as the fields of [`Record`] (`csv_record!`): the header
@@ -139,11 +141,16 @@ pub const COLUMNS: &str = Record::HEADER;
 
 pub struct CsvFormatter<W: Write> {
     out: W,
+    /// The header row is out (a test that failed before it started still gets one).
+    started: bool,
 }
 
 impl<W: Write> CsvFormatter<W> {
     pub fn new(out: W) -> Self {
-        CsvFormatter { out }
+        CsvFormatter {
+            out,
+            started: false,
+        }
     }
 
     fn write(&mut self, rows: impl IntoIterator<Item = Record>) -> io::Result<()> {
@@ -271,6 +278,7 @@ fn side_rows(side: &str, r: &CpuReport) -> Vec<Record> {
 
 impl<W: Write + Send> Formatter for CsvFormatter<W> {
     fn header(&mut self, _header: &Header) -> io::Result<()> {
+        self.started = true;
         writeln!(self.out, "{COLUMNS}")?;
         self.out.flush()
     }
@@ -334,6 +342,11 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
     /// One `error` row, after the totals so far (if any): a script that keeps the rows
     /// sees the run failed, and why, without reading stderr or the exit code.
     fn failed(&mut self, error: &str) -> io::Result<()> {
+        if !self.started {
+            // Failed before it started (no server, refused, busy): the columns, then why.
+            self.started = true;
+            writeln!(self.out, "{COLUMNS}")?;
+        }
         self.write([Record {
             kind: "error".into(),
             error: error.into(),
@@ -405,7 +418,7 @@ mod tests {
     fn sample_output() -> String {
         let mut out = Vec::new();
         let mut f = CsvFormatter::new(&mut out);
-        writeln!(f.out, "{COLUMNS}").unwrap();
+        f.header(&sample::header()).unwrap();
         f.interval(&sample::interval()).unwrap();
         f.cut_short(
             &sample::summary(),
@@ -550,6 +563,24 @@ mod tests {
             kinds.len(),
             table.len(),
             "a row kind the table misses: {kinds:?}"
+        );
+    }
+
+    /// A test that failed before it started (no server, busy, refused): the header, then
+    /// the error row; a reader keyed by column names took the error row for the header.
+    #[test]
+    fn a_test_that_failed_before_it_started_has_the_header_then_its_error() {
+        let mut out = Vec::new();
+        CsvFormatter::new(&mut out)
+            .failed("connect to 127.0.0.1:6299: Connection refused")
+            .unwrap();
+        let records = parse(&String::from_utf8(out).unwrap());
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert_eq!(records[0], Record::NAMES);
+        assert_eq!(records[1][0], "error");
+        assert_eq!(
+            records[1].last().map(String::as_str),
+            Some("connect to 127.0.0.1:6299: Connection refused")
         );
     }
 
