@@ -144,7 +144,41 @@ pub struct CompareRow {
 pub struct CompareDoc {
     pub target: String,
     pub seconds: f64,
+    /// Configurations in the matrix (absent in older documents: the rows').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configurations: Option<usize>,
     pub rows: Vec<CompareRow>,
+    /// Why the comparison stopped before its last configuration (a stop signal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl CompareDoc {
+    fn planned(&self) -> usize {
+        self.configurations.unwrap_or(self.rows.len())
+    }
+
+    /// The text line that ends a comparison that stopped early.
+    fn stopped_line(&self) -> Option<String> {
+        let e = self.error.as_ref()?;
+        Some(format!(
+            "# {e}: {} of {} configurations ran",
+            self.rows.len(),
+            self.planned()
+        ))
+    }
+
+    /// The CSV row that ends a comparison that stopped early: only its `error` cell.
+    fn stopped_row(&self) -> Option<String> {
+        let error = self.error.clone()?;
+        Some(
+            CsvRow {
+                error,
+                ..CsvRow::default()
+            }
+            .line(),
+        )
+    }
 }
 
 /// Builds the matrix from the axis flags, validating every value as a single test would.
@@ -456,12 +490,16 @@ fn csv_row(r: &CompareRow) -> String {
 pub(crate) fn text_table(doc: &CompareDoc) -> String {
     let mut out = format!(
         "# pinperf compare: {} configurations x {} s against {}\n{TEXT_HEADING}\n",
-        doc.rows.len(),
+        doc.planned(),
         doc.seconds,
         doc.target
     );
     for r in &doc.rows {
         out.push_str(&text_row(r));
+        out.push('\n');
+    }
+    if let Some(line) = doc.stopped_line() {
+        out.push_str(&line);
         out.push('\n');
     }
     out
@@ -472,6 +510,10 @@ pub(crate) fn csv_table(doc: &CompareDoc) -> String {
     let mut out = format!("{CSV_HEADER}\n");
     for r in &doc.rows {
         out.push_str(&csv_row(r));
+        out.push('\n');
+    }
+    if let Some(row) = doc.stopped_row() {
+        out.push_str(&row);
         out.push('\n');
     }
     out
@@ -602,40 +644,29 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         rows.push(r);
     }
     let failed = rows.iter().filter(|r| r.error.is_some()).count();
-    let finished = rows.len();
+    let doc = CompareDoc {
+        target,
+        seconds: a.duration.as_secs_f64(),
+        configurations: Some(runs),
+        rows,
+        error: interrupted.as_ref().map(Error::to_string),
+    };
+    // Text and CSV printed their rows; a comparison stopped early says so last in each.
     match format {
         Format::Json => {
-            let doc = CompareDoc {
-                target,
-                seconds: a.duration.as_secs_f64(),
-                rows,
-            };
-            /// The document of a comparison a signal stopped: its finished rows and why.
-            #[derive(Serialize)]
-            struct Stopped<'a> {
-                #[serde(flatten)]
-                doc: &'a CompareDoc,
-                error: String,
-            }
-            let written = match &interrupted {
-                Some(e) => serde_json::to_writer_pretty(
-                    &mut out,
-                    &Stopped {
-                        doc: &doc,
-                        error: e.to_string(),
-                    },
-                ),
-                None => serde_json::to_writer_pretty(&mut out, &doc),
-            };
-            written.map_err(|e| io_err(e.into()))?;
+            serde_json::to_writer_pretty(&mut out, &doc).map_err(|e| io_err(e.into()))?;
             writeln!(out).map_err(io_err)?;
         }
         Format::Text => {
-            if let Some(e) = &interrupted {
-                writeln!(out, "# {e}: {finished} of {runs} configurations ran").map_err(io_err)?;
+            if let Some(line) = doc.stopped_line() {
+                writeln!(out, "{line}").map_err(io_err)?;
             }
         }
-        _ => {}
+        _ => {
+            if let Some(row) = doc.stopped_row() {
+                writeln!(out, "{row}").map_err(io_err)?;
+            }
+        }
     }
     out.flush().map_err(io_err)?;
     if let Some(e) = interrupted {

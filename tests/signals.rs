@@ -549,8 +549,38 @@ fn sigint_during_the_second_compare_run_keeps_the_first_row_and_says_why() {
         "error {error:?}{}",
         end.explain
     );
+    assert_eq!(
+        doc["configurations"], 3,
+        "the matrix planned{}",
+        end.explain
+    );
+    // Read back, it says it stopped, and how far it got (it showed a finished, smaller
+    // matrix): text, and CSV's last row with only its error cell.
+    let saved = std::env::temp_dir().join(format!("pinperf-compare-{}.json", std::process::id()));
+    std::fs::write(&saved, &end.stdout).expect("save the document");
+    let text = util::pinperf(&["report", saved.to_str().unwrap()], STOP_LIMIT);
+    let csv = util::pinperf(
+        &["report", "--format", "csv", saved.to_str().unwrap()],
+        STOP_LIMIT,
+    );
+    let _ = std::fs::remove_file(&saved);
+    let last = text.stdout().lines().last().unwrap_or("").to_string();
+    assert!(
+        last.starts_with("# interrupted by SIGINT ")
+            && last.ends_with(&format!("{} of 3 configurations ran", rows.len())),
+        "{}",
+        text.explain()
+    );
+    assert!(
+        csv.stdout()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with(",,,") && l.contains("interrupted by SIGINT ")),
+        "{}",
+        csv.explain()
+    );
     eprintln!(
-        "compare -J: exit 130, {} row(s), error {error:?}",
+        "compare -J: exit 130, {} row(s), error {error:?}; report: {last:?}",
         rows.len()
     );
 }
