@@ -199,6 +199,7 @@ impl Capture {
         let test = SavedTest {
             doc,
             lab_rate_bps: None,
+            lab: None,
         };
         if let Some(mut made) = self.json.take() {
             // As `-J` prints it.
@@ -350,6 +351,17 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
         (Saved::Test(t), ReportFormat::Text) => {
             let mut buf = Vec::new();
             let t_args = &a.text;
+            // A lab's lines went around the client's report, unprefixed.
+            let lab_lines = |buf: &mut Vec<u8>, lines: Vec<String>| {
+                for l in lines {
+                    buf.extend_from_slice(l.as_bytes());
+                    buf.push(b'\n');
+                }
+            };
+            lab_lines(
+                &mut buf,
+                t.lab.as_ref().map(|l| l.before()).unwrap_or_default(),
+            );
             // The run's -T is in the document: its lines had the prefix.
             let title = t_args.title.clone().or_else(|| t.doc.title.clone());
             let mut f = TextFormatter::with_options(
@@ -358,6 +370,10 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
             );
             saved::replay(&t.doc, &mut f).map_err(|e| Error::io("render the report", e))?;
             drop(f);
+            lab_lines(
+                &mut buf,
+                t.lab.as_ref().map(|l| l.after()).unwrap_or_default(),
+            );
             buf
         }
         (Saved::Test(t), ReportFormat::Csv) => {

@@ -10,12 +10,13 @@ use crate::error::{Error, Result};
 use crate::report::Formatter;
 use crate::report::json::Document;
 
-/// A saved test: the client's document, and the lab's bottleneck rate when a `pinperf
-/// lab` run wrote it.
+/// A saved test: the client's document, and the lab's bottleneck rate and own figures
+/// when a `pinperf lab` run wrote it.
 #[derive(Debug, Clone)]
 pub(crate) struct SavedTest {
     pub doc: Document,
     pub lab_rate_bps: Option<u64>,
+    pub lab: Option<crate::lab::report::SavedLab>,
 }
 
 /// What a saved file holds.
@@ -88,8 +89,15 @@ fn parse_test(value: serde_json::Value, what: &str) -> std::result::Result<Saved
     let lab_rate_bps = value
         .pointer("/lab/path/rate_bps")
         .and_then(serde_json::Value::as_u64);
+    let lab = value
+        .get("lab")
+        .and_then(|l| serde_json::from_value(l.clone()).ok());
     let doc: Document = serde_json::from_value(value).map_err(|e| format!("not a {what}: {e}"))?;
-    Ok(Saved::Test(Box::new(SavedTest { doc, lab_rate_bps })))
+    Ok(Saved::Test(Box::new(SavedTest {
+        doc,
+        lab_rate_bps,
+        lab,
+    })))
 }
 
 /// Feeds a saved test to a formatter in the order the run did: the header, each interval,

@@ -491,6 +491,26 @@ fn json_adds_the_lab_s_figures_to_the_client_s_one_document() {
         "{why}"
     );
     assert_torn_down(pid);
+    // Read back, the text has the lab's lines around the client's report, as a text run
+    // prints them (they were dropped: review helper-38).
+    let saved = std::env::temp_dir().join(format!("pinperf-lab-{}.json", std::process::id()));
+    std::fs::write(&saved, run.stdout()).expect("save the document");
+    let text = pinperf(
+        &["report", saved.to_str().unwrap()],
+        Duration::from_secs(10),
+    );
+    let _ = std::fs::remove_file(&saved);
+    let lines: Vec<String> = text.stdout().lines().map(String::from).collect();
+    let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix));
+    let path = at("# lab: 198.18.0.2 (netns pinperf-lab-");
+    let total = at("#(**)");
+    let relays = at("# lab relay forward (client -> server): ");
+    let removed = at("# lab: removed netns pinperf-lab-");
+    assert!(
+        path < total && total < relays && relays < removed && path.is_some(),
+        "path {path:?}, totals {total:?}, relays {relays:?}, removed {removed:?}{}",
+        text.explain()
+    );
     eprintln!(
         "{test}: forward {} packets, {} queue drops; return {} packets; warnings {:?}",
         lab.forward.packets, lab.forward.queue_drops, lab.back.packets, lab.end.warnings

@@ -19,7 +19,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::relay::{self, RelayStats};
 use super::{PathSpec, note};
@@ -33,14 +33,14 @@ const LATE_NOISE_PACKETS: u64 = 1000;
 const PATH_PACE_SHARE: f64 = 0.9;
 
 /// Something at the client's and at the server's end.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ends<T> {
     pub client: T,
     pub server: T,
 }
 
 /// The emulated path, as `lab_path` and `lab.path`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabPath {
     pub rtt_ms: f64,
     pub rate_bps: u64,
@@ -59,7 +59,7 @@ pub struct LabPath {
     pub blackout_udp_only: bool,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct RelayCpus {
     pub forward: Option<usize>,
     #[serde(rename = "return")]
@@ -121,7 +121,7 @@ impl LabPath {
 }
 
 /// Which way a relay moves packets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     /// Client -> server.
@@ -131,7 +131,7 @@ pub enum Direction {
 }
 
 /// What one relay direction did, as `lab_relay` and `lab.forward` / `lab.return`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabRelay {
     pub direction: Direction,
     /// Packets and bytes the path delivered.
@@ -208,7 +208,8 @@ impl LabRelay {
 }
 
 /// What the lab says last, as `lab_end` (and in `lab` with `-J`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LabEnd {
     /// Packets each TUN device's kernel queue dropped before its relay read them (outside
     /// the emulated path); null when unknown.
@@ -287,6 +288,60 @@ enum LabEvent<'a> {
     Relay(&'a LabRelay),
     #[serde(rename = "lab_end")]
     End(&'a LabEnd),
+}
+
+/// The TUN devices' drops line.
+fn tun_text(drops: &Ends<Option<u64>>) -> String {
+    let count = |d: Option<u64>| d.map_or("?".into(), |d| d.to_string());
+    format!(
+        "# lab: TUN device drops (kernel queue, outside the emulated path): client {}, \
+         server {}",
+        count(drops.client),
+        count(drops.server)
+    )
+}
+
+/// A lab run's `-J` `lab` member read back (`pinperf report`): the lines its text run
+/// printed around the client's report.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SavedLab {
+    path: Option<LabPath>,
+    forward: Option<LabRelay>,
+    #[serde(rename = "return")]
+    back: Option<LabRelay>,
+    #[serde(flatten)]
+    end: LabEnd,
+}
+
+impl SavedLab {
+    /// The path's line, printed before the client's report.
+    pub fn before(&self) -> Vec<String> {
+        self.path.iter().map(LabPath::text).collect()
+    }
+
+    /// The relays', the TUN devices', the warnings' and the teardown's lines, after it
+    /// (the document keeps warnings and notes in one list: each comes back as `# lab: `
+    /// and its words, without the run's `warning:` or `note:`).
+    pub fn after(&self) -> Vec<String> {
+        let mut lines: Vec<String> = [&self.forward, &self.back]
+            .into_iter()
+            .flatten()
+            .map(LabRelay::text)
+            .collect();
+        lines.push(tun_text(&self.end.tun_drops));
+        lines.extend(self.end.warnings.iter().map(|w| format!("# lab: {w}")));
+        let removed: Vec<String> = self
+            .end
+            .removed
+            .iter()
+            .map(|n| format!("netns {n}"))
+            .collect();
+        lines.push(match removed.is_empty() {
+            true => "# lab: removed nothing (no namespace had been created)".into(),
+            false => format!("# lab: removed {}", removed.join(", ")),
+        });
+        lines
+    }
 }
 
 /// `-J`'s `lab` member. A part the run never reached is null.
@@ -373,13 +428,7 @@ impl LabOut {
 
     /// The TUN devices' own drops, after the test.
     pub fn tun_drops(&mut self, drops: Ends<Option<u64>>) {
-        let count = |d: Option<u64>| d.map_or("?".into(), |d| d.to_string());
-        let line = format!(
-            "# lab: TUN device drops (kernel queue, outside the emulated path): client {}, \
-             server {}",
-            count(drops.client),
-            count(drops.server)
-        );
+        let line = tun_text(&drops);
         self.end.tun_drops = drops;
         self.line(&line);
     }
