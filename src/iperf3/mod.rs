@@ -65,6 +65,7 @@ pub const SERVER_ERROR: i8 = -2;
 pub const IEDURATION: i32 = 5;
 pub const IENUMSTREAMS: i32 = 6;
 pub const IEBLOCKSIZE: i32 = 7;
+pub const IEUDPBLOCKSIZE: i32 = 20;
 pub const IEBUFSIZE: i32 = 8;
 pub const IEUNIMP: i32 = 13;
 pub const IESTREAMLISTEN: i32 = 202;
@@ -104,6 +105,7 @@ pub fn error_words(code: i32) -> String {
         5 => "test duration too long",
         6 => "number of parallel streams too large",
         7 => "block size too large",
+        20 => "block size invalid",
         8 => "socket buffer size too large",
         13 => "not yet implemented",
         27 => "total required bandwidth is larger than the server's limit",
@@ -489,7 +491,18 @@ pub fn code_for(reason: &str) -> i32 {
         "-P" => IENUMSTREAMS,
         "-t" | "-O" | "-t/-i" => IEDURATION,
         "-w" => IEBUFSIZE,
-        "-l" => IEBLOCKSIZE,
+        // iperf3's clients say "too large" for IEBLOCKSIZE, "invalid (minimum, maximum)"
+        // for IEUDPBLOCKSIZE: a block too small (`-l 7`) or any refused datagram is the
+        // latter (it told `-l 7` its block was too large).
+        "-l" => {
+            let value = reason.split([' ', ':']).nth(1).unwrap_or("");
+            let too_small =
+                crate::units::parse_size(value).is_ok_and(|v| v < crate::params::MIN_BLOCK);
+            match too_small || reason.contains("UDP datagram") {
+                true => IEUDPBLOCKSIZE,
+                false => IEBLOCKSIZE,
+            }
+        }
         "-b" => IETOTALRATE,
         "-u" => IEPROTOCOL,
         "-C" => IESETCONGESTION,
@@ -867,6 +880,18 @@ mod tests {
         assert_eq!(code_for("-P 9: streams must be 1 to 4"), IENUMSTREAMS);
         assert_eq!(code_for("-t 99: duration must be"), IEDURATION);
         assert_eq!(code_for("-w 8M: window must be"), IEBUFSIZE);
+        assert_eq!(
+            code_for("-l 7: block size must be 64 to 67108864 bytes (64 to 64M)"),
+            IEUDPBLOCKSIZE
+        );
+        assert_eq!(
+            code_for("-l 128M: block size must be 64 to 67108864 bytes (64 to 64M)"),
+            IEBLOCKSIZE
+        );
+        assert_eq!(
+            code_for("-l 16: a UDP datagram must be 32 to 65507 bytes"),
+            IEUDPBLOCKSIZE
+        );
         assert_eq!(code_for("-b: this server limits"), IETOTALRATE);
         assert_eq!(code_for("-S 0x10: set IP_TOS: Permission denied"), IESETTOS);
         assert_eq!(code_for("something else"), IEUNIMP);
