@@ -339,6 +339,28 @@ pub fn not_yet<S: AsRef<str>>(argv: &[S]) -> Option<String> {
         })
 }
 
+/// `-Z msg` / `--zerocopy sendfile`: the method given apart from `-Z`, which takes it only
+/// attached (`-Z=msg`, so that `-Z` alone can come before anything); clap read the word as
+/// a subcommand ("the subcommand 'msg' cannot be used with: --client").
+pub fn detached_method<S: AsRef<str>>(argv: &[S]) -> Option<String> {
+    use clap::ValueEnum;
+    let args: Vec<&str> = argv
+        .iter()
+        .map(AsRef::as_ref)
+        .take_while(|a| *a != "--")
+        .collect();
+    args.windows(2).find_map(|w| {
+        let method = crate::choices::ZeroCopy::from_str(w[1], true).ok()?;
+        let name = method.to_possible_value()?.get_name().to_string();
+        matches!(w[0], "-Z" | "--zerocopy").then(|| {
+            format!(
+                "{} {}: the method attaches with '=': {}={name} (-Z alone is sendfile)",
+                w[0], w[1], w[0]
+            )
+        })
+    })
+}
+
 /// A flag of the other mode given on the command line: a test's parameters (and
 /// `--engine`, `--peer`, `--auth`) to a server, which takes each test's from its client; a
 /// "Server" flag to a client or `--loopback` (whose in-process server takes none). iperf3
@@ -589,6 +611,21 @@ pub struct Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zerocopy_method_given_apart_is_refused_with_the_attached_form() {
+        assert_eq!(
+            detached_method(&["-c", "h", "-Z", "msg"]).as_deref(),
+            Some("-Z msg: the method attaches with '=': -Z=msg (-Z alone is sendfile)")
+        );
+        assert!(
+            detached_method(&["--zerocopy", "sendfile"])
+                .is_some_and(|m| m.contains("--zerocopy=sendfile"))
+        );
+        assert_eq!(detached_method(&["-Z=msg", "-c", "h"]), None);
+        assert_eq!(detached_method(&["-Z", "-c", "h"]), None);
+        assert_eq!(detached_method(&["lab", "--", "-Z", "msg"]), None);
+    }
 
     #[test]
     fn a_negative_value_is_refused_by_its_flags_rule() {

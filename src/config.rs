@@ -49,6 +49,19 @@ impl Target {
                  -p (or run pinperf -s -p {port} and pinperf -c 127.0.0.1 -p {port})"
             )));
         }
+        // A source address of the other family fails at bind() with "Invalid argument".
+        if let (Some(Ok(host)), Some(bind)) =
+            (a.client.as_deref().map(str::parse::<IpAddr>), a.bind)
+            && host.is_ipv4() != bind.is_ipv4()
+        {
+            let family = |ip: IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+            return Err(usage(format!(
+                "-B {bind}: an {} address, but -c {host} is {}: bind an address of the \
+                 server's family",
+                family(bind),
+                family(host)
+            )));
+        }
         if a.loopback && a.ipv6 {
             return Err(usage(
                 "-6: --loopback runs on 127.0.0.1; use -c ::1 against a server for IPv6",
@@ -474,6 +487,11 @@ mod tests {
                 &["--loopback", "-p", "5301"],
                 "-p 5301: --loopback's in-process server listens on an ephemeral port; drop -p \
                  (or run pinperf -s -p 5301 and pinperf -c 127.0.0.1 -p 5301)",
+            ),
+            (
+                &["-c", "::1", "-B", "127.0.0.1"],
+                "-B 127.0.0.1: an IPv4 address, but -c ::1 is IPv6: bind an address of the \
+                 server's family",
             ),
             (
                 &["--loopback", "-i", "0.01"],

@@ -79,7 +79,7 @@ pub fn die_by_signal(sig: i32) -> ! {
 /// (clap prints them); validation errors come back as [`Error::Usage`].
 pub fn run_from_env() -> Result<()> {
     let argv: Vec<String> = std::env::args().collect();
-    if let Some(msg) = cli::not_yet(&argv[1..]) {
+    if let Some(msg) = cli::not_yet(&argv[1..]).or_else(|| cli::detached_method(&argv[1..])) {
         return Err(Error::Usage(msg));
     }
     let matches = cli::Args::command().get_matches_from(argv);

@@ -170,7 +170,9 @@ pub fn parse_loss(text: &str) -> std::result::Result<f64, String> {
 
 /// Parses the options after `--` as a client's and checks them before anything is created.
 pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
-    if let Some(msg) = crate::cli::not_yet(&a.client_args) {
+    if let Some(msg) =
+        crate::cli::not_yet(&a.client_args).or_else(|| crate::cli::detached_method(&a.client_args))
+    {
         return Err(Error::Usage(format!("client options after `--`: {msg}")));
     }
     let argv = std::iter::once("pinperf lab --".to_string()).chain(a.client_args.iter().cloned());
