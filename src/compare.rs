@@ -158,14 +158,14 @@ impl CompareDoc {
         self.configurations.unwrap_or(self.rows.len())
     }
 
-    /// The text line that ends a comparison that stopped early.
+    /// The text line that ends a comparison that stopped early (an older document does
+    /// not say how many were planned).
     fn stopped_line(&self) -> Option<String> {
         let e = self.error.as_ref()?;
-        Some(format!(
-            "# {e}: {} of {} configurations ran",
-            self.rows.len(),
-            self.planned()
-        ))
+        Some(match self.configurations {
+            Some(n) => format!("# {e}: {} of {n} configurations ran", self.rows.len()),
+            None => format!("# {e}: {} configurations ran before it", self.rows.len()),
+        })
     }
 
     /// The CSV row that ends a comparison that stopped early: only its `error` cell.

@@ -79,7 +79,10 @@ pub fn die_by_signal(sig: i32) -> ! {
 /// (clap prints them); validation errors come back as [`Error::Usage`].
 pub fn run_from_env() -> Result<()> {
     let argv: Vec<String> = std::env::args().collect();
-    if let Some(msg) = cli::not_yet(&argv[1..]).or_else(|| cli::detached_method(&argv[1..])) {
+    let test_run = argv.get(1).is_some_and(|a| a.starts_with('-'))
+        && !argv.iter().any(|a| a == "-s" || a == "--server");
+    let detached = || test_run.then(|| cli::detached_method(&argv[1..])).flatten();
+    if let Some(msg) = cli::not_yet(&argv[1..]).or_else(detached) {
         return Err(Error::Usage(msg));
     }
     let matches = cli::Args::command().get_matches_from(argv);

@@ -91,7 +91,8 @@ fn parse_test(value: serde_json::Value, what: &str) -> std::result::Result<Saved
         .and_then(serde_json::Value::as_u64);
     let lab = value
         .get("lab")
-        .and_then(|l| serde_json::from_value(l.clone()).ok());
+        .filter(|l| l.is_object())
+        .map(crate::lab::report::SavedLab::read);
     let doc: Document = serde_json::from_value(value).map_err(|e| format!("not a {what}: {e}"))?;
     Ok(Saved::Test(Box::new(SavedTest {
         doc,

@@ -302,18 +302,32 @@ fn tun_text(drops: &Ends<Option<u64>>) -> String {
 }
 
 /// A lab run's `-J` `lab` member read back (`pinperf report`): the lines its text run
-/// printed around the client's report.
-#[derive(Debug, Clone, Deserialize)]
+/// printed around the client's report. Each part is read on its own: one an older lab
+/// wrote without a later field is left out, not the others with it.
+#[derive(Debug, Clone)]
 pub struct SavedLab {
     path: Option<LabPath>,
     forward: Option<LabRelay>,
-    #[serde(rename = "return")]
     back: Option<LabRelay>,
-    #[serde(flatten)]
     end: LabEnd,
+    /// The document lists the namespaces teardown removed.
+    removed_known: bool,
 }
 
 impl SavedLab {
+    pub fn read(lab: &serde_json::Value) -> SavedLab {
+        fn part<T: serde::de::DeserializeOwned>(v: Option<&serde_json::Value>) -> Option<T> {
+            serde_json::from_value(v?.clone()).ok()
+        }
+        SavedLab {
+            path: part(lab.get("path")),
+            forward: part(lab.get("forward")),
+            back: part(lab.get("return")),
+            end: part(Some(lab)).unwrap_or_default(),
+            removed_known: lab.get("removed").is_some_and(serde_json::Value::is_array),
+        }
+    }
+
     /// The path's line, printed before the client's report.
     pub fn before(&self) -> Vec<String> {
         self.path.iter().map(LabPath::text).collect()
@@ -336,10 +350,12 @@ impl SavedLab {
             .iter()
             .map(|n| format!("netns {n}"))
             .collect();
-        lines.push(match removed.is_empty() {
-            true => "# lab: removed nothing (no namespace had been created)".into(),
-            false => format!("# lab: removed {}", removed.join(", ")),
-        });
+        if self.removed_known {
+            lines.push(match removed.is_empty() {
+                true => "# lab: removed nothing (no namespace had been created)".into(),
+                false => format!("# lab: removed {}", removed.join(", ")),
+            });
+        }
         lines
     }
 }
@@ -601,6 +617,26 @@ fn cpu_text(cpu: Option<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A part an older lab wrote without a later field is left out, not the rest; a
+    /// document without `removed` says nothing of teardown (it said "removed nothing").
+    #[test]
+    fn a_saved_lab_missing_a_field_keeps_its_other_lines() {
+        let relay = |d| serde_json::to_value(LabRelay::new(d, &RelayStats::default())).unwrap();
+        let mut forward = relay(Direction::Forward);
+        forward.as_object_mut().unwrap().remove("late_after_ns");
+        let lab = serde_json::json!({
+            "path": null,
+            "forward": forward,
+            "return": relay(Direction::Return),
+            "tun_drops": {"client": 0, "server": 0},
+            "warnings": [],
+        });
+        let after = SavedLab::read(&lab).after();
+        assert!(after[0].starts_with("# lab relay return"), "{after:?}");
+        assert!(after[1].starts_with("# lab: TUN device drops"), "{after:?}");
+        assert_eq!(after.len(), 2, "{after:?}");
+    }
 
     const RATE: u64 = 200_000_000;
 
