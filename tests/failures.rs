@@ -601,3 +601,56 @@ fn an_iperf3_server_stopped_by_a_signal_is_the_cause_not_its_streams() {
         "the totals so far, cut short: {explain}"
     );
 }
+
+/// A server out of descriptors while it accepts the data connections closes its listener:
+/// the client's connect is refused after the handshake, and the server's word, which names
+/// the cause, leads (it said only "Connection refused" and blamed the port 4 runs in 6).
+#[test]
+fn a_server_out_of_descriptors_in_setup_is_named_by_the_client() {
+    let test = "a_server_out_of_descriptors_in_setup_is_named_by_the_client";
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        util::skipped(test, "no prlimit (util-linux)");
+        return;
+    }
+    let mut server = Command::new("prlimit")
+        .args(["--nofile=16", bin(), "-s", "-B", "127.0.0.1", "-p", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn prlimit pinperf -s");
+    let mut log = BufReader::new(server.stderr.take().expect("stderr")).lines();
+    let port = log
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| util::listening_port(&l))
+        .expect("the server's port");
+    // The rest of its log is drained as it comes.
+    let drain = std::thread::spawn(move || log.map_while(Result::ok).collect::<Vec<_>>());
+    let run = util::pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-P",
+            "8",
+        ],
+        Duration::from_secs(10),
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let logged = drain.join().unwrap_or_default();
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    let stderr = run.stderr();
+    assert!(
+        stderr.starts_with(&format!(
+            "pinperf: 127.0.0.1:{port} reported: accept data connection: the server is out \
+             of file descriptors"
+        )),
+        "{}\nserver log: {logged:#?}",
+        run.explain()
+    );
+}
