@@ -43,6 +43,20 @@ struct Lane {
     writes: u64,
 }
 
+impl Lane {
+    /// Stream `id`'s error: `write`'s, or this end's own error held by its other
+    /// connection (`echo::cause_of`).
+    fn cause(&self, id: usize, write: Error) -> Error {
+        echo::cause_of(
+            id as u16,
+            write,
+            (&self.sock, "write"),
+            self.echo.as_ref(),
+            None,
+        )
+    }
+}
+
 /// Runs all sending streams on the calling thread (pinned to the first stream's core).
 pub fn run(
     mut ctxs: Vec<StreamCtx>,
@@ -123,14 +137,7 @@ pub fn run(
                         "the receiver closed the connection",
                     ),
                 };
-                let write = Error::io(format!("stream-{id}: write"), e);
-                return Err(echo::cause_of(
-                    id as u16,
-                    write,
-                    (&lane.sock, "write"),
-                    lane.echo.as_ref(),
-                    None,
-                ));
+                return Err(lane.cause(id, Error::io(format!("stream-{id}: write"), e)));
             }
             if let (Some(echo_sock), true) = (&lane.echo, efd.revents & libc::POLLIN != 0) {
                 let t_ns = clock.ns(Instant::now());
@@ -177,14 +184,7 @@ pub fn run(
                     Err(e) if is_timeout(&e) => lane.filling = false,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        let write = Error::io(format!("stream-{id}: write"), e);
-                        return Err(echo::cause_of(
-                            id as u16,
-                            write,
-                            (&lane.sock, "write"),
-                            lane.echo.as_ref(),
-                            None,
-                        ));
+                        return Err(lane.cause(id, Error::io(format!("stream-{id}: write"), e)));
                     }
                 }
             }
