@@ -62,6 +62,23 @@ impl Target {
                 family(host)
             )));
         }
+        // A source address fixes the family: the server's addresses of the other family
+        // cannot be reached from it, so name resolution keeps only those of its own.
+        let family = match (family(a), a.bind) {
+            (Family::Any, Some(ip)) if ip.is_ipv4() => Family::V4,
+            (Family::Any, Some(_)) => Family::V6,
+            (Family::V4, Some(ip @ IpAddr::V6(_))) | (Family::V6, Some(ip @ IpAddr::V4(_))) => {
+                let (flag, asks) = if a.ipv4 {
+                    ("-4", "IPv4")
+                } else {
+                    ("-6", "IPv6")
+                };
+                return Err(usage(format!(
+                    "-B {ip}: {flag} asks for {asks}, this address is not: drop one of them"
+                )));
+            }
+            (f, _) => f,
+        };
         if a.loopback && a.ipv6 {
             return Err(usage(
                 "-6: --loopback runs on 127.0.0.1; use -c ::1 against a server for IPv6",
@@ -76,7 +93,7 @@ impl Target {
             host: a.client.clone(),
             port: a.port(),
             bind: a.bind,
-            family: family(a),
+            family,
             connect_timeout: a.connect_timeout,
             loopback: a.loopback,
         })
@@ -494,6 +511,10 @@ mod tests {
                  server's family",
             ),
             (
+                &["-c", "localhost", "-4", "-B", "::1"],
+                "-B ::1: -4 asks for IPv4, this address is not: drop one of them",
+            ),
+            (
                 &["--loopback", "-i", "0.01"],
                 "-i 0.01: interval must be at least 0.1 seconds",
             ),
@@ -618,6 +639,18 @@ mod tests {
         assert_eq!(family(&["-s"]), Family::Any, "dual-stack by default");
         assert_eq!(family(&["-s", "-4"]), Family::V4);
         assert_eq!(family(&["-s", "-6", "-B", "::1"]), Family::V6);
+    }
+
+    #[test]
+    fn a_clients_source_address_picks_the_family_of_the_servers_addresses() {
+        let family = |argv: &[&str]| match parse(argv).unwrap() {
+            Mode::Client(c) => c.target.family,
+            other => panic!("client expected, got {other:?}"),
+        };
+        assert_eq!(family(&["-c", "localhost"]), Family::Any);
+        assert_eq!(family(&["-c", "localhost", "-B", "::1"]), Family::V6);
+        assert_eq!(family(&["-c", "localhost", "-B", "127.0.0.1"]), Family::V4);
+        assert_eq!(family(&["-c", "localhost", "-6", "-B", "::1"]), Family::V6);
     }
 
     #[test]

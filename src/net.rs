@@ -159,9 +159,11 @@ pub fn resolve(host: &str, port: u16, family: Family) -> Result<Vec<SocketAddr>>
         })
         .collect();
     if addrs.is_empty() {
-        return Err(Error::Test(format!(
-            "resolve {host}: no address of the requested family"
-        )));
+        let family = match family {
+            Family::V4 => "IPv4 address (-4, or an IPv4 -B)",
+            _ => "IPv6 address (-6, or an IPv6 -B)",
+        };
+        return Err(Error::Test(format!("resolve {host}: no {family}")));
     }
     Ok(addrs)
 }
