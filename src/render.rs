@@ -311,6 +311,7 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
             let title = a.title.clone().unwrap_or_else(|| compare_title(&c));
             plot::compare_svg(&c, &title)?
         }
+        Saved::Failed(e) => return Err(Saved::nothing_to("plot", &a.file, &e)),
     };
     let bytes = plot::encode(&a.output, &svg)
         .map_err(|e| Error::Test(format!("-o {}: {e}", a.output.display())))?;
@@ -414,6 +415,15 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
             let title = a.text.title.clone().unwrap_or_else(|| compare_title(c));
             html::compare_page(c, &title)?.into_bytes()
         }
+        // As the live --csv wrote it: the header, then the error row.
+        (Saved::Failed(e), ReportFormat::Csv) => {
+            let mut buf = Vec::new();
+            report::csv::CsvFormatter::new(&mut buf)
+                .failed(e)
+                .map_err(|e| Error::io("render the report", e))?;
+            buf
+        }
+        (Saved::Failed(e), _) => return Err(Saved::nothing_to("show", &a.file, e)),
     };
     emit(a.output.as_deref(), &bytes)
 }

@@ -24,6 +24,18 @@ pub(crate) struct SavedTest {
 pub(crate) enum Saved {
     Test(Box<SavedTest>),
     Compare(CompareDoc),
+    /// A test that failed before it started: only its error (no server, refused, busy).
+    Failed(String),
+}
+
+impl Saved {
+    /// Why a failed test's document has nothing to `show` (render, plot ...).
+    pub(crate) fn nothing_to(show: &str, path: &Path, error: &str) -> Error {
+        Error::Usage(format!(
+            "{}: the test failed before it started, nothing to {show}: {error}",
+            path.display()
+        ))
+    }
 }
 
 /// Reads and parses `path`.
@@ -62,10 +74,7 @@ pub(crate) fn parse(text: &str) -> std::result::Result<Saved, String> {
         .get("start")
         .is_some_and(|s| s.get("connected").is_some());
     if let (false, Some(error)) = (obj.contains_key("start") && !iperf3_shape, obj.get("error")) {
-        return Err(format!(
-            "the test failed before it started, nothing to show: {}",
-            error.as_str().unwrap_or("?")
-        ));
+        return Ok(Saved::Failed(error.as_str().unwrap_or("?").to_string()));
     }
     if iperf3_shape {
         return Err(
@@ -150,17 +159,21 @@ mod tests {
             err("{\"start\": {\"connected\": []}, \"intervals\": [], \"end\": {}}")
                 .starts_with("an iperf3 -J document without pinperf's own")
         );
+        let failed = |t: &str| match parse(t) {
+            Ok(Saved::Failed(e)) => e,
+            other => panic!("{t}: read as {other:?}"),
+        };
         assert_eq!(
-            err("{\"start\": {\"connected\": []}, \"end\": {}, \"error\": \"refused\"}"),
-            "the test failed before it started, nothing to show: refused"
+            failed("{\"start\": {\"connected\": []}, \"end\": {}, \"error\": \"refused\"}"),
+            "refused"
         );
         assert!(
             err("{\"start\": {}, \"pinperf\": {\"start\": 1}}")
                 .starts_with("not a pinperf -J document (the \"pinperf\" member): ")
         );
         assert_eq!(
-            err("{\"error\": \"connect to h:1: refused\"}"),
-            "the test failed before it started, nothing to show: connect to h:1: refused"
+            failed("{\"error\": \"connect to h:1: refused\"}"),
+            "connect to h:1: refused"
         );
     }
 

@@ -283,6 +283,46 @@ fn malformed_input_is_named_not_a_panic() {
     assert!(run.stdout().is_empty(), "nothing ran: {}", run.explain());
 }
 
+/// A test that failed before it started: its saved document replays as CSV exactly as the
+/// live `--csv` printed it (the header, then the error row); text and plots have nothing to
+/// show and say why.
+#[test]
+fn a_test_refused_before_it_started_replays_as_its_live_csv() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let client = |format: &str| pinperf(&["-c", "127.0.0.1", "-p", &port, format], LIMIT);
+    let (live, json) = (client("--csv"), client("-J"));
+    assert_eq!(
+        (live.code(), json.code()),
+        (Some(1), Some(1)),
+        "{}",
+        live.explain()
+    );
+    assert!(live.stdout().contains("\nerror,"), "{}", live.explain());
+    let dir = scratch("report_failed");
+    let saved = dir.join("f.json");
+    std::fs::write(&saved, json.stdout()).unwrap();
+    let csv = pinperf(&["report", arg(&saved), "--format", "csv"], LIMIT);
+    csv.assert_ok();
+    assert_eq!(csv.stdout(), live.stdout());
+    for args in [
+        vec!["report", arg(&saved)],
+        vec!["plot", arg(&saved), "-o", "f.svg"],
+    ] {
+        let run = pinperf(&args, LIMIT);
+        assert_eq!(run.code(), Some(2), "{}", run.explain());
+        assert!(
+            run.stderr()
+                .contains("the test failed before it started, nothing to")
+                && run.stderr().contains("Connection refused"),
+            "{}",
+            run.explain()
+        );
+    }
+}
+
 /// Show item 3: `pinperf report` of the document saved by a text run prints exactly the
 /// text that run printed (its -T included); a closed stdout is quiet.
 #[test]
