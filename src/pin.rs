@@ -135,6 +135,28 @@ pub fn pin_current(cpu: usize) -> Result<(), String> {
     }
 }
 
+impl PinPlan {
+    /// `--bidir`'s plan (one thread per stream and direction, this end's first direction
+    /// first), grouped as the CPU lines name the threads: `send stream-0:cpu0 ..., recv
+    /// stream-0:cpu1 ...`. `sends_first`: this end sends in the first direction (the client).
+    pub fn bidir_text(&self, streams: usize, sends_first: bool) -> String {
+        if self.0.len() != 2 * streams || self.0.iter().all(Option::is_none) {
+            return self.to_string();
+        }
+        let (first, second) = self.0.split_at(streams);
+        let (send, recv) = if sends_first {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        format!(
+            "send {}, recv {}",
+            PinPlan(send.to_vec()),
+            PinPlan(recv.to_vec())
+        )
+    }
+}
+
 impl fmt::Display for PinPlan {
     /// `stream-0:cpu0 stream-1:cpu1`, `none` when nothing is pinned, or (no plan at all:
     /// a peer that says nothing of its threads, as an iperf3 server) `not reported`.
@@ -185,6 +207,23 @@ mod tests {
         let none = PinPlan(vec![None, None]);
         assert_eq!(none.to_string(), "none (scheduler places threads)");
         assert_eq!(PinPlan(vec![]).to_string(), "not reported by the peer");
+    }
+
+    #[test]
+    fn a_bidir_plan_names_each_threads_direction_as_the_cpu_lines_do() {
+        let plan = PinPlan(vec![Some(0), Some(1), Some(2), Some(3)]);
+        assert_eq!(
+            plan.bidir_text(2, true),
+            "send stream-0:cpu0 stream-1:cpu1, recv stream-0:cpu2 stream-1:cpu3"
+        );
+        assert_eq!(
+            plan.bidir_text(2, false),
+            "send stream-0:cpu2 stream-1:cpu3, recv stream-0:cpu0 stream-1:cpu1"
+        );
+        // Not one thread per stream and direction (a peer's plan of another shape): as is.
+        assert_eq!(plan.bidir_text(4, true), plan.to_string());
+        let none = PinPlan(vec![None; 4]);
+        assert_eq!(none.bidir_text(2, true), "none (scheduler places threads)");
     }
 
     #[test]

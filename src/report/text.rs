@@ -550,11 +550,15 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             opt_bytes(h.path.mss),
             tos_words(h)
         )?;
-        writeln!(
-            o,
-            "# pin plan: local {}; remote {}",
-            h.local_pin, h.remote_pin
-        )?;
+        let (local, remote) = match h.direction {
+            // The client sends first; the server receives first.
+            Direction::Bidir => (
+                h.local_pin.bidir_text(h.streams.into(), true),
+                h.remote_pin.bidir_text(h.streams.into(), false),
+            ),
+            _ => (h.local_pin.to_string(), h.remote_pin.to_string()),
+        };
+        writeln!(o, "# pin plan: local {local}; remote {remote}")?;
         if h.engine == Engine::Single {
             writeln!(
                 o,
