@@ -68,6 +68,7 @@ pub const IEBLOCKSIZE: i32 = 7;
 pub const IEUDPBLOCKSIZE: i32 = 20;
 pub const IEBUFSIZE: i32 = 8;
 pub const IEUNIMP: i32 = 13;
+pub const IEINITSTREAM: i32 = 201;
 pub const IESTREAMLISTEN: i32 = 202;
 pub const IESTREAMACCEPT: i32 = 204;
 pub const IETOTALRATE: i32 = 27;
@@ -121,6 +122,7 @@ pub fn error_words(code: i32) -> String {
             "test authorization failed (the server requires iperf3's RSA authentication, \
                 which pinperf does not speak)"
         }
+        201 => "the server could not set up its streams",
         202 => "the server could not start a stream listener",
         204 => "the server could not accept a stream connection",
         _ => return format!("iperf3 error {code}"),

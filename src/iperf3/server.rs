@@ -116,65 +116,25 @@ pub(crate) fn run_test(
     let mut ends = Ends::default();
     let mut counters = Vec::new();
     let reversed = test.direction().reversed();
-    for (k, &reverse) in reversed.iter().enumerate() {
-        let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
-        let (threads, (rx, free)) = Threads::spawn(
-            reverse,
-            crate::choices::Engine::Threads,
-            socks.take(n),
-            &plan,
-            test,
-            timeouts::udp_settle(rtt),
-        )?;
-        ends.0.push(threads);
-        let count = Arc::new(Mutex::new(Counts {
-            bytes: vec![0; n],
-            omitted: vec![0; n],
-            done: vec![false; n],
-            last_ns: vec![0; n],
-            udp: vec![None; n],
-            retransmits: vec![Retransmits::default(); n],
-        }));
-        let c2 = Arc::clone(&count);
-        let omit_ns = test.omit().as_nanos() as u64;
-        spawn_named("reporter".into(), move || {
-            for batch in rx {
-                let mut c = c2.lock();
-                let i = usize::from(batch.stream);
-                // One pass over the batch: all its bytes, and those inside -O.
-                let (all, early) = batch.records.iter().fold((0, 0), |(all, early), r| {
-                    let b = u64::from(r.bytes);
-                    (all + b, early + if r.t_ns < omit_ns { b } else { 0 })
-                });
-                let Counts {
-                    bytes,
-                    omitted,
-                    last_ns,
-                    ..
-                } = &mut *c;
-                if let (Some(b), Some(o)) = (bytes.get_mut(i), omitted.get_mut(i)) {
-                    *b += all;
-                    *o += early;
-                }
-                if let (Some(l), Some(r)) = (last_ns.get_mut(i), batch.records.last()) {
-                    *l = (*l).max(r.t_ns);
-                }
-                if batch.done
-                    && let Some(d) = c.done.get_mut(i)
-                {
-                    *d = true;
-                }
-                if let (Some(last), Some(u)) = (batch.udp.last(), c.udp.get_mut(i)) {
-                    *u = Some(*last);
-                }
-                if let Some(r) = c.retransmits.get_mut(i) {
-                    batch.samples.iter().for_each(|s| r.sample(s, omit_ns));
-                }
-                drop(c);
-                let _ = free.try_send(batch);
-            }
-        })?;
-        counters.push(count);
+    let mut spawn = || -> Result<()> {
+        for (k, &reverse) in reversed.iter().enumerate() {
+            let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
+            let (threads, batches) = Threads::spawn(
+                reverse,
+                crate::choices::Engine::Threads,
+                socks.take(n),
+                &plan,
+                test,
+                timeouts::udp_settle(rtt),
+            )?;
+            ends.0.push(threads);
+            counters.push(Counts::spawn(batches, n, test.omit())?);
+        }
+        Ok(())
+    };
+    if let Err(e) = spawn() {
+        ends.abort();
+        return Err(init_failed(ctl, e));
     }
     ctl.send_state(super::TEST_START)?;
     let cpu = CpuMark::now();
@@ -241,6 +201,63 @@ impl Retransmits {
 }
 
 impl Counts {
+    /// A direction's counts, kept by a `reporter` thread from its `n` streams' batches.
+    fn spawn(
+        batches: crate::ends::Batches,
+        n: usize,
+        omit: Duration,
+    ) -> Result<Arc<Mutex<Counts>>> {
+        let count = Arc::new(Mutex::new(Counts {
+            bytes: vec![0; n],
+            omitted: vec![0; n],
+            done: vec![false; n],
+            last_ns: vec![0; n],
+            udp: vec![None; n],
+            retransmits: vec![Retransmits::default(); n],
+        }));
+        let c2 = Arc::clone(&count);
+        let omit_ns = omit.as_nanos() as u64;
+        let (rx, free) = batches;
+        spawn_named("reporter".into(), move || {
+            for batch in rx {
+                let mut c = c2.lock();
+                let i = usize::from(batch.stream);
+                // One pass over the batch: all its bytes, and those inside -O.
+                let (all, early) = batch.records.iter().fold((0, 0), |(all, early), r| {
+                    let b = u64::from(r.bytes);
+                    (all + b, early + if r.t_ns < omit_ns { b } else { 0 })
+                });
+                let Counts {
+                    bytes,
+                    omitted,
+                    last_ns,
+                    ..
+                } = &mut *c;
+                if let (Some(b), Some(o)) = (bytes.get_mut(i), omitted.get_mut(i)) {
+                    *b += all;
+                    *o += early;
+                }
+                if let (Some(l), Some(r)) = (last_ns.get_mut(i), batch.records.last()) {
+                    *l = (*l).max(r.t_ns);
+                }
+                if batch.done
+                    && let Some(d) = c.done.get_mut(i)
+                {
+                    *d = true;
+                }
+                if let (Some(last), Some(u)) = (batch.udp.last(), c.udp.get_mut(i)) {
+                    *u = Some(*last);
+                }
+                if let Some(r) = c.retransmits.get_mut(i) {
+                    batch.samples.iter().for_each(|s| r.sample(s, omit_ns));
+                }
+                drop(c);
+                let _ = free.try_send(batch);
+            }
+        })?;
+        Ok(count)
+    }
+
     /// Each stream's bytes past `-O`'s omitted seconds: what iperf3's results count.
     fn counted(&self) -> Vec<u64> {
         self.bytes
@@ -256,6 +273,18 @@ fn closed(sock: &TcpStream) -> bool {
     let mut fds = [crate::sys::pollfd(sock.as_raw_fd(), libc::POLLRDHUP)];
     let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
     crate::sys::poll(&mut fds, 0).is_ok() && fds[0].revents & gone != 0
+}
+
+/// Tells the client that this end could not set its streams up (iperf3's "unable to
+/// initialize stream", with the errno, which its client prints as words), and passes `e` on.
+/// Without it, the client saw only its control connection close.
+fn init_failed(ctl: &mut Ctl, e: Error) -> Error {
+    let errno = match &e {
+        Error::Io { source, .. } => source.raw_os_error().unwrap_or(0),
+        _ => 0,
+    };
+    let _ = ctl.send_server_error(super::IEINITSTREAM, errno);
+    e
 }
 
 /// The test's TCP streams, in the client's order, with `-w` and `-C` set; `SERVER_ERROR`
@@ -312,10 +341,10 @@ fn tcp_streams(
             let _ = ctl.send_server_error(super::code_for(&e.to_string()), 0);
             return Err(e);
         }
-        dups.push(
-            s.try_clone()
-                .map_err(|e| Error::io("duplicate a data socket", e))?,
-        );
+        match s.try_clone() {
+            Ok(dup) => dups.push(dup),
+            Err(e) => return Err(init_failed(ctl, Error::io("duplicate a data socket", e))),
+        }
         socks.push(StreamSocks {
             data: s,
             echo: None,
