@@ -102,6 +102,14 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         return crate::iperf3::client::run(cfg, out, stream, local_plan, protocol::PREAMBLE);
     }
     await_answer(&stream)?;
+    // A busy iperf3 server answers any connection with ACCESS_DENIED and closes it unread
+    // (a reset follows its byte): that is its answer, whichever --peer was asked for.
+    let mut first = [0u8; 1];
+    if let Ok(1) = stream.peek(&mut first)
+        && first[0] == crate::iperf3::ACCESS_DENIED as u8
+    {
+        return Err(crate::iperf3::client::busy(peer));
+    }
     let _ = stream.set_read_timeout(Some(timeouts::HANDSHAKE));
     protocol::check_preamble(&mut stream, peer)?;
     let ctl = Control::new(stream, peer)?;

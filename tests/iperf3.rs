@@ -557,6 +557,10 @@ fn a_busy_iperf3_server_refuses_pinperf_with_the_reason() {
     );
     let run = client_at(port, &["-t", "1"]);
     assert_refused_in_words(&run, &["busy"]);
+    // The default, --peer auto, reads the same answer (it said "read control message:
+    // Connection reset by peer": the byte, then the reset of the unread preamble).
+    let run = client_at(port, &["-t", "1", "--peer", "auto"]);
+    assert_refused_in_words(&run, &["the iperf3 server is busy running a test"]);
     assert_eq!(first.join().expect("first").0, Some(0));
 }
 

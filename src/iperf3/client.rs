@@ -460,16 +460,21 @@ fn expect(ctl: &mut Ctl, want: i8) -> Result<()> {
     }
 }
 
+/// An iperf3 server's answer while it runs a test: `ACCESS_DENIED`, whatever the client
+/// sent (it reads nothing), then it closes.
+pub(crate) fn busy(peer: std::net::SocketAddr) -> Error {
+    Error::Refused {
+        peer,
+        reason: "the iperf3 server is busy running a test (ACCESS_DENIED); try again later".into(),
+    }
+}
+
 /// A state byte `got` that is not the `want`ed one: the server's refusal, error or
 /// termination in words, else a protocol error.
 fn refusal(ctl: &mut Ctl, got: i8, want: i8) -> Result<()> {
     let peer = ctl.peer;
     match got {
-        super::ACCESS_DENIED => Err(Error::Refused {
-            peer,
-            reason: "the iperf3 server is busy running a test (ACCESS_DENIED); try again later"
-                .into(),
-        }),
+        super::ACCESS_DENIED => Err(busy(peer)),
         super::SERVER_ERROR => Err(Error::Refused {
             peer,
             reason: format!("the iperf3 server said: {}", ctl.read_server_error(STEP)?),
