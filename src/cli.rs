@@ -290,6 +290,11 @@ pub struct TargetArgs {
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = units::parse_duration,
           help_heading = "Connection")]
     pub connect_timeout: Duration,
+
+    /// What the server speaks: auto (pinperf, or iperf3 when the server stays silent after
+    /// pinperf's preamble), pinperf, or iperf3 (its control protocol; pinned threads here).
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Connection")]
+    pub peer: crate::choices::Peer,
 }
 
 /// Flags users bring from iperf3 that pinperf does not have (yet), with what to do instead.
@@ -531,11 +536,6 @@ pub struct Args {
     /// reports CPU).
     #[arg(long, help_heading = "Output")]
     pub cpu: bool,
-
-    /// What the server speaks: auto (pinperf, or iperf3 when the server stays silent after
-    /// pinperf's preamble), pinperf, or iperf3 (its control protocol; pinned threads here).
-    #[arg(long, value_enum, default_value = "auto", help_heading = "Connection")]
-    pub peer: crate::choices::Peer,
 
     /// Sender engine: threads (one pinned thread per stream) or single (one thread, poll()).
     #[arg(long, value_enum, default_value = "threads", help_heading = "Test")]

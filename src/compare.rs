@@ -309,7 +309,9 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         interval: Some(a.duration),
         omit: a.omit,
         transport: a.transport.clone(),
-        pin: Some(pin.clone()),
+        // As the client's -A: auto leaves the server its own plan (and works against an
+        // iperf3 server, which takes none); none asks both ends to leave placement alone.
+        pin: (pin == Affinity::None).then_some(Affinity::None),
         udp: p.udp,
         // UDP at "as fast as possible" is asked for as -b 0, not left to UDP's default.
         rate_bps: Some(p.rate_bps.unwrap_or(0)),

@@ -32,6 +32,8 @@ pub struct Target {
     pub family: Family,
     pub connect_timeout: Duration,
     pub loopback: bool,
+    /// What the server speaks (`--peer`).
+    pub peer: crate::choices::Peer,
 }
 
 impl Target {
@@ -84,6 +86,12 @@ impl Target {
                 "-6: --loopback runs on 127.0.0.1; use -c ::1 against a server for IPv6",
             ));
         }
+        if a.loopback && a.peer == crate::choices::Peer::Iperf3 {
+            return Err(usage(
+                "--peer iperf3: --loopback starts a pinperf server; use -c HOST against an \
+                 iperf3 server",
+            ));
+        }
         if a.connect_timeout.is_zero() {
             return Err(usage(
                 "--connect-timeout 0: give the connection some time, e.g. 5 (seconds)",
@@ -96,6 +104,7 @@ impl Target {
             family,
             connect_timeout: a.connect_timeout,
             loopback: a.loopback,
+            peer: a.peer,
         })
     }
 }
@@ -139,6 +148,7 @@ impl ClientConfig {
         }
         Ok(ClientConfig {
             same_process: target.loopback,
+            peer: target.peer,
             target,
             test,
             affinity,
@@ -146,7 +156,6 @@ impl ClientConfig {
             cpu_intervals: false,
             engine: Engine::Threads,
             auth: None,
-            peer: Default::default(),
         })
     }
 }
@@ -263,12 +272,6 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
     cfg.auth = client_auth(args)?;
-    cfg.peer = args.peer;
-    if args.target.loopback && cfg.peer == crate::choices::Peer::Iperf3 {
-        return Err(usage(
-            "--peer iperf3: --loopback starts a pinperf server; use -c HOST against an iperf3 server",
-        ));
-    }
     cfg.check_engine()?;
     Ok(Mode::Client(cfg))
 }

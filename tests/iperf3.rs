@@ -904,3 +904,47 @@ fn server_output_travels_both_ways() {
         "{out}"
     );
 }
+
+/// `compare` against an iperf3 server with its defaults: `--pins auto` is the client's
+/// `-A auto` (this end's plan; the server keeps its own), so every row runs (each failed:
+/// "-A LOCAL/REMOTE: not available against an iperf3 server"); `--peer iperf3` is taken
+/// (it was "unexpected argument"), and `none` still runs too.
+#[test]
+fn compare_runs_against_an_iperf3_server_with_its_defaults() {
+    let test = "compare_runs_against_an_iperf3_server_with_its_defaults";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let serving = Iperf3Server::serving();
+    let port = serving.port.to_string();
+    let run = pinperf(
+        &[
+            "compare",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--peer",
+            "iperf3",
+            "--pins",
+            "auto,none",
+            "-t",
+            "0.5",
+            "--settle",
+            "0.1",
+            "-J",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: Value = serde_json::from_str(&run.stdout()).expect("compare -J");
+    let rows = doc["rows"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 2, "{}", run.explain());
+    for row in &rows {
+        assert!(row["error"].is_null(), "{row}{}", run.explain());
+        assert!(
+            row["bits_per_second"].as_f64().unwrap_or(0.0) > 0.0,
+            "{row}"
+        );
+    }
+}
