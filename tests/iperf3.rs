@@ -948,3 +948,54 @@ fn compare_runs_against_an_iperf3_server_with_its_defaults() {
         );
     }
 }
+
+/// UDP against an iperf3 server killed mid-test: its datagram counts come only with its
+/// results, so the totals have no loss or jitter figures (they said 0 of 0 lost, jitter 0,
+/// after 15 000 datagrams sent) and the text says the server's count never came.
+#[test]
+fn udp_against_an_iperf3_server_killed_mid_test_makes_up_no_loss() {
+    let test = "udp_against_an_iperf3_server_killed_mid_test_makes_up_no_loss";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let mut server = Iperf3Server::serving();
+    let mut client = util::Spawned::start(&[
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &server.port.to_string(),
+        "--peer",
+        "iperf3",
+        "-u",
+        "-b",
+        "10M",
+        "-l",
+        "1400",
+        "-t",
+        "8",
+        "-i",
+        "0.5",
+        "--json-lines",
+    ]);
+    client.wait_for_line(
+        "the first interval",
+        |l| l.contains("\"event\":\"interval\""),
+        Duration::from_secs(5),
+    );
+    server.kill();
+    let run = client.finish(Duration::from_secs(5));
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    let end: Value = run
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "end")
+        .unwrap_or_else(|| panic!("no end event{}", run.explain()))["data"]
+        .clone();
+    assert_eq!(end["cut_short"], true, "{end}");
+    assert!(end["sum"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
+    for k in ["packets", "lost_packets", "lost_percent", "jitter_ms"] {
+        assert!(end["sum"][k].is_null(), "{k}: {end}");
+        assert!(end["streams"][0][k].is_null(), "{k}: {end}");
+    }
+}

@@ -991,13 +991,16 @@ fn summarize(
                 // A test cut short settles on the receiver's rows it spans: what their
                 // sequence numbers say was sent, received and lost (the sender's count
                 // per interval runs on its own clock, so datagrams in flight across the
-                // last row's end would count as lost, or as received and not sent).
-                let got = t.udp.unwrap_or_default();
-                let sent = got.packets + got.lost_packets;
-                row.udp = Some(UdpFigures {
-                    packets: sent,
-                    lost_percent: model::percent(got.lost_packets, sent),
-                    ..got
+                // last row's end would count as lost, or as received and not sent). No
+                // receiver's row (an iperf3 server's come with its results, which a test
+                // cut short never gets): unknown, not zero.
+                row.udp = t.udp.map(|got| {
+                    let sent = got.packets + got.lost_packets;
+                    UdpFigures {
+                        packets: sent,
+                        lost_percent: model::percent(got.lost_packets, sent),
+                        ..got
+                    }
                 });
             } else if header.udp {
                 let got = t.udp.unwrap_or_default();

@@ -43,6 +43,8 @@ pub struct TextFormatter<W: Write> {
     /// An iperf3 server: its counts come only with its results, which a test cut short
     /// never gets (the rows and totals are then this end's counts alone).
     iperf3_peer: bool,
+    /// `-u`: no RTT line (its figures may be unknown, as against an iperf3 server cut short).
+    udp: bool,
     /// A `# failed at` line was written live: the cause is said once.
     said_failure: bool,
     /// The header is out: a failure before it (a refused connection) is stderr's alone.
@@ -81,6 +83,7 @@ impl<W: Write> TextFormatter<W> {
             direction: Direction::Forward,
             server_output: None,
             iperf3_peer: false,
+            udp: false,
             said_failure: false,
             started: false,
             held_cpu: None,
@@ -475,6 +478,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.echo = h.echo;
         self.bidir = h.direction == Direction::Bidir;
         self.iperf3_peer = h.remote_software.starts_with("iperf3");
+        self.udp = h.udp;
         self.direction = h.direction;
         let ((local_window, _), (remote_window, _)) = windows(h);
         // An iperf3 server reports no buffer sizes: say so rather than print 0B.
@@ -724,7 +728,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             f.stream_intervals
         )?;
         // UDP has no RTT of its own to report (no acknowledgements, no echoes).
-        if s.udp().is_none() {
+        if !self.udp {
             let ms = |v: f64| format!("{:.3} ms", v / 1e3);
             writeln!(
                 self.out,

@@ -87,6 +87,14 @@ impl Iperf3Server {
         }
     }
 
+    /// Kills the server now (SIGKILL: it says nothing to its client).
+    pub fn kill(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// The server's document once its one test is over.
     pub fn document(mut self) -> Value {
         let child = self.child.take().expect("child");
