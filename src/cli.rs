@@ -480,6 +480,9 @@ impl TargetArgs {
     about,
     max_term_width = 100,
     args_conflicts_with_subcommands = true,
+    // As iperf3 and most Unix tools: an option given twice takes its last value, so a
+    // wrapper script can append to a user's flags (repeatable lists still add up).
+    args_override_self = true,
     disable_version_flag = true
 )]
 pub struct Args {

@@ -645,6 +645,23 @@ mod tests {
     }
 
     #[test]
+    fn an_option_given_twice_takes_its_last_value_and_lists_add_up() {
+        let Mode::Client(c) = parse(&["-c", "h", "-t", "1", "-P", "2", "-t", "5"]).unwrap() else {
+            panic!("client expected");
+        };
+        assert_eq!(
+            (c.test.duration(), c.test.streams),
+            (Duration::from_secs(5), 2)
+        );
+        let Mode::Server(s) =
+            parse(&["-s", "--allow", "127.0.0.1/32", "--allow", "10.0.0.0/8"]).unwrap()
+        else {
+            panic!("server expected");
+        };
+        assert_eq!(s.allow.len(), 2, "{:?}", s.allow);
+    }
+
+    #[test]
     fn a_clients_source_address_picks_the_family_of_the_servers_addresses() {
         let family = |argv: &[&str]| match parse(argv).unwrap() {
             Mode::Client(c) => c.target.family,
