@@ -231,7 +231,7 @@ impl Ctl {
         self.read_exact(&mut body, timeout, what)?;
         serde_json::from_slice(&body).map_err(|e| Error::Protocol {
             peer: self.peer,
-            what: format!("unreadable {what} ({e})"),
+            what: format!("{what}: not readable ({e})"),
         })
     }
 }
