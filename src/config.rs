@@ -172,6 +172,11 @@ pub struct ServerConfig {
     pub affinity: Affinity,
     /// No log lines on stderr (the in-process `--loopback` server).
     pub quiet: bool,
+    /// The process's stop signals (SIGINT, SIGTERM, SIGHUP) are this server's (`-s`): a
+    /// running test is stopped and its client told why, the log says so, then the process
+    /// ends by the signal. An in-process server (`--loopback`, `lab`) leaves them to its
+    /// client.
+    pub signals: bool,
     /// `--auth-keys`: clients must authenticate.
     pub auth: Option<crate::auth::Keys>,
     /// `--allow`: the networks served (empty: all).
@@ -212,6 +217,7 @@ impl ServerConfig {
             data_port: None,
             affinity,
             quiet: true,
+            signals: false,
             auth: None,
             allow: Vec::new(),
             max_tests_per_minute: None,
@@ -367,6 +373,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         data_port: args.data_port,
         affinity,
         quiet: false,
+        signals: true,
         auth: args
             .auth_keys
             .as_deref()

@@ -160,9 +160,26 @@ impl Server {
         let mut spare = self.spare;
         // While out of descriptors: how many clients were refused for it.
         let mut fd_burst: Option<u64> = None;
+        let mut signalled: Option<Instant> = None;
         loop {
             if let Ok(result) = done_rx.try_recv() {
                 return result;
+            }
+            if let Some(sig) = cfg.signals.then(crate::signals::received).flatten() {
+                // The running test sees it too, stops and tells its client; the process
+                // ends once it has (or after a grace: a test in its last phase does not
+                // look).
+                let since = *signalled.get_or_insert_with(Instant::now);
+                if shared.slot.state.load(Ordering::Acquire) != RUNNING
+                    || since.elapsed() > timeouts::SIGNAL_GRACE
+                {
+                    log!(
+                        cfg.quiet,
+                        "pinperf: server stopped by {}",
+                        crate::error::signal_name(sig)
+                    );
+                    crate::sys::die_by(sig);
+                }
             }
             for cut in shared.pending.cut_expired(Instant::now()) {
                 log_refused(&cfg, cut.peer, None, "handshake", &cut.reason);
@@ -380,8 +397,22 @@ impl Slot {
     }
 }
 
+/// A running test's error when a stop signal came for this server ([`ServerConfig::signals`]):
+/// the client hears it as the server's word.
+pub(crate) fn stopped_by_signal(cfg: &ServerConfig, t0: Instant) -> Option<Error> {
+    let sig = cfg.signals.then(crate::signals::received).flatten()?;
+    Some(Error::Test(format!(
+        "the server was stopped by {} ({:.2} s into the test)",
+        crate::error::signal_name(sig),
+        t0.elapsed().as_secs_f64()
+    )))
+}
+
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
+    if cfg.signals {
+        crate::signals::take_over()?;
+    }
     serverlog::set_output(&cfg.log)?;
     let ignored = cfg.log.ignored.clone();
     let (auth, allow) = (
@@ -696,7 +727,7 @@ fn iperf3_session(
         log!(cfg.quiet, "{opening}");
     }
     let t0 = Instant::now();
-    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, &|| {
+    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &|| {
         shared.slot.finishing()
     });
     *shared.iperf3.lock() = None;
@@ -919,6 +950,10 @@ fn run_test(
             break;
         }
         if ended {
+            break;
+        }
+        if let Some(stopped) = stopped_by_signal(cfg, t0) {
+            failure = Some(stopped);
             break;
         }
         match ctl.poll(timeouts::POLL) {

@@ -5,8 +5,10 @@
 //! `client::watch` sees it within one [`crate::timeouts::POLL`] and stops the test through the
 //! ordinary failure path, so what was measured is printed, and then the process ends by
 //! that signal (`sys::die_by`), so a shell loop around it stops too. A second signal ends
-//! it at once: a stuck run can still be stopped. The server (`-s`) keeps the default: a
-//! signal ends it. Signals the process was started ignoring (`nohup`, a background job)
+//! it at once: a stuck run can still be stopped. The server (`-s`) takes them the same way:
+//! its running test stops and its client is told why, the log says it, then the process
+//! ends by the signal ([`crate::config::ServerConfig::signals`]). Signals the process was
+//! started ignoring (`nohup`, a background job)
 //! stay ignored.
 
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -153,7 +153,9 @@ pub const BUSY_ANSWER: Duration = Duration::from_secs(1);
 
 /// Against an iperf3 server, how long the client listens for the server's word after a
 /// local stream failed, and how long, after the server closed the control connection, it
-/// waits for a stream to fail with it (iperf3 closes when a data connection dies).
+/// waits for a stream to fail with it (iperf3 closes when a data connection dies); and how
+/// long a server stopped by a signal lets an iperf3 client read `SERVER_TERMINATE` before
+/// its streams close.
 pub const CAUSE: Duration = Duration::from_millis(200);
 
 /// How long an end whose stream read the peer's close or reset waits for the peer's word

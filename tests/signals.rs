@@ -756,3 +756,63 @@ print("STATUS", status, "SENT", sent)
         "bash was not ended by SIGINT:\n{text}"
     );
 }
+
+/// `pinperf -s` stopped by SIGTERM during a test: the test stops, its client hears why
+/// (it said only "closed the control connection"), an iperf3 client hears iperf3's "the
+/// server has terminated", the log says so, and the server still ends by the signal.
+#[test]
+fn a_server_stopped_by_sigterm_tells_its_client_and_its_log() {
+    for iperf3_client in [false, true] {
+        if iperf3_client
+            && util::iperf3::iperf3("a_server_stopped_by_sigterm_tells_its_client_and_its_log")
+                .is_none()
+        {
+            continue;
+        }
+        let mut server = util::Server::start(&[]);
+        let port = server.port_arg();
+        let client = std::thread::spawn(move || match iperf3_client {
+            false => {
+                let run = util::pinperf(
+                    &["-c", "127.0.0.1", "-p", &port, "-t", "8"],
+                    Duration::from_secs(12),
+                );
+                (run.code(), run.stdout() + &run.stderr())
+            }
+            true => {
+                let (code, out, err, _) =
+                    util::iperf3::iperf3_client(port.parse().unwrap(), &["-t", "8"]);
+                (code, out + &err)
+            }
+        });
+        server.wait_for_log("stream(s)", Duration::from_secs(5));
+        // Under way: the data moves (a signal before the start would find no test).
+        std::thread::sleep(Duration::from_millis(300));
+        let sent = Instant::now();
+        kill_with(server.child.id(), "-TERM");
+        let status = server.child.wait().expect("wait");
+        let (code, said) = client.join().expect("client");
+        let explain = format!("client {code:?}: {said}{}", server.explain());
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{explain}");
+        assert!(sent.elapsed() < Duration::from_secs(3), "{explain}");
+        assert_eq!(code, Some(1), "{explain}");
+        let heard = match iperf3_client {
+            false => "reported: the server was stopped by SIGTERM",
+            true => "the server has terminated",
+        };
+        assert!(said.contains(heard), "{explain}");
+        let log = server.log();
+        assert!(
+            log.contains("failed: the server was stopped by SIGTERM")
+                && log
+                    .trim_end()
+                    .ends_with("pinperf: server stopped by SIGTERM"),
+            "{explain}"
+        );
+    }
+}
+
+/// `kill SIG pid` (the tests deny unsafe code).
+fn kill_with(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}

@@ -93,6 +93,7 @@ pub(crate) fn run_test(
     admitted: Admitted,
     streams: &Receiver<(u64, TcpStream)>,
     opening: &str,
+    cfg: &crate::config::ServerConfig,
     finishing: &dyn Fn(),
 ) -> Result<(u64, u64)> {
     let Admitted { test, plan, wire } = admitted;
@@ -144,7 +145,7 @@ pub(crate) fn run_test(
 
     // `--get-server-output`: this server's lines about the test, for the client.
     let told = test.get_server_output.then(|| vec![opening.to_string()]);
-    let result = watch(ctl, &ends, test, t0)
+    let result = watch(ctl, &ends, test, cfg, t0)
         .and_then(|()| finish(ctl, test, &counters, &dups, &cpu, t0, told, finishing));
     if result.is_err() {
         ends.abort();
@@ -391,11 +392,30 @@ fn udp_streams(
         })
 }
 
-/// Until the client's `TEST_END`: a stream failure is `SERVER_ERROR`; the client closing
-/// or terminating ends the test.
-fn watch(ctl: &mut Ctl, ends: &Ends, test: &TestParams, t0: Instant) -> Result<()> {
+/// Until the client's `TEST_END`: a stream failure is `SERVER_ERROR`, a stop signal
+/// `SERVER_TERMINATE`; the client closing or terminating ends the test.
+fn watch(
+    ctl: &mut Ctl,
+    ends: &Ends,
+    test: &TestParams,
+    cfg: &crate::config::ServerConfig,
+    t0: Instant,
+) -> Result<()> {
     let limit = test.run_time() + timeouts::STALL;
     loop {
+        // A stop signal: iperf3's own server says SERVER_TERMINATE ("the server has
+        // terminated", its client prints).
+        if let Some(stopped) = crate::server::stopped_by_signal(cfg, t0) {
+            let _ = ctl.send_state(super::SERVER_TERMINATE);
+            // Its client reads the control connection before it writes again, then
+            // closes: the streams stop after that, or its write meets the broken pipe
+            // first and it says only that.
+            let told = Instant::now() + timeouts::CAUSE;
+            while !closed(&ctl.sock) && Instant::now() < told {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            return Err(stopped);
+        }
         if let Some(f) = ends.failure() {
             let _ = ctl.send_server_error(206, 0);
             return Err(Error::Test(format!(
