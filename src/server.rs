@@ -397,17 +397,6 @@ impl Slot {
     }
 }
 
-/// A running test's error when a stop signal came for this server ([`ServerConfig::signals`]):
-/// the client hears it as the server's word.
-pub(crate) fn stopped_by_signal(cfg: &ServerConfig, t0: Instant) -> Option<Error> {
-    let sig = cfg.signals.then(crate::signals::received).flatten()?;
-    Some(Error::Test(format!(
-        "the server was stopped by {} ({:.2} s into the test)",
-        crate::error::signal_name(sig),
-        t0.elapsed().as_secs_f64()
-    )))
-}
-
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
     if cfg.signals {
@@ -952,7 +941,7 @@ fn run_test(
         if ended {
             break;
         }
-        if let Some(stopped) = stopped_by_signal(cfg, t0) {
+        if let Some(stopped) = crate::signals::server_stopped(cfg.signals, t0) {
             failure = Some(stopped);
             break;
         }

@@ -61,6 +61,18 @@ pub(crate) fn interrupted(signal: i32, when: impl Into<String>) -> Error {
     }
 }
 
+/// A server's running test (started at `t0`) when a stop signal came for this server
+/// (`ours`: [`crate::config::ServerConfig::signals`]): its error, which the client hears
+/// as the server's word.
+pub(crate) fn server_stopped(ours: bool, t0: Instant) -> Option<Error> {
+    let sig = ours.then(received).flatten()?;
+    Some(Error::Test(format!(
+        "the server was stopped by {} ({:.2} s into the test)",
+        crate::error::signal_name(sig),
+        t0.elapsed().as_secs_f64()
+    )))
+}
+
 /// Sleeps `pause` unless a stop signal comes first (checked every 20 ms); returns it.
 pub(crate) fn sleep(pause: Duration) -> Option<i32> {
     let until = Instant::now() + pause;

@@ -959,7 +959,10 @@ fn udp_against_an_iperf3_server_killed_mid_test_makes_up_no_loss() {
         return;
     }
     let mut server = Iperf3Server::serving();
+    let saved = util::scratch(test).join("k.json");
     let mut client = util::Spawned::start(&[
+        "--json-file",
+        saved.to_str().unwrap(),
         "-c",
         "127.0.0.1",
         "-p",
@@ -998,4 +1001,23 @@ fn udp_against_an_iperf3_server_killed_mid_test_makes_up_no_loss() {
         assert!(end["sum"][k].is_null(), "{k}: {end}");
         assert!(end["streams"][0][k].is_null(), "{k}: {end}");
     }
+    // The same in iperf3's shape (`--format iperf3-json`, here replayed from the saved
+    // document): no datagram counts in the sums or the stream's entry.
+    let replay = pinperf(
+        &["report", saved.to_str().unwrap(), "--format", "iperf3-json"],
+        LIMIT,
+    );
+    replay.assert_ok();
+    let doc: Value = serde_json::from_str(&replay.stdout()).expect("iperf3-json");
+    let end = &doc["end"];
+    for k in ["packets", "lost_packets", "lost_percent", "jitter_ms"] {
+        for sum in ["sum", "sum_sent", "sum_received"] {
+            assert!(end[sum][k].is_null(), "{sum}.{k}: {end}");
+        }
+        assert!(
+            end["streams"][0]["udp"][k].is_null(),
+            "streams.udp.{k}: {end}"
+        );
+    }
+    assert!(end["sum"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
 }

@@ -405,7 +405,7 @@ fn watch(
     loop {
         // A stop signal: iperf3's own server says SERVER_TERMINATE ("the server has
         // terminated", its client prints).
-        if let Some(stopped) = crate::server::stopped_by_signal(cfg, t0) {
+        if let Some(stopped) = crate::signals::server_stopped(cfg.signals, t0) {
             let _ = ctl.send_state(super::SERVER_TERMINATE);
             // Its client reads the control connection before it writes again, then
             // closes: the streams stop after that, or its write meets the broken pipe

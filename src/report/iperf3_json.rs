@@ -506,9 +506,10 @@ fn end_stream(r: &StreamRow, role: Role) -> EndStream {
     let mut sender = span(r.start, r.end, r.seconds, r.sent_bytes, sent_bps, role);
     sender.socket = Some(role.socket(r.stream));
     if role.udp {
-        let udp = r.udp.unwrap_or_default();
-        sender.udp = Some(loss(&udp));
-        sender.out_of_order = Some(udp.out_of_order);
+        // No receiver's figures (an iperf3 server's, cut short before its results): none
+        // are made up.
+        sender.udp = r.udp.as_ref().map(loss);
+        sender.out_of_order = r.udp.map(|u| u.out_of_order);
         return EndStream {
             udp: Some(sender),
             ..EndStream::default()
@@ -548,17 +549,19 @@ fn end_sums(s: &Summary, role: Role) -> [Option<Entry>; 3] {
         sent.retransmits = Some(s.sum_sent.retransmits.unwrap_or(0));
         return [None, Some(sent), Some(received)];
     }
-    let udp = s.sum.udp.unwrap_or_default();
     let mut sum = side(&s.sum_sent, role);
-    sum.udp = Some(loss(&udp));
-    sent.udp = Some(UdpLoss {
-        jitter_ms: 0.0,
-        lost_packets: 0,
-        packets: udp.packets,
-        lost_percent: 0.0,
-    });
+    // Without the receiver's figures (see `end_stream`) the datagram counts stay out.
+    if let Some(udp) = s.sum.udp {
+        sum.udp = Some(loss(&udp));
+        sent.udp = Some(UdpLoss {
+            jitter_ms: 0.0,
+            lost_packets: 0,
+            packets: udp.packets,
+            lost_percent: 0.0,
+        });
+        received.udp = Some(loss(&udp));
+    }
     sent.sender = true;
-    received.udp = Some(loss(&udp));
     received.sender = false;
     [Some(sum), Some(sent), Some(received)]
 }
@@ -896,12 +899,16 @@ mod tests {
             d.start.udp = true;
             d.start.direction = Direction::Reverse;
             d.intervals[0].reverse = true;
-            d.intervals[0].streams[0].udp = Some(UdpFigures {
+            let figures = Some(UdpFigures {
                 packets: 10,
                 lost_packets: 1,
                 lost_percent: 10.0,
                 ..UdpFigures::default()
             });
+            d.intervals[0].streams[0].udp = figures;
+            let end = d.end.as_mut().unwrap();
+            end.streams[0].udp = figures;
+            end.sum.udp = figures;
         });
         let row = &udp["intervals"][0]["streams"][0];
         assert_eq!(
@@ -912,6 +919,7 @@ mod tests {
         assert!(udp["start"].get("tcp_mss_default").is_none());
         assert!(udp["end"]["streams"][0]["udp"]["out_of_order"].is_u64());
         assert_eq!(udp["end"]["sum_sent"]["lost_packets"], 0);
+        assert_eq!(udp["end"]["sum_received"]["lost_packets"], 1);
         assert_eq!(udp["end"]["sum_received"]["sender"], false);
         assert!(udp["end"].get("sender_tcp_congestion").is_none());
     }
