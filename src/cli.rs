@@ -206,7 +206,8 @@ pub struct CompareArgs {
     /// Windows: auto (kernel autotuning) and/or sizes: auto,1M,16M.
     #[arg(long, value_name = "LIST", default_value = "auto")]
     pub windows: String,
-    /// Pinning on both ends: auto,none.
+    /// Pinning: auto (this end's plan; the server keeps its own -A, as with the client's
+    /// -A auto), none (neither end pins).
     #[arg(long, value_name = "LIST", default_value = "auto")]
     pub pins: String,
     /// Sender engines: threads,single.

@@ -162,15 +162,14 @@ impl Server {
         let mut fd_burst: Option<u64> = None;
         let mut signalled: Option<Instant> = None;
         loop {
-            if let Ok(result) = done_rx.try_recv() {
-                return result;
-            }
+            // Before a one-off test's result: a signal that stopped it ends the process
+            // by the signal, with the log's last line.
             if let Some(sig) = cfg.signals.then(crate::signals::received).flatten() {
                 // The running test sees it too, stops and tells its client; the process
-                // ends once it has (or after a grace: a test in its last phase does not
-                // look).
+                // ends once its session has logged and freed the slot (or after a grace:
+                // a test in its last phase does not look). No new test is admitted.
                 let since = *signalled.get_or_insert_with(Instant::now);
-                if shared.slot.state.load(Ordering::Acquire) != RUNNING
+                if shared.slot.state.load(Ordering::Acquire) == IDLE
                     || since.elapsed() > timeouts::SIGNAL_GRACE
                 {
                     log!(
@@ -180,6 +179,9 @@ impl Server {
                     );
                     crate::sys::die_by(sig);
                 }
+            }
+            if let Ok(result) = done_rx.try_recv() {
+                return result;
             }
             for cut in shared.pending.cut_expired(Instant::now()) {
                 log_refused(&cfg, cut.peer, None, "handshake", &cut.reason);
@@ -575,6 +577,15 @@ fn take_slot<'a>(
     run_time: Duration,
 ) -> std::result::Result<SlotGuard<'a>, Refusal> {
     let refusal = |why, reason: String| Refusal::plain(why, reason, None);
+    if let Some(sig) = cfg.signals.then(crate::signals::received).flatten() {
+        return Err(refusal(
+            "stopping",
+            format!(
+                "the server is stopping ({}); try again when it is back",
+                crate::error::signal_name(sig)
+            ),
+        ));
+    }
     // A source over its rate never takes the slot, not even for a moment (a client then
     // would be told "busy" for the refused test's -t).
     if let Some(max) = cfg.max_tests_per_minute

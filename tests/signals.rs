@@ -790,7 +790,18 @@ fn a_server_stopped_by_sigterm_tells_its_client_and_its_log() {
         std::thread::sleep(Duration::from_millis(300));
         let sent = Instant::now();
         kill_with(server.child.id(), "-TERM");
-        let status = server.child.wait().expect("wait");
+        let status = loop {
+            if let Some(status) = server.child.try_wait().expect("wait") {
+                break status;
+            }
+            if sent.elapsed() > Duration::from_secs(5) {
+                panic!(
+                    "the server still runs 5 s after SIGTERM{}",
+                    server.explain()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         let (code, said) = client.join().expect("client");
         let explain = format!("client {code:?}: {said}{}", server.explain());
         assert_eq!(status.signal(), Some(libc::SIGTERM), "{explain}");
