@@ -164,7 +164,7 @@ impl Server {
         loop {
             // Before a one-off test's result: a signal that stopped it ends the process
             // by the signal, with the log's last line.
-            if let Some(sig) = cfg.signals.then(crate::signals::received).flatten() {
+            if let Some(sig) = crate::signals::for_server(cfg.signals) {
                 // The running test sees it too, stops and tells its client; the process
                 // ends once its session has logged and freed the slot (or after a grace:
                 // a test in its last phase does not look). No new test is admitted.
@@ -577,7 +577,7 @@ fn take_slot<'a>(
     run_time: Duration,
 ) -> std::result::Result<SlotGuard<'a>, Refusal> {
     let refusal = |why, reason: String| Refusal::plain(why, reason, None);
-    if let Some(sig) = cfg.signals.then(crate::signals::received).flatten() {
+    if let Some(sig) = crate::signals::for_server(cfg.signals) {
         return Err(refusal(
             "stopping",
             format!(

@@ -61,11 +61,17 @@ pub(crate) fn interrupted(signal: i32, when: impl Into<String>) -> Error {
     }
 }
 
+/// The stop signal taken, for a server that takes them (`ours`:
+/// [`crate::config::ServerConfig::signals`]; an in-process server leaves them to its client).
+pub(crate) fn for_server(ours: bool) -> Option<i32> {
+    ours.then(received).flatten()
+}
+
 /// A server's running test (started at `t0`) when a stop signal came for this server
 /// (`ours`: [`crate::config::ServerConfig::signals`]): its error, which the client hears
 /// as the server's word.
 pub(crate) fn server_stopped(ours: bool, t0: Instant) -> Option<Error> {
-    let sig = ours.then(received).flatten()?;
+    let sig = for_server(ours)?;
     Some(Error::Test(format!(
         "the server was stopped by {} ({:.2} s into the test)",
         crate::error::signal_name(sig),

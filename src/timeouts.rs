@@ -143,7 +143,8 @@ pub fn cookie_answer(rtt: Duration) -> Duration {
 pub const ERRNO_WAIT: Duration = Duration::from_millis(500);
 
 /// How long a stop signal lets the lab's client test stop and print before the lab tears
-/// down and exits anyway. Stopping takes a [`POLL`], a stream wake-up and the
+/// down and exits anyway, and a server's test stop, tell its client and log before the
+/// server exits anyway. Stopping takes a [`POLL`], a stream wake-up and the
 /// report, well under a second; a test still in its handshake is not waited for.
 pub const SIGNAL_GRACE: Duration = Duration::from_secs(5);
 

@@ -269,11 +269,13 @@ impl Counts {
     }
 }
 
-/// Whether the peer closed `sock` (or it failed): nothing is read from it.
-fn closed(sock: &TcpStream) -> bool {
+/// Whether the peer closed `sock` (or it failed), waiting up to `wait` for it: nothing is
+/// read from it.
+fn closed(sock: &TcpStream, wait: Duration) -> bool {
     let mut fds = [crate::sys::pollfd(sock.as_raw_fd(), libc::POLLRDHUP)];
     let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
-    crate::sys::poll(&mut fds, 0).is_ok() && fds[0].revents & gone != 0
+    let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+    crate::sys::poll(&mut fds, ms).is_ok() && fds[0].revents & gone != 0
 }
 
 /// Tells the client that this end could not set its streams up (iperf3's "unable to
@@ -306,7 +308,7 @@ fn tcp_streams(
             }
             // An iperf3 client that failed after its parameters (its own -w refused, say)
             // closes the control connection: the slot is free at once, not at the deadline.
-            Err(_) if closed(&ctl.sock) => {
+            Err(_) if closed(&ctl.sock, Duration::ZERO) => {
                 return Err(Error::Test(format!(
                     "the iperf3 client closed its control connection while {} of {} stream \
                      connections had arrived",
@@ -410,10 +412,7 @@ fn watch(
             // Its client reads the control connection before it writes again, then
             // closes: the streams stop after that, or its write meets the broken pipe
             // first and it says only that.
-            let told = Instant::now() + timeouts::CAUSE;
-            while !closed(&ctl.sock) && Instant::now() < told {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            closed(&ctl.sock, timeouts::CAUSE);
             return Err(stopped);
         }
         if let Some(f) = ends.failure() {
