@@ -142,7 +142,11 @@ impl ClientConfig {
         if test.interval.is_some() {
             test.interval = Some(test.interval());
         }
-        test.validate(&Limits::PROTOCOL).map_err(Error::Usage)?;
+        let limits = match target.peer {
+            crate::choices::Peer::Iperf3 => Limits::PROTOCOL.iperf3(),
+            _ => Limits::PROTOCOL,
+        };
+        test.validate(&limits).map_err(Error::Usage)?;
         if let Some(name) = &test.transport.congestion {
             crate::net::check_congestion(name)?;
         }
@@ -369,6 +373,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             max_rate_bps: args.max_rate,
             udp: !args.no_udp,
             server: true,
+            min_datagram: crate::params::MIN_DATAGRAM,
         },
         data_port: args.data_port,
         affinity,

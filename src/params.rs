@@ -28,6 +28,9 @@ pub const DEFAULT_BLOCK: u64 = 128 << 10;
 /// UDP: the smallest datagram (it carries the stream id, sequence and send time) and the
 /// largest a UDP socket takes (65535 − IPv4 and UDP headers).
 pub const MIN_DATAGRAM: u64 = 32;
+/// iperf3's smallest datagram (its header with a 64-bit sequence): what [`Limits::iperf3`]
+/// takes for a test with an iperf3 peer, whose datagrams carry iperf3's header.
+pub const IPERF3_MIN_DATAGRAM: u64 = 16;
 pub const MAX_DATAGRAM: u64 = 65_507;
 /// UDP's datagram when `-l` is not given and the path MTU is unknown: a 1500-byte
 /// Ethernet MTU less the IPv4 and UDP headers.
@@ -301,6 +304,9 @@ pub struct Limits {
     pub udp: bool,
     /// These are a server's limits: refusals name its options.
     pub server: bool,
+    /// The smallest UDP datagram: [`MIN_DATAGRAM`] for pinperf's header,
+    /// [`IPERF3_MIN_DATAGRAM`] for iperf3's.
+    pub min_datagram: u64,
 }
 
 impl Limits {
@@ -312,7 +318,17 @@ impl Limits {
         max_rate_bps: None,
         udp: true,
         server: false,
+        min_datagram: MIN_DATAGRAM,
     };
+
+    /// These limits for a test with an iperf3 peer: its datagrams carry iperf3's shorter
+    /// header, so they may be as small as iperf3's (16 bytes).
+    pub fn iperf3(self) -> Limits {
+        Limits {
+            min_datagram: IPERF3_MIN_DATAGRAM,
+            ..self
+        }
+    }
 
     /// `" (this server's --max-streams)"` for a server's limit, nothing for the protocol's.
     fn source(&self, option: &str) -> String {
@@ -422,9 +438,15 @@ impl TestParams {
             ));
         }
         let block = self.block_bytes();
-        if self.udp && !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&block) {
+        let min_datagram = limits.min_datagram;
+        if self.udp && !(min_datagram..=MAX_DATAGRAM).contains(&block) {
+            let iperf3 = (min_datagram > IPERF3_MIN_DATAGRAM
+                && (IPERF3_MIN_DATAGRAM..min_datagram).contains(&block)
+                && !limits.server)
+                .then_some(" (an iperf3 peer's may be 16: --peer iperf3)")
+                .unwrap_or_default();
             return Err(format!(
-                "-l {}: a UDP datagram must be {MIN_DATAGRAM} to {MAX_DATAGRAM} bytes",
+                "-l {}: a UDP datagram must be {min_datagram} to {MAX_DATAGRAM} bytes{iperf3}",
                 format_size(block)
             ));
         }
@@ -570,6 +592,7 @@ mod tests {
         max_rate_bps: Some(2_500_000_000),
         udp: false,
         server: true,
+        min_datagram: MIN_DATAGRAM,
     };
 
     /// One table: each change to the parameters, and what the protocol and a server with
@@ -702,6 +725,18 @@ mod tests {
                 Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
             ),
             (
+                // Below pinperf's header, within iperf3's: the flag that allows it.
+                |p| {
+                    p.streams = 1;
+                    p.udp = true;
+                    p.len = Some(16)
+                },
+                Some(
+                    "-l 16: a UDP datagram must be 32 to 65507 bytes (an iperf3 peer's may be 16: --peer iperf3)",
+                ),
+                Some("-l 16: a UDP datagram must be 32 to 65507 bytes"),
+            ),
+            (
                 // A datagram below TCP's smallest block is a datagram all the same.
                 |p| {
                     p.streams = 1;
@@ -789,6 +824,26 @@ mod tests {
                 "row {i} (server)"
             );
         }
+    }
+
+    /// A test with an iperf3 peer takes iperf3's datagrams, down to its 16 bytes.
+    #[test]
+    fn an_iperf3_peers_datagram_may_be_as_small_as_its_header() {
+        let mut p = params();
+        (p.streams, p.udp, p.window_bytes) = (1, true, None);
+        for (len, ok) in [(15, false), (16, true), (31, true), (32, true)] {
+            p.len = Some(len);
+            assert_eq!(
+                p.validate(&Limits::PROTOCOL.iperf3()).is_ok(),
+                ok,
+                "-l {len}"
+            );
+        }
+        p.len = Some(15);
+        assert_eq!(
+            p.validate(&Limits::PROTOCOL.iperf3()).err().as_deref(),
+            Some("-l 15: a UDP datagram must be 16 to 65507 bytes")
+        );
     }
 
     /// `-S` reads a byte as iperf3 does (C's notation) and names the range otherwise.

@@ -758,6 +758,46 @@ fn iperf3_client_receives_udp_from_pinperf_server_paced_at_its_rate() {
     assert!(log.contains(&format!("sent {sent_bytes} bytes")), "{log}");
 }
 
+/// iperf3's smallest datagram, 16 bytes (its header: pinperf's own needs 32), crosses
+/// both ways: pinperf's receivers read it from an iperf3 client's and an iperf3 server's
+/// senders, and count it to the datagram.
+#[test]
+fn iperf3s_smallest_datagram_is_taken_both_ways() {
+    let test = "iperf3s_smallest_datagram_is_taken_both_ways";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Server::start(&[]);
+    let doc = iperf3_document(&server, &["-u", "-l", "16", "-b", "10M", "-t", "1", "-J"]);
+    let highest = num(&doc, &["end", "sum_received", "packets"]);
+    let lost = num(&doc, &["end", "sum_received", "lost_packets"]);
+    let received = num(&doc, &["end", "sum_received", "bytes"]);
+    assert!(received > 0, "{doc}");
+    assert_eq!(received, (highest - lost) * 16, "{doc}");
+
+    let iperf3_server = Iperf3Server::start(&[]);
+    let args = ["-u", "-l", "16", "-b", "10M", "-t", "1", "-R", "-J"];
+    let run = client_at(iperf3_server.port, &args);
+    run.assert_ok();
+    let ours: Value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("not JSON ({e}){}", run.explain()));
+    let streams = udp_streams(&ours);
+    assert_eq!(streams.len(), 1, "{ours}");
+    let (packets, lost, received, sent_bytes) = streams[0];
+    assert!(received > 0, "{ours}");
+    assert_eq!(received, (packets - lost) * 16, "{ours}");
+    assert_eq!(sent_bytes, packets * 16, "{ours}");
+    // Without --peer iperf3 the client cannot know its peer's header yet: pinperf's
+    // minimum, and the flag that lifts it.
+    let auto = client_at(iperf3_server.port, &["--peer", "auto", "-u", "-l", "16"]);
+    assert_eq!(auto.code(), Some(2), "{}", auto.explain());
+    assert!(
+        auto.stderr().contains("-l 16: a UDP datagram must be 32 to 65507 bytes (an iperf3 peer's may be 16: --peer iperf3)"),
+        "{}",
+        auto.explain()
+    );
+}
+
 #[test]
 fn pinperf_speaking_pinperf_to_an_iperf3_server_is_told_to_use_peer_iperf3() {
     let test = "pinperf_speaking_pinperf_to_an_iperf3_server_is_told_to_use_peer_iperf3";

@@ -61,7 +61,7 @@ pub(crate) fn read_params(
         Ok(t) => t,
         Err(u) => return Ok(Err(u)),
     };
-    if let Err(reason) = test.validate(limits) {
+    if let Err(reason) = test.validate(&limits.iperf3()) {
         return Ok(Err(super::Unsupported {
             code: super::code_for(&reason),
             reason,
