@@ -440,11 +440,11 @@ impl TestParams {
         let block = self.block_bytes();
         let min_datagram = limits.min_datagram;
         if self.udp && !(min_datagram..=MAX_DATAGRAM).contains(&block) {
-            let iperf3 = (min_datagram > IPERF3_MIN_DATAGRAM
-                && (IPERF3_MIN_DATAGRAM..min_datagram).contains(&block)
-                && !limits.server)
-                .then_some(" (an iperf3 peer's may be 16: --peer iperf3)")
-                .unwrap_or_default();
+            let iperf3 = if (IPERF3_MIN_DATAGRAM..min_datagram).contains(&block) && !limits.server {
+                " (an iperf3 peer's may be 16: --peer iperf3)"
+            } else {
+                ""
+            };
             return Err(format!(
                 "-l {}: a UDP datagram must be {min_datagram} to {MAX_DATAGRAM} bytes{iperf3}",
                 format_size(block)
