@@ -142,11 +142,21 @@ impl ClientConfig {
         if test.interval.is_some() {
             test.interval = Some(test.interval());
         }
+        use crate::choices::Peer;
         let limits = match target.peer {
-            crate::choices::Peer::Iperf3 => Limits::PROTOCOL.iperf3(),
+            Peer::Iperf3 => Limits::PROTOCOL.iperf3(),
             _ => Limits::PROTOCOL,
         };
-        test.validate(&limits).map_err(Error::Usage)?;
+        if let Err(why) = test.validate(&limits) {
+            // What an iperf3 peer would take (a shorter block or datagram) names the flag.
+            let iperf3 = target.peer == Peer::Auto
+                && !target.loopback
+                && test.validate(&Limits::PROTOCOL.iperf3()).is_ok();
+            return Err(Error::Usage(match iperf3 {
+                true => format!("{why} (an iperf3 peer takes it: --peer iperf3)"),
+                false => why,
+            }));
+        }
         if let Some(name) = &test.transport.congestion {
             crate::net::check_congestion(name)?;
         }
@@ -373,7 +383,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             max_rate_bps: args.max_rate,
             udp: !args.no_udp,
             server: true,
-            min_datagram: crate::params::MIN_DATAGRAM,
+            ..Limits::PROTOCOL
         },
         data_port: args.data_port,
         affinity,
@@ -501,6 +511,15 @@ mod tests {
             (
                 &["--loopback", "-l", "8"],
                 "-l 8: block size must be 64 to 67108864 bytes (64 to 64M)",
+            ),
+            // A client of a server not known yet: what an iperf3 peer would take.
+            (
+                &["-c", "h", "-l", "8"],
+                "-l 8: block size must be 64 to 67108864 bytes (64 to 64M) (an iperf3 peer takes it: --peer iperf3)",
+            ),
+            (
+                &["-c", "h", "--peer", "pinperf", "-u", "-l", "20"],
+                "-l 20: a UDP datagram must be 32 to 65507 bytes",
             ),
             (
                 &["--loopback", "-l", "128M"],

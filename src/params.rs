@@ -31,6 +31,9 @@ pub const MIN_DATAGRAM: u64 = 32;
 /// iperf3's smallest datagram (its header with a 64-bit sequence): what [`Limits::iperf3`]
 /// takes for a test with an iperf3 peer, whose datagrams carry iperf3's header.
 pub const IPERF3_MIN_DATAGRAM: u64 = 16;
+/// iperf3's smallest TCP block: any. A test with an iperf3 peer has no echo connections,
+/// so its blocks need not hold pinperf's block header.
+pub const IPERF3_MIN_BLOCK: u64 = 1;
 pub const MAX_DATAGRAM: u64 = 65_507;
 /// UDP's datagram when `-l` is not given and the path MTU is unknown: a 1500-byte
 /// Ethernet MTU less the IPv4 and UDP headers.
@@ -304,9 +307,10 @@ pub struct Limits {
     pub udp: bool,
     /// These are a server's limits: refusals name its options.
     pub server: bool,
-    /// The smallest UDP datagram: [`MIN_DATAGRAM`] for pinperf's header,
-    /// [`IPERF3_MIN_DATAGRAM`] for iperf3's.
+    /// The smallest UDP datagram and TCP block: [`MIN_DATAGRAM`] and [`MIN_BLOCK`] for
+    /// pinperf's headers, [`IPERF3_MIN_DATAGRAM`] and [`IPERF3_MIN_BLOCK`] for iperf3's.
     pub min_datagram: u64,
+    pub min_block: u64,
 }
 
 impl Limits {
@@ -319,13 +323,15 @@ impl Limits {
         udp: true,
         server: false,
         min_datagram: MIN_DATAGRAM,
+        min_block: MIN_BLOCK,
     };
 
     /// These limits for a test with an iperf3 peer: its datagrams carry iperf3's shorter
-    /// header, so they may be as small as iperf3's (16 bytes).
+    /// header and its TCP blocks none, so they may be as small as iperf3's.
     pub fn iperf3(self) -> Limits {
         Limits {
             min_datagram: IPERF3_MIN_DATAGRAM,
+            min_block: IPERF3_MIN_BLOCK,
             ..self
         }
     }
@@ -440,22 +446,18 @@ impl TestParams {
         let block = self.block_bytes();
         let min_datagram = limits.min_datagram;
         if self.udp && !(min_datagram..=MAX_DATAGRAM).contains(&block) {
-            let iperf3 = if (IPERF3_MIN_DATAGRAM..min_datagram).contains(&block) && !limits.server {
-                " (an iperf3 peer's may be 16: --peer iperf3)"
-            } else {
-                ""
-            };
             return Err(format!(
-                "-l {}: a UDP datagram must be {min_datagram} to {MAX_DATAGRAM} bytes{iperf3}",
+                "-l {}: a UDP datagram must be {min_datagram} to {MAX_DATAGRAM} bytes",
                 format_size(block)
             ));
         }
         // A TCP block; a datagram answers to the rule above alone.
-        if !self.udp && !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
+        let min_block = limits.min_block;
+        if !self.udp && !(min_block..=MAX_BLOCK).contains(&block) {
             return Err(format!(
-                "-l {}: block size must be {MIN_BLOCK} to {MAX_BLOCK} bytes ({} to {})",
+                "-l {}: block size must be {min_block} to {MAX_BLOCK} bytes ({} to {})",
                 format_size(block),
-                format_size(MIN_BLOCK),
+                format_size(min_block),
                 format_size(MAX_BLOCK)
             ));
         }
@@ -593,6 +595,7 @@ mod tests {
         udp: false,
         server: true,
         min_datagram: MIN_DATAGRAM,
+        min_block: MIN_BLOCK,
     };
 
     /// One table: each change to the parameters, and what the protocol and a server with
@@ -725,15 +728,13 @@ mod tests {
                 Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
             ),
             (
-                // Below pinperf's header, within iperf3's: the flag that allows it.
+                // Below pinperf's header, within iperf3's (see Limits::iperf3).
                 |p| {
                     p.streams = 1;
                     p.udp = true;
                     p.len = Some(16)
                 },
-                Some(
-                    "-l 16: a UDP datagram must be 32 to 65507 bytes (an iperf3 peer's may be 16: --peer iperf3)",
-                ),
+                Some("-l 16: a UDP datagram must be 32 to 65507 bytes"),
                 Some("-l 16: a UDP datagram must be 32 to 65507 bytes"),
             ),
             (
@@ -826,9 +827,10 @@ mod tests {
         }
     }
 
-    /// A test with an iperf3 peer takes iperf3's datagrams, down to its 16 bytes.
+    /// A test with an iperf3 peer takes iperf3's datagrams, down to its 16 bytes, and its
+    /// TCP blocks, down to one byte.
     #[test]
-    fn an_iperf3_peers_datagram_may_be_as_small_as_its_header() {
+    fn an_iperf3_peers_blocks_and_datagrams_may_be_as_small_as_iperf3s() {
         let mut p = params();
         (p.streams, p.udp, p.window_bytes) = (1, true, None);
         for (len, ok) in [(15, false), (16, true), (31, true), (32, true)] {
@@ -839,6 +841,12 @@ mod tests {
                 "-l {len}"
             );
         }
+        // And a TCP block of any size (iperf3 takes -l 1).
+        p.udp = false;
+        p.len = Some(1);
+        assert_eq!(p.validate(&Limits::PROTOCOL.iperf3()), Ok(()));
+        assert!(p.validate(&Limits::PROTOCOL).is_err());
+        p.udp = true;
         p.len = Some(15);
         assert_eq!(
             p.validate(&Limits::PROTOCOL.iperf3()).err().as_deref(),

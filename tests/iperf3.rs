@@ -758,6 +758,27 @@ fn iperf3_client_receives_udp_from_pinperf_server_paced_at_its_rate() {
     assert!(log.contains(&format!("sent {sent_bytes} bytes")), "{log}");
 }
 
+/// A TCP block of any size, as iperf3 takes it (pinperf's own need 64 bytes for their
+/// header): `iperf3 -c -l 7` against pinperf's server, and pinperf's client at `-l 1`
+/// against an iperf3 server, which reads so slowly that it closes its streams at TEST_END
+/// with data unread: the reset that gives this end's draining sender is the end, not a
+/// failure (it failed the test), and the totals are the server's count.
+#[test]
+fn tcp_blocks_of_any_size_cross_to_and_from_iperf3() {
+    let test = "tcp_blocks_of_any_size_cross_to_and_from_iperf3";
+    if iperf3_against_pinperf(test, &["-l", "7"], false).is_none() {
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    let run = client_at(server.port, &["-l", "1", "-t", "1"]);
+    run.assert_ok();
+    let (_, received) =
+        util::byte_totals(&run.stdout()).unwrap_or_else(|| panic!("{}", run.explain()));
+    let doc = server.document();
+    assert_eq!(bytes(&doc, "sum_received"), received, "{}", run.explain());
+    assert!(received > 0, "{}", run.explain());
+}
+
 /// iperf3's smallest datagram, 16 bytes (its header: pinperf's own needs 32), crosses
 /// both ways: pinperf's receivers read it from an iperf3 client's and an iperf3 server's
 /// senders, and count it to the datagram.
@@ -792,7 +813,7 @@ fn iperf3s_smallest_datagram_is_taken_both_ways() {
     let auto = client_at(iperf3_server.port, &["--peer", "auto", "-u", "-l", "16"]);
     assert_eq!(auto.code(), Some(2), "{}", auto.explain());
     assert!(
-        auto.stderr().contains("-l 16: a UDP datagram must be 32 to 65507 bytes (an iperf3 peer's may be 16: --peer iperf3)"),
+        auto.stderr().contains("-l 16: a UDP datagram must be 32 to 65507 bytes (an iperf3 peer takes it: --peer iperf3)"),
         "{}",
         auto.explain()
     );

@@ -493,18 +493,11 @@ pub fn code_for(reason: &str) -> i32 {
         "-P" => IENUMSTREAMS,
         "-t" | "-O" | "-t/-i" => IEDURATION,
         "-w" => IEBUFSIZE,
-        // iperf3's clients say "too large" for IEBLOCKSIZE, "invalid (minimum, maximum)"
-        // for IEUDPBLOCKSIZE: a block too small (`-l 7`) or any refused datagram is the
-        // latter (it told `-l 7` its block was too large).
-        "-l" => {
-            let value = reason.split([' ', ':']).nth(1).unwrap_or("");
-            let too_small =
-                crate::units::parse_size(value).is_ok_and(|v| v < crate::params::MIN_BLOCK);
-            match too_small || reason.contains("UDP datagram") {
-                true => IEUDPBLOCKSIZE,
-                false => IEBLOCKSIZE,
-            }
-        }
+        // iperf3's clients say "too large" for IEBLOCKSIZE (a TCP block can only be that:
+        // an iperf3 peer's may be one byte), "invalid (minimum, maximum)" for
+        // IEUDPBLOCKSIZE.
+        "-l" if reason.contains("UDP datagram") => IEUDPBLOCKSIZE,
+        "-l" => IEBLOCKSIZE,
         "-b" => IETOTALRATE,
         "-u" => IEPROTOCOL,
         "-C" => IESETCONGESTION,
@@ -882,10 +875,6 @@ mod tests {
         assert_eq!(code_for("-P 9: streams must be 1 to 4"), IENUMSTREAMS);
         assert_eq!(code_for("-t 99: duration must be"), IEDURATION);
         assert_eq!(code_for("-w 8M: window must be"), IEBUFSIZE);
-        assert_eq!(
-            code_for("-l 7: block size must be 64 to 67108864 bytes (64 to 64M)"),
-            IEUDPBLOCKSIZE
-        );
         assert_eq!(
             code_for("-l 128M: block size must be 64 to 67108864 bytes (64 to 64M)"),
             IEBLOCKSIZE

@@ -44,9 +44,13 @@ pub const HEADER_LEN: usize = 16;
 /// 5 ms the cost is within run-to-run noise.
 pub const ECHO_EVERY_NS: u64 = 5_000_000;
 
-/// Writes block `seq`'s header, stamped `stamp_ns` since the start, into `block`.
+/// Writes block `seq`'s header, stamped `stamp_ns` since the start, into `block`; nothing
+/// into a block shorter than the header (an iperf3 peer's, which has no echoes to read it).
 #[inline]
 pub fn stamp(block: &mut [u8], seq: u64, stamp_ns: u64) {
+    if block.len() < HEADER_LEN {
+        return;
+    }
     block[..8].copy_from_slice(&seq.to_le_bytes());
     block[8..HEADER_LEN].copy_from_slice(&stamp_ns.to_le_bytes());
 }
