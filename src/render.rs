@@ -155,6 +155,7 @@ impl Made {
 fn create(path: &Path, flag: &'static str) -> Result<Made> {
     let file = File::create(path)
         .map_err(|e| Error::io(format!("{flag} {}: create", path.display()), e))?;
+    crate::signals::unwritten(path);
     Ok(Made {
         flag,
         path: path.to_path_buf(),
@@ -188,7 +189,8 @@ impl Capture {
             // Nothing was measured: no picture, and no empty file left behind.
             let files = [self.plot.take(), self.html.take(), self.json.take()];
             for made in files.into_iter().flatten() {
-                let _ = std::fs::remove_file(made.path);
+                let _ = std::fs::remove_file(&made.path);
+                crate::signals::written(&made.path);
             }
             return Ok(());
         };
@@ -207,12 +209,14 @@ impl Capture {
                 .map_err(io::Error::from)
                 .and_then(|()| writeln!(made.file))
                 .map_err(|e| made.failed(e))?;
+            crate::signals::written(&made.path);
         }
         if let Some(mut made) = self.plot.take() {
             let bytes = plot::test_svg(&test.doc, None, &title)
                 .and_then(|svg| plot::encode(&made.path, &svg))
                 .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
             made.file.write_all(&bytes).map_err(|e| made.failed(e))?;
+            crate::signals::written(&made.path);
         }
         if let Some(mut made) = self.html.take() {
             let page = html::test_page(&test, &title, self.options)
@@ -220,6 +224,7 @@ impl Capture {
             made.file
                 .write_all(page.as_bytes())
                 .map_err(|e| made.failed(e))?;
+            crate::signals::written(&made.path);
         }
         Ok(())
     }

@@ -5,37 +5,74 @@
 //! `client::watch` sees it within one [`crate::timeouts::POLL`] and stops the test through the
 //! ordinary failure path, so what was measured is printed, and then the process ends by
 //! that signal (`sys::die_by`), so a shell loop around it stops too. A second signal ends
-//! it at once: a stuck run can still be stopped. The server (`-s`) takes them the same way:
+//! it at once, so a stuck run can still be stopped, unless it follows the first within
+//! [`crate::timeouts::SIGNAL_REPEAT`] (`timeout` sends two). The server (`-s`) takes them the same way:
 //! its running test stops and its client is told why, the log says it, then the process
 //! ends by the signal ([`crate::config::ServerConfig::signals`]). Signals the process was
 //! started ignoring (`nohup`, a background job)
 //! stay ignored.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::timeouts;
 
 /// The first stop signal taken, 0 until one is.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// Files made when the run started and written when it ends (`--json-file`, `--plot`,
+/// `--html`): a run that exits at once removes them rather than leave them empty.
+static UNWRITTEN: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// `path` was made empty, to be written when the run ends.
+pub(crate) fn unwritten(path: &Path) {
+    UNWRITTEN.lock().push(path.to_path_buf());
+}
+
+/// `path` was written (or removed): exiting at once leaves it.
+pub(crate) fn written(path: &Path) {
+    UNWRITTEN.lock().retain(|p| p != path);
+}
 
 /// Blocks the stop signals in the calling thread (call it before any other thread
 /// starts) and starts the `signals` thread that takes them.
 pub(crate) fn take_over() -> Result<()> {
     crate::sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM/SIGHUP", e))?;
     crate::stream::spawn_named("signals".into(), || -> Result<()> {
-        loop {
-            let sig = crate::sys::wait_stop_signal();
-            if !record(sig) {
-                stderrln!(
-                    "pinperf: a second stop signal ({}): exiting at once",
-                    crate::error::signal_name(sig)
-                );
-                crate::sys::die_by(sig);
-            }
+        let sig = crate::sys::wait_stop_signal();
+        record(sig);
+        let sig = another(Instant::now(), None).unwrap_or(sig);
+        stderrln!(
+            "pinperf: a second stop signal ({}): exiting at once",
+            crate::error::signal_name(sig)
+        );
+        for path in UNWRITTEN.lock().drain(..) {
+            let _ = std::fs::remove_file(path);
         }
+        crate::sys::die_by(sig);
     })?;
     Ok(())
+}
+
+/// Waits (at most `within`; `None`: for ever) for a stop signal that is not the first one
+/// (taken at `first`) again: one within [`timeouts::SIGNAL_REPEAT`] of it is passed over.
+pub(crate) fn another(first: Instant, within: Option<Duration>) -> Option<i32> {
+    let deadline = within.map(|w| Instant::now() + w);
+    loop {
+        let sig = match deadline {
+            None => crate::sys::wait_stop_signal(),
+            Some(d) => {
+                crate::sys::wait_stop_signal_for(d.saturating_duration_since(Instant::now()))?
+            }
+        };
+        if first.elapsed() >= timeouts::SIGNAL_REPEAT {
+            return Some(sig);
+        }
+    }
 }
 
 /// Records `sig` as the run's stop signal; false when one was recorded before.

@@ -148,6 +148,11 @@ pub const ERRNO_WAIT: Duration = Duration::from_millis(500);
 /// report, well under a second; a test still in its handshake is not waited for.
 pub const SIGNAL_GRACE: Duration = Duration::from_secs(5);
 
+/// A second stop signal within this of the first is the same stop, not "exit at once":
+/// GNU `timeout` signals the process and then its process group, so two SIGTERMs come
+/// microseconds apart; a person pressing Ctrl-C again at a stuck run takes longer.
+pub const SIGNAL_REPEAT: Duration = Duration::from_secs(1);
+
 /// How long a "busy" answer may take to write and its connection to drain: a refused
 /// client must not hold a thread of the server.
 pub const BUSY_ANSWER: Duration = Duration::from_secs(1);

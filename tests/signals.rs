@@ -143,10 +143,19 @@ impl Watched {
 
     /// Sends `sig` to the child, waits for it to exit (at most [`STOP_LIMIT`]) and
     /// collects everything it wrote.
-    fn stop_with(mut self, sig: i32) -> Ended {
+    fn stop_with(self, sig: i32) -> Ended {
+        self.stop_with_twice(sig, None)
+    }
+
+    /// [`Watched::stop_with`], then `sig` again `again` after it.
+    fn stop_with_twice(mut self, sig: i32, again: Option<Duration>) -> Ended {
         let at = self.started.elapsed();
         send(self.child.id(), sig);
         let signalled = Instant::now();
+        if let Some(gap) = again {
+            std::thread::sleep(gap);
+            send(self.child.id(), sig);
+        }
         let status = loop {
             if let Some(status) = self.child.try_wait().expect("wait for pinperf") {
                 break status;
@@ -292,6 +301,24 @@ fn sigint_before_the_first_row_says_so_and_names_no_omit() {
     );
     assert!(!end.stdout.contains("-O"), "{}", end.explain);
     assert!(!end.stdout.contains("#(**)"), "{}", end.explain);
+}
+
+/// GNU `timeout` signals the process and then its process group: two SIGTERMs a moment
+/// apart are one stop, which prints what was measured (the second ended the run at once,
+/// without totals, 2 runs in 4).
+#[test]
+fn two_signals_a_moment_apart_are_one_stop() {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&["--loopback", "-t", "10"]);
+    run.wait_line("first row", is_first_row);
+    let end = run.stop_with_twice(libc::SIGTERM, Some(Duration::from_millis(20)));
+    end.assert_stopped(143, "SIGTERM");
+    assert!(end.stdout.contains("#(**)"), "{}", end.explain);
+    assert!(
+        !end.stderr.contains("second stop signal"),
+        "{}",
+        end.explain
+    );
 }
 
 #[test]

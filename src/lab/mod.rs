@@ -269,6 +269,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
     let on_signal = teardown.shared();
     spawn_named("lab-signals".into(), move || -> Result<()> {
         let mut sig = sys::wait_stop_signal();
+        let first = std::time::Instant::now();
         // The client's test (running, or starting later) stops at this and prints.
         crate::signals::record(sig);
         // Waits for an `ip netns add` in progress, and keeps the lock until the process
@@ -278,7 +279,8 @@ pub fn run(a: &LabArgs) -> Result<()> {
             // `run` tears down once the test has stopped and the results are printed, and
             // the process ends with it.
             drop(list);
-            if let Some(again) = sys::wait_stop_signal_for(crate::timeouts::SIGNAL_GRACE) {
+            let grace = Some(crate::timeouts::SIGNAL_GRACE);
+            if let Some(again) = crate::signals::another(first, grace) {
                 sig = again;
             }
             list = on_signal.lock();
