@@ -575,6 +575,17 @@ fn options_an_iperf3_server_cannot_take_are_refused_by_name() {
         "{}",
         run.explain()
     );
+    // iperf3 reads -O as an integer: 0.5 would be 0, its count of the omitted half second
+    // set against the time after it (a total above every row).
+    let run = client_at(util::free_port(), &["-O", "0.5"]);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(
+        run.stderr().contains(
+            "-O 0.5: an iperf3 server takes -O in whole seconds (it would read 0): give -O 0 or 1"
+        ),
+        "{}",
+        run.explain()
+    );
 }
 
 /// The datagram size of the UDP tests (`-l`): both tools' counts in datagrams are their

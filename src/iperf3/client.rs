@@ -357,6 +357,17 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
              two ends' counts would not reconcile",
         );
     }
+    if t.omit().subsec_nanos() != 0 {
+        // iperf3 servers read it as an integer: they would count the rest of the second
+        // that this end leaves out, and the totals would set more bytes against less time.
+        let whole = t.omit().as_secs();
+        return Err(Error::Usage(format!(
+            "-O {}: an iperf3 server takes -O in whole seconds (it would read {whole}): \
+             give -O {whole} or {}",
+            t.omit().as_secs_f64(),
+            whole + 1
+        )));
+    }
     if t.pin
         .as_ref()
         .is_some_and(|p| *p != crate::pin::Affinity::None)
