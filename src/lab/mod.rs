@@ -429,11 +429,35 @@ fn run_lab(
         fwd.path.packets + ret.path.packets,
         fwd.worst_late_ns.max(ret.worst_late_ns),
         received_bps,
-        spec.rate_bps,
+        ceiling(spec, &cfg.test),
     ) {
         out.warning(warning);
     }
     outcome.map(|_| ())
+}
+
+/// What the run could reach over `spec`'s path, and what else held it back (see
+/// [`report::late_warning`]).
+fn ceiling(spec: &PathSpec, test: &crate::params::TestParams) -> report::Ceiling {
+    let asked = test
+        .rate_bps
+        .filter(|&b| b > 0)
+        .map(|b| b.saturating_mul(u64::from(test.streams)));
+    // Slow start takes about log2(BDP in packets) round trips; ten is a test too short to
+    // show the path's rate.
+    let short = test.run_time() < spec.rtt * 10;
+    let other = match () {
+        _ if spec.loss > 0.0 => Some("--loss"),
+        _ if spec.blackout.is_some() => Some("--blackout-from"),
+        _ if short => Some("-t shorter than ten round trips"),
+        _ => None,
+    };
+    let mut c = report::Ceiling::path(spec.rate_bps);
+    if let Some(a) = asked.filter(|&a| a < spec.rate_bps) {
+        (c.bps, c.by_rate_flag) = (a, true);
+    }
+    c.other = other;
+    c
 }
 
 /// Runs the server on a thread inside `server`'s namespace and the client inside

@@ -26,8 +26,10 @@ use super::{PathSpec, note};
 use crate::choices::Format;
 use crate::report::{self, Formatter};
 
-/// Late deliveries are scheduling noise up to one packet in this many.
+/// Late deliveries are scheduling noise up to one packet in this many, or fewer than
+/// [`LATE_FEW`].
 const LATE_NOISE_PACKETS: u64 = 1000;
+const LATE_FEW: u64 = 10;
 /// Share of the path's rate at which a run counts as paced by the path even with late
 /// deliveries: TCP/IP headers alone take up to 4 % of the wire at MTU 1500.
 const PATH_PACE_SHARE: f64 = 0.9;
@@ -237,41 +239,78 @@ impl Warning {
     }
 }
 
+/// What a run could reach: the path's rate, or the test's own `-b` when that is lower;
+/// and what else kept it below that (`--loss`, a blackout, a test too short to leave
+/// slow start), which a low rate cannot be told from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ceiling {
+    pub bps: u64,
+    /// The test asked for less than the path's rate (`-b` times the streams).
+    pub by_rate_flag: bool,
+    pub other: Option<&'static str>,
+}
+
+impl Ceiling {
+    /// The path's `rate_bps`, nothing else in the way.
+    pub fn path(rate_bps: u64) -> Ceiling {
+        Ceiling {
+            bps: rate_bps,
+            by_rate_flag: false,
+            other: None,
+        }
+    }
+}
+
 /// What the lab says about deliveries later than [`relay::LATE_NS`], of `packets` in
-/// both directions: nothing when at most one in [`LATE_NOISE_PACKETS`] was late; a note
-/// that the path still set the pace when the run received at least [`PATH_PACE_SHARE`] of
-/// the path's rate; otherwise (or with no summary: a failed run) that the relay, not the
-/// path, limited the run.
+/// both directions: nothing when at most one in [`LATE_NOISE_PACKETS`] (or fewer than
+/// [`LATE_FEW`]) was late; a note that the path (or `-b`) still set the pace when the run
+/// received at least [`PATH_PACE_SHARE`] of its `ceiling`, or that something else slowed
+/// it; otherwise (or with no summary: a failed run) that the relay, not the path, limited
+/// the run.
 pub fn late_warning(
     late: u64,
     packets: u64,
     worst_late_ns: u64,
     received_bps: Option<f64>,
-    rate_bps: u64,
+    ceiling: Ceiling,
 ) -> Option<Warning> {
-    if late.saturating_mul(LATE_NOISE_PACKETS) <= packets {
+    if late.saturating_mul(LATE_NOISE_PACKETS) <= packets || late < LATE_FEW {
         return None;
     }
     let late_ms = relay::LATE_NS / 1_000_000;
-    let share = received_bps.map_or(0.0, |r| r / rate_bps.max(1) as f64);
-    let (message, line) = if share >= PATH_PACE_SHARE {
-        let message = format!(
-            "{late} of {packets} packets were delivered more than {late_ms} ms late (worst \
-             {:.1} ms), but the run reached {:.0} % of the path's {}: the path set the pace",
-            worst_late_ns as f64 / 1e6,
-            share * 100.0,
-            rate_text(rate_bps),
-        );
-        let line = format!("# lab: note: {message}");
-        (message, line)
-    } else {
-        let message = format!(
-            "the relay delivered {late} packets more than {late_ms} ms late: it, not the \
-             emulated path, limited this run; lower --rate or use a larger --mtu"
-        );
-        let line = format!("# lab: warning: {message}");
-        (message, line)
+    let share = received_bps.map_or(0.0, |r| r / ceiling.bps.max(1) as f64);
+    let late_text = format!(
+        "{late} of {packets} packets were delivered more than {late_ms} ms late (worst {:.1} ms)",
+        worst_late_ns as f64 / 1e6
+    );
+    let (what, who) = match ceiling.by_rate_flag {
+        true => ("-b's", "-b"),
+        false => ("the path's", "the path"),
     };
+    let (message, kind) = match (share >= PATH_PACE_SHARE, ceiling.other) {
+        (true, _) => (
+            format!(
+                "{late_text}, but the run reached {:.0} % of {what} {}: {who} set the pace",
+                share * 100.0,
+                rate_text(ceiling.bps),
+            ),
+            "note",
+        ),
+        (false, Some(other)) if received_bps.is_some() => (
+            format!(
+                "{late_text}; with {other}, the run's rate does not show whether that limited it"
+            ),
+            "note",
+        ),
+        _ => (
+            format!(
+                "the relay delivered {late} packets more than {late_ms} ms late: it, not the \
+                 emulated path, limited this run; lower --rate or use a larger --mtu"
+            ),
+            "warning",
+        ),
+    };
+    let line = format!("# lab: {kind}: {message}");
     Some(Warning {
         message,
         line: Some(line),
@@ -642,13 +681,17 @@ mod tests {
 
     #[test]
     fn late_deliveries_are_noise_up_to_one_in_a_thousand() {
-        assert_eq!(late_warning(10, 10_000, 3_000_000, Some(1e8), RATE), None);
-        assert_eq!(late_warning(0, 0, 0, None, RATE), None);
+        assert_eq!(
+            late_warning(10, 10_000, 3_000_000, Some(1e8), Ceiling::path(RATE)),
+            None
+        );
+        assert_eq!(late_warning(0, 0, 0, None, Ceiling::path(RATE)), None);
     }
 
     #[test]
     fn late_deliveries_in_a_run_at_the_path_s_rate_only_get_a_note() {
-        let w = late_warning(30, 10_000, 2_470_000, Some(185e6), RATE).expect("said");
+        let w =
+            late_warning(30, 10_000, 2_470_000, Some(185e6), Ceiling::path(RATE)).expect("said");
         assert_eq!(
             w.message,
             "30 of 10000 packets were delivered more than 1 ms late (worst 2.5 ms), but the \
@@ -656,8 +699,42 @@ mod tests {
         );
         assert_eq!(w.line, Some(format!("# lab: note: {}", w.message)));
         // Exactly the share: still the path's pace.
-        let at = late_warning(30, 10_000, 0, Some(180e6), RATE).expect("said");
+        let at = late_warning(30, 10_000, 0, Some(180e6), Ceiling::path(RATE)).expect("said");
         assert!(at.message.ends_with("the path set the pace"), "{at:?}");
+    }
+
+    /// A run held below the path by its own -b, by --loss, a blackout or slow start is not
+    /// the relay's doing (helper-42: `-b 20M` over a 100M path was blamed on the relay,
+    /// and so was one late packet in 160).
+    #[test]
+    fn late_deliveries_in_a_run_held_back_by_something_else_only_get_a_note() {
+        assert_eq!(
+            late_warning(9, 160, 3_000_000, Some(1e6), Ceiling::path(RATE)),
+            None
+        );
+        let by_b = Ceiling {
+            bps: 20_000_000,
+            by_rate_flag: true,
+            other: None,
+        };
+        let w = late_warning(14, 5_000, 1_500_000, Some(19.6e6), by_b).expect("said");
+        assert_eq!(
+            w.message,
+            "14 of 5000 packets were delivered more than 1 ms late (worst 1.5 ms), but the \
+             run reached 98 % of -b's 20 Mbit/s: -b set the pace"
+        );
+        let lossy = Ceiling {
+            other: Some("--loss"),
+            ..Ceiling::path(RATE)
+        };
+        let w = late_warning(30, 10_000, 2_470_000, Some(50e6), lossy).expect("said");
+        assert_eq!(
+            w.line.as_deref(),
+            Some(
+                "# lab: note: 30 of 10000 packets were delivered more than 1 ms late (worst \
+                 2.5 ms); with --loss, the run's rate does not show whether that limited it"
+            )
+        );
     }
 
     #[test]
@@ -665,7 +742,8 @@ mod tests {
         let strong = "the relay delivered 30 packets more than 1 ms late: it, not the \
                       emulated path, limited this run; lower --rate or use a larger --mtu";
         for received in [Some(179e6), Some(0.0), None] {
-            let w = late_warning(30, 10_000, 2_470_000, received, RATE).expect("said");
+            let w =
+                late_warning(30, 10_000, 2_470_000, received, Ceiling::path(RATE)).expect("said");
             assert_eq!(w.message, strong, "{received:?}");
             assert_eq!(w.line, Some(format!("# lab: warning: {strong}")));
         }
