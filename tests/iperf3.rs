@@ -575,6 +575,15 @@ fn options_an_iperf3_server_cannot_take_are_refused_by_name() {
         "{}",
         run.explain()
     );
+    // The iperf3 server reads as it always does: the flag would change nothing.
+    let run = client_at(util::free_port(), &["--skip-rx-copy"]);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("--skip-rx-copy: not available against an iperf3 server"),
+        "{}",
+        run.explain()
+    );
     // iperf3 reads -O as an integer: 0.5 would be 0, its count of the omitted half second
     // set against the time after it (a total above every row).
     let run = client_at(util::free_port(), &["-O", "0.5"]);

@@ -357,6 +357,13 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
              two ends' counts would not reconcile",
         );
     }
+    if t.skip_rx_copy && !t.reverse && !t.bidir {
+        return no(
+            "--skip-rx-copy",
+            "the iperf3 server is the receiver and reads as iperf3 does; with -R or --bidir \
+             it applies to this end's receivers",
+        );
+    }
     if t.omit().subsec_nanos() != 0 {
         // iperf3 servers read it as an integer: they would count the rest of the second
         // that this end leaves out, and the totals would set more bytes against less time.
