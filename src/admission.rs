@@ -134,12 +134,17 @@ impl Handshake {
     }
 
     fn auth_failed(&self, to_log: impl Into<String>) -> Step {
-        Step::Refuse(Refusal {
+        Step::Refuse(self.refusal(to_log))
+    }
+
+    /// An authentication refusal, in the same words whatever failed.
+    fn refusal(&self, to_log: impl Into<String>) -> Refusal {
+        Refusal {
             why: "auth",
             to_client: FAILED.into(),
             to_log: to_log.into(),
             user: self.user.clone(),
-        })
+        }
     }
 
     /// The next message from the client, with its frame body exactly as received.
@@ -186,7 +191,10 @@ impl Handshake {
             }
             (State::AuthRequest, other) => {
                 self.state = State::Done;
-                self.auth_failed(format!("no credentials (the client sent {})", other.kind()))
+                Step::Refuse(Refusal {
+                    to_client: auth::REQUIRED.into(),
+                    ..self.refusal(format!("no credentials (the client sent {})", other.kind()))
+                })
             }
             (State::AuthProof, ControlMsg::AuthProof { mac }) => {
                 match auth::from_hex::<{ auth::MAC_LEN }>(&mac) {
@@ -437,10 +445,6 @@ mod tests {
                 run(b"s3cret", "alice", &changed, false),
                 "wrong secret, or the exchange was replayed or altered",
             ),
-            (
-                run(b"s3cret", "alice", &p, true),
-                "no credentials (the client sent params)",
-            ),
         ] {
             match step {
                 Step::Refuse(r) => {
@@ -451,6 +455,18 @@ mod tests {
                 }
                 other => panic!("{other:?}"),
             }
+        }
+        // No credentials at all: the client hears the fix, not the words for a guess.
+        match run(b"s3cret", "alice", &p, true) {
+            Step::Refuse(r) => assert_eq!(
+                (r.why, r.to_client.as_str(), r.to_log.as_str()),
+                (
+                    "auth",
+                    auth::REQUIRED,
+                    "no credentials (the client sent params)"
+                )
+            ),
+            other => panic!("{other:?}"),
         }
     }
 

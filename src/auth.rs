@@ -8,7 +8,7 @@
 //! both nonces and the Params frame's body exactly as sent, so a recorded exchange replayed
 //! meets a new `nonce_s` and fails, and changed parameters fail too. The server compares in
 //! constant time and answers every failure with the same words, [`FAILED`]; only its log
-//! says which part failed. Secrets never cross the wire.
+//! says which part failed. A client that sent no credentials at all hears [`REQUIRED`]. Secrets never cross the wire.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +21,9 @@ use crate::protocol::{Control, ControlMsg, TestParams};
 
 /// What a client hears on any authentication failure, whatever the cause.
 pub const FAILED: &str = "authentication failed";
+/// What a client that sent no credentials hears: nothing to guess at, so the fix.
+pub const REQUIRED: &str = "this server requires authentication: give --auth USER (its secret \
+                            in PINPERF_SECRET or --auth-secret-file)";
 /// Bytes in each side's nonce.
 pub const NONCE_LEN: usize = 32;
 /// Bytes in the MAC (HMAC-SHA256).

@@ -868,8 +868,15 @@ fn authentication_matrix() {
             explain(out)
         );
     };
-    // Keys on the server, none on the client.
-    failed(&client_with_secret(&port, None, &[]));
+    // Keys on the server, none on the client: the fix, by flag.
+    let none = client_with_secret(&port, None, &[]);
+    assert_eq!(none.status.code(), Some(1), "{}", explain(&none));
+    assert!(
+        String::from_utf8_lossy(&none.stderr)
+            .contains("refused the test: this server requires authentication: give --auth USER"),
+        "{}",
+        explain(&none)
+    );
     assert!(
         server.wait_for(
             "no credentials (the client sent params)",
