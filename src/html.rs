@@ -74,6 +74,14 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     out.push_str("</table>\n");
 }
 
+/// A side's bytes, or `unknown` for a side whose count never came.
+fn known(side: &crate::report::model::SideTotal, bytes: u64) -> String {
+    match side.unknown {
+        true => "unknown".into(),
+        false => bytes.to_string(),
+    }
+}
+
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
@@ -134,9 +142,17 @@ pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Res
                 ],
                 &[vec![
                     format!("{:.3} - {:.3}", s.sum.start, s.sum.end),
-                    format!("{:.3}", s.sum_received.bits_per_second / 1e6),
-                    s.sent_whole_run().to_string(),
-                    s.received_whole_run().to_string(),
+                    // The rows' rate (as the text's total line) when the received
+                    // side is unknown.
+                    format!(
+                        "{:.3}",
+                        match s.sum_received.unknown {
+                            true => s.sum.bits_per_second,
+                            false => s.sum_received.bits_per_second,
+                        } / 1e6
+                    ),
+                    known(&s.sum_sent, s.sent_whole_run()),
+                    known(&s.sum_received, s.received_whole_run()),
                     s.sum.retransmits.map_or("-".into(), |v| v.to_string()),
                     opt(f.totals.jain, 3),
                     opt(f.totals.min_share.map(|v| v * 100.0), 1),

@@ -1078,6 +1078,10 @@ fn udp_against_an_iperf3_server_killed_mid_test_makes_up_no_loss() {
         .clone();
     assert_eq!(end["cut_short"], true, "{end}");
     assert!(end["sum"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
+    // What the server received never came: unknown, not this end's count again (it was
+    // sum_sent's bytes, so nothing looked lost).
+    assert!(end["sum_received"].is_null(), "{end}");
+    assert!(end["sum_sent"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
     for k in ["packets", "lost_packets", "lost_percent", "jitter_ms"] {
         assert!(end["sum"][k].is_null(), "{k}: {end}");
         assert!(end["streams"][0][k].is_null(), "{k}: {end}");
@@ -1101,4 +1105,8 @@ fn udp_against_an_iperf3_server_killed_mid_test_makes_up_no_loss() {
         );
     }
     assert!(end["sum"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
+    assert!(end["sum_received"].is_null(), "{end}");
+    assert!(end["sum_sent"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
+    // And the saved document reads back for the text replay.
+    pinperf(&["report", saved.to_str().unwrap()], LIMIT).assert_ok();
 }

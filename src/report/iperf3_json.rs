@@ -545,9 +545,15 @@ fn side(t: &SideTotal, role: Role) -> Entry {
 fn end_sums(s: &Summary, role: Role) -> [Option<Entry>; 3] {
     let mut sent = side(&s.sum_sent, role);
     let mut received = side(&s.sum_received, role);
+    // A side whose count never came is left out (as iperf3 leaves what it lacks).
+    let known = |side: &SideTotal| !side.unknown;
     if !role.udp {
         sent.retransmits = Some(s.sum_sent.retransmits.unwrap_or(0));
-        return [None, Some(sent), Some(received)];
+        return [
+            None,
+            Some(sent).filter(|_| known(&s.sum_sent)),
+            Some(received).filter(|_| known(&s.sum_received)),
+        ];
     }
     let mut sum = side(&s.sum_sent, role);
     // Without the receiver's figures (see `end_stream`) the datagram counts stay out.
@@ -563,7 +569,11 @@ fn end_sums(s: &Summary, role: Role) -> [Option<Entry>; 3] {
     }
     sent.sender = true;
     received.sender = false;
-    [Some(sum), Some(sent), Some(received)]
+    [
+        Some(sum),
+        Some(sent).filter(|_| known(&s.sum_sent)),
+        Some(received).filter(|_| known(&s.sum_received)),
+    ]
 }
 
 /// The congestion control on the data connections: `(sender, receiver)`.

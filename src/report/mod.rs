@@ -632,6 +632,14 @@ pub(crate) fn run_reporter(
             failed.is_some(),
         );
         s.reverse = d.reverse;
+        // Cut short against an iperf3 peer: the rows are this end's counts, and the
+        // peer's comes only with its results. Its side is unknown, not this end's again.
+        if failed.is_some() && header.remote_software.starts_with("iperf3") {
+            match d.reverse {
+                false => s.sum_received = SideTotal::unknown(),
+                true => s.sum_sent = SideTotal::unknown(),
+            }
+        }
         summaries.push(s);
     }
     // Both ends' CPU and kernel counters cover the whole test: with the first direction's
@@ -1025,6 +1033,7 @@ fn summarize(
         bytes,
         bits_per_second: bps(bytes, end - start),
         retransmits,
+        unknown: false,
     };
     let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
     let stream_stalls: Vec<diagnosis::StallLog> =
@@ -1059,7 +1068,10 @@ fn summarize(
         queued,
     ));
     Summary {
-        sum_sent: side(sent_bytes, sum.retransmits),
+        sum_sent: match totals.sender_silent {
+            true => SideTotal::unknown(),
+            false => side(sent_bytes, sum.retransmits),
+        },
         sum_received: side(sum.bytes, None),
         fairness: TestFairness {
             totals: sum.fairness,
@@ -1593,6 +1605,8 @@ mod tests {
                 true,
             );
             assert!(s.sender_silent);
+            // Unknown, `null` in JSON: not a count of 0.
+            assert!(s.sum_sent.unknown, "{:?}", s.sum_sent);
             assert_eq!(s.sum_received.bytes, 200);
             if udp {
                 let u = s.udp().unwrap();

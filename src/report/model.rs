@@ -300,6 +300,44 @@ pub struct SideTotal {
     pub bytes: u64,
     pub bits_per_second: f64,
     pub retransmits: Option<u64>,
+    /// Not known ([`SideTotal::unknown`]): written as `null`.
+    #[serde(skip)]
+    pub unknown: bool,
+}
+
+impl SideTotal {
+    /// A side whose count never came (a sender silent before its first row; an iperf3
+    /// peer's count, which comes only with the results a test cut short does not get):
+    /// zero here, `null` in JSON, not this end's count made out to be the other's.
+    pub fn unknown() -> SideTotal {
+        SideTotal {
+            start: 0.0,
+            end: 0.0,
+            seconds: 0.0,
+            bytes: 0,
+            bits_per_second: 0.0,
+            retransmits: None,
+            unknown: true,
+        }
+    }
+}
+
+/// `sum_sent`/`sum_received` as JSON: `null` for an unknown side.
+mod side_or_null {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::SideTotal;
+
+    pub fn serialize<S: Serializer>(side: &SideTotal, s: S) -> Result<S::Ok, S::Error> {
+        match side.unknown {
+            true => s.serialize_none(),
+            false => side.serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SideTotal, D::Error> {
+        Ok(Option::<SideTotal>::deserialize(d)?.unwrap_or_else(SideTotal::unknown))
+    }
 }
 
 /// Fairness over the whole test.
@@ -322,7 +360,10 @@ pub struct Summary {
     /// Per-stream totals (receiver bytes, sender bytes, whole-test RTTs).
     pub streams: Vec<StreamRow>,
     pub sum: SumRow,
+    /// `null` when unknown ([`SideTotal::unknown`]).
+    #[serde(with = "side_or_null")]
     pub sum_sent: SideTotal,
+    #[serde(with = "side_or_null")]
     pub sum_received: SideTotal,
     pub fairness: TestFairness,
     /// Plain-words findings, only when the numbers show them.
@@ -614,6 +655,7 @@ pub(crate) mod sample {
             bytes,
             bits_per_second: bytes as f64 * 8.0 / end,
             retransmits,
+            unknown: false,
         };
         let sum = sum(0.0, end);
         Summary {
@@ -657,6 +699,20 @@ pub(crate) mod sample {
 mod tests {
     use super::*;
     use crate::report::sum_row;
+
+    /// A side whose count never came is `null`, and reads back as unknown; a known one
+    /// round-trips as it was.
+    #[test]
+    fn an_unknown_side_is_null_in_json_and_reads_back_unknown() {
+        let mut s = sample::summary();
+        s.sum_received = SideTotal::unknown();
+        let v = serde_json::to_value(&s).unwrap();
+        assert!(v["sum_received"].is_null(), "{v}");
+        assert_eq!(v["sum_sent"]["bytes"], s.sum_sent.bytes);
+        let back: Summary = serde_json::from_value(v).unwrap();
+        assert!(back.sum_received.unknown && back.sum_received.bytes == 0);
+        assert_eq!(back.sum_sent, s.sum_sent);
+    }
 
     /// The sum row carries what text used to add up itself: the streams' congestion windows
     /// (streams without `TCP_INFO` add nothing) and the lowest min RTT, and JSON has them.
