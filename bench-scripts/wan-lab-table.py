@@ -47,7 +47,7 @@ def load(name):
         "block_rtt": ((e["sum"].get("block_rtt") or {}).get("avg_us") or 0) / 1e3,
         "block_rtt_max": ((e["sum"].get("block_rtt") or {}).get("max_us") or 0) / 1e3,
         "srtt": ((e["sum"].get("kernel_rtt") or {}).get("avg_us") or 0) / 1e3,
-        "retr": e["sum_sent"].get("retransmits") or 0,
+        "retr": (e.get("sum_sent") or {}).get("retransmits") or 0,
         "sndbuf": s["local_window"]["sndbuf"],
         "seconds": e["sum_received"]["seconds"],
         "queue_drops": fwd["queue_drops"] if fwd else int(m.group(1)) if m else None,

@@ -15,13 +15,18 @@ use crate::cpu::{CpuTime, SendPath};
 use crate::error::{Error, Result};
 use crate::params::TestParams;
 use crate::pin::PinPlan;
-use crate::stream::{Batch, Copying, Failure, StreamSet, StreamSocks, receiver, sender, single};
+use crate::stream::{
+    Batch, Copying, Drain, Failure, StreamSet, StreamSocks, receiver, sender, single,
+};
 use crate::udp;
 
 /// Data sockets on this end: a direction's, or (before [`Socks::take`]) every direction's
 /// in order.
 pub(crate) enum Socks {
     Tcp(Vec<StreamSocks>),
+    /// TCP connections to an iperf3 peer, which ends a test by closing them, read or not
+    /// ([`Drain::ToEofOrReset`]).
+    TcpIperf3(Vec<StreamSocks>),
     Udp(Vec<UdpSocket>),
     /// UDP sockets whose datagrams carry another header than pinperf's (an iperf3 peer's).
     UdpAs(Vec<UdpSocket>, udp::wire::Format),
@@ -32,6 +37,7 @@ impl Socks {
     pub(crate) fn take(&mut self, n: usize) -> Socks {
         match self {
             Socks::Tcp(v) => Socks::Tcp(v.drain(..n.min(v.len())).collect()),
+            Socks::TcpIperf3(v) => Socks::TcpIperf3(v.drain(..n.min(v.len())).collect()),
             Socks::Udp(v) => Socks::Udp(v.drain(..n.min(v.len())).collect()),
             Socks::UdpAs(v, wire) => Socks::UdpAs(v.drain(..n.min(v.len())).collect(), *wire),
         }
@@ -40,7 +46,7 @@ impl Socks {
     /// The TOS byte the first data socket carries, as the kernel keeps it (`-S`).
     pub(crate) fn tos(&self) -> Option<u8> {
         match self {
-            Socks::Tcp(v) => v.first().and_then(|s| crate::net::tos(&s.data)),
+            Socks::Tcp(v) | Socks::TcpIperf3(v) => v.first().and_then(|s| crate::net::tos(&s.data)),
             Socks::Udp(v) | Socks::UdpAs(v, _) => v.first().and_then(crate::net::tos),
         }
     }
@@ -91,12 +97,13 @@ impl Threads {
         };
         // TCP's sockets, or UDP's with the header their datagrams carry.
         let socks = match socks {
-            Socks::Tcp(s) => Ok(s),
+            Socks::Tcp(s) => Ok((s, Drain::ToEof)),
+            Socks::TcpIperf3(s) => Ok((s, Drain::ToEofOrReset)),
             Socks::Udp(s) => Err((s, udp::wire::Format::Pinperf)),
             Socks::UdpAs(s, wire) => Err((s, wire)),
         };
         Ok(match (socks, sends, engine) {
-            (Ok(socks), true, engine) => {
+            (Ok((socks, drain)), true, engine) => {
                 if let Some(fq) = test.fq_rate_bps {
                     for s in &socks {
                         crate::net::set_fq_rate(&s.data, fq)?;
@@ -105,7 +112,7 @@ impl Threads {
                 let (set, rx, free) = match engine {
                     Engine::Threads => {
                         StreamSet::spawn_paced(socks, plan, block, rate, move |ctx, s| {
-                            sender::run(ctx, s, run_time, copy)
+                            sender::run(ctx, s, run_time, copy, drain)
                         })?
                     }
                     Engine::Single if copy.zerocopy.is_some() => {
@@ -115,13 +122,13 @@ impl Threads {
                     }
                     Engine::Single => {
                         StreamSet::spawn_single(socks, plan, block, move |ctxs, socks| {
-                            single::run(ctxs, socks, run_time)
+                            single::run(ctxs, socks, run_time, drain)
                         })?
                     }
                 };
                 (Threads::Send(set), (rx, free))
             }
-            (Ok(socks), false, _) => {
+            (Ok((socks, _)), false, _) => {
                 let (set, rx, free) = StreamSet::spawn(socks, plan, block, move |ctx, s| {
                     receiver::run(ctx, s, run_time, copy)
                 })?;

@@ -307,9 +307,11 @@ pub struct Limits {
     pub udp: bool,
     /// These are a server's limits: refusals name its options.
     pub server: bool,
-    /// The smallest UDP datagram and TCP block: [`MIN_DATAGRAM`] and [`MIN_BLOCK`] for
-    /// pinperf's headers, [`IPERF3_MIN_DATAGRAM`] and [`IPERF3_MIN_BLOCK`] for iperf3's.
+    /// The smallest UDP datagram: [`MIN_DATAGRAM`] for pinperf's header,
+    /// [`IPERF3_MIN_DATAGRAM`] for iperf3's.
     pub min_datagram: u64,
+    /// The smallest TCP block: [`MIN_BLOCK`] for pinperf's block header (echoes),
+    /// [`IPERF3_MIN_BLOCK`] for an iperf3 peer.
     pub min_block: u64,
 }
 

@@ -75,11 +75,9 @@ pub(crate) fn another(first: Instant, within: Option<Duration>) -> Option<i32> {
     }
 }
 
-/// Records `sig` as the run's stop signal; false when one was recorded before.
-pub(crate) fn record(sig: i32) -> bool {
-    RECEIVED
-        .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
-        .is_ok()
+/// Records `sig` as the run's stop signal, unless one was recorded before.
+pub(crate) fn record(sig: i32) {
+    let _ = RECEIVED.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
 }
 
 /// The stop signal taken so far, if any.

@@ -106,7 +106,7 @@ pub(crate) fn run(
     let (socks, dups, local_window) = match test.udp {
         false => {
             let (socks, dups, window) = tcp_streams(&cfg, peer, &cookie)?;
-            (Socks::Tcp(socks), dups, window)
+            (Socks::TcpIperf3(socks), dups, window)
         }
         true => {
             let allowed = timeouts::streams_arrive(test.threads(), rtt);
@@ -129,13 +129,13 @@ pub(crate) fn run(
         },
         local_window,
         path: match &socks {
-            Socks::Tcp(s) => net::path_info(&s[0].data),
+            Socks::TcpIperf3(s) => net::path_info(&s[0].data),
             _ => net::path_info(&ctl.sock),
         },
         local_pin: local_plan.clone(),
         echo: false,
         congestion: match &socks {
-            Socks::Tcp(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
+            Socks::TcpIperf3(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
             _ => "- (UDP)".into(),
         },
         same_host: peer.ip().is_loopback(),
@@ -227,7 +227,7 @@ pub(crate) fn run(
             let _ = d.shutdown(std::net::Shutdown::Both);
         }
     }
-    let (thread_cpu, send_path, _) = ends.join(cfg.test.zerocopy);
+    let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
     let local_cpu = cpu_mark.map(|m| m.report(thread_cpu, send_path));
     let mut counted = Vec::new();
     for m in mirrors {
@@ -235,13 +235,11 @@ pub(crate) fn run(
             counted.push(mirrored);
         }
     }
-    // A stream that failed before TEST_END failed the test in `drive`. What the streams
-    // meet after it is not a failure: an iperf3 server stops reading at TEST_END and
-    // closes its sockets with data still unread (a slow reader, `-l 1`), which resets a
-    // sender draining to EOF; its count of what it read comes with its results.
-    let outcome = match result {
-        Err(e) => Err(e),
-        Ok((_, t0, acked)) => finish(&mut ctl, &cfg, local_cpu.as_ref(), &counted, t0, acked),
+    let outcome = match (result, stream_error) {
+        (Err(e), _) | (Ok(_), Some(e)) => Err(e),
+        (Ok((_, t0, acked)), None) => {
+            finish(&mut ctl, &cfg, local_cpu.as_ref(), &counted, t0, acked)
+        }
     };
     if let Some(cpu) = local_cpu {
         let _ = remote_tx.send(RemoteEvent::LocalCpu(cpu));

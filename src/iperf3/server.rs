@@ -106,7 +106,7 @@ pub(crate) fn run_test(
             ctl.send_state(super::CREATE_STREAMS)?;
             let wait = timeouts::StreamsArrive::new(test.threads(), rtt);
             let (socks, dups) = tcp_streams(ctl, test, streams, wait)?;
-            (Socks::Tcp(socks), dups)
+            (Socks::TcpIperf3(socks), dups)
         }
         true => {
             let socks = udp_streams(ctl, test, deadline)?;

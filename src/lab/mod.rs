@@ -218,7 +218,13 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
              then pinperf report or pinperf plot FILE.json"
         )));
     }
+    if args.target.peer == crate::choices::Peer::Iperf3 {
+        return Err(Error::Usage(
+            "--peer iperf3: the lab's server is pinperf's own; drop --peer".into(),
+        ));
+    }
     args.target.client = Some(SERVER_ADDR.to_string());
+    args.target.peer = crate::choices::Peer::Pinperf;
     match config::from_args(&args)? {
         config::Mode::Client(mut cfg) => {
             cfg.same_process = true;
@@ -439,10 +445,12 @@ fn run_lab(
 /// What the run could reach over `spec`'s path, and what else held it back (see
 /// [`report::late_warning`]).
 fn ceiling(spec: &PathSpec, test: &crate::params::TestParams) -> report::Ceiling {
-    let asked = test
-        .rate_bps
-        .filter(|&b| b > 0)
-        .map(|b| b.saturating_mul(u64::from(test.streams)));
+    // -b (UDP's default rate without it) or --fq-rate, per stream, whichever is lower.
+    let per_stream = match (test.rate(), test.fq_rate_bps) {
+        (Some(b), Some(fq)) => Some(b.min(fq)),
+        (b, fq) => b.or(fq),
+    };
+    let asked = per_stream.map(|b| b.saturating_mul(u64::from(test.streams)));
     // Slow start takes about log2(BDP in packets) round trips; ten is a test too short to
     // show the path's rate.
     let short = test.run_time() < spec.rtt * 10;
@@ -774,6 +782,41 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// The run's ceiling: the path's rate, or the test's own rate below it (-b, UDP's
+    /// default 1 Mbit/s, --fq-rate), times the streams; and what else slows it.
+    #[test]
+    fn a_runs_ceiling_is_the_lower_of_the_path_and_what_the_test_asked_for() {
+        let spec = PathSpec {
+            rtt: Duration::from_millis(10),
+            rate_bps: 100_000_000,
+            queue_bytes: 1 << 20,
+            loss: 0.0,
+            mtu: 9000,
+            blackout: None,
+        };
+        let mut test = crate::params::TestParams::defaults();
+        test.duration = Duration::from_secs(2);
+        let c = ceiling(&spec, &test);
+        assert_eq!((c.bps, c.by_rate_flag, c.other), (100_000_000, false, None));
+        test.udp = true;
+        assert_eq!(ceiling(&spec, &test).bps, 1_000_000, "UDP's default rate");
+        (test.udp, test.streams, test.rate_bps) = (false, 2, Some(20_000_000));
+        let c = ceiling(&spec, &test);
+        assert_eq!((c.bps, c.by_rate_flag), (40_000_000, true));
+        test.fq_rate_bps = Some(5_000_000);
+        assert_eq!(ceiling(&spec, &test).bps, 10_000_000, "--fq-rate below -b");
+        test.rate_bps = Some(80_000_000);
+        test.fq_rate_bps = None;
+        assert_eq!(ceiling(&spec, &test).bps, 100_000_000, "-b over the path");
+        let lossy = PathSpec { loss: 0.01, ..spec };
+        assert_eq!(ceiling(&lossy, &test).other, Some("--loss"));
+        test.duration = Duration::from_millis(90);
+        assert_eq!(
+            ceiling(&spec, &test).other,
+            Some("-t shorter than ten round trips")
+        );
+    }
+
     #[test]
     fn teardown_reports_only_namespaces_that_existed() {
         let mut list = Teardown {
@@ -904,6 +947,14 @@ mod tests {
         assert!(e.to_string().starts_with("-f is not carried"), "{e}");
         let e = client_config(&lab_args(&["--", "-c", "10.0.0.1"])).unwrap_err();
         assert!(e.to_string().contains("leave -s, -c"), "{e}");
+        // Its server is pinperf's own: no iperf3 hint, and no --peer iperf3.
+        let e = client_config(&lab_args(&["--", "-l", "8"])).unwrap_err();
+        assert!(!e.to_string().contains("iperf3"), "{e}");
+        let e = client_config(&lab_args(&["--", "--peer", "iperf3"])).unwrap_err();
+        assert!(
+            e.to_string().contains("the lab's server is pinperf's own"),
+            "{e}"
+        );
         let e = client_config(&lab_args(&["--", "-p", "6000"])).unwrap_err();
         assert!(
             e.to_string()

@@ -501,7 +501,8 @@ fn intervals(doc: &Document) -> Vec<Interval> {
 }
 
 /// A stream's totals: TCP's sender and receiver sides, or UDP's one entry.
-fn end_stream(r: &StreamRow, role: Role) -> EndStream {
+/// A stream's entry; `s`'s unknown sides ([`SideTotal::unknown`]) are left out of it too.
+fn end_stream(r: &StreamRow, role: Role, s: &Summary) -> EndStream {
     let sent_bps = r.sent.map_or(0.0, |s| s.bits_per_second);
     let mut sender = span(r.start, r.end, r.seconds, r.sent_bytes, sent_bps, role);
     sender.socket = Some(role.socket(r.stream));
@@ -529,8 +530,8 @@ fn end_stream(r: &StreamRow, role: Role) -> EndStream {
     let mut receiver = span(r.start, r.end, r.seconds, r.bytes, r.bits_per_second, role);
     receiver.socket = Some(role.socket(r.stream));
     EndStream {
-        sender: Some(sender),
-        receiver: Some(receiver),
+        sender: Some(sender).filter(|_| !s.sum_sent.unknown),
+        receiver: Some(receiver).filter(|_| !s.sum_received.unknown),
         udp: None,
     }
 }
@@ -555,7 +556,11 @@ fn end_sums(s: &Summary, role: Role) -> [Option<Entry>; 3] {
             Some(received).filter(|_| known(&s.sum_received)),
         ];
     }
-    let mut sum = side(&s.sum_sent, role);
+    // The sender's bytes, or (unknown: a silent sender) the receiver's.
+    let mut sum = match s.sum_sent.unknown {
+        false => side(&s.sum_sent, role),
+        true => side(&s.sum_received, role),
+    };
     // Without the receiver's figures (see `end_stream`) the datagram counts stay out.
     if let Some(udp) = s.sum.udp {
         sum.udp = Some(loss(&udp));
@@ -604,7 +609,7 @@ fn end(doc: &Document) -> End {
         let role = Role::of(header, s.reverse);
         whole
             .streams
-            .extend(s.streams.iter().map(|r| end_stream(r, role)));
+            .extend(s.streams.iter().map(|r| end_stream(r, role, s)));
         let [sum, sent, received] = end_sums(s, role);
         match role.bidir_reverse {
             false => (whole.sum, whole.sum_sent, whole.sum_received) = (sum, sent, received),
@@ -800,6 +805,34 @@ mod tests {
     /// iperf3's types, member by member: integers for counts, sizes and microseconds,
     /// floats for times, rates and percentages (even when whole), booleans for
     /// `omitted`/`sender`, 0/1 integers for `reverse` and `bidir`.
+    /// A side whose count never came (an iperf3 peer's, cut short; a silent sender) is
+    /// left out of the sums and of each stream's entry, not filled with this end's count
+    /// or zeros; UDP's `sum` then carries the receiver's bytes.
+    #[test]
+    fn unknown_sides_are_left_out_not_made_up() {
+        let tcp = rendered(|d| {
+            let end = d.end.as_mut().unwrap();
+            end.cut_short = true;
+            end.sum_received = SideTotal::unknown();
+        });
+        let end = &tcp["end"];
+        assert!(end.get("sum_received").is_none(), "{end}");
+        assert!(end["sum_sent"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
+        assert!(end["streams"][0].get("receiver").is_none(), "{end}");
+        assert!(end["streams"][0]["sender"]["bytes"].is_u64(), "{end}");
+
+        let udp = rendered(|d| {
+            d.start.udp = true;
+            let end = d.end.as_mut().unwrap();
+            end.sender_silent = true;
+            end.sum_sent = SideTotal::unknown();
+        });
+        let end = &udp["end"];
+        assert!(end.get("sum_sent").is_none(), "{end}");
+        assert_eq!(end["sum"]["bytes"], end["sum_received"]["bytes"], "{end}");
+        assert!(end["sum"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
+    }
+
     #[test]
     fn members_have_iperf3_s_json_types() {
         let doc = rendered(|_| {});

@@ -765,6 +765,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             (false, false, None) if self.iperf3_peer && s.omitted.seconds > 0.0 => {
                 "apart by what crossed -O's boundary: the iperf3 server omits on its own clock"
             }
+            // An iperf3 receiver counts what it read by TEST_END; the rest was unread
+            // when it closed (a reader slower than the path, `-l 1`).
+            (false, false, None) if self.iperf3_peer && !s.reverse => {
+                "apart by what the iperf3 server had not read when it took TEST_END"
+            }
             (false, false, None) => "MISMATCH",
         };
         let o = &s.omitted;

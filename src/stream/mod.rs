@@ -543,11 +543,28 @@ fn timed<V>(body: impl FnOnce() -> V) -> (V, crate::cpu::CpuTime) {
     (v, crate::cpu::thread_since(start))
 }
 
+/// How a sender's connection ends after `shutdown(SHUT_WR)` ([`drain_to_eof`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Drain {
+    /// At the receiver's EOF: a pinperf receiver reads every byte, so a reset is a failure.
+    #[default]
+    ToEof,
+    /// At its EOF or its reset: an iperf3 receiver stops reading at `TEST_END` and closes
+    /// with data unread (a slow reader), which resets the connection; its count of what it
+    /// read comes with its results.
+    ToEofOrReset,
+}
+
 /// After `shutdown(SHUT_WR)`: reads until the receiver closes (it does once it has read
 /// our EOF), so closing our end never resets data still in flight. As long as the receiver
 /// keeps acknowledging data this waits (a large buffer on a slow path drains for minutes);
 /// it fails after [`timeouts::STALL`] without an acknowledged byte, or on abort.
-pub(crate) fn drain_to_eof(id: u16, sock: &mut TcpStream, abort: &AtomicBool) -> Result<()> {
+pub(crate) fn drain_to_eof(
+    id: u16,
+    sock: &mut TcpStream,
+    abort: &AtomicBool,
+    drain: Drain,
+) -> Result<()> {
     let acked = |s: &TcpStream| crate::net::tcp_info(s).map_or(0, |i| i.bytes_acked);
     let mut progress = Progress::new(timeouts::STALL, acked(sock), Instant::now());
     let mut sink = [0u8; 4096];
@@ -559,6 +576,12 @@ pub(crate) fn drain_to_eof(id: u16, sock: &mut TcpStream, abort: &AtomicBool) ->
             Ok(0) => return Ok(()),
             Ok(_) => {}
             Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if drain == Drain::ToEofOrReset
+                    && e.kind() == std::io::ErrorKind::ConnectionReset =>
+            {
+                return Ok(());
+            }
             Err(e) => return Err(Error::io(format!("stream-{id}: read end of data"), e)),
         }
         if progress.stalled(acked(sock), Instant::now()) {

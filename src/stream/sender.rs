@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::echo::{self, EchoReader};
 use super::zerocopy::ZcRing;
-use super::{Batcher, BlockClock, Copying, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
+use super::{Batcher, BlockClock, Copying, Drain, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::pace::{self, Pacer};
@@ -42,6 +42,7 @@ pub fn run(
     mut sock: TcpStream,
     run_time: Duration,
     copy: Copying,
+    drain: Drain,
 ) -> Result<SendOutcome> {
     let id = ctx.id;
     let mut reset = crate::net::ResetOnDrop::new(&sock);
@@ -246,7 +247,7 @@ pub fn run(
     let cpu = cpu::thread_since(cpu_start);
     sock.shutdown(Shutdown::Write)
         .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
-    super::drain_to_eof(id, &mut sock, &ctx.abort)?;
+    super::drain_to_eof(id, &mut sock, &ctx.abort, drain)?;
     // Every byte is acknowledged: every zerocopy send has completed, or completes now.
     let (zerocopy_sends, zerocopy_copied) = match ring.as_mut() {
         Some(r) => {
@@ -307,7 +308,8 @@ pub(crate) mod tests {
         let (rctx, r_rep, r_start) = side(0, block, None);
         let receiver =
             std::thread::spawn(move || receiver::run(rctx, rx, run_time, Copying::default()));
-        let sender = std::thread::spawn(move || run(sctx, tx, run_time, Copying::default()));
+        let sender =
+            std::thread::spawn(move || run(sctx, tx, run_time, Copying::default(), Drain::ToEof));
         let t0 = Instant::now();
         r_start.send(t0).unwrap();
         s_start.send(t0).unwrap();
@@ -345,7 +347,7 @@ pub(crate) mod tests {
         sctx.echo = Some(echo_tx);
         rctx.echo = Some(echo_rx);
         let receiver = std::thread::spawn(move || receiver::run(rctx, rx, run_time, copy));
-        let sender = std::thread::spawn(move || run(sctx, tx, run_time, copy));
+        let sender = std::thread::spawn(move || run(sctx, tx, run_time, copy, Drain::ToEof));
         let t0 = Instant::now();
         r_start.send(t0).unwrap();
         s_start.send(t0).unwrap();
@@ -387,7 +389,8 @@ pub(crate) mod tests {
         let run_time = Duration::from_secs(1);
         let (mut sctx, s_rep, s_start) = side(0, 128 << 10, None);
         sctx.echo = Some(echo_tx);
-        let sender = std::thread::spawn(move || run(sctx, tx, run_time, Copying::default()));
+        let sender =
+            std::thread::spawn(move || run(sctx, tx, run_time, Copying::default(), Drain::ToEof));
         let t0 = Instant::now();
         s_start.send(t0).unwrap();
         // The send buffer fills at once; then 30 echoes, 20 ms apart, stamped as sent.

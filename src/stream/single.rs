@@ -62,6 +62,7 @@ pub fn run(
     mut ctxs: Vec<StreamCtx>,
     socks: Vec<TcpStream>,
     duration: Duration,
+    drain: super::Drain,
 ) -> Result<Vec<SendOutcome>> {
     let mut lanes = Vec::with_capacity(socks.len());
     for (ctx, sock) in ctxs.iter_mut().zip(socks) {
@@ -223,16 +224,16 @@ pub fn run(
     if let Some(first) = outcomes.first_mut() {
         first.cpu = thread_cpu;
     }
-    drain_all(first, &mut lanes)?;
+    drain_all(first, &mut lanes, drain)?;
     Ok(outcomes)
 }
 
 /// Reads every socket until the receiver closes it (see [`super::drain_to_eof`]).
-fn drain_all(ctx: &StreamCtx, lanes: &mut [Lane]) -> Result<()> {
+fn drain_all(ctx: &StreamCtx, lanes: &mut [Lane], drain: super::Drain) -> Result<()> {
     for (id, lane) in lanes.iter_mut().enumerate() {
         let _ = lane.sock.set_nonblocking(false);
         let _ = lane.sock.set_read_timeout(Some(super::WAKE));
-        super::drain_to_eof(id as u16, &mut lane.sock, &ctx.abort)?;
+        super::drain_to_eof(id as u16, &mut lane.sock, &ctx.abort, drain)?;
         lane.reset.disarm();
     }
     Ok(())
@@ -275,9 +276,16 @@ mod tests {
         let (ctx, rep, start) = side(0, BLOCK, None);
         let sender = std::thread::spawn(move || {
             if single {
-                super::run(vec![ctx], vec![tx], run_time).map(|_| ())
+                super::run(vec![ctx], vec![tx], run_time, crate::stream::Drain::ToEof).map(|_| ())
             } else {
-                sender::run(ctx, tx, run_time, Copying::default()).map(|_| ())
+                sender::run(
+                    ctx,
+                    tx,
+                    run_time,
+                    Copying::default(),
+                    crate::stream::Drain::ToEof,
+                )
+                .map(|_| ())
             }
         });
         start.send(Instant::now()).unwrap();

@@ -564,7 +564,9 @@ pub fn rows(text: &str) -> Vec<Row> {
 /// The `# bytes:` line's (sent, received).
 pub fn byte_totals(text: &str) -> Option<(u64, u64)> {
     let line = text.lines().find(|l| l.starts_with("# bytes:"))?;
-    let nums: Vec<u64> = line
+    // The counts, not the verdict after them (which may name iperf3).
+    let counts = line.strip_prefix("# bytes:")?.split(':').next()?;
+    let nums: Vec<u64> = counts
         .split(|c: char| !c.is_ascii_digit())
         .filter(|s| !s.is_empty())
         .filter_map(|s| s.parse().ok())
