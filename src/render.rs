@@ -333,25 +333,38 @@ fn compare_title(c: &crate::compare::CompareDoc) -> String {
     )
 }
 
-/// What `pinperf report` writes: `--format`, else `-o`'s extension, else text.
-fn report_format(a: &ReportArgs) -> ReportFormat {
+/// What `pinperf report` writes: `--format`, else `-o`'s extension, else text; a
+/// picture's extension is `pinperf plot`'s, not text in a file named for a picture.
+fn report_format(a: &ReportArgs) -> Result<ReportFormat> {
     let ext = a
         .output
         .as_ref()
         .and_then(|p| p.extension())
         .and_then(|e| e.to_str())
         .map(str::to_lowercase);
-    a.format.unwrap_or(match ext.as_deref() {
+    if let Some(f) = a.format {
+        return Ok(f);
+    }
+    Ok(match ext.as_deref() {
         Some("html" | "htm") => ReportFormat::Html,
         Some("csv") => ReportFormat::Csv,
         Some("json") => ReportFormat::Json,
+        Some(pic @ ("svg" | "png")) => {
+            return Err(Error::Usage(format!(
+                "-o {}: pinperf report writes text, CSV, JSON or HTML; a .{pic} picture is \
+                 `pinperf plot {} -o {}`",
+                a.output.as_deref().unwrap_or(Path::new("")).display(),
+                a.file.display(),
+                a.output.as_deref().unwrap_or(Path::new("")).display(),
+            )));
+        }
         _ => ReportFormat::Text,
     })
 }
 
 /// `pinperf report FILE.json [-o OUT] [--format ...]`.
 pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
-    let format = report_format(a);
+    let format = report_format(a)?;
     let saved = saved::load(&a.file)?;
     let bytes = match (&saved, format) {
         (Saved::Test(t), ReportFormat::Text) => {

@@ -351,6 +351,16 @@ fn report_replays_the_text_the_run_printed() {
     let again = pinperf(&["report", arg(&json)], LIMIT);
     again.assert_ok();
     assert_eq!(again.stdout(), printed);
+    // A picture's name is plot's: no text written into x.svg (it was, exit 0).
+    let svg = dir.join("x.svg");
+    let wrong = pinperf(&["report", arg(&json), "-o", arg(&svg)], LIMIT);
+    assert_eq!(wrong.code(), Some(2), "{}", wrong.explain());
+    assert!(
+        wrong.stderr().contains("a .svg picture is `pinperf plot "),
+        "{}",
+        wrong.explain()
+    );
+    assert!(!svg.exists(), "{}", wrong.explain());
     // CSV of the same document has a row per stream per interval and one total.
     let csv = pinperf(&["report", arg(&json), "--format", "csv"], LIMIT);
     csv.assert_ok();
