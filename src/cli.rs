@@ -172,7 +172,12 @@ pub struct LabArgs {
     #[arg(long, value_name = "SIZE", default_value = "1bdp")]
     pub queue: String,
     /// Random loss per packet, each direction: 0.01% or 0.0001.
-    #[arg(long, value_name = "P", default_value = "0")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        value_name = "P",
+        default_value = "0"
+    )]
     pub loss: String,
     /// MTU of the path.
     #[arg(long, default_value_t = 9000)]

@@ -163,7 +163,11 @@ pub fn parse_loss(text: &str) -> std::result::Result<f64, String> {
         .map_err(|_| format!("'{text}' is not a loss rate (examples: 0.01%, 0.0001)"))?;
     let p = v / scale;
     if !(0.0..=1.0).contains(&p) {
-        return Err(format!("'{text}' is not between 0 and 100 %"));
+        // A bare number is a fraction: 1.5 is 150 %, which a 1.5 % meant as `1.5%` is not.
+        return Err(match (scale == 1.0, v > 1.0 && v <= 100.0) {
+            (true, true) => format!("'{text}' is a fraction above 1 (a percentage is '{t}%')"),
+            _ => format!("'{text}' is not between 0 and 100 % (0.01%, or a fraction 0.0001)"),
+        });
     }
     Ok(p)
 }
@@ -885,6 +889,10 @@ mod tests {
         assert_eq!(parse_loss("1%"), Ok(0.01));
         assert_eq!(parse_loss("0.001"), Ok(0.001));
         assert!(parse_loss("101%").is_err());
+        assert_eq!(
+            parse_loss("1.5"),
+            Err("'1.5' is a fraction above 1 (a percentage is '1.5%')".into())
+        );
         assert!(parse_loss("x").is_err());
     }
 
