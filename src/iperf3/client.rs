@@ -355,7 +355,7 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
              two ends' counts would not reconcile",
         );
     }
-    if t.skip_rx_copy && !t.reverse && !t.bidir {
+    if t.skip_rx_copy && t.direction() == Direction::Forward {
         return no(
             "--skip-rx-copy",
             "the iperf3 server is the receiver and reads as iperf3 does; with -R or --bidir \

@@ -585,7 +585,7 @@ pub(crate) fn run_reporter(
         let line = match until {
             // Against an iperf3 server the rows are this end's counts (its own come only
             // with the results, which a test cut short does not get).
-            Some(until) if header.remote_software.starts_with("iperf3") => format!(
+            Some(until) if header.iperf3_peer() => format!(
                 "{say}; the totals below are this end's counts up to {:.3} s",
                 until as f64 / 1e6
             ),
@@ -634,7 +634,7 @@ pub(crate) fn run_reporter(
         s.reverse = d.reverse;
         // Cut short against an iperf3 peer: the rows are this end's counts, and the
         // peer's comes only with its results. Its side is unknown, not this end's again.
-        if failed.is_some() && header.remote_software.starts_with("iperf3") {
+        if failed.is_some() && header.iperf3_peer() {
             match d.reverse {
                 false => s.sum_received = SideTotal::unknown(),
                 true => s.sum_sent = SideTotal::unknown(),

@@ -104,6 +104,11 @@ impl Header {
         }
     }
 
+    /// The peer is an iperf3 end: its counts come only with its results.
+    pub fn iperf3_peer(&self) -> bool {
+        self.remote_software.starts_with("iperf3")
+    }
+
     /// When the senders planned to stop, seconds from the start: `-O`'s omitted seconds
     /// and `-t`'s measured ones (as `TestParams::run_time`).
     pub fn run_time_s(&self) -> f64 {

@@ -142,7 +142,7 @@ fn tos_words(h: &Header) -> String {
         false => format!("-S {asked:#04x}, read back from the socket"),
     };
     // An iperf3 server is asked for it; whether it sets it is its own affair.
-    let whose = match h.remote_software.starts_with("iperf3") {
+    let whose = match h.iperf3_peer() {
         true => "here, asked of the iperf3 server",
         false => "on both ends",
     };
@@ -477,7 +477,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.streams = h.streams;
         self.echo = h.echo;
         self.bidir = h.direction == Direction::Bidir;
-        self.iperf3_peer = h.remote_software.starts_with("iperf3");
+        self.iperf3_peer = h.iperf3_peer();
         self.udp = h.udp;
         self.direction = h.direction;
         let ((local_window, _), (remote_window, _)) = windows(h);
