@@ -2,7 +2,9 @@
 //! row per interval, then `total` rows per stream and one `total_sum` row at the end; CPU
 //! rows follow (`cpu_process`, `cpu_thread` per thread that ran streams, named in `thread`
 //! and with its `stream` when it ran one, and `cpu_core` per side, `cpu_efficiency`), and
-//! with `--cpu` a `cpu_core` row per core per interval; a test that failed or was
+//! with `--cpu` a `cpu_core` row per core per interval; `--get-server-output` adds a
+//! `server_output` row per line of the server's (the line in `text`) before the totals;
+//! a test that failed or was
 //! interrupted ends with an `error` row (the message in `error`), after the header even
 //! when it failed before it started. Base units only: bytes, bits per
 //! second, microseconds, percent. Empty cells are values not measured or not applicable.
@@ -112,6 +114,7 @@ csv_record! {
         duplicates,
         jitter_ms,
         error,
+        text,
     }
 }
 
@@ -354,6 +357,17 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
         }])?;
         self.out.flush()
     }
+
+    /// `--get-server-output`: a `server_output` row per line of the server's, the line in
+    /// `text`.
+    fn server_output(&mut self, text: &str) -> io::Result<()> {
+        self.write(text.lines().map(|line| Record {
+            kind: "server_output".into(),
+            text: line.into(),
+            ..Record::default()
+        }))?;
+        self.out.flush()
+    }
 }
 /// Splits CSV text into records per RFC 4180 (quoted cells may hold commas, quotes and
 /// line breaks): what a reader of our output does, for tests.
@@ -409,7 +423,7 @@ mod tests {
     #[test]
     fn the_header_is_the_column_list() {
         assert_eq!(COLUMNS, Record::NAMES.join(","));
-        assert_eq!(Record::NAMES.len(), 41);
+        assert_eq!(Record::NAMES.len(), 42);
         assert_eq!(parse(COLUMNS), [Record::NAMES]);
     }
 
@@ -420,6 +434,8 @@ mod tests {
         let mut f = CsvFormatter::new(&mut out);
         f.header(&sample::header()).unwrap();
         f.interval(&sample::interval()).unwrap();
+        f.server_output("Accepted connection from 127.0.0.1\nTest complete, 2 streams")
+            .unwrap();
         f.cut_short(
             &sample::summary(),
             "stream-1: read: Connection reset by peer, here",
@@ -545,6 +561,11 @@ mod tests {
                     ("bytes", ""),
                 ],
             ),
+            (
+                "server_output",
+                "",
+                &[("text", "Test complete, 2 streams"), ("error", "")],
+            ),
         ];
         for (kind, interval, cells) in table {
             let of_kind: Vec<_> = rows.iter().filter(|r| r[0] == *kind).collect();
@@ -578,9 +599,10 @@ mod tests {
         assert_eq!(records.len(), 2, "{records:?}");
         assert_eq!(records[0], Record::NAMES);
         assert_eq!(records[1][0], "error");
+        let error = Record::NAMES.iter().position(|c| *c == "error").unwrap();
         assert_eq!(
-            records[1].last().map(String::as_str),
-            Some("connect to 127.0.0.1:6299: Connection refused")
+            records[1][error],
+            "connect to 127.0.0.1:6299: Connection refused"
         );
     }
 
