@@ -837,8 +837,9 @@ fn run_test(
     // TCP: a data listener for every stream's connections; UDP: a socket per stream.
     let (data, window) = if params.udp {
         // A socket option the host refuses (-S, -w) is a refusal naming the flag, as TCP's.
-        let (socks, ports, window) = crate::udp_link::bind(local.ip(), &params)
-            .map_err(|e| refuse(ctl, slot, e.to_string()))?;
+        let (socks, ports, window) =
+            crate::udp_link::bind(local.ip(), &params, cfg.limits.max_window_bytes)
+                .map_err(|e| refuse(ctl, slot, e.to_string()))?;
         (Data::Udp(socks, ports), window)
     } else {
         let mut data_addr = local;

@@ -27,8 +27,9 @@ const RESEND: Duration = Duration::from_millis(100);
 /// `net.core.rmem_max`, and the header reports what it granted.
 const UDP_RECEIVE_HOLDS: Duration = Duration::from_millis(50);
 
-/// `-w`, or the receive buffer [`UDP_RECEIVE_HOLDS`] asks for.
-pub(crate) fn configure(sock: &UdpSocket, test: &TestParams) -> Result<WindowGrant> {
+/// `-w`, or the receive buffer [`UDP_RECEIVE_HOLDS`] asks for, at most `cap` (a server's
+/// `--max-window`, which binds the buffer it picks as it binds a client's `-w`).
+pub(crate) fn configure(sock: &UdpSocket, test: &TestParams, cap: u64) -> Result<WindowGrant> {
     let gro = !test.no_gsro;
     let mut grant =
         crate::udp::configure_with(sock, test.window_bytes, test.force_window, gro)?.window;
@@ -38,7 +39,8 @@ pub(crate) fn configure(sock: &UdpSocket, test: &TestParams) -> Result<WindowGra
             Some(bps) => (bps as f64 / 8.0 * UDP_RECEIVE_HOLDS.as_secs_f64()) as u64,
             None => u64::MAX,
         }
-        .clamp(256 << 10, 256 << 20);
+        .clamp(256 << 10, 256 << 20)
+        .min(cap);
         let sock = socket2::SockRef::from(sock);
         // Best effort: a host whose rmem_max is lower grants that.
         let _ = sock.set_recv_buffer_size(usize::try_from(want).unwrap_or(usize::MAX));
@@ -58,11 +60,12 @@ fn hello_of(test: &TestParams, cookie: u64, i: usize) -> DataHello {
     }
 }
 
-/// One UDP socket per stream and direction on `ip` (ephemeral ports), each with `-w`;
-/// their ports in order, and the first one's window grant.
+/// One UDP socket per stream and direction on `ip` (ephemeral ports), each with `-w` or a
+/// buffer of at most `cap`; their ports in order, and the first one's window grant.
 pub(crate) fn bind(
     ip: IpAddr,
     test: &TestParams,
+    cap: u64,
 ) -> Result<(Vec<UdpSocket>, Vec<u16>, WindowGrant)> {
     let mut socks = Vec::new();
     let mut ports = Vec::new();
@@ -70,7 +73,7 @@ pub(crate) fn bind(
     for _ in 0..test.threads() {
         let sock =
             UdpSocket::bind(SocketAddr::new(ip, 0)).op(|| format!("bind a UDP socket on {ip}"))?;
-        grant.get_or_insert(configure(&sock, test)?);
+        grant.get_or_insert(configure(&sock, test, cap)?);
         ports.push(sock.local_addr().op(|| "read UDP port".into())?.port());
         socks.push(sock);
     }
@@ -197,7 +200,7 @@ pub(crate) fn connect(
             .op(|| format!("bind a UDP socket on {local}"))?;
         sock.connect(to)
             .op(|| format!("connect a UDP socket to {to}"))?;
-        grant.get_or_insert(configure(&sock, test)?);
+        grant.get_or_insert(configure(&sock, test, crate::params::MAX_WINDOW)?);
         sock.set_nonblocking(true)
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;
         socks.push(sock);

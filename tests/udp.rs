@@ -172,6 +172,37 @@ fn a_server_refuses_udp_and_rates_over_its_limit() {
     run.assert_ok();
 }
 
+/// `--max-window` binds the receive buffer a server picks for UDP without `-w` as it binds
+/// a client's `-w` (helper-42: the server asked for 256k and more whatever its limit).
+#[test]
+fn a_servers_max_window_caps_the_udp_buffer_it_picks() {
+    let server = Server::start(&["--max-window", "64k"]);
+    let port = server.port_arg();
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "-b",
+            "10M",
+            "-t",
+            "0.3",
+            "-J",
+        ],
+        LIMIT,
+    );
+    let v = doc(&run);
+    let got = num(&v["start"]["remote_window"], "rcvbuf");
+    // Linux doubles the request and reports the double.
+    assert!(
+        got > 0 && got <= 2 * (64 << 10),
+        "granted {got}{}",
+        run.explain()
+    );
+}
+
 /// CSV: the datagram columns on stream and sum rows, named as in JSON, empty for TCP.
 #[test]
 fn udp_csv_rows_carry_the_datagram_columns() {

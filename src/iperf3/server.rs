@@ -109,7 +109,7 @@ pub(crate) fn run_test(
             (Socks::TcpIperf3(socks), dups)
         }
         true => {
-            let socks = udp_streams(ctl, test, deadline)?;
+            let socks = udp_streams(ctl, test, cfg.limits.max_window_bytes, deadline)?;
             (Socks::UdpAs(socks, wire), Vec::new())
         }
     };
@@ -358,10 +358,12 @@ fn tcp_streams(
 
 /// The test's UDP streams: the listener on the control port's number is bound before the
 /// client is told to create them (as an iperf3 server's is), then each stream's connect
-/// datagram is answered in turn. `SERVER_ERROR` to the client on failure.
+/// datagram is answered in turn, its buffer at most `cap` (`--max-window`) without `-w`.
+/// `SERVER_ERROR` to the client on failure.
 fn udp_streams(
     ctl: &mut Ctl,
     test: &TestParams,
+    cap: u64,
     deadline: impl Fn() -> Instant,
 ) -> Result<Vec<std::net::UdpSocket>> {
     use std::os::fd::AsRawFd;
@@ -383,7 +385,7 @@ fn udp_streams(
     ctl.send_state(super::CREATE_STREAMS)?;
     let fd = ctl.sock.as_raw_fd();
     listener
-        .accept(test.threads(), ctl.peer.ip(), test, fd, deadline())
+        .accept(test.threads(), ctl.peer.ip(), test, cap, fd, deadline())
         .inspect_err(|e| {
             // An option the host refused (-S: set IP_TOS) has iperf3's own code.
             let code = match super::code_for(&e.to_string()) {

@@ -62,7 +62,11 @@ pub(crate) fn connect(
             .op(|| format!("{name}: bind a UDP socket on {local}"))?;
         sock.connect(server)
             .op(|| format!("{name}: connect a UDP socket to {server}"))?;
-        grant.get_or_insert(crate::udp_link::configure(&sock, test)?);
+        grant.get_or_insert(crate::udp_link::configure(
+            &sock,
+            test,
+            crate::params::MAX_WINDOW,
+        )?);
         sock.send(&CONNECT_MSG.to_ne_bytes())
             .op(|| format!("{name}: send iperf3's UDP connect datagram to {server}"))?;
         await_reply(&sock, server, &name, deadline)?;
@@ -135,13 +139,15 @@ impl Listener {
     }
 
     /// Takes `count` streams from `peer` (datagrams from elsewhere are passed over), each
-    /// answered as iperf3 answers, until `deadline`; `ctl` is watched meanwhile, so a
+    /// answered as iperf3 answers (its buffer at most `cap` without `-w`), until `deadline`;
+    /// `ctl` is watched meanwhile, so a
     /// client that gives up ends the wait at once.
     pub(crate) fn accept(
         mut self,
         count: usize,
         peer: IpAddr,
         test: &TestParams,
+        cap: u64,
         ctl: RawFd,
         deadline: Instant,
     ) -> Result<Vec<UdpSocket>> {
@@ -196,7 +202,7 @@ impl Listener {
                 .op(|| "clear O_NONBLOCK on a UDP socket".into())?;
             sock.connect(from)
                 .op(|| format!("connect a UDP socket to {from}"))?;
-            crate::udp_link::configure(&sock, test)?;
+            crate::udp_link::configure(&sock, test, cap)?;
             // The fresh listener first: the client's next stream may follow the answer at once.
             self.sock = listener(self.local)
                 .op(|| format!("bind a UDP listener on {} again", self.local))?;
@@ -245,8 +251,15 @@ mod tests {
         let t = test.clone();
         let server = std::thread::spawn(move || {
             let deadline = Instant::now() + Duration::from_secs(5);
-            l.accept(3, local.ip(), &t, ctl_b.as_raw_fd(), deadline)
-                .map(|s| (s, ctl_b))
+            l.accept(
+                3,
+                local.ip(),
+                &t,
+                crate::params::MAX_WINDOW,
+                ctl_b.as_raw_fd(),
+                deadline,
+            )
+            .map(|s| (s, ctl_b))
         });
         let (client, _) = connect(local, None, &test, Duration::from_secs(5)).unwrap();
         let (server, _ctl) = server.join().unwrap().unwrap();
