@@ -5,11 +5,13 @@
 //! with `--loopback` one in-process server serves them all.
 
 use std::io::{self, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use crate::choices::Format;
-use crate::choices::{Engine, ZeroCopy};
+use crate::choices::{Engine, Peer, ZeroCopy};
 use crate::cli::CompareArgs;
 use crate::config::{ClientConfig, Target};
 use crate::error::{Error, Result};
@@ -343,11 +345,15 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
     Ok(cfg)
 }
 
-/// Discards a run's own report: compare prints its table instead.
-struct Quiet;
+/// Discards a run's own report (compare prints its table instead), noting only whether
+/// the server turned out to be an iperf3 one: the runs after it need not wait to find out.
+struct Quiet(Arc<AtomicBool>);
 
 impl Formatter for Quiet {
-    fn header(&mut self, _: &Header) -> io::Result<()> {
+    fn header(&mut self, h: &Header) -> io::Result<()> {
+        if h.iperf3_peer() {
+            self.0.store(true, Ordering::Relaxed);
+        }
         Ok(())
     }
     fn interval(&mut self, _: &IntervalReport) -> io::Result<()> {
@@ -605,6 +611,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         out.flush().map_err(io_err)
     };
     let mut ran = 0;
+    let iperf3 = Arc::new(AtomicBool::new(false));
     for (i, ((point, mut cfg), skip)) in matrix.into_iter().zip(configs).zip(skips).enumerate() {
         if let Some(why) = skip {
             let r = CompareRow {
@@ -631,7 +638,11 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         cfg.target.port = port;
         cfg.target.loopback = false;
         cfg.same_process = same_process;
-        let result = crate::client::run_with(cfg, Box::new(Quiet));
+        // `--peer auto` found an iperf3 server once: the rest speak iperf3 at once.
+        if iperf3.load(Ordering::Relaxed) && cfg.peer == Peer::Auto {
+            cfg.peer = Peer::Iperf3;
+        }
+        let result = crate::client::run_with(cfg, Box::new(Quiet(iperf3.clone())));
         ran += 1;
         // The run a signal stopped is not a finished row: the comparison ends before it.
         if let Err(Error::Interrupted { signal, when }) = &result {

@@ -986,37 +986,16 @@ fn server_output_travels_both_ways() {
     );
 }
 
-/// `compare` against an iperf3 server with its defaults: `--pins auto` is the client's
-/// `-A auto` (this end's plan; the server keeps its own), so every row runs (each failed:
-/// "-A LOCAL/REMOTE: not available against an iperf3 server"); `--peer iperf3` is taken
-/// (it was "unexpected argument"), and `none` still runs too.
-#[test]
-fn compare_runs_against_an_iperf3_server_with_its_defaults() {
-    let test = "compare_runs_against_an_iperf3_server_with_its_defaults";
-    if iperf3(test).is_none() {
-        return;
-    }
+/// `compare` of two configurations (`axes`) against an iperf3 server: both rows ran, at a
+/// rate; the run, or None when iperf3 is not installed.
+fn compare_against_iperf3(test: &str, axes: &[&str]) -> Option<util::Run> {
+    iperf3(test)?;
     let serving = Iperf3Server::serving();
     let port = serving.port.to_string();
-    let run = pinperf(
-        &[
-            "compare",
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--peer",
-            "iperf3",
-            "--pins",
-            "auto,none",
-            "-t",
-            "0.5",
-            "--settle",
-            "0.1",
-            "-J",
-        ],
-        LIMIT,
-    );
+    let mut argv = vec!["compare", "-c", "127.0.0.1", "-p", &port];
+    argv.extend_from_slice(axes);
+    argv.extend(["-t", "0.3", "--settle", "0.1", "-J"]);
+    let run = pinperf(&argv, LIMIT);
     run.assert_ok();
     let doc: Value = serde_json::from_str(&run.stdout()).expect("compare -J");
     let rows = doc["rows"].as_array().cloned().unwrap_or_default();
@@ -1027,6 +1006,29 @@ fn compare_runs_against_an_iperf3_server_with_its_defaults() {
             row["bits_per_second"].as_f64().unwrap_or(0.0) > 0.0,
             "{row}"
         );
+    }
+    Some(run)
+}
+
+/// `compare` against an iperf3 server with its defaults: `--pins auto` is the client's
+/// `-A auto` (this end's plan; the server keeps its own), so every row runs (each failed:
+/// "-A LOCAL/REMOTE: not available against an iperf3 server"); `--peer iperf3` is taken
+/// (it was "unexpected argument"), and `none` still runs too.
+#[test]
+fn compare_runs_against_an_iperf3_server_with_its_defaults() {
+    let test = "compare_runs_against_an_iperf3_server_with_its_defaults";
+    compare_against_iperf3(test, &["--peer", "iperf3", "--pins", "auto,none"]);
+}
+
+/// `compare` with `--peer auto` waits out an iperf3 server's silence once: the runs after
+/// the first speak iperf3 at once (helper-42: every configuration waited its second and
+/// said so again).
+#[test]
+fn compare_finds_an_iperf3_server_once() {
+    let test = "compare_finds_an_iperf3_server_once";
+    if let Some(run) = compare_against_iperf3(test, &["--streams", "1,2"]) {
+        let said = run.stderr().matches("as an iperf3 server does").count();
+        assert_eq!(said, 1, "{}", run.explain());
     }
 }
 
