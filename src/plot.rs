@@ -14,6 +14,7 @@ use plotters::prelude::*;
 use crate::compare::{CompareDoc, CompareRow};
 use crate::error::{Error, Result};
 use crate::report::json::Document;
+use crate::report::model::IntervalReport;
 use crate::units::format_size;
 
 type Drawn = std::result::Result<(), Box<dyn StdError>>;
@@ -21,6 +22,9 @@ type Drawn = std::result::Result<(), Box<dyn StdError>>;
 const FONT: &str = "sans-serif";
 /// Up to this many streams every line gets a legend entry with its name.
 const NAMED_STREAMS: usize = 16;
+
+/// One direction's picture is this tall (its three panels and title).
+const PICTURE_HEIGHT: u32 = 940;
 
 /// Distinct colours for a few lines (Tableau 10), evenly spaced hues beyond.
 fn colour(i: usize, n: usize) -> RGBAColor {
@@ -124,36 +128,54 @@ fn rate_unit(max_bps: f64) -> (f64, &'static str) {
     }
 }
 
-/// The test's picture: three panels over the test's time.
+/// The test's picture: three panels over the test's time; `--bidir` draws one such
+/// picture per direction, client to server above (the two directions' rows would share
+/// the time axis and their fairness means nothing across both).
 pub(crate) fn test_svg(doc: &Document, lab_rate_bps: Option<u64>, title: &str) -> Result<String> {
-    // `--bidir`: the client-to-server direction's streams (the other direction's rows
-    // would share the time axis with them and their fairness means nothing across both).
-    let one_way;
-    let (doc, title) = match doc.start.direction {
+    let ways: Vec<(Document, String)> = match doc.start.direction {
         crate::params::Direction::Bidir => {
-            let mut d = doc.clone();
-            d.intervals.retain(|iv| !iv.reverse);
-            one_way = (d, format!("{title} (client to server of --bidir)"));
-            (&one_way.0, one_way.1.as_str())
+            [(false, "client to server"), (true, "server to client")]
+                .into_iter()
+                .map(|(reverse, way)| {
+                    let mut d = doc.clone();
+                    d.intervals.retain(|iv| iv.reverse == reverse);
+                    (d, format!("{title}: {way} (--bidir)"))
+                })
+                .collect()
         }
-        _ => (doc, title),
+        _ => vec![(doc.clone(), title.to_string())],
     };
-    let mut svg = String::new();
-    draw_test(&mut svg, doc, lab_rate_bps, title)
-        .map_err(|e| Error::Test(format!("draw the plot: {e}")))?;
-    Ok(svg)
-}
-
-fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title: &str) -> Drawn {
-    let ivs = &doc.intervals;
-    let n = usize::from(doc.start.streams).max(ivs.first().map_or(0, |iv| iv.streams.len()));
+    let n =
+        usize::from(doc.start.streams).max(doc.intervals.first().map_or(0, |iv| iv.streams.len()));
     let legend_w = match n {
         0..=NAMED_STREAMS => 170,
         _ => 60 * n.div_ceil(22) as u32 + 10,
     };
-    let root = SVGBackend::with_string(svg, (900 + legend_w, 940)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let root = root.titled(title, (FONT, 20))?;
+    let mut svg = String::new();
+    let drawn = (|| -> Drawn {
+        let height = PICTURE_HEIGHT * ways.len() as u32;
+        let root = SVGBackend::with_string(&mut svg, (900 + legend_w, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        for (area, (d, t)) in root.split_evenly((ways.len(), 1)).iter().zip(&ways) {
+            draw_test(area, d, n, lab_rate_bps, t)?;
+        }
+        root.present()?;
+        Ok(())
+    })();
+    drawn.map_err(|e| Error::Test(format!("draw the plot: {e}")))?;
+    Ok(svg)
+}
+
+/// One direction's picture in `area`, `n` streams.
+fn draw_test(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    doc: &Document,
+    n: usize,
+    lab_rate_bps: Option<u64>,
+    title: &str,
+) -> Drawn {
+    let ivs = &doc.intervals;
+    let root = area.titled(title, (FONT, 20))?;
     let (top, rest) = root.split_vertically(440);
     let (mid, bottom) = rest.split_vertically(250);
 
@@ -200,16 +222,30 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         .y_desc(format!("sum, {tunit}"))
         .draw()?;
     let mut entries = Vec::new();
-    let grey = RGBColor(225, 225, 225).to_rgba();
-    let omitted: Vec<_> = ivs.iter().filter(|iv| iv.omitted).collect();
-    if !omitted.is_empty() {
-        chart.draw_series(omitted.iter().map(|iv| {
+    // Rows left out of the totals: -O's, and a cut-short test's past the sender's last report.
+    type Marked = fn(&IntervalReport) -> bool;
+    let bands: [(&str, RGBAColor, Marked); 2] = [
+        ("omitted (-O)", RGBColor(225, 225, 225).to_rgba(), |iv| {
+            iv.omitted
+        }),
+        (
+            "cut short: not in totals",
+            RGBColor(250, 215, 180).to_rgba(),
+            |iv| iv.uncounted && !iv.omitted,
+        ),
+    ];
+    for (label, colour, marked) in bands {
+        let marked: Vec<_> = ivs.iter().filter(|iv| marked(iv)).collect();
+        if marked.is_empty() {
+            continue;
+        }
+        chart.draw_series(marked.iter().map(|iv| {
             Rectangle::new(
                 [(iv.sum.start, 0.0), (iv.sum.end, max_stream / sdiv * 1.1)],
-                grey.filled(),
+                colour.filled(),
             )
         }))?;
-        entries.push(entry("omitted (-O)", grey, Mark::Band));
+        entries.push(entry(label, colour, Mark::Band));
     }
     let mut ids = Vec::new();
     for s in 0..n {
@@ -302,7 +338,6 @@ fn draw_test(svg: &mut String, doc: &Document, lab_rate_bps: Option<u64>, title:
         rtt_panel(&mid, ivs, t_end, markers)?;
     }
     fairness_panel(&bottom, ivs, t_end, markers)?;
-    root.present()?;
     Ok(())
 }
 
@@ -725,4 +760,29 @@ fn to_png(svg: &str) -> std::result::Result<Vec<u8>, String> {
         .ok_or_else(|| "an empty picture".to_string())?;
     resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
     pixmap.encode_png().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::sample;
+
+    /// A cut-short test's rows past the sender's last report are banded and named, as
+    /// `-O`'s are: they are not in the totals (helper-42: nothing marked them).
+    #[test]
+    fn rows_left_out_of_the_totals_are_banded_and_named() {
+        let mut doc = Document::new(None, sample::header());
+        for (index, uncounted) in [(0, false), (1, false), (2, true)] {
+            let mut iv = sample::interval();
+            iv.index = index;
+            iv.uncounted = uncounted;
+            doc.intervals.push(iv);
+        }
+        let label = "cut short: not in totals";
+        let svg = test_svg(&doc, None, "t").unwrap();
+        assert!(svg.contains(label), "{svg}");
+        doc.intervals[2].uncounted = false;
+        let svg = test_svg(&doc, None, "t").unwrap();
+        assert!(!svg.contains(label), "{svg}");
+    }
 }

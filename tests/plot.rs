@@ -58,24 +58,33 @@ fn texts(svg: &str) -> Vec<String> {
         .collect()
 }
 
+/// Runs a test with `args` (and `-t 1 -i 0.25 -J`), saves its document and plots it: the
+/// saved document (at least four intervals per direction) and the SVG's text.
+fn plotted(name: &str, args: &[&str]) -> (pinperf::report::json::Document, String) {
+    let dir = scratch(name);
+    let json = dir.join("r.json");
+    let mut argv = args.to_vec();
+    argv.extend(["-t", "1", "-i", "0.25", "-J"]);
+    let run = pinperf(&argv, LIMIT);
+    run.assert_ok();
+    std::fs::write(&json, run.output.stdout.as_slice()).unwrap();
+    let doc = saved(&json);
+    assert!(
+        doc.intervals.iter().filter(|iv| !iv.reverse).count() >= 4,
+        "{}",
+        run.explain()
+    );
+    let svg = dir.join("r.svg");
+    pinperf(&["plot", arg(&json), "-o", arg(&svg)], LIMIT).assert_ok();
+    (doc, std::fs::read_to_string(&svg).unwrap())
+}
+
 /// Show item 1: a saved 8-stream test plots as eight stream lines over every interval in
 /// the top panel, each its own colour and legend entry, and the sum (black, on its own axis).
 #[test]
 fn a_saved_test_plots_a_line_per_stream_and_the_sum() {
-    let dir = scratch("plot_test");
-    let json = dir.join("r.json");
-    let run = pinperf(
-        &["--loopback", "-P", "8", "-t", "1", "-i", "0.25", "-J"],
-        LIMIT,
-    );
-    run.assert_ok();
-    std::fs::write(&json, run.output.stdout.as_slice()).unwrap();
-    let intervals = saved(&json).intervals.len();
-    assert!(intervals >= 4, "{}", run.explain());
-
-    let svg = dir.join("r.svg");
-    pinperf(&["plot", arg(&json), "-o", arg(&svg)], LIMIT).assert_ok();
-    let svg = std::fs::read_to_string(&svg).unwrap();
+    let (doc, svg) = plotted("plot_test", &["--loopback", "-P", "8"]);
+    let intervals = doc.intervals.len();
     assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
     let labels = texts(&svg);
     for s in 0..8 {
@@ -108,29 +117,8 @@ fn a_saved_test_plots_a_line_per_stream_and_the_sum() {
 /// block RTT): two lines over every interval, each named in the legend.
 #[test]
 fn a_saved_udp_test_plots_loss_and_jitter() {
-    let dir = scratch("plot_udp");
-    let json = dir.join("u.json");
-    let run = pinperf(
-        &[
-            "--loopback",
-            "-u",
-            "-b",
-            "200M",
-            "-t",
-            "1",
-            "-i",
-            "0.25",
-            "-J",
-        ],
-        LIMIT,
-    );
-    run.assert_ok();
-    std::fs::write(&json, run.output.stdout.as_slice()).unwrap();
-    let intervals = saved(&json).intervals.len();
-    assert!(intervals >= 4, "{}", run.explain());
-    let svg = dir.join("u.svg");
-    pinperf(&["plot", arg(&json), "-o", arg(&svg)], LIMIT).assert_ok();
-    let svg = std::fs::read_to_string(&svg).unwrap();
+    let (doc, svg) = plotted("plot_udp", &["--loopback", "-u", "-b", "200M"]);
+    let intervals = doc.intervals.len();
     let labels = texts(&svg);
     for label in [
         "UDP: datagrams lost per interval and jitter (RFC 3550)",
@@ -147,6 +135,30 @@ fn a_saved_udp_test_plots_loss_and_jitter() {
         .filter(|l| l.points.iter().all(|p| p.1 > 470.0 && p.1 < 720.0))
         .count();
     assert_eq!(middle, 2, "loss and jitter lines");
+}
+
+/// `--bidir` plots both directions, each its own picture: client to server above, server
+/// to client below, each with its streams' lines over its own intervals (helper-42: only
+/// the client-to-server half was drawn).
+#[test]
+fn a_bidir_test_plots_both_directions() {
+    let (doc, svg) = plotted("plot_bidir", &["--loopback", "--bidir", "-P", "2"]);
+    let per_way = doc.intervals.iter().filter(|iv| iv.reverse).count();
+    assert_eq!(doc.intervals.len(), 2 * per_way);
+    let labels = texts(&svg);
+    for way in ["client to server (--bidir)", "server to client (--bidir)"] {
+        assert!(labels.iter().any(|l| l.ends_with(way)), "{way}: {labels:?}");
+    }
+    // Each picture is 940 high: two stream lines in the top panel of each.
+    let lines = polylines(&svg);
+    for (top, bottom) in [(0.0, 470.0), (940.0, 1410.0)] {
+        let streams = lines
+            .iter()
+            .filter(|l| l.width == "1" && l.points.len() == per_way)
+            .filter(|l| l.points.iter().all(|p| p.1 > top && p.1 < bottom))
+            .count();
+        assert_eq!(streams, 2, "stream lines between y {top} and {bottom}");
+    }
 }
 
 /// A comparison of 5 block sizes x 2 engines (saved as `compare -J` writes it) plots
