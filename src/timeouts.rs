@@ -12,17 +12,19 @@ pub const HANDSHAKE: Duration = Duration::from_secs(10);
 /// A new control connection's whole handshake, preamble to valid parameters: a real
 /// client needs a few round trips (four with authentication) and microseconds of work.
 /// Two seconds, plus those round trips at the connection's RTT as the kernel measured it
-/// at accept (each counted at most [`ADMISSION_RTT_CAP`], so a peer that delays its ACKs
+/// at accept (each counted at most [`LONGEST_RTT`], so a peer that delays its ACKs
 /// buys little). Until its handshake is complete a connection holds no test slot; past
 /// this it is cut.
 pub const ADMISSION_BASE: Duration = Duration::from_secs(2);
 
-/// The most one round trip adds to [`admission`].
-pub const ADMISSION_RTT_CAP: Duration = Duration::from_secs(4);
+/// The longest round trip the deadlines here leave room for: [`admission`] counts no
+/// round trip as longer, the lab emulates none longer, and a client's default
+/// `--connect-timeout` (5 s) is above it. A geostationary satellite hop is 0.6 s.
+pub const LONGEST_RTT: Duration = Duration::from_secs(4);
 
 /// The deadline of a new connection's handshake (see [`ADMISSION_BASE`]).
 pub fn admission(rtt: Duration) -> Duration {
-    ADMISSION_BASE + rtt.min(ADMISSION_RTT_CAP) * 4
+    ADMISSION_BASE + rtt.min(LONGEST_RTT) * 4
 }
 
 /// Writing one control message: the peer's kernel takes small frames at once unless the

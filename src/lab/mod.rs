@@ -100,10 +100,13 @@ impl PathSpec {
 /// Checks the path options; errors name the flag.
 pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
     let usage = |m: String| Error::Usage(m);
-    if a.rtt < Duration::from_micros(100) || a.rtt > Duration::from_secs(10) {
+    let longest = crate::timeouts::LONGEST_RTT;
+    if a.rtt < Duration::from_micros(100) || a.rtt > longest {
         return Err(usage(format!(
-            "--rtt {}s: use 0.1ms to 10s (an emulated path needs a delay to emulate)",
-            a.rtt.as_secs_f64()
+            "--rtt {}s: use 0.1ms (an emulated path needs a delay to emulate) to {}s (the \
+             longest round trip pinperf's handshake deadlines leave room for)",
+            a.rtt.as_secs_f64(),
+            longest.as_secs()
         )));
     }
     if a.rate < 1_000_000 {
@@ -127,8 +130,19 @@ pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
     spec.queue_bytes =
         parse_queue(&a.queue, spec.bdp()).map_err(|e| usage(format!("--queue: {e}")))?;
     if spec.queue_bytes < u64::from(a.mtu) {
+        // A multiple of the BDP (the default's 1bdp among them) is named with what made it.
+        let of_bdp = if a.queue.to_ascii_lowercase().ends_with("bdp") {
+            format!(
+                " (of a {}-byte BDP at --rate {} and --rtt {}s)",
+                spec.bdp(),
+                crate::units::format_rate(a.rate),
+                a.rtt.as_secs_f64()
+            )
+        } else {
+            String::new()
+        };
         return Err(usage(format!(
-            "--queue {}: {} bytes do not hold one {}-byte packet; use at least {}",
+            "--queue {}: {} bytes{of_bdp} do not hold one {}-byte packet; give --queue {} or more",
             a.queue, spec.queue_bytes, a.mtu, a.mtu
         )));
     }
@@ -980,5 +994,23 @@ mod tests {
         assert!(matches!(e, Error::Usage(_)));
         let e = path_spec(&lab_args(&["--queue", "100"])).unwrap_err();
         assert!(e.to_string().contains("--queue"), "{e}");
+        // Past the longest round trip the handshake's deadlines hold (--rtt 6s timed out
+        // connecting; helper-42), which the client's default --connect-timeout is above.
+        let e = path_spec(&lab_args(&["--rtt", "4.5s"])).unwrap_err();
+        assert!(e.to_string().starts_with("--rtt 4.5s: use 0.1ms"), "{e}");
+        assert!(
+            e.to_string().contains("to 4s (the longest round trip"),
+            "{e}"
+        );
+        assert!(path_spec(&lab_args(&["--rtt", "4s"])).is_ok());
+        let args = crate::cli::Args::try_parse_from(["pinperf", "-c", "h"]).unwrap();
+        assert!(args.target.connect_timeout > crate::timeouts::LONGEST_RTT);
+        // The default 1bdp of a thin, short path: what made it so small, and the fix.
+        let e = path_spec(&lab_args(&["--rate", "1M", "--rtt", "1ms"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--queue 1bdp: 125 bytes (of a 125-byte BDP at --rate 1M and --rtt 0.001s) do not \
+             hold one 9000-byte packet; give --queue 9000 or more"
+        );
     }
 }
