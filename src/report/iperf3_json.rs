@@ -48,8 +48,8 @@
 //!
 //! The interval rows are pinperf's: the receiver's bytes in each interval; the totals in
 //! `end` keep iperf3's sides (`sender` the bytes written, `receiver` the bytes read). Times
-//! are seconds since the test's start with `-O`'s seconds included (iperf3 restarts its
-//! clock after them). Keys newer iperf3 versions added and pinperf has no measurement for
+//! are iperf3's: seconds since the test's start for `-O`'s omitted rows, since their end
+//! for the rest and for `end` (iperf3 restarts its clock after them). Keys newer iperf3 versions added and pinperf has no measurement for
 //! are not written: `reorder`, `test_start.gso`, `test_start.gro`.
 
 use std::io::{self, Write};
@@ -377,6 +377,9 @@ struct Role {
     bidir_reverse: bool,
     /// Its streams' `socket` numbers start here.
     first_socket: u64,
+    /// Where iperf3's clock starts, seconds on pinperf's: `-O`'s end (iperf3 restarts its
+    /// clock after the omitted seconds), 0 for the omitted rows themselves.
+    clock_from: f64,
 }
 
 impl Role {
@@ -392,6 +395,15 @@ impl Role {
             udp: header.udp,
             bidir_reverse: header.direction == Direction::Bidir && reverse,
             first_socket: k as u64 * u64::from(header.streams),
+            clock_from: header.omit_s,
+        }
+    }
+
+    /// The role of `-O`'s omitted rows: on the test's own clock.
+    fn omitted(self) -> Role {
+        Role {
+            clock_from: 0.0,
+            ..self
         }
     }
 
@@ -423,11 +435,12 @@ fn loss(u: &UdpFigures) -> UdpLoss {
     }
 }
 
-/// The span and bytes every entry has.
+/// The span (on iperf3's clock) and bytes every entry has.
 fn span(start: f64, end: f64, seconds: f64, bytes: u64, bits_per_second: f64, role: Role) -> Entry {
+    let clock = |t: f64| float((t - role.clock_from).max(0.0));
     Entry {
-        start: float(start),
-        end: float(end),
+        start: clock(start),
+        end: clock(end),
         seconds: float(seconds),
         bytes,
         bits_per_second: float(bits_per_second),
@@ -481,7 +494,10 @@ fn intervals(doc: &Document) -> Vec<Interval> {
     let header = &doc.start;
     let mut out: Vec<(u32, Interval)> = Vec::new();
     for iv in doc.intervals.iter().filter(|iv| !iv.uncounted) {
-        let role = Role::of(header, iv.reverse);
+        let role = match iv.omitted {
+            true => Role::of(header, iv.reverse).omitted(),
+            false => Role::of(header, iv.reverse),
+        };
         if out.last().is_none_or(|(index, _)| *index != iv.index) {
             out.push((iv.index, Interval::default()));
         }
@@ -1022,6 +1038,32 @@ mod tests {
             d.intervals.push(late);
         });
         assert_eq!(doc["intervals"].as_array().map(Vec::len), Some(1));
+    }
+
+    /// `-O`: iperf3 restarts its clock after the omitted seconds, so the counted rows and
+    /// `end` start at 0; the omitted rows keep the test's clock (helper-42: they started
+    /// at 1.0 under `-O 1`, where iperf3 -J has 0).
+    #[test]
+    fn the_clock_restarts_after_the_omitted_seconds() {
+        let doc = rendered(|d| {
+            d.start.omit_s = 1.0;
+            let counted = &mut d.intervals[0];
+            (counted.sum.start, counted.sum.end) = (1.0, 2.0);
+            let mut omitted = counted.clone();
+            omitted.index -= 1;
+            omitted.omitted = true;
+            (omitted.sum.start, omitted.sum.end) = (0.0, 1.0);
+            d.intervals.insert(0, omitted);
+            let end = d.end.as_mut().unwrap();
+            (end.sum_sent.start, end.sum_sent.end) = (1.0, 2.0);
+        });
+        let span = |p: &str| {
+            let at = |k: &str| doc.pointer(&format!("{p}/{k}")).and_then(Value::as_f64);
+            (at("start"), at("end"))
+        };
+        assert_eq!(span("/intervals/0/sum"), (Some(0.0), Some(1.0)));
+        assert_eq!(span("/intervals/1/sum"), (Some(0.0), Some(1.0)));
+        assert_eq!(span("/end/sum_sent"), (Some(0.0), Some(1.0)));
     }
 
     /// A failure: what was measured, `end` empty and `error`, as iperf3 -J; before the
