@@ -971,6 +971,10 @@ fn run_test(
         }
     }
     if failure.is_some() {
+        // Over for its client (stopped, gone, or broke the protocol): the next client
+        // waits out the streams' end for the slot instead of hearing "busy, about 7 s
+        // left" (helper-44: a client right after a killed -u -b 100M one).
+        slot.finishing();
         ends.abort();
     }
     let (thread_cpu, send_path, stream_error) = ends.join(params.zerocopy);

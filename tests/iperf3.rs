@@ -1032,6 +1032,43 @@ fn compare_finds_an_iperf3_server_once() {
     }
 }
 
+/// An iperf3 client stopped mid-test frees the server for the next client at once: one
+/// that connects the moment it has exited waits out the streams' end for the slot instead
+/// of hearing "busy, about 7 s left" (helper-44: every time after a killed `iperf3 -u`).
+#[test]
+fn a_client_right_after_a_stopped_iperf3_client_is_served() {
+    let test = "a_client_right_after_a_stopped_iperf3_client_is_served";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    for round in 0..2 {
+        // timeout(1) stops it with SIGTERM mid-test and returns once it has exited.
+        let stopped = std::process::Command::new("timeout")
+            .args([
+                "-s",
+                "TERM",
+                "0.6",
+                "iperf3",
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port,
+            ])
+            .args(["-u", "-b", "100M", "-t", "8"])
+            .output()
+            .expect("run iperf3 -c");
+        assert_eq!(
+            stopped.status.code(),
+            Some(124),
+            "round {round}: {stopped:?}"
+        );
+        let next = pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "0.2"], LIMIT);
+        assert_eq!(next.code(), Some(0), "round {round}{}", next.explain());
+    }
+}
+
 /// UDP against an iperf3 server killed mid-test: its datagram counts come only with its
 /// results, so the totals have no loss or jitter figures (they said 0 of 0 lost, jitter 0,
 /// after 15 000 datagrams sent) and the text says the server's count never came.

@@ -817,7 +817,7 @@ fn a_server_stopped_by_sigterm_tells_its_client_and_its_log() {
         // Under way: the data moves (a signal before the start would find no test).
         std::thread::sleep(Duration::from_millis(300));
         let sent = Instant::now();
-        kill_with(server.child.id(), "-TERM");
+        util::kill_with(server.child.id(), "-TERM");
         let status = loop {
             if let Some(status) = server.child.try_wait().expect("wait") {
                 break status;
@@ -849,9 +849,4 @@ fn a_server_stopped_by_sigterm_tells_its_client_and_its_log() {
             "{explain}"
         );
     }
-}
-
-/// `kill SIG pid` (the tests deny unsafe code).
-fn kill_with(pid: u32, sig: &str) {
-    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
 }

@@ -148,6 +148,10 @@ pub(crate) fn run_test(
     let result = watch(ctl, &ends, test, cfg, t0)
         .and_then(|()| finish(ctl, test, &counters, &dups, &cpu, t0, told, finishing));
     if result.is_err() {
+        // The test is over for its client (it terminated, closed, or was told why): the
+        // next client waits out the streams' end for the slot instead of hearing "busy, about
+        // 7 s left" (helper-44: a pinperf client right after a killed iperf3 -u client).
+        finishing();
         ends.abort();
     }
     // The client closes its streams after DISPLAY_RESULTS; shut them here too, so that no

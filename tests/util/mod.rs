@@ -322,6 +322,11 @@ impl Drop for Spawned {
     }
 }
 
+/// `kill SIG pid` (the tests deny unsafe code).
+pub fn kill_with(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
 /// True for a per-stream interval row of the text report (`( 0)      0.000      1.000 …`),
 /// not a `(sum)` row or a `#(…)` total.
 pub fn is_interval_row(line: &str) -> bool {
