@@ -310,6 +310,14 @@ pub fn rtt(stream: &TcpStream) -> Duration {
     })
 }
 
+/// The connection's smallest round trip so far (the path's delay without its queues and
+/// delayed ACKs; the handshake gives the first sample), or zero when unknown.
+pub fn min_rtt(stream: &TcpStream) -> Duration {
+    tcp_info(stream).map_or(Duration::ZERO, |i| {
+        Duration::from_micros(u64::from(i.min_rtt_us))
+    })
+}
+
 pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
     crate::sys::tcp_info(stream.as_fd())
         .ok()

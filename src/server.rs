@@ -906,6 +906,7 @@ fn run_test(
     // it receives) and a reporter streaming their intervals to the client.
     let mut ends = Ends::default();
     let mut reporters = Vec::new();
+    let first_byte = crate::net::min_rtt(&ctl.socket());
     for (k, &reverse) in params.direction().reversed().iter().enumerate() {
         let these = socks.take(n);
         let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
@@ -918,7 +919,12 @@ fn run_test(
             timeouts::udp_settle(rtt),
         )?;
         ends.0.push(threads);
-        let cutter = IntervalCutter::for_test(n, &params);
+        // Receivers here: the client's first byte leaves when it hears Start, sent as
+        // this end's clock starts, and arrives a round trip later.
+        let cutter = match reverse {
+            false => IntervalCutter::for_test(n, &params).arriving_after(first_byte),
+            true => IntervalCutter::for_test(n, &params),
+        };
         let ctl2 = Arc::clone(ctl);
         let udp = params.udp;
         let tell = params.get_server_output;

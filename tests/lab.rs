@@ -991,6 +991,37 @@ fn a_full_disk_fails_the_lab_and_still_tears_it_down() {
     }
 }
 
+/// Over a long round trip the server's rows are on the senders' clock: a 1 s UDP test at
+/// `-b 20M` through a 200 ms path ends at 1 s at the asked rate, and nothing calls the
+/// sender slow (helper-44: a 3 s test over 600 ms ran 3.6 s at 83 % of `-b`, "the sending
+/// host could not keep up").
+#[test]
+fn a_long_round_trip_is_not_a_slow_sender() {
+    let test = "a_long_round_trip_is_not_a_slow_sender";
+    if !can_build_a_lab(test) {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let run = pinperf(
+        &[
+            "lab", "--rtt", "200ms", "--rate", "100M", "--", "-u", "-b", "20M", "-t", "1", "-J",
+        ],
+        Duration::from_secs(20),
+    );
+    run.assert_ok();
+    let why = run.explain();
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("-J is one document: {e}{why}"));
+    let got = &doc["end"]["sum_received"];
+    let (end, mbps) = (
+        got["end"].as_f64().unwrap_or(0.0),
+        got["bits_per_second"].as_f64().unwrap_or(0.0) / 1e6,
+    );
+    assert!(end < 1.05, "the test ended at {end} s{why}");
+    assert!((19.0..=21.0).contains(&mbps), "{mbps} Mbit/s{why}");
+    assert!(!run.stdout().contains("could not keep up"), "{why}");
+}
+
 /// A UDP test's datagrams in the `-J` document: (sent, lost) from `end.sum`.
 fn udp_totals(doc: &serde_json::Value, why: &str) -> (u64, u64) {
     let sum = &doc["end"]["sum"];
