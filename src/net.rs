@@ -242,7 +242,9 @@ pub fn connect(
     }
     let (addr, e) = last.expect("resolve returns at least one address");
     let hint = match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => " (is `pinperf -s` running there, on that port?)",
+        std::io::ErrorKind::ConnectionRefused => {
+            " (is `pinperf -s` or `iperf3 -s` running there, on that port?)"
+        }
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
             " (no answer: host down, unreachable or filtered; see --connect-timeout)"
         }
@@ -550,7 +552,9 @@ mod tests {
         .unwrap_err();
         let text = err.to_string();
         assert!(
-            text.starts_with(&format!("connect to {addr} (is `pinperf -s` running")),
+            text.starts_with(&format!(
+                "connect to {addr} (is `pinperf -s` or `iperf3 -s` running"
+            )),
             "{text}"
         );
     }

@@ -373,7 +373,7 @@ fn no_server_is_a_clear_error_within_seconds() {
     assert!(run.elapsed < Duration::from_secs(5), "{}", run.explain());
     assert!(
         run.stderr().starts_with(&format!(
-            "pinperf: connect to 127.0.0.1:{port} (is `pinperf -s` running there"
+            "pinperf: connect to 127.0.0.1:{port} (is `pinperf -s` or `iperf3 -s` running there"
         )),
         "{}",
         run.explain()
