@@ -415,6 +415,34 @@ impl TestParams {
         self.omit
     }
 
+    /// The test in a server log line's words: `2 TCP stream(s) each way (bidirectional),
+    /// block 128k, window auto, 2 s after -O 1 s`; UDP's datagram and `-b`.
+    pub fn described(&self) -> String {
+        let rate = match (self.udp, self.rate()) {
+            (true, Some(r)) => format!(", -b {} per stream", units::format_rate(r)),
+            (true, None) => ", -b 0: as fast as it can".into(),
+            (false, _) => String::new(),
+        };
+        let omit = match self.omit.is_zero() {
+            true => String::new(),
+            false => format!(" after -O {} s", self.omit.as_secs_f64()),
+        };
+        format!(
+            "{} {} stream(s){}, {} {}, window {}{rate}, {} s{omit}",
+            self.streams,
+            if self.udp { "UDP" } else { "TCP" },
+            match self.direction() {
+                Direction::Forward => "",
+                Direction::Reverse => " (reverse: this server sends)",
+                Direction::Bidir => " each way (bidirectional)",
+            },
+            if self.udp { "datagram" } else { "block" },
+            format_size(self.block_bytes()),
+            self.window_bytes.map_or("auto".into(), format_size),
+            self.duration().as_secs_f64()
+        )
+    }
+
     /// Block-header echoes (block RTT): TCP's, unless `--no-echo`.
     pub fn echo(&self) -> bool {
         !self.transport.no_echo && !self.udp
@@ -587,6 +615,23 @@ mod tests {
         p.window_bytes = Some(4 << 20);
         p.duration = Duration::from_secs(3);
         p
+    }
+
+    /// One description of a test for both servers' logs (pinperf's and the iperf3 one's
+    /// were written twice, and neither said -O; helper-44).
+    #[test]
+    fn a_test_is_described_with_its_omitted_seconds() {
+        let mut p = params();
+        assert_eq!(p.described(), "4 TCP stream(s), block 128k, window 4M, 3 s");
+        p.omit = Duration::from_secs(1);
+        p.udp = true;
+        p.rate_bps = Some(100_000_000);
+        p.len = Some(1472);
+        p.window_bytes = None;
+        assert_eq!(
+            p.described(),
+            "4 UDP stream(s), datagram 1472, window auto, -b 100M per stream, 3 s after -O 1 s"
+        );
     }
 
     const SERVER: Limits = Limits {

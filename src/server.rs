@@ -38,7 +38,6 @@ use crate::report::interval::IntervalCutter;
 use crate::serverlog;
 use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
-use crate::units::format_size;
 use crossbeam_channel::{Receiver, Sender};
 
 /// Server log lines go to stderr (text, or JSON `message` events with `--log-format
@@ -864,19 +863,7 @@ fn run_test(
         ),
         Data::Udp(_, ports) => (0, ports.clone()),
     };
-    let started = format!(
-        "pinperf: test from {peer}: {n} {} stream(s){}, {} {}, window {}, {} s",
-        if params.udp { "UDP" } else { "TCP" },
-        match params.direction() {
-            crate::params::Direction::Forward => "",
-            crate::params::Direction::Reverse => " (reverse: this server sends)",
-            crate::params::Direction::Bidir => " each way (bidirectional)",
-        },
-        if params.udp { "datagram" } else { "block" },
-        format_size(params.block_bytes()),
-        params.window_bytes.map_or("auto".into(), format_size),
-        params.duration().as_secs_f64()
-    );
+    let started = format!("pinperf: test from {peer}: {}", params.described());
     log!(cfg.quiet, "{started}");
     // `--get-server-output`: this server's own lines about the test, for the client.
     let mut told = params.get_server_output.then(|| vec![started]);
@@ -1029,8 +1016,12 @@ fn run_test(
     let secs = (done.elapsed_us as f64 / 1e6).max(params.run_time().as_secs_f64());
     let mut what = Vec::new();
     if params.direction() != crate::params::Direction::Reverse {
+        let omit = match params.omit().is_zero() {
+            true => String::new(),
+            false => format!(", -O's {} s included", params.omit().as_secs_f64()),
+        };
         what.push(format!(
-            "received {received} bytes in {secs:.3} s ({:.3} Mb/s)",
+            "received {received} bytes in {secs:.3} s ({:.3} Mb/s{omit})",
             crate::units::mbps(received, secs)
         ));
     }

@@ -585,24 +585,7 @@ fn finish(
 
 /// The log's line when an iperf3 test starts (and the first of `--get-server-output`'s).
 pub(crate) fn opening_line(peer: std::net::SocketAddr, test: &TestParams) -> String {
-    let rate = match (test.udp, test.rate()) {
-        (true, Some(r)) => format!(", -b {} per stream", crate::units::format_rate(r)),
-        (true, None) => ", -b 0: as fast as it can".into(),
-        (false, _) => String::new(),
-    };
-    format!(
-        "pinperf: iperf3 test from {peer}: {} {} stream(s){}, {} {}{rate}, {} s",
-        test.streams,
-        if test.udp { "UDP" } else { "TCP" },
-        match test.direction() {
-            crate::params::Direction::Forward => "",
-            crate::params::Direction::Reverse => " (reverse: this server sends)",
-            crate::params::Direction::Bidir => " each way (bidirectional)",
-        },
-        if test.udp { "datagram" } else { "block" },
-        crate::units::format_size(test.block_bytes()),
-        test.duration().as_secs_f64()
-    )
+    format!("pinperf: iperf3 test from {peer}: {}", test.described())
 }
 
 /// The log's line when an iperf3 test is done (and the last of `--get-server-output`'s).
