@@ -68,6 +68,8 @@ pub struct IntervalCutter {
     stopped: bool,
     /// Subtracted from every record's time ([`IntervalCutter::arriving_after`]).
     delay_ns: u64,
+    /// A record has been added (the delay is checked against the first).
+    arrived: bool,
 }
 
 impl IntervalCutter {
@@ -97,6 +99,7 @@ impl IntervalCutter {
             totals: vec![0; streams],
             stopped: false,
             delay_ns: 0,
+            arrived: false,
         }
     }
 
@@ -109,8 +112,10 @@ impl IntervalCutter {
     /// (a server's, started as it told the client to send: the data comes a round trip
     /// later): their records are cut on the senders' clock, so a long path's round trip is
     /// not an empty start, a longer test, and a lower rate.
+    /// The delay is at most [`crate::timeouts::LONGEST_RTT`] and never past the first
+    /// record's time.
     pub fn arriving_after(mut self, delay: Duration) -> Self {
-        self.delay_ns = delay.as_nanos() as u64;
+        self.delay_ns = delay.min(crate::timeouts::LONGEST_RTT).as_nanos() as u64;
         self
     }
 
@@ -164,6 +169,12 @@ impl IntervalCutter {
         let s = batch.stream as usize;
         if s >= self.watermarks.len() {
             return;
+        }
+        // A first byte earlier than the delay says it was overestimated (a handshake
+        // that met a queue): the records are never moved before it.
+        if let Some(first) = batch.records.first().filter(|_| !self.arrived) {
+            self.delay_ns = self.delay_ns.min(first.t_ns);
+            self.arrived = true;
         }
         let delay_ns = self.delay_ns;
         let at = |t_ns: u64| t_ns.saturating_sub(delay_ns);
@@ -362,6 +373,25 @@ mod tests {
             .collect();
         assert_eq!(rows, [(0, 1000 * MS, 30), (1000 * MS, 2000 * MS, 120)]);
         assert_eq!(c.last_record_ns(), 1999 * MS);
+        // A delay above the first byte's time (overestimated): moved back to that byte.
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        )
+        .arriving_after(Duration::from_millis(900));
+        c.add(&batch(
+            0,
+            &[(600 * MS, 10), (1650 * MS, 20)],
+            2000 * MS,
+            true,
+        ));
+        let rows: Vec<_> = std::iter::from_fn(|| c.pop_ready())
+            .map(|iv| iv.streams[0].bytes)
+            .collect();
+        assert_eq!(rows, [10, 20]);
+        assert_eq!(c.last_record_ns(), 1050 * MS);
     }
 
     #[test]

@@ -523,7 +523,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 remote_window,
                 match h.udp {
                     true =>
-                        "UDP receive buffers sized to hold 50 ms at -b, up to net.core.rmem_max",
+                        "UDP receive buffers sized to hold 50 ms at -b, up to net.core.rmem_max and a server's --max-window",
                     false => "kernel autotuning, sizes at start",
                 }
             )?,
