@@ -652,13 +652,26 @@ fn iperf3_session(
     use crate::iperf3::{self, server as i3};
     let mut ctl = iperf3::Ctl { sock: stream, peer };
     let mut cookie = [0u8; iperf3::COOKIE_SIZE];
-    let left = deadline.saturating_duration_since(Instant::now());
+    // A poll before the admission deadline, whose cut would say only that it came: a
+    // cookie that stops short is named here.
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .saturating_sub(timeouts::POLL);
     let _ = ctl
         .sock
         .set_read_timeout(Some(left.max(Duration::from_millis(1))));
     if let Err(e) = ctl.sock.read_exact(&mut cookie) {
         if shared.pending.remove(id) {
-            log_refused(cfg, peer, None, "handshake", &format!("iperf3 cookie: {e}"));
+            // Its first bytes looked like a cookie; the rest never came (helper-44: "iperf3
+            // cookie: Resource temporarily unavailable (os error 11)").
+            let why = match crate::stream::is_timeout(&e) {
+                true => format!(
+                    "it sent the start of an iperf3 cookie, then nothing for {:.1} s",
+                    left.as_secs_f64()
+                ),
+                false => format!("iperf3 cookie: {e}"),
+            };
+            log_refused(cfg, peer, None, "handshake", &why);
         }
         return None;
     }

@@ -1190,3 +1190,19 @@ fn the_json_log_has_one_event_per_line() {
     let refused = find("refused");
     assert_eq!(refused["why"], "handshake");
 }
+
+/// A connection that starts like an iperf3 cookie and then says nothing is logged in
+/// words, not as a raw errno (helper-44: "iperf3 cookie: Resource temporarily
+/// unavailable (os error 11)").
+#[test]
+fn a_half_sent_cookie_is_named_in_the_log() {
+    let mut server = Server::start(&[]);
+    let mut conn = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    conn.write_all(b"abcdefg").unwrap();
+    let line = server.wait_for_log("refused client", LIMIT);
+    assert!(
+        line.contains("it sent the start of an iperf3 cookie, then nothing for ")
+            && !line.contains("os error"),
+        "{line}"
+    );
+}
