@@ -72,6 +72,12 @@ pub struct ReportArgs {
     /// Output format (default: from -o's extension, else text).
     #[arg(long, value_enum)]
     pub format: Option<ReportFormat>,
+    /// `--format csv`, as a run takes it.
+    #[arg(long, conflicts_with = "format")]
+    pub csv: bool,
+    /// `-o FILE.html`, as a run takes it.
+    #[arg(long, value_name = "FILE.html", conflicts_with_all = ["output", "format", "csv"])]
+    pub html: Option<PathBuf>,
     #[command(flatten)]
     pub text: TextArgs,
 }

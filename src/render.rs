@@ -342,8 +342,12 @@ fn report_format(a: &ReportArgs) -> Result<ReportFormat> {
         .and_then(|p| p.extension())
         .and_then(|e| e.to_str())
         .map(str::to_lowercase);
-    if let Some(f) = a.format {
-        return Ok(f);
+    // A run's own output flags, taken here too (they were "unexpected argument").
+    match (a.format, a.csv, &a.html) {
+        (Some(f), _, _) => return Ok(f),
+        (_, true, _) => return Ok(ReportFormat::Csv),
+        (_, _, Some(_)) => return Ok(ReportFormat::Html),
+        _ => {}
     }
     Ok(match ext.as_deref() {
         Some("html" | "htm") => ReportFormat::Html,
@@ -443,7 +447,7 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
         }
         (Saved::Failed(e), _) => return Err(Saved::nothing_to("show", &a.file, e)),
     };
-    emit(a.output.as_deref(), &bytes)
+    emit(a.output.as_deref().or(a.html.as_deref()), &bytes)
 }
 
 /// A saved document as pretty JSON, as `-J` wrote it.

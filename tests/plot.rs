@@ -383,6 +383,18 @@ fn report_replays_the_text_the_run_printed() {
         out.lines().filter(|l| l.starts_with("total_sum,")).count(),
         1
     );
+    // A run's own flags are taken (helper-44: "unexpected argument"): --csv is the
+    // same CSV, --html FILE the HTML report.
+    let flag = pinperf(&["report", arg(&json), "--csv"], LIMIT);
+    assert_eq!(flag.stdout(), out, "{}", flag.explain());
+    let html = dir.join("r.html");
+    pinperf(&["report", arg(&json), "--html", arg(&html)], LIMIT).assert_ok();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.starts_with("<!DOCTYPE html>"),
+        "{}",
+        &page[..page.len().min(200)]
+    );
 
     // `| head -1`: quiet, exit 0.
     let mut child = Command::new(util::bin())
