@@ -465,10 +465,11 @@ fn run_lab(
 fn ceiling(spec: &PathSpec, test: &crate::params::TestParams) -> report::Ceiling {
     // -b (UDP's default rate without it) or --fq-rate, per stream, whichever is lower.
     let per_stream = match (test.rate(), test.fq_rate_bps) {
-        (Some(b), Some(fq)) => Some(b.min(fq)),
-        (b, fq) => b.or(fq),
+        (Some(b), Some(fq)) if fq < b => Some((fq, "--fq-rate")),
+        (Some(b), _) => Some((b, "-b")),
+        (None, fq) => fq.map(|fq| (fq, "--fq-rate")),
     };
-    let asked = per_stream.map(|b| b.saturating_mul(u64::from(test.streams)));
+    let asked = per_stream.map(|(b, flag)| (b.saturating_mul(u64::from(test.streams)), flag));
     // Slow start takes about log2(BDP in packets) round trips; ten is a test too short to
     // show the path's rate.
     let short = test.run_time() < spec.rtt * 10;
@@ -479,8 +480,8 @@ fn ceiling(spec: &PathSpec, test: &crate::params::TestParams) -> report::Ceiling
         _ => None,
     };
     let mut c = report::Ceiling::path(spec.rate_bps);
-    if let Some(a) = asked.filter(|&a| a < spec.rate_bps) {
-        (c.bps, c.by_rate_flag) = (a, true);
+    if let Some((a, flag)) = asked.filter(|&(a, _)| a < spec.rate_bps) {
+        (c.bps, c.set_by) = (a, Some(flag));
     }
     c.other = other;
     c
@@ -815,14 +816,19 @@ mod tests {
         let mut test = crate::params::TestParams::defaults();
         test.duration = Duration::from_secs(2);
         let c = ceiling(&spec, &test);
-        assert_eq!((c.bps, c.by_rate_flag, c.other), (100_000_000, false, None));
+        assert_eq!((c.bps, c.set_by, c.other), (100_000_000, None, None));
         test.udp = true;
         assert_eq!(ceiling(&spec, &test).bps, 1_000_000, "UDP's default rate");
         (test.udp, test.streams, test.rate_bps) = (false, 2, Some(20_000_000));
         let c = ceiling(&spec, &test);
-        assert_eq!((c.bps, c.by_rate_flag), (40_000_000, true));
+        assert_eq!((c.bps, c.set_by), (40_000_000, Some("-b")));
         test.fq_rate_bps = Some(5_000_000);
-        assert_eq!(ceiling(&spec, &test).bps, 10_000_000, "--fq-rate below -b");
+        let c = ceiling(&spec, &test);
+        assert_eq!(
+            (c.bps, c.set_by),
+            (10_000_000, Some("--fq-rate")),
+            "below -b"
+        );
         test.rate_bps = Some(80_000_000);
         test.fq_rate_bps = None;
         assert_eq!(ceiling(&spec, &test).bps, 100_000_000, "-b over the path");

@@ -245,8 +245,9 @@ impl Warning {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ceiling {
     pub bps: u64,
-    /// The test asked for less than the path's rate (`-b` times the streams).
-    pub by_rate_flag: bool,
+    /// The flag that asked for less than the path's rate (`-b` or `--fq-rate`, times the
+    /// streams), if one did.
+    pub set_by: Option<&'static str>,
     pub other: Option<&'static str>,
 }
 
@@ -255,7 +256,7 @@ impl Ceiling {
     pub fn path(rate_bps: u64) -> Ceiling {
         Ceiling {
             bps: rate_bps,
-            by_rate_flag: false,
+            set_by: None,
             other: None,
         }
     }
@@ -283,9 +284,9 @@ pub fn late_warning(
         "{late} of {packets} packets were delivered more than {late_ms} ms late (worst {:.1} ms)",
         worst_late_ns as f64 / 1e6
     );
-    let (what, who) = match ceiling.by_rate_flag {
-        true => ("-b's", "-b"),
-        false => ("the path's", "the path"),
+    let (what, who) = match ceiling.set_by {
+        Some(flag) => (format!("{flag}'s"), flag),
+        None => ("the path's".to_string(), "the path"),
     };
     let (message, kind) = match (share >= PATH_PACE_SHARE, ceiling.other) {
         (true, _) => (
@@ -714,7 +715,7 @@ mod tests {
         );
         let by_b = Ceiling {
             bps: 20_000_000,
-            by_rate_flag: true,
+            set_by: Some("-b"),
             other: None,
         };
         let w = late_warning(14, 5_000, 1_500_000, Some(19.6e6), by_b).expect("said");
