@@ -8,7 +8,8 @@
 //! both nonces and the Params frame's body exactly as sent, so a recorded exchange replayed
 //! meets a new `nonce_s` and fails, and changed parameters fail too. The server compares in
 //! constant time and answers every failure with the same words, [`FAILED`]; only its log
-//! says which part failed. A client that sent no credentials at all hears [`REQUIRED`]. Secrets never cross the wire.
+//! says which part failed. A client that sent no credentials at all hears [`REQUIRED`].
+//! Secrets never cross the wire.
 
 use std::collections::HashMap;
 use std::path::Path;

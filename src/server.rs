@@ -921,10 +921,8 @@ fn run_test(
         ends.0.push(threads);
         // Receivers here: the client's first byte leaves when it hears Start, sent as
         // this end's clock starts, and arrives a round trip later.
-        let cutter = match reverse {
-            false => IntervalCutter::for_test(n, &params).arriving_after(first_byte),
-            true => IntervalCutter::for_test(n, &params),
-        };
+        let delay = if reverse { Duration::ZERO } else { first_byte };
+        let cutter = IntervalCutter::for_test(n, &params).arriving_after(delay);
         let ctl2 = Arc::clone(ctl);
         let udp = params.udp;
         let tell = params.get_server_output;

@@ -49,8 +49,9 @@
 //! The interval rows are pinperf's: the receiver's bytes in each interval; the totals in
 //! `end` keep iperf3's sides (`sender` the bytes written, `receiver` the bytes read). Times
 //! are iperf3's: seconds since the test's start for `-O`'s omitted rows, since their end
-//! for the rest and for `end` (iperf3 restarts its clock after them). Keys newer iperf3 versions added and pinperf has no measurement for
-//! are not written: `reorder`, `test_start.gso`, `test_start.gro`.
+//! for the rest and for `end` (iperf3 restarts its clock after them). Keys newer iperf3
+//! versions added and pinperf has no measurement for are not written: `reorder`,
+//! `test_start.gso`, `test_start.gro`.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -494,10 +495,8 @@ fn intervals(doc: &Document) -> Vec<Interval> {
     let header = &doc.start;
     let mut out: Vec<(u32, Interval)> = Vec::new();
     for iv in doc.intervals.iter().filter(|iv| !iv.uncounted) {
-        let role = match iv.omitted {
-            true => Role::of(header, iv.reverse).omitted(),
-            false => Role::of(header, iv.reverse),
-        };
+        let role = Role::of(header, iv.reverse);
+        let role = if iv.omitted { role.omitted() } else { role };
         if out.last().is_none_or(|(index, _)| *index != iv.index) {
             out.push((iv.index, Interval::default()));
         }
@@ -516,8 +515,8 @@ fn intervals(doc: &Document) -> Vec<Interval> {
     out.into_iter().map(|(_, iv)| iv).collect()
 }
 
-/// A stream's totals: TCP's sender and receiver sides, or UDP's one entry.
-/// A stream's entry; `s`'s unknown sides ([`SideTotal::unknown`]) are left out of it too.
+/// A stream's totals: TCP's sender and receiver sides, or UDP's one entry; `s`'s unknown
+/// sides ([`SideTotal::unknown`]) are left out of it too.
 fn end_stream(r: &StreamRow, role: Role, s: &Summary) -> EndStream {
     let sent_bps = r.sent.map_or(0.0, |s| s.bits_per_second);
     let mut sender = span(r.start, r.end, r.seconds, r.sent_bytes, sent_bps, role);
@@ -818,9 +817,6 @@ mod tests {
         v.is_f64()
     }
 
-    /// iperf3's types, member by member: integers for counts, sizes and microseconds,
-    /// floats for times, rates and percentages (even when whole), booleans for
-    /// `omitted`/`sender`, 0/1 integers for `reverse` and `bidir`.
     /// A side whose count never came (an iperf3 peer's, cut short; a silent sender) is
     /// left out of the sums and of each stream's entry, not filled with this end's count
     /// or zeros; UDP's `sum` then carries the receiver's bytes.
@@ -849,6 +845,9 @@ mod tests {
         assert!(end["sum"]["bytes"].as_u64().unwrap_or(0) > 0, "{end}");
     }
 
+    /// iperf3's types, member by member: integers for counts, sizes and microseconds,
+    /// floats for times, rates and percentages (even when whole), booleans for
+    /// `omitted`/`sender`, 0/1 integers for `reverse` and `bidir`.
     #[test]
     fn members_have_iperf3_s_json_types() {
         let doc = rendered(|_| {});
