@@ -14,7 +14,7 @@ use plotters::prelude::*;
 use crate::compare::{CompareDoc, CompareRow};
 use crate::error::{Error, Result};
 use crate::report::json::Document;
-use crate::report::model::IntervalReport;
+use crate::report::model::LeftOut;
 use crate::units::format_size;
 
 type Drawn = std::result::Result<(), Box<dyn StdError>>;
@@ -223,19 +223,20 @@ fn draw_test(
         .draw()?;
     let mut entries = Vec::new();
     // Rows left out of the totals: -O's, and a cut-short test's past the sender's last report.
-    type Marked = fn(&IntervalReport) -> bool;
-    let bands: [(&str, RGBAColor, Marked); 2] = [
-        ("omitted (-O)", RGBColor(225, 225, 225).to_rgba(), |iv| {
-            iv.omitted
-        }),
+    let bands = [
         (
+            LeftOut::Omitted,
+            "omitted (-O)",
+            RGBColor(225, 225, 225).to_rgba(),
+        ),
+        (
+            LeftOut::Uncounted,
             "cut short: not in totals",
             RGBColor(250, 215, 180).to_rgba(),
-            |iv| iv.uncounted && !iv.omitted,
         ),
     ];
-    for (label, colour, marked) in bands {
-        let marked: Vec<_> = ivs.iter().filter(|iv| marked(iv)).collect();
+    for (why, label, colour) in bands {
+        let marked: Vec<_> = ivs.iter().filter(|iv| iv.left_out() == Some(why)).collect();
         if marked.is_empty() {
             continue;
         }

@@ -19,7 +19,8 @@ use std::io::{self, Write};
 
 use super::Formatter;
 use super::model::{
-    Fairness, Header, IntervalReport, RttSummary, StreamRow, SumRow, Summary, ThreadCpu, UdpFigures,
+    Fairness, Header, IntervalReport, LeftOut, RttSummary, StreamRow, SumRow, Summary, ThreadCpu,
+    UdpFigures,
 };
 use crate::cpu::{CoreLoad, CpuReport};
 
@@ -290,10 +291,10 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
         let idx = iv.index.to_string();
         // -O's omitted intervals and a cut-short test's rows past the sender's last report:
         // their own kinds, so sums over `stream` rows stay the totals.
-        let (stream, sum) = match (iv.omitted, iv.uncounted) {
-            (true, _) => ("omitted_stream", "omitted_sum"),
-            (false, true) => ("uncounted_stream", "uncounted_sum"),
-            (false, false) => ("stream", "sum"),
+        let (stream, sum) = match iv.left_out() {
+            Some(LeftOut::Omitted) => ("omitted_stream", "omitted_sum"),
+            Some(LeftOut::Uncounted) => ("uncounted_stream", "uncounted_sum"),
+            None => ("stream", "sum"),
         };
         let with_direction = |mut r: Record| {
             r.direction = direction(iv.reverse);

@@ -296,6 +296,26 @@ pub struct IntervalReport {
     pub reverse: bool,
 }
 
+/// Why a row is shown but left out of the totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftOut {
+    /// Inside `-O`'s omitted seconds.
+    Omitted,
+    /// Past the sender's last report in a test cut short.
+    Uncounted,
+}
+
+impl IntervalReport {
+    /// Whether (and why) the totals leave this row out: `-O`'s seconds first.
+    pub fn left_out(&self) -> Option<LeftOut> {
+        match (self.omitted, self.uncounted) {
+            (true, _) => Some(LeftOut::Omitted),
+            (false, true) => Some(LeftOut::Uncounted),
+            (false, false) => None,
+        }
+    }
+}
+
 /// Bytes and rate of one side, over the whole test.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SideTotal {

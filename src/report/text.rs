@@ -11,8 +11,8 @@ use std::io::{self, Write};
 
 use super::Formatter;
 use super::model::{
-    CpuSummary, Direction, Header, IntervalReport, KernelSummary, RttSummary, StreamRow, Summary,
-    ThreadCpu, UdpFigures,
+    CpuSummary, Direction, Header, IntervalReport, KernelSummary, LeftOut, RttSummary, StreamRow,
+    Summary, ThreadCpu, UdpFigures,
 };
 use crate::choices::{Engine, RateUnit, ZeroCopy};
 use crate::cpu::{CoreLoad, CpuReport, SendPath};
@@ -623,10 +623,10 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     }
 
     fn interval(&mut self, iv: &IntervalReport) -> io::Result<()> {
-        let mark = match (iv.omitted, iv.uncounted) {
-            (true, _) => "  (omitted)",
-            (false, true) => "  (after the sender's last report: not in the totals)",
-            (false, false) => "",
+        let mark = match iv.left_out() {
+            Some(LeftOut::Omitted) => "  (omitted)",
+            Some(LeftOut::Uncounted) => "  (after the sender's last report: not in the totals)",
+            None => "",
         };
         let (bidir, reverse) = (self.bidir, iv.reverse);
         for s in &iv.streams {
