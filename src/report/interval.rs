@@ -350,13 +350,17 @@ mod tests {
     /// could not keep up").
     #[test]
     fn receivers_records_are_cut_on_the_senders_clock() {
-        let mut c = IntervalCutter::new(
-            1,
-            Duration::from_secs(2),
-            Duration::from_secs(1),
-            Duration::ZERO,
-        )
-        .arriving_after(Duration::from_millis(600));
+        // A 2 s test in 1 s intervals, its records `ms` late.
+        let late = |ms| {
+            IntervalCutter::new(
+                1,
+                Duration::from_secs(2),
+                Duration::from_secs(1),
+                Duration::ZERO,
+            )
+            .arriving_after(Duration::from_millis(ms))
+        };
+        let mut c = late(600);
         c.add(&batch(
             0,
             &[
@@ -374,13 +378,7 @@ mod tests {
         assert_eq!(rows, [(0, 1000 * MS, 30), (1000 * MS, 2000 * MS, 120)]);
         assert_eq!(c.last_record_ns(), 1999 * MS);
         // A delay above the first byte's time (overestimated): moved back to that byte.
-        let mut c = IntervalCutter::new(
-            1,
-            Duration::from_secs(2),
-            Duration::from_secs(1),
-            Duration::ZERO,
-        )
-        .arriving_after(Duration::from_millis(900));
+        let mut c = late(900);
         c.add(&batch(
             0,
             &[(600 * MS, 10), (1650 * MS, 20)],
