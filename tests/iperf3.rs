@@ -539,6 +539,28 @@ fn iperf3_refused(server: &mut Server, args: &[&str], says: &str) -> String {
     server.wait_for_log("refused", Duration::from_secs(5))
 }
 
+/// An iperf3 server that cannot set the UDP buffer `-w` asks for closes the control
+/// connection as the stream connects: told at once, with the likely cause (it waited 10 s
+/// for a UDP answer and blamed the path).
+#[test]
+fn an_iperf3_server_that_cannot_grant_the_udp_window_is_named_at_once() {
+    let test = "an_iperf3_server_that_cannot_grant_the_udp_window_is_named_at_once";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if rmem_max >= 1 << 30 {
+        eprintln!("SKIPPED {test}: net.core.rmem_max is {rmem_max}, an iperf3 server grants -w 1G");
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    let run = client_at(server.port, &["-u", "-w", "1G", "-t", "1"]);
+    assert_refused_in_words(&run, &["closed the control connection", "-w"]);
+}
+
 #[test]
 fn a_busy_iperf3_server_refuses_pinperf_with_the_reason() {
     let test = "a_busy_iperf3_server_refuses_pinperf_with_the_reason";

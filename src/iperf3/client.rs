@@ -110,7 +110,8 @@ pub(crate) fn run(
         }
         true => {
             let allowed = timeouts::streams_arrive(test.threads(), rtt);
-            let (socks, window) = super::udp::connect(peer, cfg.target.bind, test, allowed)?;
+            let spoke = &mut || spoke_first(&mut ctl, test.window_bytes.is_some());
+            let (socks, window) = super::udp::connect(peer, cfg.target.bind, test, allowed, spoke)?;
             (Socks::UdpAs(socks, params.wire()), Vec::new(), window)
         }
     };
@@ -504,6 +505,38 @@ fn refusal(ctl: &mut Ctl, got: i8, want: i8) -> Result<()> {
             peer,
             what: format!("expected {}, got {}", state_name(want), state_name(other)),
         }),
+    }
+}
+
+/// While the UDP streams connect: whatever the server sent on the control connection other
+/// than `TEST_START` (which it sends once the last stream is in) is its refusal, error or
+/// close, read and told in words (`window`: `-w` was given, which the commonest cause).
+fn spoke_first(ctl: &mut Ctl, window: bool) -> Result<()> {
+    let fd = std::os::fd::AsFd::as_fd(&ctl.sock);
+    if !crate::sys::wait_readable(fd, Duration::ZERO).unwrap_or(false) {
+        return Ok(());
+    }
+    let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
+    let mut first = [0u8; 1];
+    match ctl.sock.peek(&mut first) {
+        Ok(1) if first[0] as i8 == super::TEST_START => Ok(()),
+        Ok(1) => expect(ctl, super::TEST_START),
+        Ok(_) => {
+            // iperf3 (3.12, Debian 12's) closes without a word when a UDP stream's setup fails.
+            let cause = match window {
+                true => {
+                    "; an iperf3 server does so when it cannot set the buffer -w asks for \
+                         (its net.core.rmem_max is lower): try a smaller -w"
+                }
+                false => "",
+            };
+            Err(Error::Test(format!(
+                "the iperf3 server {} closed the control connection while the UDP streams \
+                 connected (its log says why){cause}",
+                ctl.peer
+            )))
+        }
+        Err(_) => Ok(()),
     }
 }
 

@@ -47,6 +47,7 @@ pub(crate) fn connect(
     bind: Option<IpAddr>,
     test: &TestParams,
     allowed: Duration,
+    server_spoke: &mut dyn FnMut() -> Result<()>,
 ) -> Result<(Vec<UdpSocket>, WindowGrant)> {
     let local = bind.unwrap_or(match server {
         SocketAddr::V4(_) => IpAddr::from([0u8; 4]),
@@ -69,15 +70,23 @@ pub(crate) fn connect(
         )?);
         sock.send(&CONNECT_MSG.to_ne_bytes())
             .op(|| format!("{name}: send iperf3's UDP connect datagram to {server}"))?;
-        await_reply(&sock, server, &name, deadline)?;
+        await_reply(&sock, server, &name, deadline, server_spoke)?;
         socks.push(sock);
     }
     Ok((socks, grant.unwrap_or_default()))
 }
 
 /// Reads until the server's answer (other datagrams, such as a reversed test's first data,
-/// are passed over), a refusal, or the deadline.
-fn await_reply(sock: &UdpSocket, server: SocketAddr, name: &str, deadline: Instant) -> Result<()> {
+/// are passed over), a refusal, or the deadline. Between polls, `server_spoke` fails with
+/// what the server said on the control connection instead (an iperf3 server that cannot
+/// set the buffer `-w` asks for answers there, not on UDP).
+fn await_reply(
+    sock: &UdpSocket,
+    server: SocketAddr,
+    name: &str,
+    deadline: Instant,
+    server_spoke: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
     let mut buf = [0u8; 64];
     loop {
         if let Some(sig) = crate::signals::received() {
@@ -99,7 +108,9 @@ fn await_reply(sock: &UdpSocket, server: SocketAddr, name: &str, deadline: Insta
         match sock.recv(&mut buf) {
             Ok(4) if magic(&buf[..4], &[CONNECT_REPLY, LEGACY_REPLY]).is_some() => return Ok(()),
             Ok(_) => {}
-            Err(e) if crate::stream::is_timeout(&e) || e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if crate::stream::is_timeout(&e) || e.kind() == ErrorKind::Interrupted => {
+                server_spoke()?
+            }
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
                 return Err(Error::Test(format!(
                     "{name}: nothing listens for UDP at {server} (the iperf3 server's \
