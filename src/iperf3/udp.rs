@@ -272,7 +272,8 @@ mod tests {
             )
             .map(|s| (s, ctl_b))
         });
-        let (client, _) = connect(local, None, &test, Duration::from_secs(5)).unwrap();
+        let (client, _) =
+            connect(local, None, &test, Duration::from_secs(5), &mut || Ok(())).unwrap();
         let (server, _ctl) = server.join().unwrap().unwrap();
         assert_eq!((client.len(), server.len()), (3, 3));
         for (c, s) in client.iter().zip(&server) {
