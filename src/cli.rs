@@ -174,9 +174,9 @@ pub struct LabArgs {
     #[arg(long, value_name = "RATE", default_value = "1G", value_parser = units::parse_rate_bps)]
     pub rate: u64,
     /// Drop-tail queue in front of the bottleneck: a multiple of the bandwidth-delay
-    /// product (2bdp, 0.25bdp) or bytes (4M).
-    #[arg(long, value_name = "SIZE", default_value = "1bdp")]
-    pub queue: String,
+    /// product (2bdp, 0.25bdp) or bytes (4M) [default: 1bdp, and at least one --mtu packet].
+    #[arg(long, value_name = "SIZE")]
+    pub queue: Option<String>,
     /// Random loss per packet, each direction: 0.01% or 0.0001.
     #[arg(
         long,

@@ -127,11 +127,17 @@ pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
             udp_only: a.blackout_udp_only,
         }),
     };
+    let Some(queue) = &a.queue else {
+        // The default: one BDP, which a thin, short path (1M at 1 ms: 125 bytes) needs
+        // raised to the one packet any queue must hold.
+        spec.queue_bytes = spec.bdp().max(u64::from(a.mtu));
+        return Ok(spec);
+    };
     spec.queue_bytes =
-        parse_queue(&a.queue, spec.bdp()).map_err(|e| usage(format!("--queue: {e}")))?;
+        parse_queue(queue, spec.bdp()).map_err(|e| usage(format!("--queue: {e}")))?;
     if spec.queue_bytes < u64::from(a.mtu) {
-        // A multiple of the BDP (the default's 1bdp among them) is named with what made it.
-        let of_bdp = if a.queue.to_ascii_lowercase().ends_with("bdp") {
+        // A multiple of the BDP is named with what made it.
+        let of_bdp = if queue.to_ascii_lowercase().ends_with("bdp") {
             format!(
                 " (of a {}-byte BDP at --rate {} and --rtt {}s)",
                 spec.bdp(),
@@ -143,7 +149,7 @@ pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
         };
         return Err(usage(format!(
             "--queue {}: {} bytes{of_bdp} do not hold one {}-byte packet; give --queue {} or more",
-            a.queue, spec.queue_bytes, a.mtu, a.mtu
+            queue, spec.queue_bytes, a.mtu, a.mtu
         )));
     }
     Ok(spec)
@@ -1011,12 +1017,17 @@ mod tests {
         assert!(path_spec(&lab_args(&["--rtt", "4s"])).is_ok());
         let args = crate::cli::Args::try_parse_from(["pinperf", "-c", "h"]).unwrap();
         assert!(args.target.connect_timeout > crate::timeouts::LONGEST_RTT);
-        // The default 1bdp of a thin, short path: what made it so small, and the fix.
-        let e = path_spec(&lab_args(&["--rate", "1M", "--rtt", "1ms"])).unwrap_err();
+        // 1bdp of a thin, short path, asked for: what made it so small, and the fix.
+        let thin = ["--rate", "1M", "--rtt", "1ms"];
+        let e = path_spec(&lab_args(&[&thin[..], &["--queue", "1bdp"]].concat())).unwrap_err();
         assert_eq!(
             e.to_string(),
             "--queue 1bdp: 125 bytes (of a 125-byte BDP at --rate 1M and --rtt 0.001s) do not \
              hold one 9000-byte packet; give --queue 9000 or more"
         );
+        // The default is one BDP, raised to the one packet a queue must hold.
+        assert_eq!(path_spec(&lab_args(&thin)).unwrap().queue_bytes, 9000);
+        let wide = path_spec(&lab_args(&["--rate", "1G", "--rtt", "10ms"])).unwrap();
+        assert_eq!(wide.queue_bytes, wide.bdp());
     }
 }
