@@ -545,9 +545,6 @@ pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Opti
 const DRAIN_MIN_S: f64 = 1.0;
 const DRAIN_SHARE: f64 = 0.1;
 
-/// A test that ended well after `-t`: the senders stopped writing on time, and the rest was
-/// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
-/// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
 /// A UDP receiver whose own socket buffer overflowed (`SO_RXQ_OVFL`): the datagrams
 /// reached its host and were dropped there because its thread did not read them fast
 /// enough, not on the path. The remedy is a larger buffer (`-w`) or a lower rate.
@@ -555,15 +552,19 @@ pub fn udp_receiver_drops(u: &UdpFigures, header: &Header) -> Option<String> {
     if u.rxq_drops == 0 {
         return None;
     }
-    let window = match header.direction {
-        crate::params::Direction::Reverse => header.local_window.rcvbuf,
-        _ => header.remote_window.rcvbuf,
+    // A server's buffer is as large as its --max-window lets a client ask for.
+    let (window, cap) = match header.direction {
+        crate::params::Direction::Reverse => (header.local_window.rcvbuf, ""),
+        _ => (
+            header.remote_window.rcvbuf,
+            ", up to the server's --max-window",
+        ),
     };
     Some(format!(
         "diagnosis: the receiver's own socket buffer overflowed {} time(s) (SO_RXQ_OVFL; \
          with GRO one drop may hold up to 64 datagrams): {} of the {} datagrams lost were \
          dropped on the receiving host, not on the path; its thread did not keep up: a \
-         larger -w (its buffer is {}) or a lower -b",
+         larger -w (its buffer is {}{cap}) or a lower -b",
         u.rxq_drops,
         if u.rxq_drops >= u.lost_packets {
             "all"
@@ -607,6 +608,9 @@ pub fn udp_kernel_drops(k: &KernelSummary) -> Option<String> {
     })
 }
 
+/// A test that ended well after `-t`: the senders stopped writing on time, and the rest was
+/// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
+/// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
 /// `omit_s` and `duration_s` are `-O` and `-t` as given: the planned end is their sum.
 pub fn long_drain(omit_s: f64, duration_s: f64, end_s: f64, queued_bytes: u64) -> Option<String> {
     let late = end_s - omit_s - duration_s;
@@ -1303,5 +1307,34 @@ mod tests {
         assert_eq!(udp_sender_short(39.9e9, &h), None);
         h.rate_bps = None;
         assert_eq!(udp_sender_short(1.0, &h), None);
+    }
+
+    /// A receiver's own buffer overflowed: the buffer named is the receiving end's, and a
+    /// server's is as large as its --max-window lets a client ask for.
+    #[test]
+    fn receiver_drops_name_the_receivers_buffer_and_the_servers_cap() {
+        let u = UdpFigures {
+            packets: 1000,
+            lost_packets: 40,
+            rxq_drops: 40,
+            ..Default::default()
+        };
+        let mut h = header(1 << 20);
+        h.remote_window.rcvbuf = 128 << 10;
+        h.local_window.rcvbuf = 4 << 20;
+        let forward = udp_receiver_drops(&u, &h).unwrap();
+        assert!(forward.contains("all of the 40 datagrams lost"), "{forward}");
+        assert!(
+            forward.contains("its buffer is 128k, up to the server's --max-window"),
+            "{forward}"
+        );
+        h.direction = crate::params::Direction::Reverse;
+        let reverse = udp_receiver_drops(&u, &h).unwrap();
+        assert!(reverse.contains("(its buffer is 4M)"), "{reverse}");
+        assert_eq!(
+            udp_receiver_drops(&UdpFigures::default(), &h),
+            None,
+            "no drops, no line"
+        );
     }
 }
