@@ -633,6 +633,8 @@ fn drive(
         .flat_map(|&r| std::iter::repeat_n(!r, cfg.test.streams as usize))
         .collect();
     let mut acked_at: Option<Instant> = None;
+    // The bytes the server's kernel had acknowledged, and when that count last grew.
+    let mut progress = (0u64, t0);
     loop {
         if let Some(f) = ends.failure() {
             return Err(ran.stream_failed(f));
@@ -686,13 +688,23 @@ fn drive(
         // server's kernel has every byte; then a grace for the server process to read
         // them (timeouts::iperf3_read). Not the FIN's acknowledgement, which waits for
         // the receiver's delayed ACK (up to 40 ms), all of it in the server's time.
-        let data_acked = dups.iter().zip(&sends).filter(|(_, s)| **s).all(|(d, _)| {
-            net::tcp_info(d).is_some_and(|i| {
+        let infos: Vec<_> = dups
+            .iter()
+            .zip(&sends)
+            .filter(|(_, s)| **s)
+            .map(|(d, _)| net::tcp_info(d))
+            .collect();
+        let data_acked = infos.iter().all(|i| {
+            i.as_ref().is_some_and(|i| {
                 let unique = i.bytes_sent.saturating_sub(i.bytes_retrans);
                 (i.state >= 5 && i.state != 10)
                     || (i.state == 4 && i.notsent_bytes == 0 && i.bytes_acked > unique)
             })
         });
+        let acked: u64 = infos.iter().flatten().map(|i| i.bytes_acked).sum();
+        if acked > progress.0 {
+            progress = (acked, Instant::now());
+        }
         if data_acked {
             let at = *acked_at.get_or_insert_with(Instant::now);
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
@@ -700,7 +712,9 @@ fn drive(
                 break;
             }
         }
-        if t0.elapsed() > run_time + timeouts::STALL {
+        // A slow server still reading (iperf3 -l 7 both ways: 11 s) is waited for; one
+        // that acknowledged nothing for the stall limit is not.
+        if progress.1.elapsed() > timeouts::STALL {
             break;
         }
     }
