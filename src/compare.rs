@@ -160,6 +160,20 @@ impl CompareDoc {
         self.configurations.unwrap_or(self.rows.len())
     }
 
+    /// When no configuration measured anything, why: the first one's error (or the
+    /// comparison's, when it stopped before any row).
+    pub(crate) fn nothing_measured(&self) -> Option<String> {
+        if self.rows.iter().any(|r| r.bits_per_second.is_some()) {
+            return None;
+        }
+        let first = self.rows.iter().find_map(|r| r.error.clone());
+        Some(
+            first
+                .or_else(|| self.error.clone())
+                .unwrap_or_else(|| "no configuration ran".into()),
+        )
+    }
+
     /// The text line that ends a comparison that stopped early (an older document does
     /// not say how many were planned).
     fn stopped_line(&self) -> Option<String> {

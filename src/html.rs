@@ -228,7 +228,16 @@ pub(crate) fn compare_page(doc: &CompareDoc, title: &str) -> Result<String> {
         escape(&doc.target)
     );
     body.push_str("<h2>Plots</h2>\n<div class=\"plot\" id=\"plot\">\n");
-    body.push_str(&plot::compare_svg(doc, title)?);
+    match doc.nothing_measured() {
+        Some(why) => {
+            let _ = write!(
+                body,
+                "<p>No configuration ran, nothing to plot: {}</p>",
+                escape(&why)
+            );
+        }
+        None => body.push_str(&plot::compare_svg(doc, title)?),
+    }
     body.push_str("\n</div>\n<h2>Results</h2>\n<pre id=\"text\">");
     body.push_str(&escape(&compare::text_table(doc)));
     body.push_str("</pre>\n");

@@ -313,6 +313,12 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
             plot::test_svg(&t.doc, t.lab_rate_bps, &title)?
         }
         Saved::Compare(c) => {
+            if let Some(why) = c.nothing_measured() {
+                return Err(Error::Usage(format!(
+                    "{}: no configuration of the comparison ran, nothing to plot: {why}",
+                    a.file.display()
+                )));
+            }
             let title = a.title.clone().unwrap_or_else(|| compare_title(&c));
             plot::compare_svg(&c, &title)?
         }

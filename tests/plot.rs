@@ -335,6 +335,51 @@ fn a_test_refused_before_it_started_replays_as_its_live_csv() {
     }
 }
 
+/// A comparison whose every configuration failed: `plot` names why and writes nothing
+/// (it drew empty axes), and the HTML report says so where the plot would be.
+#[test]
+fn a_comparison_where_nothing_ran_is_named_not_plotted_empty() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let args = [
+        "compare",
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--streams",
+        "1,2",
+        "-t",
+        "1",
+        "-J",
+    ];
+    let run = pinperf(&args, LIMIT);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    let dir = scratch("plot_nothing_ran");
+    let saved = dir.join("c.json");
+    std::fs::write(&saved, run.stdout()).unwrap();
+    let svg = dir.join("c.svg");
+    let plot = pinperf(&["plot", arg(&saved), "-o", arg(&svg)], LIMIT);
+    assert_eq!(plot.code(), Some(2), "{}", plot.explain());
+    assert!(
+        plot.stderr()
+            .contains("no configuration of the comparison ran, nothing to plot")
+            && plot.stderr().contains("Connection refused"),
+        "{}",
+        plot.explain()
+    );
+    assert!(!svg.exists(), "an empty picture was written");
+    let html = dir.join("c.html");
+    pinperf(&["report", arg(&saved), "--html", arg(&html)], LIMIT).assert_ok();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("No configuration ran, nothing to plot: connect to 127.0.0.1:"),
+        "{page}"
+    );
+}
+
 /// Show item 3: `pinperf report` of the document saved by a text run prints exactly the
 /// text that run printed (its -T included); a closed stdout is quiet.
 #[test]

@@ -1323,7 +1323,10 @@ mod tests {
         h.remote_window.rcvbuf = 128 << 10;
         h.local_window.rcvbuf = 4 << 20;
         let forward = udp_receiver_drops(&u, &h).unwrap();
-        assert!(forward.contains("all of the 40 datagrams lost"), "{forward}");
+        assert!(
+            forward.contains("all of the 40 datagrams lost"),
+            "{forward}"
+        );
         assert!(
             forward.contains("its buffer is 128k, up to the server's --max-window"),
             "{forward}"
