@@ -211,6 +211,16 @@ impl Capture {
                 .map_err(|e| made.failed(e))?;
             crate::signals::written(&made.path);
         }
+        if let Some(made) = self.plot.take_if(|_| test.doc.intervals.is_empty()) {
+            // No row to draw (a test that failed before its first): no empty axes.
+            let _ = std::fs::remove_file(&made.path);
+            crate::signals::written(&made.path);
+            stderrln!(
+                "pinperf: {} {}: not written: no interval was reported, nothing to plot",
+                made.flag,
+                made.path.display()
+            );
+        }
         if let Some(mut made) = self.plot.take() {
             let bytes = plot::test_svg(&test.doc, None, &title)
                 .and_then(|svg| plot::encode(&made.path, &svg))
@@ -306,6 +316,14 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
     plot::picture_kind(&a.output)?;
     let svg = match saved::load(&a.file)? {
         Saved::Test(t) => {
+            // A test that failed before its first row has only its error to show.
+            if t.doc.intervals.is_empty() {
+                let why = t.doc.error.as_deref().unwrap_or("the document has no rows");
+                return Err(Error::Usage(format!(
+                    "{}: no interval was reported, nothing to plot: {why}",
+                    a.file.display()
+                )));
+            }
             let title = a
                 .title
                 .clone()

@@ -380,6 +380,70 @@ fn a_comparison_where_nothing_ran_is_named_not_plotted_empty() {
     );
 }
 
+/// A test whose server died before the first row: `--plot` writes nothing and says so, and
+/// `plot` of its document names the failure (both drew empty axes and `plot` exited 0).
+#[test]
+fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
+    let mut server = util::Server::start(&[]);
+    let dir = scratch("plot_no_rows");
+    let live = dir.join("live.svg");
+    let port = server.port_arg();
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "3",
+        "-i",
+        "2",
+        "-J",
+        "--plot",
+        arg(&live),
+    ];
+    let mut client = util::Spawned::start(&args);
+    // Killed once data moves (the client has used 0.2 s of CPU, which its handshake does
+    // not), 2 s before the first row.
+    let pid = client.id();
+    let cpu_ticks = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let after = &stat[stat.rfind(')')? + 2..];
+                let f: Vec<&str> = after.split_whitespace().collect();
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            })
+            .unwrap_or(0)
+    };
+    util::wait_until(
+        "the client's streams under way",
+        Duration::from_secs(2),
+        || (cpu_ticks() >= 20).then_some(()),
+        || format!("the client used {} CPU ticks", cpu_ticks()),
+    );
+    server.child.kill().expect("kill the server");
+    let run = client.finish(LIMIT);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("not written: no interval was reported, nothing to plot"),
+        "{}",
+        run.explain()
+    );
+    assert!(!live.exists(), "--plot wrote empty axes");
+    let saved = dir.join("t.json");
+    std::fs::write(&saved, run.stdout()).unwrap();
+    let plot = pinperf(&["plot", arg(&saved), "-o", arg(&dir.join("t.svg"))], LIMIT);
+    assert_eq!(plot.code(), Some(2), "{}", plot.explain());
+    assert!(
+        plot.stderr()
+            .contains("no interval was reported, nothing to plot: ")
+            && plot.stderr().contains("closed the control connection"),
+        "{}",
+        plot.explain()
+    );
+}
+
 /// Show item 3: `pinperf report` of the document saved by a text run prints exactly the
 /// text that run printed (its -T included); a closed stdout is quiet.
 #[test]
