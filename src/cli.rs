@@ -75,8 +75,11 @@ pub struct ReportArgs {
     /// `--format csv`, as a run takes it.
     #[arg(long, conflicts_with = "format")]
     pub csv: bool,
+    /// `--format json`, as a run takes it.
+    #[arg(short = 'J', long, conflicts_with_all = ["format", "csv"])]
+    pub json: bool,
     /// `-o FILE.html`, as a run takes it.
-    #[arg(long, value_name = "FILE.html", conflicts_with_all = ["output", "format", "csv"])]
+    #[arg(long, value_name = "FILE.html", conflicts_with_all = ["output", "format", "csv", "json"])]
     pub html: Option<PathBuf>,
     #[command(flatten)]
     pub text: TextArgs,

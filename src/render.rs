@@ -367,10 +367,11 @@ fn report_format(a: &ReportArgs) -> Result<ReportFormat> {
         .and_then(|e| e.to_str())
         .map(str::to_lowercase);
     // A run's own output flags, taken here too (they were "unexpected argument").
-    match (a.format, a.csv, &a.html) {
-        (Some(f), _, _) => return Ok(f),
-        (_, true, _) => return Ok(ReportFormat::Csv),
-        (_, _, Some(_)) => return Ok(ReportFormat::Html),
+    match (a.format, a.csv, a.json, &a.html) {
+        (Some(f), ..) => return Ok(f),
+        (_, true, ..) => return Ok(ReportFormat::Csv),
+        (_, _, true, _) => return Ok(ReportFormat::Json),
+        (.., Some(_)) => return Ok(ReportFormat::Html),
         _ => {}
     }
     Ok(match ext.as_deref() {

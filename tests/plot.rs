@@ -492,10 +492,16 @@ fn report_replays_the_text_the_run_printed() {
         out.lines().filter(|l| l.starts_with("total_sum,")).count(),
         1
     );
-    // A run's own flags are taken (helper-44: "unexpected argument"): --csv is the
-    // same CSV, --html FILE the HTML report.
+    // A run's own flags are taken (helper-44 and 46: "unexpected argument"): --csv is
+    // the same CSV, -J the same JSON, --html FILE the HTML report.
     let flag = pinperf(&["report", arg(&json), "--csv"], LIMIT);
     assert_eq!(flag.stdout(), out, "{}", flag.explain());
+    let as_json = |flags: &[&str]| {
+        let run = pinperf(&[&["report", arg(&json)], flags].concat(), LIMIT);
+        run.assert_ok();
+        run.stdout()
+    };
+    assert_eq!(as_json(&["-J"]), as_json(&["--format", "json"]));
     let html = dir.join("r.html");
     pinperf(&["report", arg(&json), "--html", arg(&html)], LIMIT).assert_ok();
     let page = std::fs::read_to_string(&html).unwrap();
