@@ -95,7 +95,10 @@ pub fn parse_rate_bps(text: &str) -> Result<u64, String> {
         }
     };
     let bps = value * scale;
-    if !bps.is_finite() || bps < 1.0 || bps > u64::MAX as f64 {
+    if bps < 1.0 {
+        return Err(format!("'{text}' is less than 1 bit/s"));
+    }
+    if !bps.is_finite() || bps > u64::MAX as f64 {
         return Err(format!("'{text}' is out of range"));
     }
     Ok(bps.round() as u64)
@@ -239,7 +242,8 @@ mod tests {
         assert_eq!(parse_rate_bps("2.5g"), Ok(2_500_000_000));
         assert_eq!(parse_rate_bps("1Gbit/s"), Ok(1_000_000_000));
         assert!(parse_rate_bps("fast").is_err());
-        assert!(parse_rate_bps("0").is_err());
+        // lab --rate 0 said "out of range" and not which.
+        assert_eq!(parse_rate_bps("0"), Err("'0' is less than 1 bit/s".into()));
     }
 
     #[test]
