@@ -115,6 +115,13 @@ pub fn path_spec(a: &LabArgs) -> Result<PathSpec> {
     if !(1280..=65535).contains(&a.mtu) {
         return Err(usage(format!("--mtu {}: use 1280 to 65535", a.mtu)));
     }
+    if a.blackout_from.is_some_and(|f| f.is_zero()) {
+        return Err(usage(
+            "--blackout-from 0: the path would be dead before the test's handshake; give the \
+             time into the run it dies (1s, say)"
+                .into(),
+        ));
+    }
     let loss = parse_loss(&a.loss).map_err(|e| usage(format!("--loss: {e}")))?;
     let mut spec = PathSpec {
         rtt: a.rtt,
@@ -1017,6 +1024,12 @@ mod tests {
         assert!(path_spec(&lab_args(&["--rtt", "4s"])).is_ok());
         let args = crate::cli::Args::try_parse_from(["pinperf", "-c", "h"]).unwrap();
         assert!(args.target.connect_timeout > crate::timeouts::LONGEST_RTT);
+        let e = path_spec(&lab_args(&["--blackout-from", "0"])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--blackout-from 0: the path would be dead")
+        );
+        assert!(path_spec(&lab_args(&["--blackout-from", "1ms"])).is_ok());
         // 1bdp of a thin, short path, asked for: what made it so small, and the fix.
         let thin = ["--rate", "1M", "--rtt", "1ms"];
         let e = path_spec(&lab_args(&[&thin[..], &["--queue", "1bdp"]].concat())).unwrap_err();
