@@ -417,25 +417,34 @@ impl Params {
             ));
         }
         let finite = |v: f64, max: f64| v.is_finite() && v >= 0.0 && v <= max;
+        // A number as the log shows it: `1e300`, not its 301 digits.
+        let shown = |v: f64| match v.abs() < 1e15 {
+            true => format!("{v}"),
+            false => format!("{v:e}"),
+        };
         if !finite(self.parallel, 65_535.0) || self.parallel < 1.0 {
             return Err(Unsupported {
                 code: IENUMSTREAMS,
                 reason: match self.parallel >= 1.0 {
-                    true => format!("-P {}: streams must be 1 to 65535", self.parallel),
-                    false => format!("-P {}: streams must be at least 1", self.parallel),
+                    true => format!("-P {}: streams must be 1 to 65535", shown(self.parallel)),
+                    false => format!("-P {}: streams must be at least 1", shown(self.parallel)),
                 },
             });
         }
         if !finite(self.time, 86_400.0 * 365.0) || !finite(self.omit, 86_400.0) {
             return Err(Unsupported {
                 code: IEDURATION,
-                reason: format!("-t {} / -O {}: not a duration", self.time, self.omit),
+                reason: format!(
+                    "-t {} / -O {}: not a duration",
+                    shown(self.time),
+                    shown(self.omit)
+                ),
             });
         }
         let size = |v: Option<f64>, flag: &str, code: i32| match v {
             Some(v) if !finite(v, u32::MAX as f64) => Err(Unsupported {
                 code,
-                reason: format!("{flag} {v}: out of range"),
+                reason: format!("{flag} {}: out of range", shown(v)),
             }),
             Some(v) if v > 0.0 => Ok(Some(v as u64)),
             _ => Ok(None),
@@ -455,7 +464,7 @@ impl Params {
             Some(b) if !finite(b, u64::MAX as f64) => {
                 return Err(Unsupported {
                     code: IETOTALRATE,
-                    reason: format!("-b {b}: out of range"),
+                    reason: format!("-b {}: out of range", shown(b)),
                 });
             }
             // An iperf3 server without a rate sends UDP as fast as it can (its client
@@ -469,7 +478,7 @@ impl Params {
             Some(t) => {
                 return Err(Unsupported {
                     code: IESETTOS,
-                    reason: format!("-S {t}: the TOS byte is 0 to 255"),
+                    reason: format!("-S {}: the TOS byte is 0 to 255", shown(t)),
                 });
             }
             None => None,
@@ -806,7 +815,7 @@ mod tests {
             (
                 r#"{"tcp":true,"time":1e300,"parallel":1}"#,
                 IEDURATION,
-                "-t",
+                "-t 1e300 / -O 0: not a duration",
             ),
             (
                 r#"{"tcp":true,"time":1,"parallel":1,"TOS":256}"#,
