@@ -316,6 +316,21 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
         });
         return;
     }
+    // A sender that -b held to its rate wrote no faster than the path took the data: its
+    // socket buffer empties between pieces, and the wait is elsewhere (the receiver waking
+    // to read and echo, delayed ACKs between paced pieces), which no -w shortens (helper-46:
+    // -b 100M on loopback was told of a standing queue and -w 64k, which changed nothing).
+    if let Some((rate, _)) = paced.filter(|&(rate, _)| per_stream_bps >= 0.95 * rate as f64) {
+        out.push(format!(
+            "{waited}: -b {} paced the sender below what the path takes, so the {:.2} ms \
+             beyond the path's RTT and the header's pacing are not a queue in its socket \
+             buffers and a smaller -w would not shorten them: they are the receiver waking to \
+             read and echo, or acknowledgements delayed between paced pieces.",
+            human_rate(rate as f64),
+            queue_us / 1e3
+        ));
+        return;
+    }
     let queue = per_stream_bps * queue_us / 1e6 / 8.0;
     let sndbuf = e
         .streams
@@ -958,6 +973,27 @@ mod tests {
             ) && !d[0].contains("-l "),
             "{d:?}"
         );
+    }
+
+    /// helper-46: `-b 100M` on loopback (block RTT 1.07 ms, path 6 us, 4 MiB autotuned) was
+    /// told of a 13 KiB standing queue in the socket buffers and `-w 64k`, which changed
+    /// nothing. A sender held to -b leaves no queue in them; one that fell short of -b
+    /// (the path took less) still gets the queue and the advice.
+    #[test]
+    fn a_sender_held_to_its_rate_has_no_standing_queue_to_advise_on() {
+        let mut h = header(4 << 20);
+        h.streams = 1;
+        h.rate_bps = Some(100_000_000);
+        let d = one_stream(&h, row(0, 1000, 6, 1_070.0, 0), 99.99e6);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            d[0].contains("-b 100 Mb/s paced the sender below what the path takes")
+                && d[0].contains("a smaller -w would not shorten them"),
+            "{d:?}"
+        );
+        let d = one_stream(&h, row(0, 1000, 6, 1_070.0, 0), 60e6);
+        assert!(d[0].contains("a standing queue of about"), "{d:?}");
+        assert!(d[1].contains("should keep the rate without the queue"), "{d:?}");
     }
 
     /// Issue 15: `-w 1k` (granted 4608 and 2304 B) at 160 Mb/s with a block RTT of 7.46 ms
