@@ -340,7 +340,9 @@ fn tcp_streams(
         let r = socket2::SockRef::from(&s);
         if let Some(w) = test.window_bytes {
             // After accept(): the window scale was fixed at the SYN from the kernel's
-            // largest buffer, so the request still takes effect (iperf3 does the same).
+            // largest buffer. iperf3 sets it on a listener it re-creates before the streams
+            // connect; this server's one listener also takes other clients, so a request
+            // below one MSS (-w 8k over loopback's 64 KiB) stalls here where iperf3's runs.
             let _ = r.set_recv_buffer_size(w as usize);
             let _ = r.set_send_buffer_size(w as usize);
         }
