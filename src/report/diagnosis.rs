@@ -316,11 +316,21 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
         });
         return;
     }
-    // A sender that -b held to its rate wrote no faster than the path took the data: its
-    // socket buffer empties between pieces, and the wait is elsewhere (the receiver waking
-    // to read and echo, delayed ACKs between paced pieces), which no -w shortens (helper-46:
-    // -b 100M on loopback was told of a standing queue and -w 64k, which changed nothing).
-    if let Some((rate, _)) = paced.filter(|&(rate, _)| per_stream_bps >= 0.95 * rate as f64) {
+    // A sender that -b held below the path's rate: its socket buffer empties between
+    // pieces (nothing unsent beyond a block at the end), and the wait is elsewhere (the
+    // receiver waking to read and echo, delayed ACKs between paced pieces), which no -w
+    // shortens (helper-46: -b 100M on loopback was told of a standing queue and -w 64k,
+    // which changed nothing). Paced at about the bottleneck's rate a queue does stand
+    // (helper-47: lab --rate 100M -b 100M, 1.5 MiB unsent and growing): the rate alone
+    // does not tell the two apart.
+    let emptied = e
+        .streams
+        .iter()
+        .all(|s| s.notsent_bytes.is_none_or(|b| u64::from(b) <= e.header.block_bytes));
+    let held = |&(rate, _): &(u64, f64)| {
+        per_stream_bps >= 0.95 * rate as f64 && emptied && queue_us < PACED_WAIT_US
+    };
+    if let Some((rate, _)) = paced.filter(held) {
         out.push(format!(
             "{waited}: -b {} paced the sender below what the path takes, so the {:.2} ms \
              beyond the path's RTT and the header's pacing are not a queue in its socket \
@@ -397,6 +407,10 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
         )),
     }
 }
+
+/// The longest wait a paced sender's blocks are put down to the receiver's wake-up and
+/// delayed ACKs (Linux delays an ACK up to 40 ms) rather than a queue.
+const PACED_WAIT_US: f64 = 40_000.0;
 
 /// Retransmitted segments at least this share of the segments sent…
 const RETRANSMIT_SHARE: f64 = 0.01;
@@ -994,6 +1008,15 @@ mod tests {
         let d = one_stream(&h, row(0, 1000, 6, 1_070.0, 0), 60e6);
         assert!(d[0].contains("a standing queue of about"), "{d:?}");
         assert!(d[1].contains("should keep the rate without the queue"), "{d:?}");
+        // At about the bottleneck's rate a queue stands: 1.5 MiB unsent at the end, or a
+        // wait past any delayed ACK (helper-47's lab run: 75 to 122 ms on a 10 ms path).
+        let mut queued = row(0, 1000, 10_000, 90_000.0, 0);
+        queued.notsent_bytes = Some(1_560_000);
+        let d = one_stream(&h, queued.clone(), 95.4e6);
+        assert!(d[0].contains("a standing queue of about"), "{d:?}");
+        queued.notsent_bytes = None;
+        let d = one_stream(&h, queued, 95.4e6);
+        assert!(d[0].contains("a standing queue of about"), "{d:?}");
     }
 
     /// Issue 15: `-w 1k` (granted 4608 and 2304 B) at 160 Mb/s with a block RTT of 7.46 ms
