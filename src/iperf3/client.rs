@@ -633,8 +633,9 @@ fn drive(
         .flat_map(|&r| std::iter::repeat_n(!r, cfg.test.streams as usize))
         .collect();
     let mut acked_at: Option<Instant> = None;
-    // The bytes the server's kernel had acknowledged, and when that count last grew.
-    let mut progress = (0u64, t0);
+    // The bytes the server's kernel had acknowledged, and when that count last grew (the
+    // run time's end at the earliest).
+    let mut progress = (0u64, t0 + run_time);
     loop {
         if let Some(f) = ends.failure() {
             return Err(ran.stream_failed(f));

@@ -145,7 +145,7 @@ pub(crate) fn run_test(
 
     // `--get-server-output`: this server's lines about the test, for the client.
     let told = test.get_server_output.then(|| vec![opening.to_string()]);
-    let result = watch(ctl, &ends, test, cfg, t0)
+    let result = watch(ctl, &ends, &dups, test, cfg, t0)
         .and_then(|()| finish(ctl, test, &counters, &dups, &cpu, t0, told, finishing));
     if result.is_err() {
         // The test is over for its client (it terminated, closed, or was told why): the
@@ -403,15 +403,20 @@ fn udp_streams(
 }
 
 /// Until the client's `TEST_END`: a stream failure is `SERVER_ERROR`, a stop signal
-/// `SERVER_TERMINATE`; the client closing or terminating ends the test.
+/// `SERVER_TERMINATE`; the client closing or terminating ends the test. Past the run time
+/// a client may wait for its data to drain (pinperf's does): given up only when nothing
+/// moved on the TCP streams (`dups`) for `timeouts::STALL`.
 fn watch(
     ctl: &mut Ctl,
     ends: &Ends,
+    dups: &[TcpStream],
     test: &TestParams,
     cfg: &crate::config::ServerConfig,
     t0: Instant,
 ) -> Result<()> {
-    let limit = test.run_time() + timeouts::STALL;
+    // Bytes read and bytes acknowledged on the streams, and when that count last grew
+    // (the run time's end at the earliest).
+    let mut progress = (0u64, t0 + test.run_time());
     loop {
         // A stop signal: iperf3's own server says SERVER_TERMINATE ("the server has
         // terminated", its client prints).
@@ -431,9 +436,18 @@ fn watch(
                 f.at.saturating_duration_since(t0).as_secs_f64()
             )));
         }
-        if t0.elapsed() > limit {
+        let moved: u64 = dups
+            .iter()
+            .filter_map(crate::net::tcp_info)
+            .map(|i| i.bytes_received + i.bytes_acked)
+            .sum();
+        if moved > progress.0 {
+            progress = (moved, progress.1.max(Instant::now()));
+        }
+        if progress.1.elapsed() > timeouts::STALL {
             return Err(Error::Test(format!(
-                "the iperf3 client {} sent no TEST_END {} s past the test's end",
+                "the iperf3 client {} sent no TEST_END, and nothing moved on its streams, for \
+                 {} s past the test's end",
                 ctl.peer,
                 timeouts::STALL.as_secs()
             )));
