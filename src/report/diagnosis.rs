@@ -577,14 +577,16 @@ const DRAIN_SHARE: f64 = 0.1;
 /// A UDP receiver whose own socket buffer overflowed (`SO_RXQ_OVFL`): the datagrams
 /// reached its host and were dropped there because its thread did not read them fast
 /// enough, not on the path. The remedy is a larger buffer (`-w`) or a lower rate.
-pub fn udp_receiver_drops(u: &UdpFigures, header: &Header) -> Option<String> {
+/// `reverse`: the data went from the server to the client (`-R`, or `--bidir`'s second
+/// direction), whose buffer it names.
+pub fn udp_receiver_drops(u: &UdpFigures, header: &Header, reverse: bool) -> Option<String> {
     if u.rxq_drops == 0 {
         return None;
     }
     // A server's buffer is as large as its --max-window lets a client ask for.
-    let (window, cap) = match header.direction {
-        crate::params::Direction::Reverse => (header.local_window.rcvbuf, ""),
-        _ => (
+    let (window, cap) = match reverse {
+        true => (header.local_window.rcvbuf, ""),
+        false => (
             header.remote_window.rcvbuf,
             ", up to the server's --max-window",
         ),
@@ -1381,7 +1383,7 @@ mod tests {
         let mut h = header(1 << 20);
         h.remote_window.rcvbuf = 128 << 10;
         h.local_window.rcvbuf = 4 << 20;
-        let forward = udp_receiver_drops(&u, &h).unwrap();
+        let forward = udp_receiver_drops(&u, &h, false).unwrap();
         assert!(
             forward.contains("all of the 40 datagrams lost"),
             "{forward}"
@@ -1390,11 +1392,11 @@ mod tests {
             forward.contains("its buffer is 128k, up to the server's --max-window"),
             "{forward}"
         );
-        h.direction = crate::params::Direction::Reverse;
-        let reverse = udp_receiver_drops(&u, &h).unwrap();
+        // -R, and --bidir's server-to-client direction (helper-47: it named the server's).
+        let reverse = udp_receiver_drops(&u, &h, true).unwrap();
         assert!(reverse.contains("(its buffer is 4M)"), "{reverse}");
         assert_eq!(
-            udp_receiver_drops(&UdpFigures::default(), &h),
+            udp_receiver_drops(&UdpFigures::default(), &h, true),
             None,
             "no drops, no line"
         );

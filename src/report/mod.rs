@@ -630,8 +630,8 @@ pub(crate) fn run_reporter(
             elapsed_us,
             &mut d.totals,
             failed.is_some(),
+            d.reverse,
         );
-        s.reverse = d.reverse;
         // Cut short against an iperf3 peer: the rows are this end's counts, and the
         // peer's comes only with its results. Its side is unknown, not this end's again.
         if failed.is_some() && header.iperf3_peer() {
@@ -943,6 +943,7 @@ fn summarize(
     elapsed_us: u64,
     totals: &mut Totals,
     cut_short: bool,
+    reverse: bool,
 ) -> Summary {
     let start = header.omit_s;
     // A test cut short (a failure, a signal) spans what it ran, not what it planned.
@@ -1049,7 +1050,7 @@ fn summarize(
     });
     diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
     if let Some(u) = &sum.udp {
-        diagnosis.extend(diagnosis::udp_receiver_drops(u, header));
+        diagnosis.extend(diagnosis::udp_receiver_drops(u, header, reverse));
         if !cut_short {
             let per_stream = bps(sum.sent_bytes, end - start) / rows.len().max(1) as f64;
             diagnosis.extend(diagnosis::udp_sender_short(per_stream, header));
@@ -1091,7 +1092,7 @@ fn summarize(
             sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
             received_bytes: totals.streams.iter().map(|t| t.omitted_received).sum(),
         },
-        reverse: false,
+        reverse,
     }
 }
 
@@ -1302,8 +1303,8 @@ mod tests {
         h.duration_s = 3.0;
         h.streams = 2;
         let bytes = vec![3_000_000_000, 1_000_000_000];
-        let s = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), false);
-        let cut = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), true);
+        let s = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), false, false);
+        let cut = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), true, false);
         assert_eq!(cut.sum.end, 1.307, "a test cut short spans what it ran");
         for (start, end, seconds) in [
             (s.sum.start, s.sum.end, s.sum.seconds),
@@ -1322,12 +1323,12 @@ mod tests {
         assert_eq!(s.sum_received.bits_per_second, 4e9 * 8.0 / 3.0);
 
         // A drain past the planned end counts to the last byte.
-        let s = summarize(&h, &bytes, &bytes, 4_000_000, &mut no_totals(2), false);
+        let s = summarize(&h, &bytes, &bytes, 4_000_000, &mut no_totals(2), false, false);
         assert_eq!((s.sum.end, s.sum.bits_per_second), (4.0, 4e9 * 8.0 / 4.0));
 
         // -O 1 -t 3: from 1 s to 4 s.
         h.omit_s = 1.0;
-        let s = summarize(&h, &bytes, &bytes, 2_000_000, &mut no_totals(2), false);
+        let s = summarize(&h, &bytes, &bytes, 2_000_000, &mut no_totals(2), false, false);
         assert_eq!((s.sum.start, s.sum.end, s.sum.seconds), (1.0, 4.0, 3.0));
     }
 
@@ -1374,7 +1375,7 @@ mod tests {
         let mut h = model::sample::header();
         h.streams = 2;
         h.duration_s = 2.5;
-        let s = summarize(&h, &[15, 15], &[15, 15], 2_500_000, &mut totals, false);
+        let s = summarize(&h, &[15, 15], &[15, 15], 2_500_000, &mut totals, false, false);
         assert!(
             s.diagnosis.iter().any(
                 |l| l.starts_with("diagnosis: no data moved from 1.0 s to 2.0 s (2 intervals)")
@@ -1437,14 +1438,14 @@ mod tests {
         let mut h = model::sample::header();
         h.duration_s = 2.0;
         h.omit_s = 0.5;
-        let s = summarize(&h, &[500], &[500], 2_500_000, &mut totals, false);
+        let s = summarize(&h, &[500], &[500], 2_500_000, &mut totals, false, false);
         let sent = s.streams[0].sent.expect("a total has its sender side");
         assert_eq!(sent.max_snd_cwnd, Some(60_000));
         assert!(
             (sent.bits_per_second - 400.0 * 8.0 / 2.0).abs() < 1e-6,
             "{sent:?}"
         );
-        let without_tcp_info = summarize(&h, &[0], &[0], 2_500_000, &mut no_totals(1), false);
+        let without_tcp_info = summarize(&h, &[0], &[0], 2_500_000, &mut no_totals(1), false, false);
         assert_eq!(without_tcp_info.streams[0].sent.unwrap().max_snd_cwnd, None);
     }
 
@@ -1555,6 +1556,7 @@ mod tests {
                 500_000,
                 &mut d.totals,
                 true,
+                false,
             );
             assert_eq!(s.sum_received.bytes, 200);
             if udp {
@@ -1603,6 +1605,7 @@ mod tests {
                 500_000,
                 &mut d.totals,
                 true,
+                false,
             );
             assert!(s.sender_silent);
             // Unknown, `null` in JSON: not a count of 0.
@@ -1715,7 +1718,7 @@ mod tests {
         h.omit_s = 1.0;
         h.duration_s = 1.0;
         let all = 200 * datagram;
-        let s = summarize(&h, &[all], &[195 * datagram], 2_000_000, &mut totals, false);
+        let s = summarize(&h, &[all], &[195 * datagram], 2_000_000, &mut totals, false, false);
         let u = s.streams[0].udp.expect("UDP figures");
         assert_eq!((u.packets, u.lost_packets), (110, 5), "{u:?}");
         assert_eq!(s.streams[0].sent_bytes, 110 * datagram);
@@ -1740,7 +1743,7 @@ mod tests {
         h.streams = 1;
         h.omit_s = 1.0;
         h.duration_s = 1.0;
-        let s = summarize(&h, &[200], &[200], 2_000_000, &mut totals, false);
+        let s = summarize(&h, &[200], &[200], 2_000_000, &mut totals, false, false);
         assert_eq!((s.sum_sent.bytes, s.sum_received.bytes), (110, 110));
         assert_eq!((s.omitted.sent_bytes, s.omitted.received_bytes), (90, 90));
         assert!(s.reconciled());
