@@ -116,7 +116,10 @@ pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Res
         let _ = writeln!(body, "{}", escape(l));
     }
     body.push_str("</pre>\n<h2>Plots</h2>\n<div class=\"plot\" id=\"plot\">\n");
-    body.push_str(&plot::test_svg(doc, test.lab_rate_bps, title)?);
+    match doc.intervals.is_empty() {
+        true => body.push_str("<p>No interval was reported, nothing to plot.</p>"),
+        false => body.push_str(&plot::test_svg(doc, test.lab_rate_bps, title)?),
+    }
     body.push_str("\n</div>\n");
     match &doc.end {
         None => body.push_str("<h2>Totals</h2>\n<p>No totals: the test ended before them.</p>\n"),
@@ -232,7 +235,7 @@ pub(crate) fn compare_page(doc: &CompareDoc, title: &str) -> Result<String> {
         Some(why) => {
             let _ = write!(
                 body,
-                "<p>No configuration ran, nothing to plot: {}</p>",
+                "<p>No configuration measured anything, nothing to plot: {}</p>",
                 escape(&why)
             );
         }

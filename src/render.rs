@@ -333,7 +333,8 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
         Saved::Compare(c) => {
             if let Some(why) = c.nothing_measured() {
                 return Err(Error::Usage(format!(
-                    "{}: no configuration of the comparison ran, nothing to plot: {why}",
+                    "{}: no configuration of the comparison measured anything, nothing to \
+                     plot: {why}",
                     a.file.display()
                 )));
             }

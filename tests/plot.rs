@@ -365,7 +365,7 @@ fn a_comparison_where_nothing_ran_is_named_not_plotted_empty() {
     assert_eq!(plot.code(), Some(2), "{}", plot.explain());
     assert!(
         plot.stderr()
-            .contains("no configuration of the comparison ran, nothing to plot")
+            .contains("no configuration of the comparison measured anything, nothing to plot")
             && plot.stderr().contains("Connection refused"),
         "{}",
         plot.explain()
@@ -375,18 +375,20 @@ fn a_comparison_where_nothing_ran_is_named_not_plotted_empty() {
     pinperf(&["report", arg(&saved), "--html", arg(&html)], LIMIT).assert_ok();
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
-        page.contains("No configuration ran, nothing to plot: connect to 127.0.0.1:"),
+        page.contains("No configuration measured anything, nothing to plot: connect to 127.0.0.1:"),
         "{page}"
     );
 }
 
-/// A test whose server died before the first row: `--plot` writes nothing and says so, and
-/// `plot` of its document names the failure (both drew empty axes and `plot` exited 0).
+/// A test whose server died before the first row: `--plot` writes nothing and says so,
+/// `--html` says so where the plot would be, and `plot` of its document names the failure
+/// (all three drew empty axes, and `plot` exited 0).
 #[test]
 fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
     let mut server = util::Server::start(&[]);
     let dir = scratch("plot_no_rows");
     let live = dir.join("live.svg");
+    let page = dir.join("live.html");
     let port = server.port_arg();
     let args = [
         "-c",
@@ -394,16 +396,18 @@ fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
         "-p",
         &port,
         "-t",
-        "3",
+        "10",
         "-i",
-        "2",
+        "10",
         "-J",
         "--plot",
         arg(&live),
+        "--html",
+        arg(&page),
     ];
     let mut client = util::Spawned::start(&args);
     // Killed once data moves (the client has used 0.2 s of CPU, which its handshake does
-    // not), 2 s before the first row.
+    // not), well before the first row at 10 s (the run ends with the server).
     let pid = client.id();
     let cpu_ticks = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -417,7 +421,7 @@ fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
     };
     util::wait_until(
         "the client's streams under way",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || (cpu_ticks() >= 20).then_some(()),
         || format!("the client used {} CPU ticks", cpu_ticks()),
     );
@@ -431,6 +435,12 @@ fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
         run.explain()
     );
     assert!(!live.exists(), "--plot wrote empty axes");
+    // The HTML report has the failure and no empty axes (helper-47).
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("No interval was reported, nothing to plot.") && !html.contains("<svg"),
+        "{html}"
+    );
     let saved = dir.join("t.json");
     std::fs::write(&saved, run.stdout()).unwrap();
     let plot = pinperf(&["plot", arg(&saved), "-o", arg(&dir.join("t.svg"))], LIMIT);

@@ -323,10 +323,10 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     // which changed nothing). Paced at about the bottleneck's rate a queue does stand
     // (helper-47: lab --rate 100M -b 100M, 1.5 MiB unsent and growing): the rate alone
     // does not tell the two apart.
-    let emptied = e
-        .streams
-        .iter()
-        .all(|s| s.notsent_bytes.is_none_or(|b| u64::from(b) <= e.header.block_bytes));
+    let emptied = e.streams.iter().all(|s| {
+        s.notsent_bytes
+            .is_none_or(|b| u64::from(b) <= e.header.block_bytes)
+    });
     let held = |&(rate, _): &(u64, f64)| {
         per_stream_bps >= 0.95 * rate as f64 && emptied && queue_us < PACED_WAIT_US
     };
@@ -1009,7 +1009,10 @@ mod tests {
         );
         let d = one_stream(&h, row(0, 1000, 6, 1_070.0, 0), 60e6);
         assert!(d[0].contains("a standing queue of about"), "{d:?}");
-        assert!(d[1].contains("should keep the rate without the queue"), "{d:?}");
+        assert!(
+            d[1].contains("should keep the rate without the queue"),
+            "{d:?}"
+        );
         // At about the bottleneck's rate a queue stands: 1.5 MiB unsent at the end, or a
         // wait past any delayed ACK (helper-47's lab run: 75 to 122 ms on a 10 ms path).
         let mut queued = row(0, 1000, 10_000, 90_000.0, 0);

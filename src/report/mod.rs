@@ -1303,8 +1303,24 @@ mod tests {
         h.duration_s = 3.0;
         h.streams = 2;
         let bytes = vec![3_000_000_000, 1_000_000_000];
-        let s = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), false, false);
-        let cut = summarize(&h, &bytes, &bytes, 1_307_000, &mut no_totals(2), true, false);
+        let s = summarize(
+            &h,
+            &bytes,
+            &bytes,
+            1_307_000,
+            &mut no_totals(2),
+            false,
+            false,
+        );
+        let cut = summarize(
+            &h,
+            &bytes,
+            &bytes,
+            1_307_000,
+            &mut no_totals(2),
+            true,
+            false,
+        );
         assert_eq!(cut.sum.end, 1.307, "a test cut short spans what it ran");
         for (start, end, seconds) in [
             (s.sum.start, s.sum.end, s.sum.seconds),
@@ -1323,12 +1339,28 @@ mod tests {
         assert_eq!(s.sum_received.bits_per_second, 4e9 * 8.0 / 3.0);
 
         // A drain past the planned end counts to the last byte.
-        let s = summarize(&h, &bytes, &bytes, 4_000_000, &mut no_totals(2), false, false);
+        let s = summarize(
+            &h,
+            &bytes,
+            &bytes,
+            4_000_000,
+            &mut no_totals(2),
+            false,
+            false,
+        );
         assert_eq!((s.sum.end, s.sum.bits_per_second), (4.0, 4e9 * 8.0 / 4.0));
 
         // -O 1 -t 3: from 1 s to 4 s.
         h.omit_s = 1.0;
-        let s = summarize(&h, &bytes, &bytes, 2_000_000, &mut no_totals(2), false, false);
+        let s = summarize(
+            &h,
+            &bytes,
+            &bytes,
+            2_000_000,
+            &mut no_totals(2),
+            false,
+            false,
+        );
         assert_eq!((s.sum.start, s.sum.end, s.sum.seconds), (1.0, 4.0, 3.0));
     }
 
@@ -1375,7 +1407,15 @@ mod tests {
         let mut h = model::sample::header();
         h.streams = 2;
         h.duration_s = 2.5;
-        let s = summarize(&h, &[15, 15], &[15, 15], 2_500_000, &mut totals, false, false);
+        let s = summarize(
+            &h,
+            &[15, 15],
+            &[15, 15],
+            2_500_000,
+            &mut totals,
+            false,
+            false,
+        );
         assert!(
             s.diagnosis.iter().any(
                 |l| l.starts_with("diagnosis: no data moved from 1.0 s to 2.0 s (2 intervals)")
@@ -1445,7 +1485,8 @@ mod tests {
             (sent.bits_per_second - 400.0 * 8.0 / 2.0).abs() < 1e-6,
             "{sent:?}"
         );
-        let without_tcp_info = summarize(&h, &[0], &[0], 2_500_000, &mut no_totals(1), false, false);
+        let without_tcp_info =
+            summarize(&h, &[0], &[0], 2_500_000, &mut no_totals(1), false, false);
         assert_eq!(without_tcp_info.streams[0].sent.unwrap().max_snd_cwnd, None);
     }
 
@@ -1718,7 +1759,15 @@ mod tests {
         h.omit_s = 1.0;
         h.duration_s = 1.0;
         let all = 200 * datagram;
-        let s = summarize(&h, &[all], &[195 * datagram], 2_000_000, &mut totals, false, false);
+        let s = summarize(
+            &h,
+            &[all],
+            &[195 * datagram],
+            2_000_000,
+            &mut totals,
+            false,
+            false,
+        );
         let u = s.streams[0].udp.expect("UDP figures");
         assert_eq!((u.packets, u.lost_packets), (110, 5), "{u:?}");
         assert_eq!(s.streams[0].sent_bytes, 110 * datagram);
