@@ -510,7 +510,7 @@ fn refusal(ctl: &mut Ctl, got: i8, want: i8) -> Result<()> {
 
 /// While the UDP streams connect: whatever the server sent on the control connection other
 /// than `TEST_START` (which it sends once the last stream is in) is its refusal, error or
-/// close, read and told in words (`window`: `-w` was given, which the commonest cause).
+/// close, read and told in words (`window`: `-w` was given, the commonest cause).
 fn spoke_first(ctl: &mut Ctl, window: bool) -> Result<()> {
     let fd = std::os::fd::AsFd::as_fd(&ctl.sock);
     if !crate::sys::wait_readable(fd, Duration::ZERO).unwrap_or(false) {
@@ -518,26 +518,29 @@ fn spoke_first(ctl: &mut Ctl, window: bool) -> Result<()> {
     }
     let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
     let mut first = [0u8; 1];
-    match ctl.sock.peek(&mut first) {
-        Ok(1) if first[0] as i8 == super::TEST_START => Ok(()),
-        Ok(1) => expect(ctl, super::TEST_START),
-        Ok(_) => {
-            // iperf3 (3.12, Debian 12's) closes without a word when a UDP stream's setup fails.
-            let cause = match window {
-                true => {
-                    "; an iperf3 server does so when it cannot set the buffer -w asks for \
-                         (its net.core.rmem_max is lower): try a smaller -w"
-                }
-                false => "",
-            };
-            Err(Error::Test(format!(
-                "the iperf3 server {} closed the control connection while the UDP streams \
-                 connected (its log says why){cause}",
-                ctl.peer
-            )))
-        }
-        Err(_) => Ok(()),
+    let gone = match ctl.sock.peek(&mut first) {
+        Ok(1) if first[0] as i8 == super::TEST_START => return Ok(()),
+        Ok(1) => return expect(ctl, super::TEST_START),
+        Ok(_) => true,
+        // A reset: a server that exited with the client's bytes unread.
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    if !gone {
+        return Ok(());
     }
+    // iperf3 (3.12, Debian 12's) closes without a word when a UDP stream's setup fails.
+    let cause = match window {
+        true => {
+            "; an iperf3 server does so when it cannot set the buffers -w asks for (its \
+             net.core.wmem_max or rmem_max is lower): try a smaller -w"
+        }
+        false => "",
+    };
+    Err(Error::Test(format!(
+        "the iperf3 server {} closed the control connection while the UDP streams connected \
+         (its log says why){cause}",
+        ctl.peer
+    )))
 }
 
 /// What `drive` leaves for a test it ends early: when the streams started; the stream that
