@@ -636,9 +636,9 @@ fn drive(
         .flat_map(|&r| std::iter::repeat_n(!r, cfg.test.streams as usize))
         .collect();
     let mut acked_at: Option<Instant> = None;
-    // The bytes the server's kernel had acknowledged, and when that count last grew (the
-    // run time's end at the earliest).
-    let mut progress = (0u64, t0 + run_time);
+    // The bytes the server's kernel has acknowledged; the stall clock starts at the run
+    // time's end.
+    let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + run_time);
     loop {
         if let Some(f) = ends.failure() {
             return Err(ran.stream_failed(f));
@@ -705,10 +705,6 @@ fn drive(
                     || (i.state == 4 && i.notsent_bytes == 0 && i.bytes_acked > unique)
             })
         });
-        let acked: u64 = infos.iter().flatten().map(|i| i.bytes_acked).sum();
-        if acked > progress.0 {
-            progress = (acked, Instant::now());
-        }
         if data_acked {
             let at = *acked_at.get_or_insert_with(Instant::now);
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
@@ -718,7 +714,8 @@ fn drive(
         }
         // A slow server still reading (iperf3 -l 7 both ways: 11 s) is waited for; one
         // that acknowledged nothing for the stall limit is not.
-        if progress.1.elapsed() > timeouts::STALL {
+        let acked: u64 = infos.iter().flatten().map(|i| i.bytes_acked).sum();
+        if progress.stalled(acked, Instant::now()) {
             break;
         }
     }

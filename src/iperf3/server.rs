@@ -414,9 +414,9 @@ fn watch(
     cfg: &crate::config::ServerConfig,
     t0: Instant,
 ) -> Result<()> {
-    // Bytes read and bytes acknowledged on the streams, and when that count last grew
-    // (the run time's end at the earliest).
-    let mut progress = (0u64, t0 + test.run_time());
+    // Bytes read and bytes acknowledged on the streams, looked at past the run time (a
+    // client paused during it is not given up early); the stall clock starts at its end.
+    let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + test.run_time());
     loop {
         // A stop signal: iperf3's own server says SERVER_TERMINATE ("the server has
         // terminated", its client prints).
@@ -436,15 +436,13 @@ fn watch(
                 f.at.saturating_duration_since(t0).as_secs_f64()
             )));
         }
-        let moved: u64 = dups
-            .iter()
-            .filter_map(crate::net::tcp_info)
-            .map(|i| i.bytes_received + i.bytes_acked)
-            .sum();
-        if moved > progress.0 {
-            progress = (moved, progress.1.max(Instant::now()));
-        }
-        if progress.1.elapsed() > timeouts::STALL {
+        let moved = || -> u64 {
+            dups.iter()
+                .filter_map(crate::net::tcp_info)
+                .map(|i| i.bytes_received + i.bytes_acked)
+                .sum()
+        };
+        if t0.elapsed() > test.run_time() && progress.stalled(moved(), Instant::now()) {
             return Err(Error::Test(format!(
                 "the iperf3 client {} sent no TEST_END, and nothing moved on its streams, for \
                  {} s past the test's end",
