@@ -300,10 +300,7 @@ fn malformed_input_is_named_not_a_panic() {
 /// show and say why.
 #[test]
 fn a_test_refused_before_it_started_replays_as_its_live_csv() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port().to_string()
-    };
+    let port = util::free_port().to_string();
     let client = |format: &str| pinperf(&["-c", "127.0.0.1", "-p", &port, format], LIMIT);
     let (live, json) = (client("--csv"), client("-J"));
     assert_eq!(
@@ -339,10 +336,7 @@ fn a_test_refused_before_it_started_replays_as_its_live_csv() {
 /// (it drew empty axes), and the HTML report says so where the plot would be.
 #[test]
 fn a_comparison_where_nothing_ran_is_named_not_plotted_empty() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port().to_string()
-    };
+    let port = util::free_port().to_string();
     let args = [
         "compare",
         "-c",
