@@ -403,21 +403,11 @@ fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
     // Killed once data moves (the client has used 0.2 s of CPU, which its handshake does
     // not), well before the first row at 10 s (the run ends with the server).
     let pid = client.id();
-    let cpu_ticks = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                let after = &stat[stat.rfind(')')? + 2..];
-                let f: Vec<&str> = after.split_whitespace().collect();
-                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-            })
-            .unwrap_or(0)
-    };
     util::wait_until(
         "the client's streams under way",
         Duration::from_secs(8),
-        || (cpu_ticks() >= 20).then_some(()),
-        || format!("the client used {} CPU ticks", cpu_ticks()),
+        || (util::cpu_ticks(pid) >= 20).then_some(()),
+        || format!("the client used {} CPU ticks", util::cpu_ticks(pid)),
     );
     server.child.kill().expect("kill the server");
     let run = client.finish(LIMIT);

@@ -108,12 +108,25 @@ impl Watched {
         }
     }
 
-    /// Waits until the child runs a thread named `name` (its test is under way).
+    /// Waits until the child runs a thread named `name` (its streams exist: their test
+    /// may still be in its handshake).
     fn wait_thread(&mut self, name: &str) {
         let deadline = Instant::now() + START_LIMIT;
         while !threads(self.child.id()).iter().any(|(n, _)| n == name) {
             if Instant::now() > deadline || self.child.try_wait().ok().flatten().is_some() {
                 self.give_up(&format!("no thread {name}"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until the child's streams move data: it has used 0.2 s of CPU
+    /// ([`util::cpu_ticks`]), which a handshake does not.
+    fn wait_moving(&mut self) {
+        let deadline = Instant::now() + START_LIMIT;
+        while util::cpu_ticks(self.child.id()) < 20 {
+            if Instant::now() > deadline || self.child.try_wait().ok().flatten().is_some() {
+                self.give_up("no data moving (under 0.2 s of CPU)");
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -290,7 +303,9 @@ fn sigint_mid_test_prints_rows_and_totals_so_far_and_exits_130() {
 fn sigint_before_the_first_row_says_so_and_names_no_omit() {
     let _one = ONE_AT_A_TIME.lock();
     let mut run = Watched::spawn(&["--loopback", "-t", "10", "-i", "5"]);
-    run.wait_thread("stream-0");
+    // Past the handshake (a signal 12 ms in, with the threads already there, was
+    // "interrupted during the handshake"), before the first row at 5 s.
+    run.wait_moving();
     let end = run.stop_with(libc::SIGINT);
     end.assert_stopped(130, "SIGINT");
     assert!(
