@@ -404,14 +404,12 @@ fn watch(
     let mut local_done: Option<Instant> = None;
     loop {
         if let Some(f) = streams.failure() {
-            let at = f.at.saturating_duration_since(t0).as_secs_f64();
-            let _ = remote_tx.send(RemoteEvent::StreamFailed {
-                at,
-                error: f.error.clone(),
-            });
-            let ours = Error::Test(format!("{} ({at:.2} s into the test)", f.error));
+            let at = |f: &crate::stream::Failure| f.at.saturating_duration_since(t0).as_secs_f64();
+            let ours = |f: &crate::stream::Failure| {
+                Error::Test(format!("{} ({:.2} s into the test)", f.error, at(f)))
+            };
             // Rows in front of the server's word go on to the reporter.
-            return Some(ctl.with_their_word(ours, f.peer_closed, |msg| {
+            let word = ctl.with_their_word(ours(&f), f.peer_closed, |msg| {
                 let event = match msg {
                     ControlMsg::Row(row) => RemoteEvent::Row(row),
                     ControlMsg::SenderInterval(iv) => RemoteEvent::SenderInterval(iv),
@@ -419,7 +417,24 @@ fn watch(
                 };
                 let _ = remote_tx.send(event);
                 true
-            }));
+            });
+            // A reset read here may be the knock-on of this end's own failure, recorded
+            // while the server's word was awaited: a connection destroyed here fails its
+            // thread a moment after another stream's write met the server's reset (CI: the
+            // echo connection destroyed, "write: Connection reset by peer" named). This
+            // end's own error is the cause.
+            let (f, error) = match streams.failure() {
+                Some(own) if f.peer_closed && !own.peer_closed => {
+                    let e = ours(&own);
+                    (own, e)
+                }
+                _ => (f, word),
+            };
+            let _ = remote_tx.send(RemoteEvent::StreamFailed {
+                at: at(&f),
+                error: f.error.clone(),
+            });
+            return Some(error);
         }
         if output.closed() {
             return Some(Error::OutputClosed);
