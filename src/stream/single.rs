@@ -127,19 +127,24 @@ pub fn run(
             Err(e) => return Err(Error::io("stream-mux: poll", e)),
         }
         let (data_fds, echo_fds) = fds.split_at(n);
+        // A connection poll() found failed is named before any this turn's writes find
+        // failed: its error came first (a receiver that lost one connection closes the
+        // others, and a write to one of those met its reset, in CI, ahead of the cause).
+        let hung_up = |fd: &libc::pollfd| fd.revents & (libc::POLLERR | libc::POLLHUP) != 0;
+        if let Some(id) = data_fds.iter().position(hung_up) {
+            let lane = &lanes[id];
+            // The socket's own error (SO_ERROR), as the threads engine's write returns
+            // it; a hang-up without one is the receiver closing the connection.
+            let e = match lane.sock.take_error() {
+                Ok(Some(e)) => e,
+                Ok(None) | Err(_) => std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "the receiver closed the connection",
+                ),
+            };
+            return Err(lane.cause(id, Error::io(format!("stream-{id}: write"), e)));
+        }
         for (id, ((lane, fd), efd)) in lanes.iter_mut().zip(data_fds).zip(echo_fds).enumerate() {
-            if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
-                // The socket's own error (SO_ERROR), as the threads engine's write returns
-                // it; a hang-up without one is the receiver closing the connection.
-                let e = match lane.sock.take_error() {
-                    Ok(Some(e)) => e,
-                    Ok(None) | Err(_) => std::io::Error::new(
-                        std::io::ErrorKind::BrokenPipe,
-                        "the receiver closed the connection",
-                    ),
-                };
-                return Err(lane.cause(id, Error::io(format!("stream-{id}: write"), e)));
-            }
             if let (Some(echo_sock), true) = (&lane.echo, efd.revents & libc::POLLIN != 0) {
                 let t_ns = clock.ns(Instant::now());
                 let batcher = &mut lane.batcher;
