@@ -142,6 +142,14 @@ impl Server {
     /// deadline. Only an admitted test touches the slot.
     pub fn run(self) -> Result<()> {
         let cfg = Arc::new(self.cfg);
+        let (asks_tx, asks) = crossbeam_channel::unbounded();
+        let (wake_rx, wake) = std::os::unix::net::UnixStream::pair()
+            .and_then(|(r, w)| {
+                r.set_nonblocking(true)?;
+                w.set_nonblocking(true)?;
+                Ok((r, w))
+            })
+            .op(|| "create the acceptor's wake-up socket pair".into())?;
         let shared = Arc::new(Shared {
             slot: Slot::default(),
             refusers: Arc::new(AtomicUsize::new(0)),
@@ -150,10 +158,15 @@ impl Server {
             rate: Mutex::new(Rate::default()),
             threads: AtomicUsize::new(0),
             iperf3: Mutex::new(None),
+            relisten: Relisten {
+                asks: asks_tx,
+                wake,
+            },
         });
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<()>>(1);
         let done_tx = cfg.one_off.then_some(done_tx);
-        self.listener
+        let mut listener = self.listener;
+        listener
             .set_nonblocking(true)
             .op(|| "set O_NONBLOCK on the control port".into())?;
         let mut spare = self.spare;
@@ -188,16 +201,29 @@ impl Server {
             if spare.is_none() {
                 spare = open_spare();
             }
-            let mut fds = [crate::sys::pollfd(self.listener.as_raw_fd(), libc::POLLIN)];
+            let mut fds = [
+                crate::sys::pollfd(listener.as_raw_fd(), libc::POLLIN),
+                crate::sys::pollfd(wake_rx.as_raw_fd(), libc::POLLIN),
+            ];
             match crate::sys::poll(&mut fds, timeouts::POLL.as_millis() as i32) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("poll the control port", e)),
             }
             if fds[0].revents == 0 {
+                // Connections waiting are accepted first (the old listener's close would
+                // reset them): the wake-up stays readable until then.
+                if fds[1].revents != 0 {
+                    let _ = (&wake_rx).read(&mut [0u8; 64]);
+                    for (window, reply) in asks.try_iter() {
+                        let outcome;
+                        (listener, outcome) = relisten(listener, cfg.family == Family::V6, window)?;
+                        let _ = reply.send(outcome);
+                    }
+                }
                 continue;
             }
-            let accepted = match self.listener.accept() {
+            let accepted = match listener.accept() {
                 Ok(pair) => Some(pair),
                 Err(e) if crate::stream::is_timeout(&e) => None,
                 Err(e) if out_of_fds(&e) => {
@@ -215,7 +241,7 @@ impl Server {
                         );
                     }
                     if freed {
-                        self.listener.accept().ok()
+                        listener.accept().ok()
                     } else {
                         // A refusal holds the spare: wait for any descriptor to close.
                         std::thread::sleep(ACCEPT_RETRY);
@@ -323,6 +349,78 @@ struct Shared {
     threads: AtomicUsize,
     /// The running iperf3 test's cookie, for its stream connections.
     iperf3: crate::iperf3::server::Registry,
+    relisten: Relisten,
+}
+
+/// How long a `control` thread waits for the acceptor to listen again: it looks between
+/// accepts, and at least every [`timeouts::POLL`].
+const RELISTEN_WAIT: Duration = Duration::from_secs(2);
+
+/// A request to the acceptor: listen again with this window on the sockets accepted (none:
+/// the kernel's autotuning), and say how it went.
+type Ask = (Option<u64>, Sender<Result<()>>);
+
+/// An iperf3 client's streams connect to the control port, and a connection's window scale
+/// is fixed at its SYN from the listener's buffer: a `-w` set after accept() cannot lower
+/// it, and one below an MSS then stalls the stream (`iperf3 -c -w 8k` over loopback: 2
+/// Mbit/s, against an iperf3 server's 2318). As an iperf3 server does, the acceptor
+/// listens again with the test's window while its streams connect, and without it once the
+/// test ends (a locked buffer cannot be unlocked); a client that connects in the moment
+/// between the two listeners is refused, as by iperf3's.
+struct Relisten {
+    asks: Sender<Ask>,
+    /// Wakes the acceptor from its poll.
+    wake: std::os::unix::net::UnixStream,
+}
+
+impl Relisten {
+    /// The control port listens with `window` on the sockets it accepts until the guard
+    /// is dropped.
+    fn hold(&self, window: u64) -> Result<impl Drop + '_> {
+        struct Held<'a>(&'a Relisten);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                let _ = self.0.ask(None);
+            }
+        }
+        self.ask(Some(window))?;
+        Ok(Held(self))
+    }
+
+    fn ask(&self, window: Option<u64>) -> Result<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let gone = || Error::Test("the acceptor did not listen again on the control port".into());
+        self.asks.send((window, tx)).map_err(|_| gone())?;
+        let _ = (&self.wake).write(&[1]);
+        rx.recv_timeout(RELISTEN_WAIT)
+            .unwrap_or_else(|_| Err(gone()))
+    }
+}
+
+/// Closes `listener` and listens again on its address with `window` set on it before
+/// `listen()` (accepted sockets inherit it). When that fails, it listens as before and
+/// returns why; when even that fails (another process took the port meanwhile), the
+/// server cannot go on.
+fn relisten(
+    listener: TcpListener,
+    v6_only: bool,
+    window: Option<u64>,
+) -> Result<(TcpListener, Result<()>)> {
+    let addr = listener
+        .local_addr()
+        .op(|| "read the control port's address".into())?;
+    // Closed first: a port listened on takes no second listener.
+    drop(listener);
+    let listen = |window| -> Result<TcpListener> {
+        let (l, _) = net::listen(addr, v6_only, window, false)?;
+        l.set_nonblocking(true)
+            .op(|| "set O_NONBLOCK on the control port".into())?;
+        Ok(l)
+    };
+    Ok(match listen(window) {
+        Ok(l) => (l, Ok(())),
+        Err(e) => (listen(None)?, Err(e)),
+    })
 }
 
 fn log_refused(cfg: &ServerConfig, peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
@@ -738,6 +836,16 @@ fn iperf3_session(
         serverlog::test_start(peer, None, &admitted.test);
         log!(cfg.quiet, "{opening}");
     }
+    // Its streams connect to the control port: listened on with its window (see
+    // [`Relisten`]); the window is set on each stream again should that fail.
+    let _listening = match (admitted.test.udp, admitted.test.window_bytes) {
+        (false, Some(w)) => shared
+            .relisten
+            .hold(w)
+            .inspect_err(|e| log!(cfg.quiet, "pinperf: {e} (iperf3 -w {w})"))
+            .ok(),
+        _ => None,
+    };
     let t0 = Instant::now();
     let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &|| {
         shared.slot.finishing()

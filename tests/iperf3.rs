@@ -303,6 +303,71 @@ fn iperf3_client_with_fq_rate_gets_the_receivers_time_to_its_last_byte() {
     );
 }
 
+/// The receive window scale of the server's stream connection on `port` carrying data
+/// now (`ss`: `wscale:<its peer's>,<the server's>`), polled while a test runs.
+fn server_window_scale(port: u16) -> u8 {
+    let ss = || {
+        let out = std::process::Command::new("ss")
+            .args(["-tniHO", "state", "established"])
+            .arg(format!("( sport = :{port} )"))
+            .output()
+            .expect("run ss");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let field = |line: &str, key: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .map(str::to_string)
+    };
+    util::wait_until(
+        "a stream connection with data on it",
+        Duration::from_secs(3),
+        || {
+            ss().lines().find_map(|line| {
+                let bytes: u64 = field(line, "bytes_received:")?.parse().ok()?;
+                let scale = field(line, "wscale:")?;
+                (bytes > 100_000).then(|| scale.split_once(',')?.1.parse().ok())?
+            })
+        },
+        ss,
+    )
+}
+
+/// `iperf3 -c -w 8k` against `pinperf -s`: the window is set on the listener the streams
+/// connect to, as an iperf3 server does, so their SYN carries a window scale for 8 KiB (0);
+/// set after accept() it could not lower the scale, and a window below loopback's MSS
+/// stalled the stream (2 Mbit/s, against an iperf3 server's 2318). The next test, without
+/// `-w`, connects to a listener with the kernel's autotuning again (a scale above 0).
+#[test]
+fn an_iperf3_clients_window_is_the_one_its_streams_connect_with() {
+    let test = "an_iperf3_clients_window_is_the_one_its_streams_connect_with";
+    if iperf3(test).is_none() {
+        return;
+    }
+    if std::process::Command::new("ss").arg("-V").output().is_err() {
+        return util::skipped(test, "no ss (apt-get install iproute2)");
+    }
+    let server = Server::start(&[]);
+    let scale = |args: &[&str]| {
+        let mut iperf3 = std::process::Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &server.port.to_string(), "-t", "1"])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run iperf3");
+        let scale = server_window_scale(server.port);
+        let status = iperf3.wait().expect("wait for iperf3");
+        assert!(
+            status.success(),
+            "iperf3 -c {args:?}: {status}\n{}",
+            server.log()
+        );
+        scale
+    };
+    assert_eq!(scale(&["-w", "8k"]), 0, "{}", server.log());
+    assert!(scale(&[]) > 0, "{}", server.log());
+}
+
 /// `iperf3 -c -R` against `pinperf -s`: and pinperf's senders' retransmits are in the
 /// results, so iperf3 shows them on its sender lines (it showed none: no `retransmits`).
 #[test]

@@ -339,10 +339,8 @@ fn tcp_streams(
     for (_, s) in arrived {
         let r = socket2::SockRef::from(&s);
         if let Some(w) = test.window_bytes {
-            // After accept(): the window scale was fixed at the SYN from the kernel's
-            // largest buffer. iperf3 sets it on a listener it re-creates before the streams
-            // connect; this server's one listener also takes other clients, so a request
-            // below one MSS (-w 8k over loopback's 64 KiB) stalls here where iperf3's runs.
+            // The listener the streams connected to had it (`server::Relisten`), and
+            // their SYNs its window scale; set again should that have failed.
             let _ = r.set_recv_buffer_size(w as usize);
             let _ = r.set_send_buffer_size(w as usize);
         }
