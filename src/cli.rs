@@ -381,6 +381,54 @@ pub fn detached_method<S: AsRef<str>>(argv: &[S]) -> Option<String> {
     })
 }
 
+/// `-b -5M`, `-t -2s`: a value opening with '-' and a digit, given apart from the flag that
+/// takes it, is attached to it (`-b=-5M`) for that flag's rule to say what is wrong with
+/// it; clap read it as flags ("unexpected argument '-5' found"). Only `-1` of pinperf's
+/// flags opens so, and it never stands where a value is due. Arguments from `--` on are
+/// left as they are.
+pub fn attach_signed_values(argv: Vec<String>) -> Vec<String> {
+    use clap::CommandFactory;
+    let cmd = Args::command();
+    let takes_value = |flag: &str| {
+        let (short, long) = match flag.strip_prefix("--") {
+            Some(long) => (None, Some(long)),
+            None => {
+                let mut chars = flag.strip_prefix('-').unwrap_or("").chars();
+                match (chars.next(), chars.next()) {
+                    (Some(c), None) => (Some(c), None),
+                    _ => return false,
+                }
+            }
+        };
+        cmd.get_arguments().any(|a| {
+            let named = (short.is_some() && a.get_short() == short)
+                || (long.is_some() && a.get_long() == long);
+            named && a.get_action().takes_values()
+        })
+    };
+    let signed = |v: &str| {
+        v.strip_prefix('-')
+            .is_some_and(|d| d.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+    };
+    let mut out: Vec<String> = Vec::with_capacity(argv.len());
+    let mut rest = argv.into_iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--" {
+            out.push(arg);
+            out.extend(rest);
+            break;
+        }
+        match out.last_mut() {
+            Some(flag) if signed(&arg) && takes_value(flag) && !flag.contains('=') => {
+                flag.push('=');
+                flag.push_str(&arg);
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
 /// A flag of the other mode given on the command line: a test's parameters (and
 /// `--engine`, `--peer`, `--auth`) to a server, which takes each test's from its client; a
 /// "Server" flag to a client or `--loopback` (whose in-process server takes none). iperf3
@@ -643,6 +691,42 @@ mod tests {
         assert_eq!(detached_method(&["-Z=msg", "-c", "h"]), None);
         assert_eq!(detached_method(&["-Z", "-c", "h"]), None);
         assert_eq!(detached_method(&["lab", "--", "-Z", "msg"]), None);
+    }
+
+    #[test]
+    fn a_signed_value_apart_from_its_flag_is_refused_by_the_flags_rule() {
+        let parse = |argv: &[&str]| {
+            let argv = attach_signed_values(argv.iter().map(|a| a.to_string()).collect());
+            Args::try_parse_from(argv).unwrap_err().to_string()
+        };
+        for (argv, says) in [
+            (
+                &["pinperf", "-c", "h", "-b", "-5M"][..],
+                "'-5M' is not a rate",
+            ),
+            (
+                &["pinperf", "-c", "h", "--time", "-2s"],
+                "'-2s' is not a duration",
+            ),
+            (
+                &["pinperf", "-c", "h", "-w", "-.5M"],
+                "'-.5M' is not a size",
+            ),
+        ] {
+            let e = parse(argv);
+            assert!(
+                e.contains(says) && !e.contains("unexpected"),
+                "{argv:?}: {e}"
+            );
+        }
+        let kept = |argv: &[&str]| {
+            let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+            attach_signed_values(argv.clone()) == argv
+        };
+        // -1 after a flag without a value, and anything past `--`, stay apart.
+        assert!(kept(&["pinperf", "-s", "-1"]));
+        assert!(kept(&["pinperf", "lab", "--", "-b", "-5M"]));
+        assert!(kept(&["pinperf", "-c", "h", "-b=-5M", "-1"]));
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub fn die_by_signal(sig: i32) -> ! {
 /// Parses the process's arguments and runs the chosen mode. Usage errors from clap exit 2
 /// (clap prints them); validation errors come back as [`Error::Usage`].
 pub fn run_from_env() -> Result<()> {
-    let argv: Vec<String> = std::env::args().collect();
+    let argv = cli::attach_signed_values(std::env::args().collect());
     let test_run = argv.get(1).is_some_and(|a| a.starts_with('-'))
         && !argv.iter().any(|a| a == "-s" || a == "--server");
     let detached = || test_run.then(|| cli::detached_method(&argv[1..])).flatten();

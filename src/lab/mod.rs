@@ -207,6 +207,7 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
         return Err(Error::Usage(format!("client options after `--`: {msg}")));
     }
     let argv = std::iter::once("pinperf lab --".to_string()).chain(a.client_args.iter().cloned());
+    let argv = crate::cli::attach_signed_values(argv.collect());
     let clap_error = |e: clap::Error| {
         let text = e.to_string();
         let first = text
