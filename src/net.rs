@@ -279,6 +279,17 @@ pub fn listen(
     window: Option<u64>,
     force: bool,
 ) -> Result<(TcpListener, WindowGrant)> {
+    let (sock, grant) = listener_socket(addr, v6_only, window, force)?;
+    Ok((bind_listen(sock, addr)?, grant))
+}
+
+/// [`listen`]'s socket, with its options and window, before it is bound.
+pub fn listener_socket(
+    addr: SocketAddr,
+    v6_only: bool,
+    window: Option<u64>,
+    force: bool,
+) -> Result<(Socket, WindowGrant)> {
     let sock = new_tcp_socket(&addr)?;
     sock.set_reuse_address(true)
         .op(|| "set SO_REUSEADDR".into())?;
@@ -287,10 +298,15 @@ pub fn listen(
             .op(|| format!("set IPV6_V6ONLY to {v6_only}"))?;
     }
     let grant = apply_window(&sock, window, force)?;
+    Ok((sock, grant))
+}
+
+/// Binds `sock` (from [`listener_socket`]) to `addr` and listens.
+pub fn bind_listen(sock: Socket, addr: SocketAddr) -> Result<TcpListener> {
     sock.bind(&SockAddr::from(addr))
         .op(|| format!("bind {addr}"))?;
     sock.listen(1024).op(|| format!("listen on {addr}"))?;
-    Ok((sock.into(), grant))
+    Ok(sock.into())
 }
 
 /// MTU and MSS of a connected socket.

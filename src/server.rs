@@ -173,6 +173,10 @@ impl Server {
         // While out of descriptors: how many clients were refused for it.
         let mut fd_burst: Option<u64> = None;
         let mut signalled: Option<Instant> = None;
+        // The window the control port's listener sets on the sockets it accepts (see
+        // [`Relisten`]), and since when a request to change it waits.
+        let mut listening: Option<u64> = None;
+        let mut asked_at: Option<Instant> = None;
         loop {
             // Before a one-off test's result: a signal that stopped it ends the process
             // by the signal, with the log's last line.
@@ -210,17 +214,35 @@ impl Server {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("poll the control port", e)),
             }
-            if fds[0].revents == 0 {
-                // Connections waiting are accepted first (the old listener's close would
-                // reset them): the wake-up stays readable until then.
-                if fds[1].revents != 0 {
-                    let _ = (&wake_rx).read(&mut [0u8; 64]);
-                    for (window, reply) in asks.try_iter() {
-                        let outcome;
-                        (listener, outcome) = relisten(listener, cfg.family == Family::V6, window)?;
-                        let _ = reply.send(outcome);
+            // Connections waiting are accepted before the listener closes (its close would
+            // reset them), for a POLL at most: a backlog that never empties does not hold a
+            // test's streams off.
+            if fds[1].revents == 0 {
+                asked_at = None;
+            } else if fds[0].revents == 0
+                || asked_at.get_or_insert_with(Instant::now).elapsed() > timeouts::POLL
+            {
+                asked_at = None;
+                let _ = (&wake_rx).read(&mut [0u8; 64]);
+                let asks: Vec<Ask> = asks.try_iter().collect();
+                if let Some(&(window, _)) = asks.last() {
+                    let outcome = match window == listening {
+                        true => Ok(()),
+                        false => {
+                            let v6_only = cfg.family == Family::V6;
+                            let outcome;
+                            (listener, listening, outcome) =
+                                relisten(listener, v6_only, listening, window)?;
+                            outcome.map_err(|e| e.to_string())
+                        }
+                    };
+                    for (_, reply) in asks {
+                        let _ = reply.send(outcome.clone());
                     }
                 }
+                continue;
+            }
+            if fds[0].revents == 0 {
                 continue;
             }
             let accepted = match listener.accept() {
@@ -352,21 +374,24 @@ struct Shared {
     relisten: Relisten,
 }
 
-/// How long a `control` thread waits for the acceptor to listen again: it looks between
-/// accepts, and at least every [`timeouts::POLL`].
+/// How long a `control` thread waits for the acceptor to listen again (it looks within a
+/// [`timeouts::POLL`] of being asked).
 const RELISTEN_WAIT: Duration = Duration::from_secs(2);
 
-/// A request to the acceptor: listen again with this window on the sockets accepted (none:
+/// A request to the acceptor: listen with this window set on the sockets it accepts (none:
 /// the kernel's autotuning), and say how it went.
-type Ask = (Option<u64>, Sender<Result<()>>);
+type Ask = (Option<u64>, Sender<std::result::Result<(), String>>);
 
-/// An iperf3 client's streams connect to the control port, and a connection's window scale
-/// is fixed at its SYN from the listener's buffer: a `-w` set after accept() cannot lower
-/// it, and one below an MSS then stalls the stream (`iperf3 -c -w 8k` over loopback: 2
-/// Mbit/s, against an iperf3 server's 2318). As an iperf3 server does, the acceptor
-/// listens again with the test's window while its streams connect, and without it once the
-/// test ends (a locked buffer cannot be unlocked); a client that connects in the moment
-/// between the two listeners is refused, as by iperf3's.
+/// An iperf3 client's streams connect to the control port, and the window scale a
+/// connection's receiver announces in its SYN-ACK comes from the listener's buffer: a `-w`
+/// set after accept() cannot lower it, and one below an MSS then stalled the stream
+/// (`iperf3 -c -w 8k` over loopback: 2 Mbit/s, against 195 to 1150 from an iperf3 server in
+/// the same minutes). As an iperf3 server does, the acceptor listens again with the test's
+/// window before its streams connect. The listener keeps it until an iperf3 test wants
+/// another (a locked buffer cannot be unlocked, and listening again as a test ends would
+/// refuse a shell loop's next client): each iperf3 test asks for its own once admitted,
+/// when any other client is refused as busy anyway; one that connects in the moment
+/// between the two listeners is refused or reset, as by an iperf3 server.
 struct Relisten {
     asks: Sender<Ask>,
     /// Wakes the acceptor from its poll.
@@ -374,52 +399,58 @@ struct Relisten {
 }
 
 impl Relisten {
-    /// The control port listens with `window` on the sockets it accepts until the guard
-    /// is dropped.
-    fn hold(&self, window: u64) -> Result<impl Drop + '_> {
-        struct Held<'a>(&'a Relisten);
-        impl Drop for Held<'_> {
-            fn drop(&mut self) {
-                let _ = self.0.ask(None);
-            }
-        }
-        self.ask(Some(window))?;
-        Ok(Held(self))
-    }
-
-    fn ask(&self, window: Option<u64>) -> Result<()> {
+    /// Has the control port accept sockets with `window` (none: autotuned) from now on.
+    fn ensure(&self, window: Option<u64>) -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let gone = || Error::Test("the acceptor did not listen again on the control port".into());
-        self.asks.send((window, tx)).map_err(|_| gone())?;
+        let gone = || "the acceptor did not answer within 2 s".to_string();
+        self.asks
+            .send((window, tx))
+            .map_err(|_| Error::Test(gone()))?;
         let _ = (&self.wake).write(&[1]);
         rx.recv_timeout(RELISTEN_WAIT)
             .unwrap_or_else(|_| Err(gone()))
+            .map_err(|e| Error::Test(format!("listen again on the control port: {e}")))
     }
 }
 
-/// Closes `listener` and listens again on its address with `window` set on it before
-/// `listen()` (accepted sockets inherit it). When that fails, it listens as before and
-/// returns why; when even that fails (another process took the port meanwhile), the
-/// server cannot go on.
+/// Closes `listener` (which sets `current` on the sockets it accepts) and listens again on
+/// its address with `window` set before `listen()` (accepted sockets inherit it); returns
+/// the listener, the window it sets and how the change went. Both sockets it may need are made before the old closes (out of
+/// descriptors, another thread could take the one the close frees); when the wanted one
+/// cannot listen, the other listens without a window. When neither can (another process
+/// took the port in that moment), the server cannot go on.
 fn relisten(
     listener: TcpListener,
     v6_only: bool,
+    current: Option<u64>,
     window: Option<u64>,
-) -> Result<(TcpListener, Result<()>)> {
+) -> Result<(TcpListener, Option<u64>, Result<()>)> {
     let addr = listener
         .local_addr()
         .op(|| "read the control port's address".into())?;
-    // Closed first: a port listened on takes no second listener.
+    let socket = |window| net::listener_socket(addr, v6_only, window, false).map(|(s, _)| s);
+    let (wanted, fallback) = match socket(window).and_then(|w| Ok((w, socket(None)?))) {
+        Ok(pair) => pair,
+        Err(e) => return Ok((listener, current, Err(e))),
+    };
     drop(listener);
-    let listen = |window| -> Result<TcpListener> {
-        let (l, _) = net::listen(addr, v6_only, window, false)?;
+    let listen = |sock| -> Result<TcpListener> {
+        let l = net::bind_listen(sock, addr)?;
         l.set_nonblocking(true)
             .op(|| "set O_NONBLOCK on the control port".into())?;
         Ok(l)
     };
-    Ok(match listen(window) {
-        Ok(l) => (l, Ok(())),
-        Err(e) => (listen(None)?, Err(e)),
+    Ok(match listen(wanted) {
+        Ok(l) => (l, window, Ok(())),
+        Err(e) => {
+            let l = listen(fallback).map_err(|again| {
+                Error::Test(format!(
+                    "listen again on the control port {addr} (for an iperf3 test's -w): \
+                     {e}; and without a window: {again}"
+                ))
+            })?;
+            (l, None, Err(e))
+        }
     })
 }
 
@@ -838,14 +869,11 @@ fn iperf3_session(
     }
     // Its streams connect to the control port: listened on with its window (see
     // [`Relisten`]); the window is set on each stream again should that fail.
-    let _listening = match (admitted.test.udp, admitted.test.window_bytes) {
-        (false, Some(w)) => shared
-            .relisten
-            .hold(w)
-            .inspect_err(|e| log!(cfg.quiet, "pinperf: {e} (iperf3 -w {w})"))
-            .ok(),
-        _ => None,
-    };
+    if !admitted.test.udp
+        && let Err(e) = shared.relisten.ensure(admitted.test.window_bytes)
+    {
+        log!(cfg.quiet, "pinperf: {e}");
+    }
     let t0 = Instant::now();
     let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &|| {
         shared.slot.finishing()

@@ -334,10 +334,11 @@ fn server_window_scale(port: u16) -> u8 {
 }
 
 /// `iperf3 -c -w 8k` against `pinperf -s`: the window is set on the listener the streams
-/// connect to, as an iperf3 server does, so their SYN carries a window scale for 8 KiB (0);
-/// set after accept() it could not lower the scale, and a window below loopback's MSS
-/// stalled the stream (2 Mbit/s, against an iperf3 server's 2318). The next test, without
-/// `-w`, connects to a listener with the kernel's autotuning again (a scale above 0).
+/// connect to, as an iperf3 server does, so the server's SYN-ACK announces the window scale
+/// for 8 KiB (0); set after accept() it could not lower the scale, and a window below
+/// loopback's MSS stalled the stream (2 Mbit/s, against an iperf3 server's 195 to 1150).
+/// The next test, without `-w`, connects to a listener with the kernel's autotuning again
+/// (a scale above 0).
 #[test]
 fn an_iperf3_clients_window_is_the_one_its_streams_connect_with() {
     let test = "an_iperf3_clients_window_is_the_one_its_streams_connect_with";

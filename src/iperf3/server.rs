@@ -340,7 +340,7 @@ fn tcp_streams(
         let r = socket2::SockRef::from(&s);
         if let Some(w) = test.window_bytes {
             // The listener the streams connected to had it (`server::Relisten`), and
-            // their SYNs its window scale; set again should that have failed.
+            // its SYN-ACKs the window scale for it; set again should that have failed.
             let _ = r.set_recv_buffer_size(w as usize);
             let _ = r.set_send_buffer_size(w as usize);
         }
