@@ -104,6 +104,16 @@ impl Server {
                 other => other?,
             },
         };
+        // Every TCP test listens on --data-port: one taken by another program is said now,
+        // not by every test's client ("bind 127.0.0.1:6110: Address already in use").
+        if let Some(port) = cfg.data_port.filter(|&p| p != 0) {
+            let ip = listener
+                .local_addr()
+                .op(|| "read listening address".into())?
+                .ip();
+            net::listen(SocketAddr::new(ip, port), v6_only, None, false)
+                .map_err(|e| data_port_taken(port, e))?;
+        }
         Ok(Server {
             listener,
             cfg,
@@ -997,7 +1007,11 @@ fn run_test(
             data_addr.is_ipv6(),
             params.window_bytes,
             params.force_window,
-        )?;
+        )
+        .map_err(|e| match cfg.data_port {
+            Some(port) if port != 0 => data_port_taken(port, e),
+            _ => e,
+        })?;
         // Set on the listener before Accept (accepted sockets inherit them), so an unknown
         // congestion control is a clean refusal, not a broken test.
         net::SocketOpts::of(&params)
@@ -1470,6 +1484,19 @@ fn accept_pending(
 
 /// An address as the client knows it: an IPv4 client of a dual-stack listener arrives as
 /// `::ffff:a.b.c.d` and is `a.b.c.d` here (logs, and the data connections' check).
+/// `--data-port`'s listener could not be made: its port in use is named with the fix.
+fn data_port_taken(port: u16, e: Error) -> Error {
+    match e {
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse => {
+            Error::Usage(format!(
+                "--data-port {port}: the port is in use (another server there?); choose \
+                 another, or leave --data-port out for a port of the kernel's choosing"
+            ))
+        }
+        other => other,
+    }
+}
+
 fn canonical(addr: SocketAddr) -> SocketAddr {
     match addr {
         SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {

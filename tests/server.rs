@@ -426,6 +426,22 @@ fn options_that_would_fail_every_test_are_refused_at_startup() {
     }
 }
 
+/// A `--data-port` another program listens on is refused at startup with the flag and the
+/// fix, and by name to a client should it be taken later; the server started, then every
+/// test failed with "bind 127.0.0.1:6110: Address already in use" (helper-48).
+#[test]
+fn a_data_port_in_use_is_refused_at_startup_by_its_flag() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("address").port().to_string();
+    let run = pinperf(
+        &["-s", "-B", "127.0.0.1", "-p", "0", "--data-port", &port],
+        Duration::from_secs(5),
+    );
+    let says = format!("pinperf: --data-port {port}: the port is in use (another server there?)");
+    assert_eq!(run.code(), Some(2), "exits 2 at once{}", run.explain());
+    assert!(run.stderr().starts_with(&says), "{}", run.explain());
+}
+
 /// A flag of the other mode is refused by name (helper-29: `-s -R`, `-s -P 4`, a client's
 /// `--max-streams 2 -P 4` and `--loopback --max-rate 1M` ran, the flag ignored).
 #[test]

@@ -128,8 +128,9 @@ pub fn run(
         }
         let (data_fds, echo_fds) = fds.split_at(n);
         // A connection poll() found failed is named before any this turn's writes find
-        // failed: its error came first (a receiver that lost one connection closes the
+        // failed, whose errors came later (a receiver that lost one connection closes the
         // others, and a write to one of those met its reset, in CI, ahead of the cause).
+        // Several found failed by one poll() have no order: the lowest is named.
         let hung_up = |fd: &libc::pollfd| fd.revents & (libc::POLLERR | libc::POLLHUP) != 0;
         if let Some(id) = data_fds.iter().position(hung_up) {
             let lane = &lanes[id];
