@@ -180,6 +180,64 @@ fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second
     }
 }
 
+/// An iperf3 client whose own end of a data connection is destroyed (`ss -K` on its socket)
+/// fails and sends IPERF_DONE as it exits: the server's log says the client ended the test
+/// (it said "protocol error ...: expected TEST_END, got IPERF_DONE"; helper-48).
+#[test]
+fn an_iperf3_client_that_fails_on_its_own_is_named_in_the_servers_log() {
+    let test = "an_iperf3_client_that_fails_on_its_own_is_named_in_the_servers_log";
+    if let Err(why) = can_kill_sockets() {
+        util::skipped(test, &why);
+        return;
+    }
+    if util::iperf3::iperf3(test).is_none() {
+        return;
+    }
+    let mut server = Server::start(&[]);
+    let port = server.port;
+    let mut iperf3 = Command::new("iperf3")
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "3",
+            "-P",
+            "2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run iperf3");
+    // Control and data share the port: the data connections are the two with bytes.
+    let data = util::wait_until(
+        "two stream connections with data on them",
+        Duration::from_secs(3),
+        || {
+            let moving: Vec<u16> = connections(port)
+                .into_iter()
+                .filter(|&(_, bytes)| bytes > 100_000)
+                .map(|(client, _)| client)
+                .collect();
+            (moving.len() == 2).then_some(moving)
+        },
+        || format!("{:?}", connections(port)),
+    );
+    let _ = Command::new("ss")
+        .args(["-K", "state", "established"])
+        .arg(format!("( dport = :{port} and sport = :{} )", data[0]))
+        .output();
+    let line = server.wait_for_log("failed", Duration::from_secs(2));
+    let _ = iperf3.kill();
+    let _ = iperf3.wait();
+    assert!(
+        line.contains("the iperf3 client") && line.contains("ended the test"),
+        "{line}\n{}",
+        server.log()
+    );
+}
+
 /// Resets one of three data connections once the first interval is out, and checks the
 /// client: exit 1 within a second, a live `stream_failed` event, the totals so far marked
 /// cut short, then the error naming the root cause.

@@ -20,7 +20,7 @@
 //! datagrams received, the loss by sequence and the RFC 3550 jitter, which the iperf3
 //! client prints as its receiver's line.
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -427,6 +427,14 @@ fn watch(
             return Err(stopped);
         }
         if let Some(f) = ends.failure() {
+            // A reset read here may be the client's own failure, whose IPERF_DONE follows
+            // at once: then that is the cause.
+            if f.peer_closed
+                && let Ok(state) = ctl.read_state(timeouts::PEER_WORD)
+                && let Some(ended) = client_ended(ctl.peer, state, t0)
+            {
+                return Err(ended);
+            }
             let _ = ctl.send_server_error(206, 0);
             return Err(Error::Test(format!(
                 "{} ({:.2} s into the test, on the server)",
@@ -450,12 +458,7 @@ fn watch(
         }
         match ctl.read_state(timeouts::POLL) {
             Ok(super::TEST_END) => return Ok(()),
-            Ok(super::CLIENT_TERMINATE) => {
-                return Err(Error::Test(format!(
-                    "the iperf3 client {} terminated the test",
-                    ctl.peer
-                )));
-            }
+            Ok(state) if let Some(ended) = client_ended(ctl.peer, state, t0) => return Err(ended),
             Ok(super::TEST_START) | Ok(super::TEST_RUNNING) => {}
             Ok(other) => {
                 return Err(Error::Protocol {
@@ -467,6 +470,22 @@ fn watch(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The iperf3 client's `state` when it ended the test itself: it terminated it (a signal),
+/// or it failed (a stream's write, say) and sent IPERF_DONE as it exited, its own error,
+/// which it prints, the cause.
+fn client_ended(peer: SocketAddr, state: i8, t0: Instant) -> Option<Error> {
+    let how = match state {
+        super::CLIENT_TERMINATE => "terminated the test".to_string(),
+        super::IPERF_DONE => format!(
+            "ended the test {:.2} s in, before its TEST_END (IPERF_DONE: an error of its own, \
+             which it names)",
+            t0.elapsed().as_secs_f64()
+        ),
+        _ => return None,
+    };
+    Some(Error::Test(format!("the iperf3 client {peer} {how}")))
 }
 
 /// `TEST_END` taken: the senders' last bytes, the client's results, the receivers' last
