@@ -280,6 +280,12 @@ fn iperf3_client_against_pinperf_server_four_streams_json() {
         return;
     };
     assert_eq!(doc["end"]["streams"].as_array().map(Vec::len), Some(4));
+    // The server's congestion control, as an iperf3 server's results give it (only the
+    // client's own was there: no receiver_tcp_congestion; helper-48).
+    assert_eq!(
+        doc["end"]["receiver_tcp_congestion"], doc["end"]["sender_tcp_congestion"],
+        "{doc}"
+    );
 }
 
 /// `iperf3 -c --fq-rate` against `pinperf -s`: the kernel paces the client's queued bytes
@@ -389,6 +395,7 @@ fn iperf3_client_against_pinperf_server_reverse() {
     });
     let each = each.unwrap_or_default();
     assert_eq!(each.len(), 2, "{doc}");
+    assert!(end["sender_tcp_congestion"].is_string(), "{doc}");
     assert_eq!(
         end["sum_sent"]["retransmits"].as_u64(),
         Some(each.iter().sum()),

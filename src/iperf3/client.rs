@@ -239,7 +239,10 @@ pub(crate) fn run(
     let outcome = match (result, stream_error) {
         (Err(e), _) | (Ok(_), Some(e)) => Err(e),
         (Ok((_, t0, acked)), None) => {
-            finish(&mut ctl, &cfg, local_cpu.as_ref(), &counted, t0, acked)
+            // The congestion control the streams ran with, as an iperf3 end says it.
+            let congestion = dups.first().and_then(net::congestion);
+            let cpu = local_cpu.as_ref();
+            finish(&mut ctl, &cfg, cpu, &counted, (t0, acked), congestion)
         }
     };
     if let Some(cpu) = local_cpu {
@@ -732,8 +735,8 @@ fn finish(
     cfg: &ClientConfig,
     cpu: Option<&crate::cpu::CpuReport>,
     counted: &[Mirrored],
-    t0: Instant,
-    acked: Option<Instant>,
+    (t0, acked): (Instant, Option<Instant>),
+    congestion: Option<String>,
 ) -> Result<(ReceiverDone, Results)> {
     expect(ctl, EXCHANGE_RESULTS)?;
     // Our results: what each local stream did (sent bytes for senders, received for
@@ -765,7 +768,7 @@ fn finish(
         cpu_util_user: cpu.map_or(0.0, |c| c.host_user),
         cpu_util_system: cpu.map_or(0.0, |c| c.host_system),
         sender_has_retransmits: 0,
-        congestion_used: cfg.test.transport.congestion.clone(),
+        congestion_used: congestion,
         streams,
         server_output_text: None,
         server_output_json: None,

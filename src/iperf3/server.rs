@@ -598,7 +598,8 @@ fn finish(
         cpu_util_user: report.host_user,
         cpu_util_system: report.host_system,
         sender_has_retransmits,
-        congestion_used: test.transport.congestion.clone(),
+        // What the streams ran with (the kernel's default unless -C), as iperf3's says.
+        congestion_used: dups.first().and_then(crate::net::congestion),
         streams,
         server_output_text: told.map(|mut lines| {
             lines.push(done_line(ctl.peer, received, sent));
