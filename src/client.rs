@@ -296,6 +296,16 @@ fn negotiate(
     let remote_software = match recv_step(ctl)? {
         ControlMsg::Welcome { software, .. } => software,
         ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        // Our own hello back: an echo service on that port (helper-48: "expected welcome,
+        // got hello").
+        ControlMsg::Hello { .. } => {
+            return Err(Error::Protocol {
+                peer,
+                what: "not a pinperf server: it sent this client's hello back (an echo \
+                       service on that port? check -p)"
+                    .into(),
+            });
+        }
         other => return Err(other.unexpected(peer, "welcome")),
     };
     crate::auth::client_step(ctl, auth, test, recv_step)?;

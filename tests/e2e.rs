@@ -677,6 +677,27 @@ fn a_second_client_during_a_test_is_told_the_server_is_busy() {
     check_report(&first.stdout(), 1, 6, 1.5);
 }
 
+/// A client against an echo service is told that is what it met, not "expected welcome,
+/// got hello" (helper-48).
+#[test]
+fn a_client_that_meets_an_echo_service_says_so() {
+    let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = echo.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        if let Ok((s, _)) = echo.accept() {
+            let _ = std::io::copy(&mut &s, &mut &s);
+        }
+    });
+    let run = pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1"], LIMIT);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("not a pinperf server: it sent this client's hello back"),
+        "{}",
+        run.explain()
+    );
+}
+
 #[test]
 fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
     let mut server = Server::start(&[]);
