@@ -383,32 +383,45 @@ pub fn detached_method<S: AsRef<str>>(argv: &[S]) -> Option<String> {
 
 /// `-b -5M`, `-t -2s`: a value opening with '-' and a digit, given apart from the flag that
 /// takes it, is attached to it (`-b=-5M`) for that flag's rule to say what is wrong with
-/// it; clap read it as flags ("unexpected argument '-5' found"). Only `-1` of pinperf's
-/// flags opens so, and it never stands where a value is due. Arguments from `--` on are
-/// left as they are.
+/// it; clap read it as flags ("unexpected argument '-5' found"). Only a flag whose value is
+/// required takes it (`-Z` and `--timestamps` take theirs only attached, and a flag may
+/// follow them), and never one that is a flag itself (`-1`, `-4`, `-6`). The flags are the
+/// subcommand's when the first argument names one (`lab --rtt -5ms`); arguments from `--`
+/// on are left as they are.
 pub fn attach_signed_values(argv: Vec<String>) -> Vec<String> {
     use clap::CommandFactory;
-    let cmd = Args::command();
-    let takes_value = |flag: &str| {
-        let (short, long) = match flag.strip_prefix("--") {
+    let mut root = Args::command();
+    root.build();
+    let cmd = argv
+        .get(1)
+        .and_then(|a| root.find_subcommand(a))
+        .unwrap_or(&root);
+    let flag = |word: &str| {
+        let (short, long) = match word.strip_prefix("--") {
             Some(long) => (None, Some(long)),
             None => {
-                let mut chars = flag.strip_prefix('-').unwrap_or("").chars();
+                let mut chars = word.strip_prefix('-')?.chars();
                 match (chars.next(), chars.next()) {
                     (Some(c), None) => (Some(c), None),
-                    _ => return false,
+                    _ => return None,
                 }
             }
         };
-        cmd.get_arguments().any(|a| {
-            let named = (short.is_some() && a.get_short() == short)
-                || (long.is_some() && a.get_long() == long);
-            named && a.get_action().takes_values()
+        cmd.get_arguments().find(|a| {
+            (short.is_some() && a.get_short() == short) || (long.is_some() && a.get_long() == long)
+        })
+    };
+    let wants_value = |word: &str| {
+        flag(word).is_some_and(|a| {
+            a.get_action().takes_values()
+                && !a.is_require_equals_set()
+                && a.get_num_args().is_none_or(|n| n.min_values() > 0)
         })
     };
     let signed = |v: &str| {
         v.strip_prefix('-')
             .is_some_and(|d| d.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+            && flag(v).is_none()
     };
     let mut out: Vec<String> = Vec::with_capacity(argv.len());
     let mut rest = argv.into_iter();
@@ -419,9 +432,9 @@ pub fn attach_signed_values(argv: Vec<String>) -> Vec<String> {
             break;
         }
         match out.last_mut() {
-            Some(flag) if signed(&arg) && takes_value(flag) && !flag.contains('=') => {
-                flag.push('=');
-                flag.push_str(&arg);
+            Some(last) if signed(&arg) && wants_value(last) && !last.contains('=') => {
+                last.push('=');
+                last.push_str(&arg);
             }
             _ => out.push(arg),
         }
@@ -723,10 +736,24 @@ mod tests {
             let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
             attach_signed_values(argv.clone()) == argv
         };
-        // -1 after a flag without a value, and anything past `--`, stay apart.
+        // A flag after a flag without a value, or one whose value is optional and only
+        // attached, and anything past `--`, stay apart (helper-50: `-Z -4` and
+        // `--timestamps -1` were joined).
         assert!(kept(&["pinperf", "-s", "-1"]));
         assert!(kept(&["pinperf", "lab", "--", "-b", "-5M"]));
         assert!(kept(&["pinperf", "-c", "h", "-b=-5M", "-1"]));
+        assert!(kept(&["pinperf", "-c", "h", "-Z", "-4"]));
+        assert!(kept(&["pinperf", "-c", "h", "--zerocopy", "-6"]));
+        assert!(kept(&["pinperf", "-s", "--timestamps", "-1"]));
+        assert!(kept(&["pinperf", "-c", "h", "-P", "-1"]));
+        // A subcommand's own flags.
+        let joined = attach_signed_values(
+            ["pinperf", "lab", "--rtt", "-5ms"]
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
+        );
+        assert_eq!(joined, ["pinperf", "lab", "--rtt=-5ms"]);
     }
 
     #[test]

@@ -80,7 +80,7 @@ impl Pacer {
         Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
-    /// Schedule time given up after stalls longer than [`CATCH_UP`].
+    /// Schedule time given up after stalls longer than [`DEBT`].
     pub fn forgiven(&self) -> Duration {
         self.forgiven
     }

@@ -1482,8 +1482,6 @@ fn accept_pending(
     Ok(())
 }
 
-/// An address as the client knows it: an IPv4 client of a dual-stack listener arrives as
-/// `::ffff:a.b.c.d` and is `a.b.c.d` here (logs, and the data connections' check).
 /// `--data-port`'s listener could not be made: its port in use is named with the fix.
 fn data_port_taken(port: u16, e: Error) -> Error {
     match e {
@@ -1497,6 +1495,8 @@ fn data_port_taken(port: u16, e: Error) -> Error {
     }
 }
 
+/// An address as the client knows it: an IPv4 client of a dual-stack listener arrives as
+/// `::ffff:a.b.c.d` and is `a.b.c.d` here (logs, and the data connections' check).
 fn canonical(addr: SocketAddr) -> SocketAddr {
     match addr {
         SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {

@@ -202,7 +202,7 @@ fn an_iperf3_client_that_fails_on_its_own_is_named_in_the_servers_log() {
             "-p",
             &port.to_string(),
             "-t",
-            "3",
+            "10",
             "-P",
             "2",
         ])
@@ -228,7 +228,7 @@ fn an_iperf3_client_that_fails_on_its_own_is_named_in_the_servers_log() {
         .args(["-K", "state", "established"])
         .arg(format!("( dport = :{port} and sport = :{} )", data[0]))
         .output();
-    let line = server.wait_for_log("failed", Duration::from_secs(2));
+    let line = server.wait_for_log("failed", Duration::from_secs(5));
     let _ = iperf3.kill();
     let _ = iperf3.wait();
     assert!(

@@ -49,7 +49,7 @@ pub struct UdpSendOutcome {
     /// ENOBUFS (the device queue was full), each retried.
     pub refused: u64,
     pub no_buffer: u64,
-    /// Schedule time given up after stalls (see [`crate::pace::CATCH_UP`]).
+    /// Schedule time given up after stalls (see [`crate::pace::DEBT`]).
     pub forgiven: Duration,
 }
 
