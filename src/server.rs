@@ -384,10 +384,6 @@ struct Shared {
     relisten: Relisten,
 }
 
-/// How long a `control` thread waits for the acceptor to listen again (it looks within a
-/// [`timeouts::POLL`] of being asked).
-const RELISTEN_WAIT: Duration = Duration::from_secs(2);
-
 /// A request to the acceptor: listen with this window set on the sockets it accepts (none:
 /// the kernel's autotuning), and say how it went.
 type Ask = (Option<u64>, Sender<std::result::Result<(), String>>);
@@ -412,12 +408,15 @@ impl Relisten {
     /// Has the control port accept sockets with `window` (none: autotuned) from now on.
     fn ensure(&self, window: Option<u64>) -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let gone = || "the acceptor did not answer within 2 s".to_string();
+        let gone = || {
+            let wait = timeouts::RELISTEN.as_secs_f64();
+            format!("the acceptor did not answer within {wait:.0} s")
+        };
         self.asks
             .send((window, tx))
             .map_err(|_| Error::Test(gone()))?;
         let _ = (&self.wake).write(&[1]);
-        rx.recv_timeout(RELISTEN_WAIT)
+        rx.recv_timeout(timeouts::RELISTEN)
             .unwrap_or_else(|_| Err(gone()))
             .map_err(|e| Error::Test(format!("listen again on the control port: {e}")))
     }

@@ -171,6 +171,11 @@ pub const CAUSE: Duration = Duration::from_millis(200);
 /// that failed on its own speaks at once, so two ends never wait on each other for long.
 pub const PEER_WORD: Duration = Duration::from_millis(500);
 
+/// How long a server's `control` thread waits for its acceptor to listen again on the
+/// control port with an iperf3 test's window: the acceptor looks within a [`POLL`] of
+/// being asked, even behind a backlog, so this is many of them on a loaded host.
+pub const RELISTEN: Duration = Duration::from_secs(2);
+
 /// The longest silence on the control connection a client accepts while the test runs:
 /// rows come once per interval; one interval late plus [`STALL`] means the server stopped
 /// answering.
