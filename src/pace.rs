@@ -73,6 +73,12 @@ impl Pacer {
         self.origin + self.span(1)
     }
 
+    /// When the next chunk may leave: everything accounted so far is due, and a sender
+    /// catching up has not run ahead of [`CATCH_UP_SPEED`] times the rate.
+    fn next(&self) -> Instant {
+        self.due().max(self.fast_origin + self.span(CATCH_UP_SPEED))
+    }
+
     /// The time the bytes so far take at `speed` times the rate.
     fn span(&self, speed: u32) -> Duration {
         let rate = u128::from(self.rate_bps) * u128::from(speed);
@@ -106,8 +112,11 @@ impl Pacer {
         if let Some(ahead) = now.checked_duration_since(fast_due + lead) {
             self.fast_origin += ahead;
         }
-        let due = self.due().max(self.fast_origin + self.span(CATCH_UP_SPEED));
-        match due.checked_duration_since(now).filter(|d| !d.is_zero()) {
+        match self
+            .next()
+            .checked_duration_since(now)
+            .filter(|d| !d.is_zero())
+        {
             Some(early) => Step::Wait(early),
             None => Step::Go,
         }
@@ -127,7 +136,7 @@ impl Pacer {
         if left > SPIN {
             std::thread::sleep(left - SPIN);
         }
-        let due = self.due().max(self.fast_origin + self.span(CATCH_UP_SPEED));
+        let due = self.next();
         while Instant::now() < due {
             std::hint::spin_loop();
         }
