@@ -76,6 +76,7 @@ pub const IEPROTOCOL: i32 = 131;
 pub const IESETTOS: i32 = 125;
 pub const IESETCONGESTION: i32 = 134;
 pub const IEAUTHTEST: i32 = 142;
+pub const IESETBUF2: i32 = 141;
 
 /// Largest parameter or result document accepted from a peer (iperf3 itself caps
 /// parameters at 8 KiB; results grow with streams and server output).
@@ -194,7 +195,18 @@ impl Ctl {
         // A refusal by a check of iperf3's own (a limit, a granted buffer smaller than
         // asked) comes with whatever errno an earlier call left: "socket buffer size not
         // set correctly ...: Bad file descriptor" (helper-48) pointed the wrong way.
-        const CHECKS: [i32; 10] = [5, 6, 7, 8, 13, 20, 27, 131, 141, 142];
+        const CHECKS: [i32; 10] = [
+            IEDURATION,
+            IENUMSTREAMS,
+            IEBLOCKSIZE,
+            IEBUFSIZE,
+            IEUNIMP,
+            IEUDPBLOCKSIZE,
+            IETOTALRATE,
+            IEPROTOCOL,
+            IESETBUF2,
+            IEAUTHTEST,
+        ];
         if errno != 0 && !CHECKS.contains(&code) {
             words += &format!(": {}", std::io::Error::from_raw_os_error(errno));
         }
