@@ -328,7 +328,7 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
             .is_none_or(|b| u64::from(b) <= e.header.block_bytes)
     });
     let held = |&(rate, _): &(u64, f64)| {
-        per_stream_bps >= 0.95 * rate as f64 && emptied && queue_us < PACED_WAIT_US
+        per_stream_bps >= KEPT_RATE * rate as f64 && emptied && queue_us < PACED_WAIT_US
     };
     if let Some((rate, _)) = paced.filter(held) {
         out.push(format!(
@@ -407,6 +407,10 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
         )),
     }
 }
+
+/// The share of `-b` a sender reaches to count as having kept the rate asked (TCP: paced,
+/// with no standing queue to advise on; UDP: not short of the load it was to offer).
+const KEPT_RATE: f64 = 0.95;
 
 /// The longest wait a paced sender's blocks are put down to the receiver's wake-up and
 /// delayed ACKs (Linux delays an ACK up to 40 ms) rather than a queue.
@@ -612,7 +616,7 @@ pub fn udp_receiver_drops(u: &UdpFigures, header: &Header, reverse: bool) -> Opt
 /// path the load it was asked to. `sent_bps` is per stream, over the test's span.
 pub fn udp_sender_short(sent_bps: f64, header: &Header) -> Option<String> {
     let asked = header.rate_bps? as f64;
-    (sent_bps < 0.95 * asked).then(|| {
+    (sent_bps < KEPT_RATE * asked).then(|| {
         format!(
             "diagnosis: the senders wrote {:.1} Mb/s per stream, {:.0}% of the -b {} asked: \
              the sending host could not keep up (CPU, or -l {} too small for the rate); the \
