@@ -7,8 +7,7 @@
 //!
 //! The end of the test: when the client sends, its senders write for `-O` + `-t`, shut
 //! down their sending side, and `TEST_END` goes out once the server's kernel has
-//! acknowledged every byte and the FIN (plus a short grace for the iperf3 process to read
-//! them): an iperf3 server counts what it has read when it takes `TEST_END` and closes
+//! acknowledged every byte (plus a short grace for the iperf3 process to read them): an iperf3 server counts what it has read when it takes `TEST_END` and closes
 //! its streams then. When the server sends (`-R`), this end's receivers read to the EOF
 //! the server's close gives, so both count the same bytes.
 //!
@@ -41,7 +40,7 @@ use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::measure::UdpSlice;
-use crate::net;
+use crate::net::{self, TcpInfo};
 use crate::params::Direction;
 use crate::pin::PinPlan;
 use crate::protocol::{ReceiverDone, SOFTWARE};
@@ -638,7 +637,7 @@ fn drive(
         .iter()
         .flat_map(|&r| std::iter::repeat_n(!r, cfg.test.streams as usize))
         .collect();
-    let mut acked_at: Option<Instant> = None;
+    let mut tail = Tail::default();
     // The bytes the server's kernel has acknowledged; the stall clock starts at the run
     // time's end.
     let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + run_time);
@@ -701,15 +700,29 @@ fn drive(
             .filter(|(_, s)| **s)
             .map(|(d, _)| net::tcp_info(d))
             .collect();
-        let data_acked = infos.iter().all(|i| {
-            i.as_ref().is_some_and(|i| {
-                let unique = i.bytes_sent.saturating_sub(i.bytes_retrans);
-                (i.state >= 5 && i.state != 10)
-                    || (i.state == 4 && i.notsent_bytes == 0 && i.bytes_acked > unique)
+        // `slack`: bytes that may still be unacknowledged.
+        let acked_but = |slack: fn(&TcpInfo) -> u64| {
+            infos.iter().all(|i| {
+                i.as_ref().is_some_and(|i| {
+                    let unique = i.bytes_sent.saturating_sub(i.bytes_retrans);
+                    (i.state >= 5 && i.state != 10)
+                        || (i.state == 4
+                            && i.notsent_bytes == 0
+                            && i.bytes_acked + slack(i) > unique)
+                })
             })
-        });
-        if data_acked {
-            let at = *acked_at.get_or_insert_with(Instant::now);
+        };
+        let retransmitted = infos
+            .iter()
+            .flatten()
+            .map(|i| u64::from(i.total_retrans))
+            .sum();
+        if acked_but(|i| u64::from(i.snd_mss)) {
+            tail.nearly.get_or_insert((Instant::now(), retransmitted));
+        }
+        if acked_but(|_| 0) {
+            tail.retransmitted = retransmitted;
+            let at = *tail.acked.get_or_insert_with(Instant::now);
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
             if at.elapsed() >= timeouts::iperf3_read(rtt) {
                 break;
@@ -723,13 +736,40 @@ fn drive(
         }
     }
     ctl.send_state(super::TEST_END)?;
-    Ok((cpu, t0, acked_at))
+    Ok((cpu, t0, tail.received()))
+}
+
+/// How the server's kernel acknowledged the end of a TCP test's data, seen from this end:
+/// when that tells when it had received the last byte.
+#[derive(Default)]
+struct Tail {
+    /// The first look at which every sending stream had at most one segment
+    /// unacknowledged, and the retransmissions counted by then.
+    nearly: Option<(Instant, u64)>,
+    /// The first look at which every byte was acknowledged.
+    acked: Option<Instant>,
+    /// The retransmissions counted at that look.
+    retransmitted: u64,
+}
+
+impl Tail {
+    /// When the server's kernel had every byte. A receiver acknowledges every second
+    /// segment at once but a last odd one only when its delayed-ACK timer fires (40 ms and
+    /// more), so the last one's acknowledgement comes late: it arrived with the rest, when
+    /// at most one segment was left unacknowledged. Unless a segment was retransmitted since
+    /// (the last one was lost and arrived later): then when all was acknowledged.
+    fn received(&self) -> Option<Instant> {
+        match (self.nearly, self.acked) {
+            (Some((at, retransmitted)), Some(_)) if retransmitted == self.retransmitted => Some(at),
+            (_, acked) => acked,
+        }
+    }
 }
 
 /// After `TEST_END` (every local thread joined): the results exchange, `DISPLAY_RESULTS`
 /// and `IPERF_DONE`; returns the server's counts as the reporter's remote totals, and its
-/// results as sent. `acked`: when the server's kernel had acknowledged every byte this
-/// end sent (TCP).
+/// results as sent. `acked`: when the server's kernel had every byte this end sent
+/// (TCP; `Tail::received`).
 fn finish(
     ctl: &mut Ctl,
     cfg: &ClientConfig,
@@ -826,7 +866,7 @@ fn finish(
     // The iperf3 server's receive time covers the measured seconds only (after -O), and
     // runs to TEST_END, which this end sends a grace after the last byte was acknowledged
     // (TCP) or a round trip and 20 ms after its senders stopped (UDP). The receiving ended
-    // earlier: when the server's kernel acknowledged the last byte, or (UDP) at the run
+    // earlier: when the server's kernel had the last byte (`Tail::received`), or (UDP) at the run
     // time, over which the datagrams were sent and arrived.
     let span = match (cfg.test.udp, acked) {
         (true, _) => (seconds + omit).min(cfg.test.run_time().as_secs_f64()),
@@ -1044,5 +1084,39 @@ fn reconcile(totals: &report::ClientTotals, cfg: &ClientConfig) {
              writes before it closes",
             sent.abs_diff(received)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's kernel had the last byte when at most one segment was left
+    /// unacknowledged (the last one's ACK waits for the receiver's delayed-ACK timer), not
+    /// when that ACK came; unless a retransmission came between, or the nearly-acked moment
+    /// was never seen.
+    #[test]
+    fn the_last_byte_arrived_before_its_delayed_ack() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let tail = |nearly, acked, retransmitted| Tail {
+            nearly,
+            acked,
+            retransmitted,
+        };
+        // The last segment's ACK delayed 40 ms: the data arrived at the first look.
+        assert_eq!(
+            tail(Some((at(4), 6)), Some(at(44)), 6).received(),
+            Some(at(4))
+        );
+        // A segment retransmitted after it: the last byte arrived with the retransmission.
+        assert_eq!(
+            tail(Some((at(4), 6)), Some(at(210)), 7).received(),
+            Some(at(210))
+        );
+        // Every byte acknowledged at the first look.
+        assert_eq!(tail(None, Some(at(3)), 0).received(), Some(at(3)));
+        // Never all acknowledged (a stalled server): no time.
+        assert_eq!(tail(Some((at(4), 0)), None, 0).received(), None);
     }
 }
