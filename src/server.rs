@@ -71,6 +71,9 @@ pub struct Server {
     /// A descriptor kept free to accept, and refuse with the reason, a client that comes
     /// while the process is out of descriptors (else it would wait in the backlog).
     spare: Option<std::fs::File>,
+    /// Said when the server starts listening: `--data-port`'s port is held on some
+    /// addresses of this host only.
+    note: Option<String>,
 }
 
 impl Server {
@@ -106,18 +109,34 @@ impl Server {
         };
         // Every TCP test listens on --data-port: one taken by another program is said now,
         // not by every test's client ("bind 127.0.0.1:6110: Address already in use").
+        let mut note = None;
         if let Some(port) = cfg.data_port.filter(|&p| p != 0) {
             let ip = listener
                 .local_addr()
                 .op(|| "read listening address".into())?
                 .ip();
-            net::listen(SocketAddr::new(ip, port), v6_only, None, false)
-                .map_err(|e| data_port_taken(port, e))?;
+            let probe = |ip| net::listen(SocketAddr::new(ip, port), v6_only, None, false);
+            match probe(ip) {
+                Ok(_) => {}
+                // On the wildcard, a port held on one address of the host is in use too;
+                // tests reach this server at the others, loopback among them.
+                Err(_)
+                    if ip.is_unspecified() && loopbacks(ip, v6_only).all(|l| probe(l).is_ok()) =>
+                {
+                    note = Some(format!(
+                        "pinperf: --data-port {port} is in use on some of this host's addresses \
+                         (not loopback): a test reaching this server at one of them is refused; \
+                         choose another port to serve them too"
+                    ));
+                }
+                Err(e) => return Err(data_port_taken(port, e)),
+            }
         }
         Ok(Server {
             listener,
             cfg,
             spare: open_spare(),
+            note,
         })
     }
 
@@ -547,8 +566,11 @@ pub fn serve(cfg: ServerConfig) -> Result<()> {
         cfg.auth.is_some(),
         cfg.allow.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
     );
-    let server = Server::bind(cfg)?;
+    let mut server = Server::bind(cfg)?;
     serverlog::listening(server.local_addr()?, SOFTWARE, auth, &allow);
+    if let Some(note) = server.note.take() {
+        serverlog::message(note);
+    }
     for flag in ignored {
         serverlog::message(format!(
             "pinperf: {flag} ignored: iperf3 -s takes it for its report; a pinperf server logs \
@@ -1479,6 +1501,19 @@ fn accept_pending(
         });
     }
     Ok(())
+}
+
+/// The loopback addresses a server listening on the wildcard `ip` serves: IPv4's, IPv6's,
+/// or (dual-stack) both.
+fn loopbacks(ip: IpAddr, v6_only: bool) -> impl Iterator<Item = IpAddr> {
+    let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let v6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    match (ip.is_ipv6(), v6_only) {
+        (false, _) => vec![v4],
+        (true, true) => vec![v6],
+        (true, false) => vec![v4, v6],
+    }
+    .into_iter()
 }
 
 /// `--data-port`'s listener could not be made: its port in use is named with the fix.

@@ -442,6 +442,20 @@ fn a_data_port_in_use_is_refused_at_startup_by_its_flag() {
     assert!(run.stderr().starts_with(&says), "{}", run.explain());
 }
 
+/// A port another program holds on one address only (127.0.0.2) leaves a wildcard server
+/// the others: it starts, says so, and serves a test over 127.0.0.1 (helper-50: the
+/// startup probe on the wildcard refused to start).
+#[test]
+fn a_data_port_held_on_one_address_leaves_the_server_the_others() {
+    let taken = std::net::TcpListener::bind("127.0.0.2:0").expect("bind");
+    let port = taken.local_addr().expect("address").port().to_string();
+    let server = Srv::start(&["-4", "-p", "0", "--data-port", &port]);
+    let note =
+        format!("--data-port {port} is in use on some of this host's addresses (not loopback)");
+    assert!(server.wait_for(&note, LIMIT), "{}", server.log());
+    client("127.0.0.1", &server.port(), &[]).assert_ok();
+}
+
 /// A flag of the other mode is refused by name (helper-29: `-s -R`, `-s -P 4`, a client's
 /// `--max-streams 2 -P 4` and `--loopback --max-rate 1M` ran, the flag ignored).
 #[test]
