@@ -986,6 +986,12 @@ fn summarize(
                 sent.saturating_sub(t.omitted_sent),
                 t.last,
             );
+            // UDP cut short: what the sender sent over the receiver's rows is what their
+            // sequence numbers say (its own last row runs on to when it stopped, past the
+            // receiver's: helper-51, "sender wrote" one datagram more than "sender sent").
+            if let (true, true, Some(got)) = (header.udp, cut_short, t.udp) {
+                row.sent_bytes = (got.packets + got.lost_packets) * header.block_bytes.max(1);
+            }
             row.retransmits = t.retransmits;
             row.kernel_rtt = t.kernel.summary();
             row.rtt = row.kernel_rtt.map(|k| k.avg_us);
@@ -1773,6 +1779,39 @@ mod tests {
         assert_eq!(s.streams[0].sent_bytes, 110 * datagram);
         // The whole run still adds up to what the sender wrote.
         assert_eq!(s.omitted.sent_bytes + s.sum_sent.bytes, all);
+    }
+
+    /// UDP cut short (the server stopped at 1.57 s): the sender's last row runs to when it
+    /// stopped, a datagram past the receiver's last row; the totals' sent bytes are what
+    /// the receiver's sequence numbers say was sent, as their datagram counts (helper-51:
+    /// "sender wrote" 301 datagrams beside "sender sent 300, lost 0").
+    #[test]
+    fn udp_cut_short_sends_what_the_receivers_sequences_say() {
+        use crate::measure::UdpSlice;
+        let datagram = 1000u64;
+        let mut totals = no_totals(1);
+        let got = UdpSlice {
+            packets: 298,
+            lost: 2,
+            ..UdpSlice::default()
+        };
+        let (l, r) = one_second(0, false, 301 * datagram, 298 * datagram, Some(got));
+        join(&l, &r, &mut totals);
+        let mut h = model::sample::header();
+        (h.streams, h.udp, h.block_bytes) = (1, true, datagram);
+        let s = summarize(
+            &h,
+            &[301 * datagram],
+            &[298 * datagram],
+            1_000_000,
+            &mut totals,
+            true,
+            false,
+        );
+        let u = s.streams[0].udp.expect("UDP figures");
+        assert_eq!((u.packets, u.lost_packets), (300, 2), "{u:?}");
+        assert_eq!(s.sum_sent.bytes, 300 * datagram);
+        assert_eq!(s.sum_received.bytes, 298 * datagram);
     }
 
     /// TCP `-O`: the omitted seconds end at the same byte of the stream on both sides, the
