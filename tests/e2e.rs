@@ -389,6 +389,11 @@ fn no_server_is_a_clear_error_within_seconds() {
             .is_some_and(|m| m.starts_with("connect to 127.0.0.1:")),
         "{doc}"
     );
+    // The document's keys, empty (helper-51: `error` alone, so `d["end"]` raised).
+    for key in ["start", "end"] {
+        assert!(doc.get(key).is_some_and(|v| v.is_null()), "{key}: {doc}");
+    }
+    assert_eq!(doc["intervals"], serde_json::json!([]), "{doc}");
 }
 
 /// A short test that must succeed: the server has logged the end of everything before it,

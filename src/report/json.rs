@@ -110,7 +110,8 @@ impl Collector {
 pub(crate) trait Printer: Send {
     /// The test's header has arrived: the test starts now.
     fn started(&mut self) {}
-    /// Writes the document, or (None: the test failed before its header) `error` alone.
+    /// Writes the document, or (None: the test failed before its header) one with no
+    /// start, intervals or end beside `error`.
     fn print(&mut self, doc: Option<Document>, error: &str) -> io::Result<()>;
 }
 
@@ -191,7 +192,24 @@ impl<W: Write + Send> Printer for JsonPrinter<W> {
         let out = &mut self.0;
         match doc {
             Some(doc) => serde_json::to_writer_pretty(&mut *out, &doc)?,
-            None => serde_json::to_writer(&mut *out, &serde_json::json!({ "error": error }))?,
+            // The document's keys all the same, in its order: a script reading `end` finds
+            // null.
+            None => {
+                #[derive(Serialize)]
+                struct Unstarted<'a> {
+                    start: Option<Header>,
+                    intervals: [IntervalReport; 0],
+                    end: Option<Summary>,
+                    error: &'a str,
+                }
+                let doc = Unstarted {
+                    start: None,
+                    intervals: [],
+                    end: None,
+                    error,
+                };
+                serde_json::to_writer_pretty(&mut *out, &doc)?
+            }
         }
         writeln!(out)?;
         out.flush()
