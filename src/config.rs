@@ -92,6 +92,11 @@ impl Target {
                  iperf3 server",
             ));
         }
+        if a.client.is_some() && a.port == Some(0) {
+            return Err(usage(
+                "-p 0: a client connects to the server's port (1-65535; without -p, 5301)",
+            ));
+        }
         if a.connect_timeout.is_zero() {
             return Err(usage(
                 "--connect-timeout 0: give the connection some time, e.g. 5 (seconds)",
@@ -538,6 +543,10 @@ mod tests {
                 &["--loopback", "-p", "5301"],
                 "-p 5301: --loopback's in-process server listens on an ephemeral port; drop -p \
                  (or run pinperf -s -p 5301 and pinperf -c 127.0.0.1 -p 5301)",
+            ),
+            (
+                &["-c", "127.0.0.1", "-p", "0"],
+                "-p 0: a client connects to the server's port (1-65535; without -p, 5301)",
             ),
             (
                 &["-c", "::1", "-B", "127.0.0.1"],
