@@ -647,7 +647,15 @@ pub fn udp_kernel_drops(k: &KernelSummary) -> Option<String> {
 /// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
 /// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
 /// `omit_s` and `duration_s` are `-O` and `-t` as given: the planned end is their sum.
-pub fn long_drain(omit_s: f64, duration_s: f64, end_s: f64, queued_bytes: u64) -> Option<String> {
+/// `senders_rows`: the rows are the senders' counts (a client sending to an iperf3
+/// server), which end on time, so only the totals cover the drain.
+pub fn long_drain(
+    omit_s: f64,
+    duration_s: f64,
+    end_s: f64,
+    queued_bytes: u64,
+    senders_rows: bool,
+) -> Option<String> {
     let late = end_s - omit_s - duration_s;
     if late < DRAIN_MIN_S.max(DRAIN_SHARE * duration_s) {
         return None;
@@ -657,11 +665,14 @@ pub fn long_drain(omit_s: f64, duration_s: f64, end_s: f64, queued_bytes: u64) -
     } else {
         String::new()
     };
+    let covers = match senders_rows {
+        true => "the totals cover that drain (the rows are this end's writes, which ended on time)",
+        false => "the last row covers that drain",
+    };
     Some(format!(
         "diagnosis: the test ran {late:.1} s past -t {duration_s}{omit}: the senders stopped \
          writing on time with {} still unsent in their socket buffers, which the receivers \
-         read afterwards; the last row covers that drain. A window near the bandwidth-delay product \
-         ends on time.",
+         read afterwards; {covers}. A window near the bandwidth-delay product ends on time.",
         human_bytes(queued_bytes as f64)
     ))
 }
@@ -898,14 +909,22 @@ mod tests {
 
     #[test]
     fn a_long_drain_is_named_a_short_one_is_not() {
-        let line = long_drain(0.0, 15.0, 26.1, 3 << 30).unwrap();
+        let line = long_drain(0.0, 15.0, 26.1, 3 << 30, false).unwrap();
         assert!(
             line.contains("11.1 s past -t 15:") && line.contains("3.0 GiB"),
             "{line}"
         );
-        assert_eq!(long_drain(0.0, 15.0, 15.3, 1 << 20), None);
+        assert_eq!(long_drain(0.0, 15.0, 15.3, 1 << 20, false), None);
+        assert!(line.contains("the last row covers that drain"), "{line}");
+        // Against an iperf3 server the rows are this end's writes: none covers the drain
+        // (helper-51: `-l 1` said the last row did, and it ended at 2.0 of 3.6 s).
+        let line = long_drain(0.0, 2.0, 3.6, 1 << 20, true).unwrap();
+        assert!(
+            line.contains("; the totals cover that drain (the rows are this end's writes"),
+            "{line}"
+        );
         assert_eq!(
-            long_drain(0.0, 60.0, 65.0, 1 << 20),
+            long_drain(0.0, 60.0, 65.0, 1 << 20, false),
             None,
             "under 10 % of a long test"
         );
@@ -914,12 +933,12 @@ mod tests {
     /// `-t 2.5` is printed as given, not rounded to `-t 2`; `-O` moves the planned end.
     #[test]
     fn a_drain_names_the_duration_as_given() {
-        let line = long_drain(0.0, 2.5, 4.0, 1 << 20).unwrap();
+        let line = long_drain(0.0, 2.5, 4.0, 1 << 20, false).unwrap();
         assert!(line.contains("1.5 s past -t 2.5:"), "{line}");
-        let line = long_drain(1.0, 2.5, 5.0, 1 << 20).unwrap();
+        let line = long_drain(1.0, 2.5, 5.0, 1 << 20, false).unwrap();
         assert!(line.contains("1.5 s past -t 2.5 -O 1:"), "{line}");
         assert_eq!(
-            long_drain(1.0, 2.5, 3.6, 1 << 20),
+            long_drain(1.0, 2.5, 3.6, 1 << 20, false),
             None,
             "-O is not lateness"
         );

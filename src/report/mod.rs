@@ -1073,6 +1073,7 @@ fn summarize(
         header.duration_s,
         end,
         queued,
+        header.iperf3_peer() && !reverse,
     ));
     Summary {
         sum_sent: match totals.sender_silent {
