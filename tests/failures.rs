@@ -180,6 +180,64 @@ fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second
     }
 }
 
+/// Against an iperf3 server, this end's control connection destroyed (`ss -K` on its
+/// socket here): its error is the cause, not "the iperf3 server closed the control
+/// connection" read after it, nor a stream the server closed then (helper-51).
+#[test]
+fn a_control_connection_destroyed_against_an_iperf3_server_is_the_cause() {
+    let test = "a_control_connection_destroyed_against_an_iperf3_server_is_the_cause";
+    if let Err(why) = can_kill_sockets() {
+        util::skipped(test, &why);
+        return;
+    }
+    if util::iperf3::iperf3(test).is_none() {
+        return;
+    }
+    let server = util::iperf3::Iperf3Server::start(&[]);
+    let port = server.port;
+    let child = Command::new(bin())
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--peer",
+            "iperf3",
+        ])
+        .args(["-t", "6", "-i", "0.5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn client");
+    // Control and data share the port: the control connection is the one with little on it.
+    let control = util::wait_until(
+        "a stream with data beside the control connection",
+        Duration::from_secs(3),
+        || {
+            let found = connections(port);
+            let moving = found.iter().any(|&(_, bytes)| bytes > 1 << 20);
+            let quiet = found.iter().find(|&&(_, bytes)| bytes < 1 << 16);
+            (found.len() == 2 && moving).then_some(quiet.map(|&(client, _)| client))?
+        },
+        || format!("{:?}", connections(port)),
+    );
+    let _ = Command::new("ss")
+        .args(["-K", "state", "established"])
+        .arg(format!("( dport = :{port} and sport = :{control} )"))
+        .output();
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "pinperf: read the control connection to the iperf3 server 127.0.0.1:{port}: \
+             Software caused connection abort"
+        )),
+        "{stderr}"
+    );
+}
+
 /// An iperf3 client whose own end of a data connection is destroyed (`ss -K` on its socket)
 /// fails and sends IPERF_DONE as it exits: the server's log says the client ended the test
 /// (it said "protocol error ...: expected TEST_END, got IPERF_DONE"; helper-48).

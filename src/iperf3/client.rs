@@ -50,6 +50,7 @@ use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::stream::Failure;
 use crate::stream::UdpSnapshot;
+use crate::stream::is_timeout;
 use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 
@@ -604,7 +605,15 @@ fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<Word>> {
                 state_name(other)
             ),
         },
-        Err(_) => return Ok(None),
+        Err(e) if is_timeout(&e) || e.kind() == ErrorKind::Interrupted => return Ok(None),
+        // The connection failed (`ss -K` on this end, a reset): that is the cause, not the
+        // streams the server then closes; said once (the reads after it see a close).
+        Err(e) => {
+            return Ok(Some(Word {
+                closed: false,
+                text: format!("read the control connection to the iperf3 server {peer}: {e}"),
+            }));
+        }
     };
     Ok(Some(Word {
         closed: false,
