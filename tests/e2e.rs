@@ -714,6 +714,16 @@ fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
     let mut sink = Vec::new();
     let _ = s.read_to_end(&mut sink);
     server.wait_for_log(r#"not a pinperf peer (it opened with "GET / HT")"#, EVENT);
+    // Binary garbage, in hex (helper-51: Rust's escapes, "\u{1a}��V��").
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(&[0x1a, 0xc3, 0x56, 0x00, 0xff, 0x12, 0x7d, 0x20])
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.read_to_end(&mut sink);
+    server.wait_for_log(
+        "not a pinperf peer (it opened with bytes 1ac35600ff127d20)",
+        EVENT,
+    );
     // A future client: preamble, then a Hello with another protocol version.
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

@@ -242,13 +242,19 @@ pub(crate) fn check_preamble(stream: &mut TcpStream, peer: SocketAddr) -> Result
     if &got != PREAMBLE {
         return Err(Error::Protocol {
             peer,
-            what: format!(
-                "not a pinperf peer (it opened with {:?})",
-                String::from_utf8_lossy(&got)
-            ),
+            what: format!("not a pinperf peer (it opened with {})", shown(&got)),
         });
     }
     Ok(())
+}
+
+/// Bytes a peer opened with, as a log can show them: quoted text when it is printable
+/// ASCII (an HTTP request), else hex.
+fn shown(bytes: &[u8]) -> String {
+    match bytes.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
+        true => format!("\"{}\"", String::from_utf8_lossy(bytes)),
+        false => format!("bytes {}", crate::auth::to_hex(bytes)),
+    }
 }
 
 /// The control connection: one reader (the owning thread) and a writer that several
