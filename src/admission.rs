@@ -21,6 +21,7 @@ use crate::auth::{self, FAILED, Keys, NONCE_LEN};
 use crate::params::{Limits, TestParams};
 use crate::pin::{self, Affinity, PinPlan};
 use crate::protocol::{ControlMsg, PROTOCOL_VERSION, SOFTWARE};
+use crate::timeouts;
 
 /// What the server does with one message of the handshake.
 // One per handshake message, moved once: its size costs nothing worth a box.
@@ -332,11 +333,11 @@ impl Handshakes {
         Some((id, cut))
     }
 
-    /// Cuts every handshake whose deadline has passed.
+    /// Cuts every handshake [`timeouts::HANDSHAKE_CUT_AFTER`] past its deadline.
     pub(crate) fn cut_expired(&self, now: Instant) -> Vec<Cut> {
         let mut cut = Vec::new();
         self.entries.lock().retain(|e| {
-            if now < e.deadline {
+            if now < e.deadline + timeouts::HANDSHAKE_CUT_AFTER {
                 return true;
             }
             let _ = e.sock.shutdown(std::net::Shutdown::Both);

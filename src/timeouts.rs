@@ -27,6 +27,12 @@ pub fn admission(rtt: Duration) -> Duration {
     ADMISSION_BASE + rtt.min(LONGEST_RTT) * 4
 }
 
+/// How long past a handshake's deadline the acceptor cuts it. The handshake's own reads
+/// time out at the deadline and say what the peer did ("sent nothing on the control
+/// connection in time"); the cut is for one stuck elsewhere (helper-51: cut at the
+/// deadline, identical silent peers were logged with either wording).
+pub const HANDSHAKE_CUT_AFTER: Duration = Duration::from_millis(500);
+
 /// Writing one control message: the peer's kernel takes small frames at once unless the
 /// peer is frozen or gone.
 pub const CONTROL_WRITE: Duration = Duration::from_secs(10);

@@ -456,6 +456,29 @@ fn a_data_port_held_on_one_address_leaves_the_server_the_others() {
     client("127.0.0.1", &server.port(), &[]).assert_ok();
 }
 
+/// Identical silent peers are logged alike: each handshake's own read times out at its
+/// deadline and says what the peer did; the acceptor's cut, for one stuck elsewhere,
+/// comes later (helper-51: at the same moment, either wording won the race).
+#[test]
+fn silent_peers_are_logged_with_one_wording() {
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
+    let silent: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(server.addr).expect("connect"))
+        .collect();
+    assert!(
+        server.wait_for_n("refused client", silent.len(), Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    let log = server.log();
+    for line in log.lines().filter(|l| l.contains("refused client")) {
+        assert!(
+            line.ends_with("sent nothing on the control connection in time"),
+            "{log}"
+        );
+    }
+}
+
 /// A flag of the other mode is refused by name (helper-29: `-s -R`, `-s -P 4`, a client's
 /// `--max-streams 2 -P 4` and `--loopback --max-rate 1M` ran, the flag ignored).
 #[test]
