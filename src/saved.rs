@@ -73,7 +73,10 @@ pub(crate) fn parse(text: &str) -> std::result::Result<Saved, String> {
     let iperf3_shape = obj
         .get("start")
         .is_some_and(|s| s.get("connected").is_some());
-    if let (false, Some(error)) = (obj.contains_key("start") && !iperf3_shape, obj.get("error")) {
+    // A test that failed before its start: `-J` writes `"start": null` (older ones no
+    // `start`).
+    let started = obj.get("start").is_some_and(|s| !s.is_null());
+    if let (false, Some(error)) = (started && !iperf3_shape, obj.get("error")) {
         return Ok(Saved::Failed(error.as_str().unwrap_or("?").to_string()));
     }
     if iperf3_shape {
@@ -174,6 +177,10 @@ mod tests {
         assert_eq!(
             failed("{\"error\": \"connect to h:1: refused\"}"),
             "connect to h:1: refused"
+        );
+        assert_eq!(
+            failed(r#"{"start": null, "intervals": [], "end": null, "error": "refused"}"#),
+            "refused"
         );
     }
 

@@ -192,8 +192,8 @@ impl<W: Write + Send> Printer for JsonPrinter<W> {
         let out = &mut self.0;
         match doc {
             Some(doc) => serde_json::to_writer_pretty(&mut *out, &doc)?,
-            // The document's keys all the same, in its order: a script reading `end` finds
-            // null.
+            // The document's keys (`-T`'s title aside), in its order: a script reading
+            // `end` finds null, `pinperf report` the error.
             None => {
                 #[derive(Serialize)]
                 struct Unstarted<'a> {
