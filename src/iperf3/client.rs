@@ -7,8 +7,9 @@
 //!
 //! The end of the test: when the client sends, its senders write for `-O` + `-t`, shut
 //! down their sending side, and `TEST_END` goes out once the server's kernel has
-//! acknowledged every byte (plus a short grace for the iperf3 process to read them): an iperf3 server counts what it has read when it takes `TEST_END` and closes
-//! its streams then. When the server sends (`-R`), this end's receivers read to the EOF
+//! acknowledged every byte (plus a short grace for the iperf3 process to read them): an
+//! iperf3 server counts what it has read when it takes `TEST_END` and closes its streams
+//! then. When the server sends (`-R`), this end's receivers read to the EOF
 //! the server's close gives, so both count the same bytes.
 //!
 //! UDP (`-u`): the streams connect by iperf3's handshake ([`super::udp::connect`]) and
@@ -702,7 +703,8 @@ fn drive(
         // the retransmissions too; or FIN_WAIT2 or later), or the stall limit: the
         // server's kernel has every byte; then a grace for the server process to read
         // them (timeouts::iperf3_read). Not the FIN's acknowledgement, which waits for
-        // the receiver's delayed ACK (up to 40 ms), all of it in the server's time.
+        // the receiver's delayed ACK (40 ms and more), all of it in the server's time;
+        // nor the last data's, for the same reason (`Tail`).
         let infos: Vec<_> = dups
             .iter()
             .zip(&sends)
@@ -721,17 +723,27 @@ fn drive(
                 })
             })
         };
-        let retransmitted = infos
-            .iter()
-            .flatten()
-            .map(|i| u64::from(i.total_retrans))
-            .sum();
         if acked_but(|i| u64::from(i.snd_mss)) {
-            tail.nearly.get_or_insert((Instant::now(), retransmitted));
+            tail.nearly.get_or_insert_with(Instant::now);
         }
         if acked_but(|_| 0) {
-            tail.retransmitted = retransmitted;
-            let at = *tail.acked.get_or_insert_with(Instant::now);
+            if tail.acked.is_none() {
+                let now = Instant::now();
+                tail.acked = Some(now);
+                // The last segment sent (a paced one, or a retransmission) and half the
+                // path's round trip for it to arrive.
+                tail.last_arrived = infos
+                    .iter()
+                    .flatten()
+                    .map(|i| {
+                        let ago = Duration::from_millis(u64::from(i.last_data_sent_ms));
+                        let way = Duration::from_micros(u64::from(i.min_rtt_us) / 2);
+                        now.checked_sub(ago).map(|sent| sent + way)
+                    })
+                    .max()
+                    .flatten();
+            }
+            let at = tail.acked.unwrap_or_else(Instant::now);
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
             if at.elapsed() >= timeouts::iperf3_read(rtt) {
                 break;
@@ -753,23 +765,30 @@ fn drive(
 #[derive(Default)]
 struct Tail {
     /// The first look at which every sending stream had at most one segment
-    /// unacknowledged, and the retransmissions counted by then.
-    nearly: Option<(Instant, u64)>,
+    /// unacknowledged.
+    nearly: Option<Instant>,
     /// The first look at which every byte was acknowledged.
     acked: Option<Instant>,
-    /// The retransmissions counted at that look.
-    retransmitted: u64,
+    /// At the `acked` look: when the last segment any stream sent arrived, half the path's
+    /// round trip (`min_rtt`) after it was sent (`last_data_sent`, in whole ms).
+    last_arrived: Option<Instant>,
 }
 
 impl Tail {
     /// When the server's kernel had every byte. A receiver acknowledges every second
     /// segment at once but a last odd one only when its delayed-ACK timer fires (40 ms and
-    /// more), so the last one's acknowledgement comes late: it arrived with the rest, when
-    /// at most one segment was left unacknowledged. Unless a segment was retransmitted since
-    /// (the last one was lost and arrived later): then when all was acknowledged.
+    /// more), so the last one's acknowledgement comes late. It arrived with the rest (when
+    /// at most one segment was left unacknowledged), or, sent after them (paced, or
+    /// retransmitted when lost), half a round trip after it was sent; never later than
+    /// all was acknowledged. `last_data_sent` counts in jiffies: up to 4 ms late at HZ=250,
+    /// never early.
     fn received(&self) -> Option<Instant> {
         match (self.nearly, self.acked) {
-            (Some((at, retransmitted)), Some(_)) if retransmitted == self.retransmitted => Some(at),
+            (Some(rest), Some(acked)) => Some(
+                self.last_arrived
+                    .map_or(acked, |last| last.max(rest))
+                    .min(acked),
+            ),
             (_, acked) => acked,
         }
     }
@@ -1102,30 +1121,31 @@ mod tests {
 
     /// The server's kernel had the last byte when at most one segment was left
     /// unacknowledged (the last one's ACK waits for the receiver's delayed-ACK timer), not
-    /// when that ACK came; unless a retransmission came between, or the nearly-acked moment
-    /// was never seen.
+    /// when that ACK came; unless it was sent after the rest had arrived, or the
+    /// nearly-acked moment was never seen.
     #[test]
     fn the_last_byte_arrived_before_its_delayed_ack() {
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
-        let tail = |nearly, acked, retransmitted| Tail {
-            nearly,
-            acked,
-            retransmitted,
+        let tail = |nearly: Option<u64>, acked: Option<u64>, last_arrived: Option<u64>| Tail {
+            nearly: nearly.map(at),
+            acked: acked.map(at),
+            last_arrived: last_arrived.map(at),
         };
-        // The last segment's ACK delayed 40 ms: the data arrived at the first look.
+        // The last segment's ACK delayed 40 ms: it arrived with the rest, at the first look.
+        assert_eq!(tail(Some(4), Some(44), Some(3)).received(), Some(at(4)));
+        // Sent after the rest (paced, or retransmitted): half a round trip after it was
+        // sent, never after all was acknowledged.
+        assert_eq!(tail(Some(4), Some(210), Some(9)).received(), Some(at(9)));
         assert_eq!(
-            tail(Some((at(4), 6)), Some(at(44)), 6).received(),
-            Some(at(4))
-        );
-        // A segment retransmitted after it: the last byte arrived with the retransmission.
-        assert_eq!(
-            tail(Some((at(4), 6)), Some(at(210)), 7).received(),
+            tail(Some(4), Some(210), Some(300)).received(),
             Some(at(210))
         );
+        // Its time unknown: when all was acknowledged.
+        assert_eq!(tail(Some(4), Some(210), None).received(), Some(at(210)));
         // Every byte acknowledged at the first look.
-        assert_eq!(tail(None, Some(at(3)), 0).received(), Some(at(3)));
+        assert_eq!(tail(None, Some(3), Some(1)).received(), Some(at(3)));
         // Never all acknowledged (a stalled server): no time.
-        assert_eq!(tail(Some((at(4), 0)), None, 0).received(), None);
+        assert_eq!(tail(Some(4), None, None).received(), None);
     }
 }
