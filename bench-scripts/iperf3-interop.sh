@@ -8,6 +8,9 @@
 # Debian's 3.12). ENGINES="threads single" also runs pinperf's single engine (one thread,
 # non-blocking writes and poll(), as iperf3's client writes) in the same rounds, as a
 # diagnosis of the threaded sender's blocking writes; its rows are "pinperf-single".
+# BASE=path runs an older pinperf binary in the same rounds (rows "base"). The table
+# also gives each tool's median receiving span past -t (end.sum_received.seconds - SECS):
+# time counted into the rate that carried no data.
 #
 #   flock -x /tmp/pinperf-bench.lock bench-scripts/iperf3-interop.sh
 #   ROUNDS=5 SECS=3 STREAMS="1 2" CCS="cubic bbr" ENGINES=threads (defaults)
@@ -21,6 +24,7 @@ STREAMS=${STREAMS:-"1 2"}
 CCS=${CCS:-"cubic bbr"}
 ENGINES=${ENGINES:-threads}
 tools="iperf3"
+BASE=${BASE:-}
 for e in $ENGINES; do
   case $e in
     threads) tools="$tools pinperf" ;;
@@ -28,6 +32,7 @@ for e in $ENGINES; do
     *) echo "ENGINES: threads or single, not $e" >&2; exit 2 ;;
   esac
 done
+[ -z "$BASE" ] || tools="$tools base"
 start_run iperf3-interop
 "$IPERF3" --version | head -1 >> "$out/env.txt"
 PORT=${PORT:-15299}
@@ -35,13 +40,14 @@ PORT=${PORT:-15299}
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 sleep 0.5
-echo "tool,cc,streams,round,bits_per_second,sender_bytes,receiver_bytes" > "$out/raw.csv"
-gbps() { python3 -c 'import json,sys; d=json.load(sys.stdin); e=d["end"]; print(e["sum_received"]["bits_per_second"], e["sum_sent"]["bytes"], e["sum_received"]["bytes"], sep=",")'; }
+echo "tool,cc,streams,round,bits_per_second,sender_bytes,receiver_bytes,seconds" > "$out/raw.csv"
+gbps() { python3 -c 'import json,sys; d=json.load(sys.stdin); e=d["end"]; print(e["sum_received"]["bits_per_second"], e["sum_sent"]["bytes"], e["sum_received"]["bytes"], e["sum_received"]["seconds"], sep=",")'; }
 run_tool() { # tool cc streams round
   local json
   case $1 in
     iperf3) json=$("$IPERF3" -c 127.0.0.1 -p "$PORT" -t "$SECS" -P "$3" -C "$2" -J) ;;
     pinperf) json=$("$PINPERF" -c 127.0.0.1 -p "$PORT" --peer iperf3 -t "$SECS" -P "$3" -C "$2" -J 2>>"$out/pinperf-stderr.txt") ;;
+    base) json=$("$BASE" -c 127.0.0.1 -p "$PORT" --peer iperf3 -t "$SECS" -P "$3" -C "$2" -J 2>>"$out/pinperf-stderr.txt") ;;
     pinperf-single) json=$("$PINPERF" -c 127.0.0.1 -p "$PORT" --peer iperf3 --engine single -t "$SECS" -P "$3" -C "$2" -J 2>>"$out/pinperf-stderr.txt") ;;
   esac
   echo "$json" | gzip -c >> "$out/raw-json.gz"
@@ -57,26 +63,35 @@ for cc in $CCS; do
     done
   done
 done
-python3 - "$out" <<'PY' | tee "$out/table.txt"
+python3 - "$out" "$SECS" <<'PY' | tee "$out/table.txt"
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1] + "/raw.csv")))
+secs = float(sys.argv[2])
 keys = sorted({(r["cc"], int(r["streams"])) for r in rows})
-tools = [t for t in ("iperf3", "pinperf", "pinperf-single") if any(r["tool"] == t for r in rows)]
+tools = [t for t in ("iperf3", "pinperf", "pinperf-single", "base") if any(r["tool"] == t for r in rows)]
 others = tools[1:]
 head = ["cc", "streams", "iperf3 -c → iperf3 -s, Gbit/s (median)"]
 head += [f"{t} → iperf3 -s, Gbit/s (median)" for t in others]
-head += [f"{t} / iperf3" for t in others] + ["runs each"]
+head += [f"{t} / iperf3" for t in others]
+head += [f"{t} span past -t, ms" for t in tools] + ["runs each"]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for cc, p in keys:
-    m = {}
+    m, span = {}, {}
     for tool in tools:
-        v = [float(r["bits_per_second"]) / 1e9 for r in rows if r["tool"] == tool and r["cc"] == cc and int(r["streams"]) == p]
-        m[tool] = (statistics.median(v), len(v))
+        mine = [r for r in rows if r["tool"] == tool and r["cc"] == cc and int(r["streams"]) == p]
+        m[tool] = (statistics.median(float(r["bits_per_second"]) / 1e9 for r in mine), len(mine))
+        span[tool] = statistics.median((float(r["seconds"]) - secs) * 1e3 for r in mine)
     cells = [cc, str(p), f"{m['iperf3'][0]:.2f}"]
     cells += [f"{m[t][0]:.2f}" for t in others]
-    cells += [f"{m[t][0] / m['iperf3'][0]:.3f}" for t in others] + [str(m["iperf3"][1])]
+    cells += [f"{m[t][0] / m['iperf3'][0]:.3f}" for t in others]
+    cells += [f"{span[t]:.1f}" for t in tools] + [str(m["iperf3"][1])]
     print("| " + " | ".join(cells) + " |")
+print()
+for tool in tools:
+    late = sorted((float(r["seconds"]) - secs) * 1e3 for r in rows if r["tool"] == tool)
+    print(f"{tool}: span past -t over all {len(late)} runs: max {late[-1]:.1f} ms, "
+          f"{sum(x > 30 for x in late)} past 30 ms (a delayed ACK counted as receiving)")
 PY
 gzip -f "$out/raw.csv"
 echo "results in $out"
