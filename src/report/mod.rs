@@ -989,7 +989,13 @@ fn summarize(
             // UDP cut short: what the sender sent over the receiver's rows is what their
             // sequence numbers say (its own last row runs on to when it stopped, past the
             // receiver's: helper-51, "sender wrote" one datagram more than "sender sent").
-            if let (true, true, Some(got)) = (header.udp, cut_short, t.udp) {
+            // Not when the receiver saw none (they say nothing then: a path that let none
+            // through keeps the sender's count), nor when the sender never reported (its
+            // count stays unknown, not made up).
+            if let (true, true, Some(got)) = (header.udp, cut_short, t.udp)
+                && got.packets > 0
+                && !totals.sender_silent
+            {
                 row.sent_bytes = (got.packets + got.lost_packets) * header.block_bytes.max(1);
             }
             row.retransmits = t.retransmits;
@@ -1813,6 +1819,21 @@ mod tests {
         assert_eq!((u.packets, u.lost_packets), (300, 2), "{u:?}");
         assert_eq!(s.sum_sent.bytes, 300 * datagram);
         assert_eq!(s.sum_received.bytes, 298 * datagram);
+        // A path that let none through: the sequence numbers say nothing, the sender's
+        // count stands (helper-52: it read 0 sent).
+        let mut totals = no_totals(1);
+        let (l, r) = one_second(0, false, 301 * datagram, 0, Some(UdpSlice::default()));
+        join(&l, &r, &mut totals);
+        let s = summarize(
+            &h,
+            &[301 * datagram],
+            &[0],
+            1_000_000,
+            &mut totals,
+            true,
+            false,
+        );
+        assert_eq!(s.sum_sent.bytes, 301 * datagram);
     }
 
     /// TCP `-O`: the omitted seconds end at the same byte of the stream on both sides, the
