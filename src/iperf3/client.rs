@@ -51,7 +51,6 @@ use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::stream::Failure;
 use crate::stream::UdpSnapshot;
-use crate::stream::is_timeout;
 use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 
@@ -606,7 +605,10 @@ fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<Word>> {
                 state_name(other)
             ),
         },
-        Err(e) if is_timeout(&e) || e.kind() == ErrorKind::Interrupted => return Ok(None),
+        // poll() said readable: only a spurious wake or a signal is no word.
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+            return Ok(None);
+        }
         // The connection failed (`ss -K` on this end, a reset): that is the cause, not the
         // streams the server then closes; said once (the reads after it see a close).
         Err(e) => {
