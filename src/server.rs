@@ -123,10 +123,12 @@ impl Server {
                 Err(_)
                     if ip.is_unspecified() && loopbacks(ip, v6_only).all(|l| probe(l).is_ok()) =>
                 {
+                    let free: Vec<String> = loopbacks(ip, v6_only).map(|l| l.to_string()).collect();
                     note = Some(format!(
                         "pinperf: --data-port {port} is in use on some of this host's addresses \
-                         (not loopback): a test reaching this server at one of them is refused; \
-                         choose another port to serve them too"
+                         (not {}): a test reaching this server at one of them is refused; \
+                         choose another port to serve them too",
+                        free.join(", ")
                     ));
                 }
                 Err(e) => return Err(data_port_taken(port, e)),
@@ -812,11 +814,9 @@ fn iperf3_session(
     use crate::iperf3::{self, server as i3};
     let mut ctl = iperf3::Ctl { sock: stream, peer };
     let mut cookie = [0u8; iperf3::COOKIE_SIZE];
-    // A poll before the admission deadline, whose cut would say only that it came: a
-    // cookie that stops short is named here.
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .saturating_sub(timeouts::POLL);
+    // Read until the admission deadline (the acceptor's cut comes after it): a cookie that
+    // stops short is named here.
+    let left = deadline.saturating_duration_since(Instant::now());
     let _ = ctl
         .sock
         .set_read_timeout(Some(left.max(Duration::from_millis(1))));
@@ -958,8 +958,8 @@ enum Turned {
 }
 
 /// The handshake of one connection, by [`Handshake`], each message read within what is
-/// left before `deadline` (the acceptor cuts the connection at the deadline itself, so a
-/// trickling peer cannot stretch a read). Returns the admitted test and its user.
+/// left before `deadline` (so a trickling peer cannot stretch a read; the acceptor cuts
+/// one stuck elsewhere [`timeouts::HANDSHAKE_CUT_AFTER`] past it). Returns the admitted test and its user.
 fn handshake(
     ctl: &Control,
     local: SocketAddr,

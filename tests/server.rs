@@ -451,7 +451,7 @@ fn a_data_port_held_on_one_address_leaves_the_server_the_others() {
     let port = taken.local_addr().expect("address").port().to_string();
     let server = Srv::start(&["-4", "-p", "0", "--data-port", &port]);
     let note =
-        format!("--data-port {port} is in use on some of this host's addresses (not loopback)");
+        format!("--data-port {port} is in use on some of this host's addresses (not 127.0.0.1)");
     assert!(server.wait_for(&note, LIMIT), "{}", server.log());
     client("127.0.0.1", &server.port(), &[]).assert_ok();
 }
