@@ -251,9 +251,9 @@ pub(crate) fn check_preamble(stream: &mut TcpStream, peer: SocketAddr) -> Result
 /// Bytes a peer opened with, as a log can show them: quoted text when it is printable
 /// ASCII (an HTTP request), else hex.
 fn shown(bytes: &[u8]) -> String {
-    match bytes.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
-        true => format!("\"{}\"", String::from_utf8_lossy(bytes)),
-        false => format!("bytes {}", crate::auth::to_hex(bytes)),
+    match std::str::from_utf8(bytes) {
+        Ok(text) if text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) => format!("{text:?}"),
+        _ => format!("bytes {}", crate::auth::to_hex(bytes)),
     }
 }
 
