@@ -959,7 +959,8 @@ enum Turned {
 
 /// The handshake of one connection, by [`Handshake`], each message read within what is
 /// left before `deadline` (so a trickling peer cannot stretch a read; the acceptor cuts
-/// one stuck elsewhere [`timeouts::HANDSHAKE_CUT_AFTER`] past it). Returns the admitted test and its user.
+/// one stuck elsewhere [`timeouts::HANDSHAKE_CUT_AFTER`] past it). Returns the admitted
+/// test and its user.
 fn handshake(
     ctl: &Control,
     local: SocketAddr,

@@ -253,7 +253,11 @@ pub(crate) fn check_preamble(stream: &mut TcpStream, peer: SocketAddr) -> Result
 fn shown(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) if text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) => format!("{text:?}"),
-        _ => format!("bytes {}", crate::auth::to_hex(bytes)),
+        // Not auth's hex: auth sits above protocol (tests/layers.rs).
+        _ => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            format!("bytes {hex}")
+        }
     }
 }
 
