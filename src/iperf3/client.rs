@@ -713,39 +713,7 @@ fn drive(
             .filter(|(_, s)| **s)
             .map(|(d, _)| net::tcp_info(d))
             .collect();
-        // `slack`: bytes that may still be unacknowledged.
-        let acked_but = |slack: fn(&TcpInfo) -> u64| {
-            infos.iter().all(|i| {
-                i.as_ref().is_some_and(|i| {
-                    let unique = i.bytes_sent.saturating_sub(i.bytes_retrans);
-                    (i.state >= 5 && i.state != 10)
-                        || (i.state == 4
-                            && i.notsent_bytes == 0
-                            && i.bytes_acked + slack(i) > unique)
-                })
-            })
-        };
-        if acked_but(|i| u64::from(i.snd_mss)) {
-            tail.nearly.get_or_insert_with(Instant::now);
-        }
-        if acked_but(|_| 0) {
-            if tail.acked.is_none() {
-                let now = Instant::now();
-                tail.acked = Some(now);
-                // The last segment sent (a paced one, or a retransmission) and half the
-                // path's round trip for it to arrive.
-                tail.last_arrived = infos
-                    .iter()
-                    .flatten()
-                    .map(|i| {
-                        let ago = Duration::from_millis(u64::from(i.last_data_sent_ms));
-                        let way = Duration::from_micros(u64::from(i.min_rtt_us) / 2);
-                        now.checked_sub(ago).map(|sent| sent + way)
-                    })
-                    .max()
-                    .flatten();
-            }
-            let at = tail.acked.unwrap_or_else(Instant::now);
+        if let Some(at) = tail.look(&infos, Instant::now()) {
             let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
             if at.elapsed() >= timeouts::iperf3_read(rtt) {
                 break;
@@ -777,6 +745,43 @@ struct Tail {
 }
 
 impl Tail {
+    /// One look at the sending streams: notes the first at which at most one segment per
+    /// stream was unacknowledged, and the first at which none was; returns that one once
+    /// it came.
+    fn look(&mut self, infos: &[Option<TcpInfo>], now: Instant) -> Option<Instant> {
+        // `slack`: bytes that may still be unacknowledged.
+        let acked_but = |slack: fn(&TcpInfo) -> u64| {
+            infos.iter().all(|i| {
+                i.as_ref().is_some_and(|i| {
+                    let unique = i.bytes_sent.saturating_sub(i.bytes_retrans);
+                    (i.state >= 5 && i.state != 10)
+                        || (i.state == 4
+                            && i.notsent_bytes == 0
+                            && i.bytes_acked + slack(i) > unique)
+                })
+            })
+        };
+        if acked_but(|i| u64::from(i.snd_mss)) {
+            self.nearly.get_or_insert(now);
+        }
+        if self.acked.is_none() && acked_but(|_| 0) {
+            self.acked = Some(now);
+            // The last segment sent (a paced one, or a retransmission) and half the path's
+            // round trip for it to arrive.
+            self.last_arrived = infos
+                .iter()
+                .flatten()
+                .map(|i| {
+                    let ago = Duration::from_millis(u64::from(i.last_data_sent_ms));
+                    let way = Duration::from_micros(u64::from(i.min_rtt_us) / 2);
+                    now.checked_sub(ago).map(|sent| sent + way)
+                })
+                .max()
+                .flatten();
+        }
+        self.acked
+    }
+
     /// When the server's kernel had every byte. A receiver acknowledges every second
     /// segment at once but a last odd one only when its delayed-ACK timer fires (40 ms and
     /// more), so the last one's acknowledgement comes late. It arrived with the rest (when
@@ -896,8 +901,8 @@ fn finish(
     // The iperf3 server's receive time covers the measured seconds only (after -O), and
     // runs to TEST_END, which this end sends a grace after the last byte was acknowledged
     // (TCP) or a round trip and 20 ms after its senders stopped (UDP). The receiving ended
-    // earlier: when the server's kernel had the last byte (`Tail::received`), or (UDP) at the run
-    // time, over which the datagrams were sent and arrived.
+    // earlier: when the server's kernel had the last byte (`Tail::received`), or (UDP) at
+    // the run time, over which the datagrams were sent and arrived.
     let span = match (cfg.test.udp, acked) {
         (true, _) => (seconds + omit).min(cfg.test.run_time().as_secs_f64()),
         (false, Some(at)) => (seconds + omit).min(at.saturating_duration_since(t0).as_secs_f64()),
@@ -1149,5 +1154,41 @@ mod tests {
         assert_eq!(tail(None, Some(3), Some(1)).received(), Some(at(3)));
         // Never all acknowledged (a stalled server): no time.
         assert_eq!(tail(Some(4), None, None).received(), None);
+    }
+
+    /// The looks: one segment (`snd_mss`) left unacknowledged is "nearly", none is all;
+    /// a stream not yet shut down (ESTABLISHED) or with bytes unsent is neither, and every
+    /// stream counts. `bytes_acked` counts the SYN.
+    #[test]
+    fn a_look_tells_nearly_from_all_acknowledged() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // FIN_WAIT1, 10 segments of 1000 bytes sent, `unacked` of them not acknowledged.
+        let stream = |unacked: u64| {
+            Some(TcpInfo {
+                state: 4,
+                snd_mss: 1000,
+                bytes_sent: 10_000,
+                bytes_acked: 10_001 - unacked * 1000,
+                last_data_sent_ms: 5,
+                ..TcpInfo::default()
+            })
+        };
+        let mut tail = Tail::default();
+        let established = Some(TcpInfo {
+            state: 1,
+            ..stream(0).unwrap()
+        });
+        assert_eq!(tail.look(&[established, stream(0)], at(10)), None);
+        assert_eq!(tail.look(&[stream(2), stream(0)], at(11)), None);
+        assert_eq!(tail.nearly, None);
+        assert_eq!(tail.look(&[stream(1), stream(0)], at(12)), None);
+        assert_eq!(tail.nearly, Some(at(12)));
+        assert_eq!(tail.look(&[stream(0), stream(0)], at(52)), Some(at(52)));
+        // The first of each is kept; the last data left 5 ms before the look that saw all.
+        assert_eq!(tail.look(&[stream(0), stream(0)], at(60)), Some(at(52)));
+        assert_eq!(tail.nearly, Some(at(12)));
+        assert_eq!(tail.last_arrived, Some(at(47)));
+        assert_eq!(tail.received(), Some(at(47)));
     }
 }
