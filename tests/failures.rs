@@ -25,6 +25,15 @@ fn can_kill_sockets() -> Result<(), String> {
     }
 }
 
+/// Whether `test` can run: `ss -K` and iperf3 are here (each skip is said).
+fn can_kill_sockets_beside_iperf3(test: &str) -> bool {
+    if let Err(why) = can_kill_sockets() {
+        util::skipped(test, &why);
+        return false;
+    }
+    util::iperf3::iperf3(test).is_some()
+}
+
 /// The server's connections on `data_port`: (client port, bytes received), from `ss -i`.
 fn connections(data_port: u16) -> Vec<(u16, u64)> {
     let out = Command::new("ss")
@@ -52,9 +61,20 @@ fn connections(data_port: u16) -> Vec<(u16, u64)> {
 
 /// Resets the server's connection from client port `port` on `data_port`.
 fn reset(data_port: u16, port: u16) {
+    destroy(&format!("( sport = :{data_port} and dport = :{port} )"));
+}
+
+/// Destroys the client's end of its connection from `port` to `server_port`: the client
+/// reads "Software caused connection abort", the server a reset.
+fn destroy_client_end(server_port: u16, port: u16) {
+    destroy(&format!("( dport = :{server_port} and sport = :{port} )"));
+}
+
+/// `ss -K` on the established sockets `filter` selects.
+fn destroy(filter: &str) {
     let _ = Command::new("ss")
         .args(["-K", "state", "established"])
-        .arg(format!("( sport = :{data_port} and dport = :{port} )"))
+        .arg(filter)
         .output();
 }
 
@@ -147,11 +167,7 @@ fn a_reset_data_connection_fails_a_single_engine_test_with_its_error() {
 #[test]
 fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second() {
     let test = "a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second";
-    if let Err(why) = can_kill_sockets() {
-        util::skipped(test, &why);
-        return;
-    }
-    if util::iperf3::iperf3(test).is_none() {
+    if !can_kill_sockets_beside_iperf3(test) {
         return;
     }
     // Control and data share iperf3's port: the data connections are the ones that
@@ -186,11 +202,7 @@ fn a_reset_data_connection_fails_a_test_against_an_iperf3_server_within_a_second
 #[test]
 fn a_control_connection_destroyed_against_an_iperf3_server_is_the_cause() {
     let test = "a_control_connection_destroyed_against_an_iperf3_server_is_the_cause";
-    if let Err(why) = can_kill_sockets() {
-        util::skipped(test, &why);
-        return;
-    }
-    if util::iperf3::iperf3(test).is_none() {
+    if !can_kill_sockets_beside_iperf3(test) {
         return;
     }
     let server = util::iperf3::Iperf3Server::start(&[]);
@@ -222,10 +234,7 @@ fn a_control_connection_destroyed_against_an_iperf3_server_is_the_cause() {
         },
         || format!("{:?}", connections(port)),
     );
-    let _ = Command::new("ss")
-        .args(["-K", "state", "established"])
-        .arg(format!("( dport = :{port} and sport = :{control} )"))
-        .output();
+    destroy_client_end(port, control);
     let out = child.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -244,11 +253,7 @@ fn a_control_connection_destroyed_against_an_iperf3_server_is_the_cause() {
 #[test]
 fn an_iperf3_client_that_fails_on_its_own_is_named_in_the_servers_log() {
     let test = "an_iperf3_client_that_fails_on_its_own_is_named_in_the_servers_log";
-    if let Err(why) = can_kill_sockets() {
-        util::skipped(test, &why);
-        return;
-    }
-    if util::iperf3::iperf3(test).is_none() {
+    if !can_kill_sockets_beside_iperf3(test) {
         return;
     }
     let mut server = Server::start(&[]);
@@ -282,10 +287,7 @@ fn an_iperf3_client_that_fails_on_its_own_is_named_in_the_servers_log() {
         },
         || format!("{:?}", connections(port)),
     );
-    let _ = Command::new("ss")
-        .args(["-K", "state", "established"])
-        .arg(format!("( dport = :{port} and sport = :{} )", data[0]))
-        .output();
+    destroy_client_end(port, data[0]);
     let line = server.wait_for_log("failed", Duration::from_secs(5));
     let _ = iperf3.kill();
     let _ = iperf3.wait();
@@ -570,10 +572,7 @@ fn a_connection_destroyed_on_the_client_is_the_cause_on_both_ends() {
         }
         .copied()
         .expect("a connection");
-        let _ = Command::new("ss")
-            .args(["-K", "state", "established"])
-            .arg(format!("( dport = :{data_port} and sport = :{port} )"))
-            .output();
+        destroy_client_end(data_port, port);
         let out = child.wait_with_output().expect("wait");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
