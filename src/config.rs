@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::choices::{Engine, Format};
-use crate::cli::{Args, TargetArgs};
+use crate::cli::{Args, DEFAULT_PORT, TargetArgs};
 use crate::error::{Error, Result};
 use crate::net::Family;
 use crate::params::{Limits, MAX_WINDOW, MIN_INTERVAL, MIN_WINDOW, TestParams};
@@ -93,9 +93,9 @@ impl Target {
             ));
         }
         if a.client.is_some() && a.port == Some(0) {
-            return Err(usage(
-                "-p 0: a client connects to the server's port (1-65535; without -p, 5301)",
-            ));
+            return Err(usage(format!(
+                "-p 0: a client connects to the server's port (1-65535; without -p, {DEFAULT_PORT})"
+            )));
         }
         if a.connect_timeout.is_zero() {
             return Err(usage(
