@@ -655,6 +655,16 @@ fn drive(
     let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + run_time);
     loop {
         if let Some(f) = ends.failure() {
+            // A stream the server closed or reset can be the knock-on of the control
+            // connection failing first (destroyed here, and the server then closed its
+            // streams; helper-52): the server's word other than a close is the cause.
+            if f.peer_closed {
+                match their_word(ctl, timeouts::CAUSE)? {
+                    Some(word) if !word.closed => return Err(Error::Test(word.text)),
+                    Some(word) => ran.theirs = Some(word.text),
+                    None => {}
+                }
+            }
             return Err(ran.stream_failed(f));
         }
         if output.closed() {

@@ -411,9 +411,9 @@ impl Control {
         let deadline = Instant::now() + timeouts::PEER_WORD;
         loop {
             match self.poll(deadline.saturating_duration_since(Instant::now())) {
-                Err(theirs @ Error::Test(_)) => {
-                    return Error::Test(format!("{theirs}; here: {ours}"));
-                }
+                // Its close, its error, or the control connection's own failure (destroyed
+                // here, and the server then closed the streams) leads.
+                Err(theirs) => return Error::Test(format!("{theirs}; here: {ours}")),
                 Ok(Some(msg)) => {
                     if !other(msg) {
                         return ours;
@@ -588,6 +588,28 @@ mod tests {
             }
         };
         assert!(e.contains("closed the control connection"), "{e}");
+    }
+
+    /// A stream the peer reset, with the control connection failed too (destroyed here,
+    /// and the peer then reset its streams; helper-52): the control's failure leads, this
+    /// end's stream follows. The stream alone, when the control has nothing to say.
+    #[test]
+    fn a_failed_control_connection_leads_a_streams_reset() {
+        let (ctl, them) = pair();
+        let ours = || Error::Test("stream-0: read: Connection reset by peer".into());
+        let e = ctl.with_their_word(ours(), true, |_| true);
+        assert_eq!(e.to_string(), ours().to_string());
+        socket2::SockRef::from(&them)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(them);
+        let e = ctl.with_their_word(ours(), true, |_| true).to_string();
+        assert!(
+            e.starts_with("read control message from ")
+                && e.contains("Connection reset by peer")
+                && e.ends_with("; here: stream-0: read: Connection reset by peer"),
+            "{e}"
+        );
     }
 
     #[test]
