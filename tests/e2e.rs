@@ -379,7 +379,20 @@ fn no_server_is_a_clear_error_within_seconds() {
         run.explain()
     );
     // Machine formats carry the failure on stdout as well.
-    let run = pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1", "-J"], LIMIT);
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-J",
+            "-T",
+            "lab 7",
+        ],
+        LIMIT,
+    );
     assert_eq!(run.code(), Some(1));
     let doc: serde_json::Value =
         serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
@@ -394,6 +407,26 @@ fn no_server_is_a_clear_error_within_seconds() {
         assert!(doc.get(key).is_some_and(|v| v.is_null()), "{key}: {doc}");
     }
     assert_eq!(doc["intervals"], serde_json::json!([]), "{doc}");
+    // And -T's title, as a document that started keeps it.
+    assert_eq!(doc["title"], "lab 7", "{doc}");
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "--format",
+            "iperf3-json",
+            "-T",
+            "lab 7",
+        ],
+        LIMIT,
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    assert_eq!(doc["title"], "lab 7", "{doc}");
 }
 
 /// A short test that must succeed: the server has logged the end of everything before it,

@@ -116,7 +116,7 @@ impl<W: Write + Send> Printer for Iperf3Printer<W> {
         }
     }
 
-    fn print(&mut self, doc: Option<Document>, error: &str) -> io::Result<()> {
+    fn print(&mut self, doc: Option<Document>, title: Option<&str>, error: &str) -> io::Result<()> {
         let out = &mut self.out;
         match doc {
             Some(doc) => serde_json::to_writer_pretty(&mut *out, &document(&doc, &self.facts))?,
@@ -125,7 +125,8 @@ impl<W: Write + Send> Printer for Iperf3Printer<W> {
                 if self.live {
                     self.facts = RunFacts::here_now();
                 }
-                serde_json::to_writer_pretty(&mut *out, &failed_early(error, &self.facts))?
+                let doc = failed_early(title, error, &self.facts);
+                serde_json::to_writer_pretty(&mut *out, &doc)?
             }
         }
         writeln!(out)?;
@@ -730,7 +731,7 @@ fn document<'a>(doc: &'a Document, facts: &RunFacts) -> Iperf3Doc<'a> {
 }
 
 /// A test that failed before its header: what iperf3 -J writes then.
-fn failed_early<'a>(error: &'a str, facts: &RunFacts) -> Iperf3Doc<'a> {
+fn failed_early<'a>(title: Option<&'a str>, error: &'a str, facts: &RunFacts) -> Iperf3Doc<'a> {
     Iperf3Doc {
         start: Start {
             connected: Vec::new(),
@@ -741,7 +742,7 @@ fn failed_early<'a>(error: &'a str, facts: &RunFacts) -> Iperf3Doc<'a> {
         intervals: Vec::new(),
         end: End::default(),
         error: Some(error),
-        title: None,
+        title,
         server_output_text: None,
         pinperf: None,
     }

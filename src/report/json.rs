@@ -111,8 +111,8 @@ pub(crate) trait Printer: Send {
     /// The test's header has arrived: the test starts now.
     fn started(&mut self) {}
     /// Writes the document, or (None: the test failed before its header) one with no
-    /// start, intervals or end beside `error`.
-    fn print(&mut self, doc: Option<Document>, error: &str) -> io::Result<()>;
+    /// start, intervals or end beside `-T`'s `title` and `error`.
+    fn print(&mut self, doc: Option<Document>, title: Option<&str>, error: &str) -> io::Result<()>;
 }
 
 /// A format that collects the test and prints one document when it ends (`-J`,
@@ -158,7 +158,7 @@ impl<P: Printer> Formatter for WholeDocument<P> {
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
         self.collected.file(summary);
         match (self.collected.ends_left, self.collected.doc.take()) {
-            (0, Some(doc)) => self.printer.print(Some(doc), ""),
+            (0, Some(doc)) => self.printer.print(Some(doc), None, ""),
             (_, doc) => {
                 self.collected.doc = doc;
                 Ok(())
@@ -175,12 +175,14 @@ impl<P: Printer> Formatter for WholeDocument<P> {
 
     fn cut_short(&mut self, summary: &Summary, error: &str) -> io::Result<()> {
         let doc = self.collected.failed(Some(summary), error);
-        self.printer.print(doc, error)
+        self.printer
+            .print(doc, self.collected.title.as_deref(), error)
     }
 
     fn failed(&mut self, error: &str) -> io::Result<()> {
         let doc = self.collected.failed(None, error);
-        self.printer.print(doc, error)
+        self.printer
+            .print(doc, self.collected.title.as_deref(), error)
     }
 }
 
@@ -188,21 +190,24 @@ impl<P: Printer> Formatter for WholeDocument<P> {
 pub struct JsonPrinter<W>(W);
 
 impl<W: Write + Send> Printer for JsonPrinter<W> {
-    fn print(&mut self, doc: Option<Document>, error: &str) -> io::Result<()> {
+    fn print(&mut self, doc: Option<Document>, title: Option<&str>, error: &str) -> io::Result<()> {
         let out = &mut self.0;
         match doc {
             Some(doc) => serde_json::to_writer_pretty(&mut *out, &doc)?,
-            // The document's keys (`-T`'s title aside), in its order: a script reading
-            // `end` finds null, `pinperf report` the error.
+            // The document's keys, in its order: a script reading `end` finds null,
+            // `pinperf report` the error.
             None => {
                 #[derive(Serialize)]
                 struct Unstarted<'a> {
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    title: Option<&'a str>,
                     start: Option<Header>,
                     intervals: [IntervalReport; 0],
                     end: Option<Summary>,
                     error: &'a str,
                 }
                 let doc = Unstarted {
+                    title,
                     start: None,
                     intervals: [],
                     end: None,
