@@ -157,6 +157,68 @@ fn pinperf_client_with_omit_totals_what_the_iperf3_server_counted() {
     }
 }
 
+/// A drain longer than twice the run time (the iperf3 server stopped for 2 s of a 1 s
+/// test): the totals' span is the server's, not cut at twice -t (4 MB at 20 Mbit/s after
+/// -t 1 was put at 2 s, its rate doubled; helper-53).
+#[test]
+fn a_drain_past_twice_the_run_time_is_timed_as_the_iperf3_server_timed_it() {
+    let test = "a_drain_past_twice_the_run_time_is_timed_as_the_iperf3_server_timed_it";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    let port = server.port.to_string();
+    let mut client = util::Spawned::start(&[
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--peer",
+        "iperf3",
+        "-t",
+        "1",
+        "-i",
+        "0.2",
+        "--json-lines",
+    ]);
+    client.wait_for_line(
+        "the first interval",
+        |l| l.starts_with("{\"event\":\"interval\""),
+        Duration::from_secs(5),
+    );
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &server.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {sig}");
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(2));
+    signal("-CONT");
+    let run = client.finish(LIMIT);
+    run.assert_ok();
+    let out = run.stdout();
+    let end = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .find(|e| e["event"] == "end")
+        .unwrap_or_else(|| panic!("no end event{}", run.explain()));
+    let ours = end["data"]["sum_received"]["seconds"]
+        .as_f64()
+        .expect("seconds");
+    let theirs = server.document()["end"]["sum_received"]["seconds"]
+        .as_f64()
+        .expect("the server's seconds");
+    assert!(ours > 2.0, "{ours} s{}", run.explain());
+    // The server's span runs to TEST_END, sent a grace after the last byte's acknowledgement.
+    assert!(
+        (theirs - 0.25..=theirs).contains(&ours),
+        "ours {ours} s, the iperf3 server's {theirs} s{}",
+        run.explain()
+    );
+}
+
 #[test]
 fn pinperf_client_detects_an_iperf3_server_and_switches() {
     let test = "pinperf_client_detects_an_iperf3_server_and_switches";

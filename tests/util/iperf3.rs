@@ -87,6 +87,11 @@ impl Iperf3Server {
         }
     }
 
+    /// The server's process id (to stop and continue it).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("child").id()
+    }
+
     /// Kills the server now (SIGKILL: it says nothing to its client).
     pub fn kill(&mut self) {
         if let Some(c) = self.child.as_mut() {
