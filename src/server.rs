@@ -17,6 +17,7 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -74,6 +75,9 @@ pub struct Server {
     /// Said when the server starts listening: `--data-port`'s port is held on some
     /// addresses of this host only.
     note: Option<String>,
+    /// The acceptor's wake-up pair (read end, write end; see [`Relisten`]): made here, so
+    /// that a server that says it listens has every descriptor it keeps.
+    wake: (UnixStream, UnixStream),
 }
 
 impl Server {
@@ -134,11 +138,19 @@ impl Server {
                 Err(e) => return Err(data_port_taken(port, e)),
             }
         }
+        let wake = UnixStream::pair()
+            .and_then(|(r, w)| {
+                r.set_nonblocking(true)?;
+                w.set_nonblocking(true)?;
+                Ok((r, w))
+            })
+            .op(|| "create the acceptor's wake-up socket pair".into())?;
         Ok(Server {
             listener,
             cfg,
             spare: open_spare(),
             note,
+            wake,
         })
     }
 
@@ -174,13 +186,7 @@ impl Server {
     pub fn run(self) -> Result<()> {
         let cfg = Arc::new(self.cfg);
         let (asks_tx, asks) = crossbeam_channel::unbounded();
-        let (wake_rx, wake) = std::os::unix::net::UnixStream::pair()
-            .and_then(|(r, w)| {
-                r.set_nonblocking(true)?;
-                w.set_nonblocking(true)?;
-                Ok((r, w))
-            })
-            .op(|| "create the acceptor's wake-up socket pair".into())?;
+        let (wake_rx, wake) = self.wake;
         let shared = Arc::new(Shared {
             slot: Slot::default(),
             refusers: Arc::new(AtomicUsize::new(0)),
@@ -422,7 +428,7 @@ type Ask = (Option<u64>, Sender<std::result::Result<(), String>>);
 struct Relisten {
     asks: Sender<Ask>,
     /// Wakes the acceptor from its poll.
-    wake: std::os::unix::net::UnixStream,
+    wake: UnixStream,
 }
 
 impl Relisten {
