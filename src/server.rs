@@ -508,6 +508,9 @@ fn rate_refusal(peer: SocketAddr, max: u32, wait: Duration) -> String {
 const IDLE: u8 = 0;
 const RUNNING: u8 = 1;
 const FINISHING: u8 = 2;
+/// Taken, its streams not yet running: a client that went away while they connected
+/// frees it within milliseconds, so a client arriving then waits for the outcome.
+const STARTING: u8 = 3;
 
 /// Frees the slot when dropped.
 struct SlotGuard<'a>(&'a Slot);
@@ -518,10 +521,10 @@ impl Drop for SlotGuard<'_> {
     }
 }
 
-/// Whether the server is free: idle, running a test, or finishing one (results sent);
-/// while running, when the test is due to end.
+/// Whether the server is free: idle, starting a test (its streams connect), running it,
+/// or finishing it (results sent); while taken, when the test is due to end.
 #[derive(Default)]
-struct Slot {
+pub(crate) struct Slot {
     state: AtomicU8,
     ends: Mutex<Option<Instant>>,
 }
@@ -530,16 +533,16 @@ impl Slot {
     /// Takes the slot if idle for a test of `run_time`; otherwise returns the current state.
     fn try_take(&self, run_time: Duration) -> std::result::Result<(), u8> {
         self.state
-            .compare_exchange(IDLE, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
             .map(|_| *self.ends.lock() = Some(Instant::now() + run_time))
     }
 
-    /// Waits while the current test is finishing, then takes the slot.
+    /// Waits while the current test is starting or finishing, then takes the slot.
     fn wait_take(&self, run_time: Duration, max: Duration) -> std::result::Result<(), u8> {
         let deadline = Instant::now() + max;
         loop {
             match self.try_take(run_time) {
-                Err(FINISHING) if Instant::now() < deadline => {
+                Err(STARTING | FINISHING) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(5))
                 }
                 other => return other,
@@ -554,7 +557,14 @@ impl Slot {
         })
     }
 
-    fn finishing(&self) {
+    /// The test's streams run (unless it is already finishing).
+    pub(crate) fn running(&self) {
+        let _ = self
+            .state
+            .compare_exchange(STARTING, RUNNING, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    pub(crate) fn finishing(&self) {
         self.state.store(FINISHING, Ordering::Release);
     }
 
@@ -761,14 +771,13 @@ fn take_slot<'a>(
         return Err(refusal("rate", rate_refusal(peer, max, wait)));
     }
     let taken = match shared.slot.try_take(run_time) {
-        Err(FINISHING) if shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS => {
-            let got = shared.slot.wait_take(run_time, timeouts::FINISHING);
+        Err(s @ (STARTING | FINISHING)) => {
+            let got = match shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS {
+                true => shared.slot.wait_take(run_time, timeouts::FINISHING),
+                false => Err(s),
+            };
             shared.waiters.fetch_sub(1, Ordering::AcqRel);
             got
-        }
-        Err(FINISHING) => {
-            shared.waiters.fetch_sub(1, Ordering::AcqRel);
-            Err(FINISHING)
         }
         other => other,
     };
@@ -912,9 +921,7 @@ fn iperf3_session(
         log!(cfg.quiet, "pinperf: {e}");
     }
     let t0 = Instant::now();
-    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &|| {
-        shared.slot.finishing()
-    });
+    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &shared.slot);
     *shared.iperf3.lock() = None;
     shared.slot.finishing();
     match result {
@@ -1112,6 +1119,7 @@ fn run_test(
     let cpu_mark = CpuMark::now();
     let mut kernel_mark = crate::kstat::KernelMark::now();
     ends.start(Instant::now());
+    slot.running();
     ctl.send(&ControlMsg::Start)?;
 
     // Watch the control connection and the streams until every stream has ended.

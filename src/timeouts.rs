@@ -47,6 +47,10 @@ pub const STALL: Duration = Duration::from_secs(10);
 /// while it waits: how soon it reacts to a failure, a peer's word or a Ctrl-C.
 pub const POLL: Duration = Duration::from_millis(100);
 
+/// How often an iperf3 server looks at its client's control connection while the test's
+/// streams connect: a client that went away frees the server within it.
+pub const STREAMS_LOOK: Duration = Duration::from_millis(2);
+
 /// How long the server waits for the client's goodbye after sending the totals, before
 /// it takes the next client (a shell loop's next run may already be waiting).
 pub const GOODBYE: Duration = Duration::from_secs(2);

@@ -8,6 +8,7 @@
 
 mod util;
 
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -217,6 +218,65 @@ fn a_drain_past_twice_the_run_time_is_timed_as_the_iperf3_server_timed_it() {
         "ours {ours} s, the iperf3 server's {theirs} s{}",
         run.explain()
     );
+}
+
+/// An iperf3 client that arrives while the running test's streams connect waits for
+/// that setup's outcome: its client gone, the new one is served (it was told "busy" for a
+/// client killed 15 ms into its `-P 32 --bidir` test; helper-53 #2).
+#[test]
+fn a_client_arriving_while_a_dead_clients_streams_connect_is_served() {
+    let test = "a_client_arriving_while_a_dead_clients_streams_connect_is_served";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Server::start(&[]);
+    let port = server.port;
+    // A client that speaks iperf3 as far as CREATE_STREAMS, then connects none.
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    first
+        .write_all(b"abcdefghijklmnopqrstuvwxyz0123456789\0")
+        .unwrap();
+    let mut state = [0u8; 1];
+    first.read_exact(&mut state).unwrap();
+    assert_eq!(state[0], 9, "PARAM_EXCHANGE");
+    let params = br#"{"tcp":true,"omit":0,"time":1,"parallel":2,"len":131072}"#;
+    first
+        .write_all(&(params.len() as u32).to_be_bytes())
+        .unwrap();
+    first.write_all(params).unwrap();
+    first.read_exact(&mut state).unwrap();
+    assert_eq!(state[0], 10, "CREATE_STREAMS\n{}", server.log());
+    let mut second = std::process::Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn iperf3 -c");
+    // Its control connection beside the first's (or its end, refused), then the first
+    // goes away.
+    util::wait_until(
+        "the second client's control connection",
+        Duration::from_secs(3),
+        || {
+            let ended = second.try_wait().ok().flatten().is_some();
+            (ended || util::iperf3::established(port) >= 2).then_some(())
+        },
+        || server.log(),
+    );
+    drop(first);
+    let out = second.wait_with_output().expect("iperf3 -c");
+    let said = format!(
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("receiver"), "{said}");
+    assert!(!said.contains("busy"), "{said}");
 }
 
 #[test]

@@ -94,7 +94,7 @@ pub(crate) fn run_test(
     streams: &Receiver<(u64, TcpStream)>,
     opening: &str,
     cfg: &crate::config::ServerConfig,
-    finishing: &dyn Fn(),
+    slot: &crate::server::Slot,
 ) -> Result<(u64, u64)> {
     let Admitted { test, plan, wire } = admitted;
     let test = &test;
@@ -141,17 +141,18 @@ pub(crate) fn run_test(
     let cpu = CpuMark::now();
     let t0 = Instant::now();
     ends.start(t0);
+    slot.running();
     ctl.send_state(super::TEST_RUNNING)?;
 
     // `--get-server-output`: this server's lines about the test, for the client.
     let told = test.get_server_output.then(|| vec![opening.to_string()]);
     let result = watch(ctl, &ends, &dups, test, cfg, t0)
-        .and_then(|()| finish(ctl, test, &counters, &dups, &cpu, t0, told, finishing));
+        .and_then(|()| finish(ctl, test, &counters, &dups, &cpu, t0, told, slot));
     if result.is_err() {
         // The test is over for its client (it terminated, closed, or was told why): the
         // next client waits out the streams' end for the slot instead of hearing "busy, about
         // 7 s left" (helper-44: a pinperf client right after a killed iperf3 -u client).
-        finishing();
+        slot.finishing();
         ends.abort();
     }
     // The client closes its streams after DISPLAY_RESULTS; shut them here too, so that no
@@ -305,13 +306,15 @@ fn tcp_streams(
     let mut arrived = Vec::with_capacity(test.threads());
     while arrived.len() < test.threads() {
         let left = wait.deadline().saturating_duration_since(Instant::now());
-        match streams.recv_timeout(left.min(timeouts::POLL)) {
+        match streams.recv_timeout(left.min(timeouts::STREAMS_LOOK)) {
             Ok(s) => {
                 arrived.push(s);
                 wait.arrived();
             }
             // An iperf3 client that failed after its parameters (its own -w refused, say)
-            // closes the control connection: the slot is free at once, not at the deadline.
+            // or was killed closes the control connection: the slot is free at once, not at
+            // the deadline (nor a poll later: a client killed while its streams connected
+            // held it 100 ms, and an iperf3 client right after it was refused as busy).
             Err(_) if closed(&ctl.sock, Duration::ZERO) => {
                 return Err(Error::Test(format!(
                     "the iperf3 client closed its control connection while {} of {} stream \
@@ -500,7 +503,7 @@ fn finish(
     cpu: &CpuMark,
     t0: Instant,
     mut told: Option<Vec<String>>,
-    finishing: &dyn Fn(),
+    slot: &crate::server::Slot,
 ) -> Result<(u64, u64)> {
     let n = test.streams as usize;
     let reversed = test.direction().reversed();
@@ -607,7 +610,7 @@ fn finish(
         }),
         server_output_json: None,
     };
-    finishing();
+    slot.finishing();
     ctl.send_json(&ours, "the server's results")?;
     ctl.send_state(super::DISPLAY_RESULTS)?;
     // IPERF_DONE, or the client closing: either ends it.
