@@ -44,7 +44,7 @@ pub struct PlotArgs {
     #[arg(short = 'o', long, value_name = "OUT")]
     pub output: PathBuf,
     /// The plot's title (default: what was tested).
-    #[arg(short = 'T', long, value_name = "TITLE")]
+    #[arg(short = 'T', long, value_name = "TITLE", allow_hyphen_values = true)]
     pub title: Option<String>,
 }
 
@@ -121,6 +121,7 @@ pub struct TextArgs {
     #[arg(
         short = 'f',
         long = "rate-unit",
+        allow_negative_numbers = true,
         value_enum,
         value_name = "UNIT",
         default_value = "m",
@@ -130,7 +131,13 @@ pub struct TextArgs {
     pub unit: RateUnit,
     /// Start every text line with "TITLE:  " (JSON: a "title" member; HTML: the title; -s:
     /// each text log line).
-    #[arg(short = 'T', long, value_name = "TITLE", help_heading = "Output")]
+    #[arg(
+        short = 'T',
+        long,
+        value_name = "TITLE",
+        allow_hyphen_values = true,
+        help_heading = "Output"
+    )]
     pub title: Option<String>,
     /// Start every text line with the local time, by strftime's FORMAT (default "%c "); with
     /// -s, each text log line.
@@ -303,7 +310,7 @@ pub struct TargetArgs {
 
     /// Give up connecting after this long (client).
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = units::parse_duration,
-          help_heading = "Connection")]
+          allow_negative_numbers = true, help_heading = "Connection")]
     pub connect_timeout: Duration,
 
     /// What the server speaks: auto (pinperf, or iperf3 when the server stays silent after
@@ -586,6 +593,7 @@ pub struct Args {
     #[arg(
         short = 'A',
         long,
+        allow_negative_numbers = true,
         value_name = "PLAN",
         default_value = "auto",
         help_heading = "Test"
@@ -758,13 +766,26 @@ mod tests {
 
     #[test]
     fn a_negative_value_is_refused_by_its_flags_rule() {
-        for (flag, says) in [("-t", "not a duration"), ("-P", "-1"), ("-w", "-1")] {
+        // (helper-53: --fq-rate, --connect-timeout and -f took -1 for -1/--one-off)
+        for (flag, says) in [
+            ("-t", "not a duration"),
+            ("-P", "-1"),
+            ("-w", "-1"),
+            ("--fq-rate", "not a rate"),
+            ("--connect-timeout", "not a duration"),
+            ("-f", "invalid value '-1'"),
+        ] {
             let e = Args::try_parse_from(["pinperf", "-c", "h", flag, "-1"]).unwrap_err();
             let e = e.to_string();
             assert!(
                 e.contains(says) && !e.contains("a value is required"),
                 "{flag} -1: {e}"
             );
+        }
+        // Strings whose own rule judges them; a title may start with '-' (as iperf3's).
+        for (flag, value) in [("-C", "-1"), ("-A", "-1"), ("-T", "-x")] {
+            let parsed = Args::try_parse_from(["pinperf", "-c", "h", flag, value]);
+            assert!(parsed.is_ok(), "{flag} {value}: {:?}", parsed.err());
         }
     }
 

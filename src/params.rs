@@ -134,7 +134,7 @@ pub struct TestParams {
 
     /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G; 0 = none (as
     /// iperf3's). A rate whose kernel bursts would come more than half the 10 s stall limit apart is refused.
-    #[arg(long = "fq-rate", value_name = "RATE", value_parser = units::parse_rate_or_zero)]
+    #[arg(long = "fq-rate", value_name = "RATE", allow_negative_numbers = true, value_parser = units::parse_rate_or_zero)]
     #[serde(default)]
     pub fq_rate_bps: Option<u64>,
 
@@ -198,7 +198,13 @@ impl Direction {
 pub struct Transport {
     /// Congestion control for the data connections (cubic, bbr, reno; see
     /// /proc/sys/net/ipv4/tcp_available_congestion_control). Default: the system's.
-    #[arg(short = 'C', long, value_name = "ALGO", help_heading = "Test")]
+    #[arg(
+        short = 'C',
+        long,
+        value_name = "ALGO",
+        allow_negative_numbers = true,
+        help_heading = "Test"
+    )]
     pub congestion: Option<String>,
 
     /// Do not echo block headers: no block RTT, kernel RTT only.
