@@ -700,8 +700,8 @@ fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
 }
 
 /// The bytes of `svg` as `path`'s extension asks: as it is for `.svg`, rasterised for `.png`.
-pub(crate) fn encode(path: &Path, svg: &str) -> Result<Vec<u8>> {
-    Ok(match picture_kind(path)? {
+pub(crate) fn encode(path: &Path, flag: &str, svg: &str) -> Result<Vec<u8>> {
+    Ok(match picture_kind(path, flag)? {
         Picture::Svg => svg.as_bytes().to_vec(),
         Picture::Png => {
             to_png(svg).map_err(|e| Error::Test(format!("render the plot as PNG: {e}")))?
@@ -716,8 +716,8 @@ pub(crate) enum Picture {
     Png,
 }
 
-/// `.svg` or `.png`, else a usage error naming the file.
-pub(crate) fn picture_kind(path: &Path) -> Result<Picture> {
+/// `.svg` or `.png`, else a usage error naming the flag and the file.
+pub(crate) fn picture_kind(path: &Path, flag: &str) -> Result<Picture> {
     match path
         .extension()
         .and_then(|e| e.to_str())
@@ -727,7 +727,7 @@ pub(crate) fn picture_kind(path: &Path) -> Result<Picture> {
         Some("svg") => Ok(Picture::Svg),
         Some("png") => Ok(Picture::Png),
         _ => Err(Error::Usage(format!(
-            "{}: a plot is written as .svg or .png",
+            "{flag} {}: a plot is written as .svg or .png",
             path.display()
         ))),
     }

@@ -109,7 +109,7 @@ pub(crate) fn client_output(format: Format, o: &OutputArgs) -> Result<Box<dyn Fo
     // Checked and created now, so a wrong name or directory stops the run before it starts.
     let plot = match &o.plot {
         Some(path) => {
-            plot::picture_kind(path)?;
+            plot::picture_kind(path, "--plot")?;
             Some(create(path, "--plot")?)
         }
         None => None,
@@ -223,7 +223,7 @@ impl Capture {
         }
         if let Some(mut made) = self.plot.take() {
             let bytes = plot::test_svg(&test.doc, None, &title)
-                .and_then(|svg| plot::encode(&made.path, &svg))
+                .and_then(|svg| plot::encode(&made.path, "--plot", &svg))
                 .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
             made.file.write_all(&bytes).map_err(|e| made.failed(e))?;
             crate::signals::written(&made.path);
@@ -313,7 +313,7 @@ fn emit(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
 
 /// `pinperf plot FILE.json -o OUT.svg|png`.
 pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
-    plot::picture_kind(&a.output)?;
+    plot::picture_kind(&a.output, "-o")?;
     let svg = match saved::load(&a.file)? {
         Saved::Test(t) => {
             // A test that failed before its first row has only its error to show.
@@ -343,7 +343,7 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
         }
         Saved::Failed(e) => return Err(Saved::nothing_to("plot", &a.file, &e)),
     };
-    let bytes = plot::encode(&a.output, &svg)
+    let bytes = plot::encode(&a.output, "-o", &svg)
         .map_err(|e| Error::Test(format!("-o {}: {e}", a.output.display())))?;
     std::fs::write(&a.output, bytes)
         .map_err(|e| Error::io(format!("-o {}: write", a.output.display()), e))

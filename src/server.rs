@@ -99,6 +99,14 @@ impl Server {
                         source,
                     )
                 }
+                Error::Io { source, .. }
+                    if source.kind() == std::io::ErrorKind::AddrNotAvailable =>
+                {
+                    Error::io(
+                        format!("listen on {addr} (-B {ip}: not an address of this host?)"),
+                        source,
+                    )
+                }
                 other => other,
             })
         };
@@ -936,7 +944,7 @@ fn iperf3_session(
         }
         Err(e) => {
             if !cfg.quiet {
-                serverlog::error(Some(peer), None, &e.to_string());
+                serverlog::iperf3_error(peer, &e.to_string());
             }
             Some(Err(e))
         }

@@ -229,7 +229,7 @@ fn a_client_arriving_while_a_dead_clients_streams_connect_is_served() {
     if iperf3(test).is_none() {
         return;
     }
-    let server = Server::start(&[]);
+    let mut server = Server::start(&[]);
     let port = server.port;
     // A client that speaks iperf3 as far as CREATE_STREAMS, then connects none.
     let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -277,6 +277,13 @@ fn a_client_arriving_while_a_dead_clients_streams_connect_is_served() {
     assert!(out.status.success(), "{said}");
     assert!(said.contains("receiver"), "{said}");
     assert!(!said.contains("busy"), "{said}");
+    // The log names the first as an iperf3 test, at its start and its failure alike.
+    let failed = server.wait_for_log(" failed: ", Duration::from_secs(3));
+    assert!(
+        failed.starts_with("pinperf: iperf3 test from 127.0.0.1:")
+            && failed.contains("closed its control connection while 0 of 2 stream connections"),
+        "{failed}"
+    );
 }
 
 #[test]

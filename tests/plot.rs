@@ -287,7 +287,15 @@ fn malformed_input_is_named_not_a_panic() {
     assert_eq!(run.code(), Some(2), "{}", run.explain());
     assert!(
         run.stderr()
-            .contains("x.gif: a plot is written as .svg or .png")
+            .contains("-o x.gif: a plot is written as .svg or .png")
+    );
+    let run = pinperf(&["--loopback", "--plot", "x.jpg"], LIMIT);
+    assert_eq!(run.code(), Some(2), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("--plot x.jpg: a plot is written as .svg or .png"),
+        "{}",
+        run.explain()
     );
     let run = pinperf(&["--loopback", "--plot", "/nonexistent/p.svg"], LIMIT);
     assert_eq!(run.code(), Some(1), "{}", run.explain());

@@ -1259,3 +1259,18 @@ fn a_half_sent_cookie_is_named_in_the_log() {
         "{line}"
     );
 }
+
+/// `-s -B` with an address this host does not have names the flag (it said only "bind
+/// 198.18.255.254:...: Cannot assign requested address"; helper-53). No packet is sent:
+/// 198.18.0.0/15 is the benchmarking range, and the bind fails first.
+#[test]
+fn a_server_bound_to_an_address_it_lacks_names_minus_b() {
+    let run = pinperf(&["-s", "-B", "198.18.255.254", "-p", "0"], LIMIT);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("(-B 198.18.255.254: not an address of this host?)"),
+        "{}",
+        run.explain()
+    );
+}
