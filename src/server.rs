@@ -30,6 +30,7 @@ use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
+use crate::iperf3::server::Phases;
 use crate::net::{self, Family};
 use crate::pin::PinPlan;
 use crate::protocol::{
@@ -532,7 +533,7 @@ impl Drop for SlotGuard<'_> {
 /// Whether the server is free: idle, starting a test (its streams connect), running it,
 /// or finishing it (results sent); while taken, when the test is due to end.
 #[derive(Default)]
-pub(crate) struct Slot {
+struct Slot {
     state: AtomicU8,
     ends: Mutex<Option<Instant>>,
 }
@@ -564,18 +565,22 @@ impl Slot {
             t.saturating_duration_since(Instant::now())
         })
     }
+}
 
+impl Phases for Slot {
     /// The test's streams run (unless it is already finishing).
-    pub(crate) fn running(&self) {
+    fn running(&self) {
         let _ = self
             .state
             .compare_exchange(STARTING, RUNNING, Ordering::AcqRel, Ordering::Acquire);
     }
 
-    pub(crate) fn finishing(&self) {
+    fn finishing(&self) {
         self.state.store(FINISHING, Ordering::Release);
     }
+}
 
+impl Slot {
     fn release(&self) {
         self.state.store(IDLE, Ordering::Release);
     }

@@ -85,6 +85,14 @@ pub(crate) struct Registered {
 /// Where the server keeps the running iperf3 test's cookie.
 pub(crate) type Registry = Mutex<Option<Registered>>;
 
+/// What the server's test slot hears of a test's phases.
+pub(crate) trait Phases {
+    /// The streams run: a client arriving now is told "busy".
+    fn running(&self);
+    /// The results are out: a client arriving now waits for the slot.
+    fn finishing(&self);
+}
+
 /// Runs an admitted iperf3 test on `ctl`: its TCP stream connections arrive on `streams`
 /// (numbered in accept order), its UDP streams at a listener on the control port's number.
 /// Returns the bytes received and sent, for the log, and `--get-server-output`'s lines.
@@ -94,7 +102,7 @@ pub(crate) fn run_test(
     streams: &Receiver<(u64, TcpStream)>,
     opening: &str,
     cfg: &crate::config::ServerConfig,
-    slot: &crate::server::Slot,
+    slot: &dyn Phases,
 ) -> Result<(u64, u64)> {
     let Admitted { test, plan, wire } = admitted;
     let test = &test;
@@ -503,7 +511,7 @@ fn finish(
     cpu: &CpuMark,
     t0: Instant,
     mut told: Option<Vec<String>>,
-    slot: &crate::server::Slot,
+    slot: &dyn Phases,
 ) -> Result<(u64, u64)> {
     let n = test.streams as usize;
     let reversed = test.direction().reversed();
