@@ -220,7 +220,7 @@ pub(crate) fn run(
             }
         }
     }
-    let cpu_mark = result.as_ref().ok().map(|(mark, _, _)| mark);
+    let cpu_mark = result.as_ref().ok().map(|(mark, _, _, _)| mark);
     if result.is_err() {
         ends.abort();
         // Closing the streams ends threads blocked on the server.
@@ -238,11 +238,11 @@ pub(crate) fn run(
     }
     let outcome = match (result, stream_error) {
         (Err(e), _) | (Ok(_), Some(e)) => Err(e),
-        (Ok((_, t0, acked)), None) => {
+        (Ok((_, t0, acked, told)), None) => {
             // The congestion control the streams ran with, as an iperf3 end says it.
             let congestion = dups.first().and_then(net::congestion);
             let cpu = local_cpu.as_ref();
-            finish(&mut ctl, &cfg, cpu, &counted, (t0, acked), congestion)
+            finish(&mut ctl, &cfg, cpu, &counted, (t0, acked, told), congestion)
         }
     };
     if let Some(cpu) = local_cpu {
@@ -635,7 +635,7 @@ fn drive(
     output: &report::Output,
     ending: &Ending,
     ran: &mut Ran,
-) -> Result<(CpuMark, Instant, Option<Instant>)> {
+) -> Result<(CpuMark, Instant, Option<Instant>, Instant)> {
     expect(ctl, super::TEST_RUNNING)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
@@ -737,7 +737,7 @@ fn drive(
         }
     }
     ctl.send_state(super::TEST_END)?;
-    Ok((cpu, t0, tail.received()))
+    Ok((cpu, t0, tail.received(), Instant::now()))
 }
 
 /// How the server's kernel acknowledged the end of a TCP test's data, seen from this end:
@@ -814,13 +814,13 @@ impl Tail {
 /// After `TEST_END` (every local thread joined): the results exchange, `DISPLAY_RESULTS`
 /// and `IPERF_DONE`; returns the server's counts as the reporter's remote totals, and its
 /// results as sent. `acked`: when the server's kernel had every byte this end sent
-/// (TCP; `Tail::received`).
+/// (TCP; `Tail::received`); `told`: when this end sent `TEST_END`.
 fn finish(
     ctl: &mut Ctl,
     cfg: &ClientConfig,
     cpu: Option<&crate::cpu::CpuReport>,
     counted: &[Mirrored],
-    (t0, acked): (Instant, Option<Instant>),
+    (t0, acked, told): (Instant, Option<Instant>, Instant),
     congestion: Option<String>,
 ) -> Result<(ReceiverDone, Results)> {
     expect(ctl, EXCHANGE_RESULTS)?;
@@ -879,6 +879,9 @@ fn finish(
         retransmits: Vec::new(),
     };
     let mut seconds: f64 = 0.0;
+    // A sending stream whose bytes the server had not all read when it took TEST_END (its
+    // count is short of this end's; with -O the two part at different moments).
+    let mut unread = false;
     for (k, &reverse) in reversed.iter().enumerate() {
         for i in 0..n {
             let id = stream_id(k * n + i);
@@ -899,7 +902,11 @@ fn finish(
                     done.retransmits
                         .push(counted.then_some(s.retransmits.unsigned_abs()));
                 }
-                false => done.bytes.push(whole),
+                false => {
+                    let sent = counted.get(k).map_or(0, |m| m.counted(i));
+                    unread |= omit == 0.0 && s.bytes < sent;
+                    done.bytes.push(whole)
+                }
             }
         }
     }
@@ -915,11 +922,19 @@ fn finish(
     // runs to TEST_END, which this end sends a grace after the last byte was acknowledged
     // (TCP) or a round trip and 20 ms after its senders stopped (UDP). The receiving ended
     // earlier: when the server's kernel had the last byte (`Tail::received`), or (UDP) at
-    // the run time, over which the datagrams were sent and arrived.
+    // the run time, over which the datagrams were sent and arrived. Unless the server was
+    // still reading what its kernel had acknowledged when it took TEST_END (some left
+    // unread), or took it later than a grace after it was sent (busy reading): then its
+    // reading ran to its span (a slow reader, iperf3 -l 2: 1.46 MB read by its 1.38 s was
+    // put over 1.26 s, 10 % high).
+    let told = told.saturating_duration_since(t0) + timeouts::iperf3_read(net::rtt(&ctl.sock));
+    let late = seconds + omit > told.as_secs_f64();
     let span = match (cfg.test.udp, acked) {
         (true, _) => (seconds + omit).min(cfg.test.run_time().as_secs_f64()),
-        (false, Some(at)) => (seconds + omit).min(at.saturating_duration_since(t0).as_secs_f64()),
-        (false, None) => seconds + omit,
+        (false, Some(at)) if !late && !unread => {
+            (seconds + omit).min(at.saturating_duration_since(t0).as_secs_f64())
+        }
+        (false, _) => seconds + omit,
     };
     done.elapsed_us = (span * 1e6) as u64;
     done.cpu = Some(super::cpu_report(&theirs, seconds));
