@@ -9,7 +9,9 @@
 //! down their sending side, and `TEST_END` goes out once the server's kernel has
 //! acknowledged every byte (plus a short grace for the iperf3 process to read them): an
 //! iperf3 server counts what it has read when it takes `TEST_END` and closes its streams
-//! then. When the server sends (`-R`), this end's receivers read to the EOF
+//! then. The totals' span ends with the acknowledgement, or, when the server was still
+//! reading then, with its own span (see `finish`). When the server sends (`-R`), this
+//! end's receivers read to the EOF
 //! the server's close gives, so both count the same bytes.
 //!
 //! UDP (`-u`): the streams connect by iperf3's handshake ([`super::udp::connect`]) and
