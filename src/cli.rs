@@ -634,21 +634,28 @@ pub struct Args {
     pub one_off: bool,
 
     /// Largest number of streams a client may ask for.
-    #[arg(long, value_name = "N", default_value_t = 128, help_heading = "Server")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 128,
+        allow_negative_numbers = true,
+        help_heading = "Server"
+    )]
     pub max_streams: u32,
 
     /// Largest window a client may ask for.
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = units::parse_size,
-          help_heading = "Server")]
+          allow_negative_numbers = true, help_heading = "Server")]
     pub max_window: u64,
 
     /// Longest test a client may ask for.
     #[arg(long, value_name = "SECS", default_value = "3600", value_parser = units::parse_duration,
-          help_heading = "Server")]
+          allow_negative_numbers = true, help_heading = "Server")]
     pub max_duration: Duration,
 
     /// Highest -b a client may ask for per stream (then every test must name one).
-    #[arg(long, value_name = "RATE", value_parser = units::parse_rate_bps, help_heading = "Server")]
+    #[arg(long, value_name = "RATE", value_parser = units::parse_rate_bps,
+          allow_negative_numbers = true, help_heading = "Server")]
     pub max_rate: Option<u64>,
 
     /// Refuse UDP tests.
@@ -656,7 +663,12 @@ pub struct Args {
     pub no_udp: bool,
 
     /// Fixed port for data connections (default: an ephemeral port per test).
-    #[arg(long, value_name = "PORT", help_heading = "Server")]
+    #[arg(
+        long,
+        value_name = "PORT",
+        allow_negative_numbers = true,
+        help_heading = "Server"
+    )]
     pub data_port: Option<u16>,
 
     /// Require authentication: a file of USER:SECRET lines (# comments), readable by no
@@ -670,7 +682,12 @@ pub struct Args {
     pub allow: Vec<String>,
 
     /// Most tests one source (an IPv4 address, an IPv6 /64) may start per minute.
-    #[arg(long, value_name = "N", help_heading = "Server")]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Server"
+    )]
     pub max_tests_per_minute: Option<u32>,
 
     /// Server log on stderr: text lines, or json (one object per line, for journald and
@@ -786,6 +803,21 @@ mod tests {
         for (flag, value) in [("-C", "-1"), ("-A", "-1"), ("-T", "-x")] {
             let parsed = Args::try_parse_from(["pinperf", "-c", "h", flag, value]);
             assert!(parsed.is_ok(), "{flag} {value}: {:?}", parsed.err());
+        }
+        for flag in [
+            "--max-streams",
+            "--max-window",
+            "--max-duration",
+            "--max-rate",
+            "--data-port",
+            "--max-tests-per-minute",
+        ] {
+            let e = Args::try_parse_from(["pinperf", "-s", flag, "-1"]).unwrap_err();
+            let e = e.to_string();
+            assert!(
+                e.contains("'-1'") && !e.contains("a value is required"),
+                "{flag} -1: {e}"
+            );
         }
     }
 

@@ -52,7 +52,8 @@ macro_rules! log {
     };
 }
 
-/// Most concurrent "busy" answers (and, separately, clients waiting for a finishing test);
+/// Most concurrent "busy" answers (and, separately, clients waiting for a test that is
+/// starting or finishing);
 /// connections beyond it are closed without one.
 const MAX_REFUSERS: usize = 16;
 
@@ -409,7 +410,7 @@ struct Shared {
     slot: Slot,
     /// Refusals being written (see [`MAX_REFUSERS`]).
     refusers: Arc<AtomicUsize>,
-    /// Admitted tests waiting for a finishing one.
+    /// Admitted tests waiting for one that is starting or finishing.
     waiters: AtomicUsize,
     pending: Handshakes,
     rate: Mutex<Rate>,
@@ -754,8 +755,9 @@ fn session(
 }
 
 /// The slot for an admitted test, whichever protocol its client speaks: free, or soon free
-/// (the last test is saying goodbye: a shell loop's next run waits for it, as many at once
-/// as busy answers), else "busy" with the time left; then `--max-tests-per-minute`,
+/// (the last test is saying goodbye, or its streams are still connecting and it may fail:
+/// a shell loop's next run waits for the outcome, as many at once as busy answers; not at
+/// a `-1` server, whose one test is taken), else "busy" with the time left; then `--max-tests-per-minute`,
 /// counted here, atomically (several handshakes from one source may have passed the
 /// acceptor's check at once). The guard frees the slot however the session ends, a panic
 /// included: a server that says "busy" forever after one bad client is a server nobody
@@ -784,7 +786,7 @@ fn take_slot<'a>(
         return Err(refusal("rate", rate_refusal(peer, max, wait)));
     }
     let taken = match shared.slot.try_take(run_time) {
-        Err(s @ (STARTING | FINISHING)) => {
+        Err(s @ (STARTING | FINISHING)) if !cfg.one_off => {
             let got = match shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS {
                 true => shared.slot.wait_take(run_time, timeouts::FINISHING),
                 false => Err(s),

@@ -55,8 +55,8 @@ pub const STREAMS_LOOK: Duration = Duration::from_millis(2);
 /// it takes the next client (a shell loop's next run may already be waiting).
 pub const GOODBYE: Duration = Duration::from_secs(2);
 
-/// How long a client that arrives while the previous test is saying goodbye waits for the
-/// slot instead of being told "busy".
+/// How long a client that arrives while the previous test is saying goodbye, or while a
+/// test's streams connect, waits for the slot instead of being told "busy".
 pub const FINISHING: Duration = Duration::from_secs(3);
 
 /// The longest a test's data and echo connections may take to arrive: the client opens

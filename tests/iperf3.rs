@@ -291,6 +291,10 @@ fn a_client_arriving_while_a_dead_clients_streams_connect_is_served() {
         },
         || server.log(),
     );
+    // Connected is not yet waiting: its parameters must reach the slot first, and a
+    // waiting client logs nothing to wait on (helper-54: without this the first could
+    // leave before the second asked, and the test pass without the wait).
+    std::thread::sleep(Duration::from_millis(200));
     drop(first);
     let out = second.wait_with_output().expect("iperf3 -c");
     let said = format!(

@@ -912,11 +912,12 @@ fn finish(
             }
         }
     }
-    // No longer than this end has run since TEST_RUNNING: a drain can take many times
+    // No longer than this end has run since TEST_RUNNING (past -O's seconds, as the
+    // server's): a drain can take many times
     // the run time (a 4 MB buffer at 20 Mbit/s after -t 1: it was cut at twice the run
     // time, and the rate doubled; helper-53).
     let seconds = if seconds.is_finite() && seconds > 0.0 {
-        seconds.min(t0.elapsed().as_secs_f64())
+        seconds.min((t0.elapsed().as_secs_f64() - omit).max(0.0))
     } else {
         cfg.test.run_time().as_secs_f64()
     };

@@ -412,8 +412,11 @@ impl Control {
         loop {
             match self.poll(deadline.saturating_duration_since(Instant::now())) {
                 // Its close, its error, or the control connection's own failure (destroyed
-                // here, and the server then closed the streams) leads.
-                Err(theirs) => return Error::Test(format!("{theirs}; here: {ours}")),
+                // here, and the server then closed the streams) leads; not this end's
+                // reading of a frame it cannot parse.
+                Err(theirs @ (Error::Test(_) | Error::Io { .. })) => {
+                    return Error::Test(format!("{theirs}; here: {ours}"));
+                }
                 Ok(Some(msg)) => {
                     if !other(msg) {
                         return ours;
