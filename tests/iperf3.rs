@@ -8,7 +8,6 @@
 
 mod util;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -257,23 +256,7 @@ fn a_client_arriving_while_a_dead_clients_streams_connect_is_served() {
     let mut server = Server::start(&[]);
     let port = server.port;
     // A client that speaks iperf3 as far as CREATE_STREAMS, then connects none.
-    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    first
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    first
-        .write_all(b"abcdefghijklmnopqrstuvwxyz0123456789\0")
-        .unwrap();
-    let mut state = [0u8; 1];
-    first.read_exact(&mut state).unwrap();
-    assert_eq!(state[0], 9, "PARAM_EXCHANGE");
-    let params = br#"{"tcp":true,"omit":0,"time":1,"parallel":2,"len":131072}"#;
-    first
-        .write_all(&(params.len() as u32).to_be_bytes())
-        .unwrap();
-    first.write_all(params).unwrap();
-    first.read_exact(&mut state).unwrap();
-    assert_eq!(state[0], 10, "CREATE_STREAMS\n{}", server.log());
+    let first = util::iperf3::stalled_in_setup(port);
     let mut second = std::process::Command::new("iperf3")
         .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
         .stdout(std::process::Stdio::piped())

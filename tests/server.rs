@@ -1274,3 +1274,25 @@ fn a_server_bound_to_an_address_it_lacks_names_minus_b() {
         run.explain()
     );
 }
+
+/// A `-1` server whose one test is still setting up refuses a second client at once: it
+/// waited for the slot, took it when the first failed, and the process then exited under
+/// it ("closed the control connection"; helper-54).
+#[test]
+fn a_one_off_server_refuses_a_second_client_while_its_test_sets_up() {
+    let mut server = Server::start(&["-1"]);
+    let first = util::iperf3::stalled_in_setup(server.port);
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &server.port_arg(), "-t", "1"],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains("refused the test: server busy"),
+        "{}",
+        run.explain()
+    );
+    assert!(run.elapsed < Duration::from_secs(1), "{}", run.explain());
+    drop(first);
+    server.wait_for_log(" failed: ", LIMIT);
+}

@@ -1,7 +1,10 @@
 //! The real iperf3 for the tests that talk to it (`tests/iperf3.rs`, `tests/iperf3_json.rs`):
 //! whether it is installed (a visible skip when not), an `iperf3 -s -1 -J` on a free port
-//! that is killed on drop, and an `iperf3 -c` run to its end.
+//! that is killed on drop, an `iperf3 -c` run to its end, and a client of iperf3's protocol
+//! that stops at CREATE_STREAMS.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -138,4 +141,23 @@ pub fn iperf3_client(port: u16, args: &[&str]) -> (Option<i32>, String, String, 
         String::from_utf8_lossy(&out.stderr).into_owned(),
         t0.elapsed(),
     )
+}
+
+/// A client of iperf3's protocol at 127.0.0.1:`port` that sends its cookie and a 2-stream
+/// TCP test's parameters, reads CREATE_STREAMS, and connects no stream: a test held in its
+/// setup until the connection is dropped.
+pub fn stalled_in_setup(port: u16) -> TcpStream {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"abcdefghijklmnopqrstuvwxyz0123456789\0")
+        .unwrap();
+    let mut state = [0u8; 1];
+    c.read_exact(&mut state).unwrap();
+    assert_eq!(state[0], 9, "PARAM_EXCHANGE");
+    let params = br#"{"tcp":true,"omit":0,"time":1,"parallel":2,"len":131072}"#;
+    c.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(params).unwrap();
+    c.read_exact(&mut state).unwrap();
+    assert_eq!(state[0], 10, "CREATE_STREAMS");
+    c
 }
