@@ -612,9 +612,15 @@ pub fn serve(cfg: ServerConfig) -> Result<()> {
     server.run()
 }
 
-/// The reason a client hears when a test is running: its time left, or (past its planned
-/// end: draining, its results, or a slow client) that it is ending.
-fn busy_reason(left: Duration) -> String {
+/// The reason a client hears when a test holds the slot (`state`): that its streams are
+/// still connecting, its time left, or (past its planned end: draining, its results, or a
+/// slow client) that it is ending.
+fn busy_reason(state: u8, left: Duration) -> String {
+    if state == STARTING {
+        return "server busy: a test is starting (its streams have not all connected); try \
+                again in a few seconds"
+            .into();
+    }
     match left.is_zero() {
         false => format!(
             "server busy: a test is running, about {:.0} s left; try again then",
@@ -796,8 +802,8 @@ fn take_slot<'a>(
         }
         other => other,
     };
-    if taken.is_err() {
-        return Err(refusal("busy", busy_reason(shared.slot.left())));
+    if let Err(state) = taken {
+        return Err(refusal("busy", busy_reason(state, shared.slot.left())));
     }
     let guard = SlotGuard(&shared.slot);
     if let Some(max) = cfg.max_tests_per_minute
@@ -1614,11 +1620,14 @@ mod tests {
 
     #[test]
     fn a_busy_server_says_a_test_past_its_end_is_ending_not_0_s_left() {
-        assert!(busy_reason(Duration::from_millis(2300)).contains("about 3 s left"));
-        let past = busy_reason(Duration::ZERO);
+        assert!(busy_reason(RUNNING, Duration::from_millis(2300)).contains("about 3 s left"));
+        let past = busy_reason(RUNNING, Duration::ZERO);
         assert!(
             past.contains("a test is ending") && !past.contains("0 s left"),
             "{past}"
         );
+        // A setup that outlasted a waiter's patience: not "running, about N s left".
+        let starting = busy_reason(STARTING, Duration::from_secs(9));
+        assert!(starting.contains("a test is starting"), "{starting}");
     }
 }
