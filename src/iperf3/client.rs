@@ -201,15 +201,11 @@ pub(crate) fn run(
         stopped.store(true, Ordering::SeqCst);
         match ran.failed.take() {
             Some((at, error)) => {
-                // A failed stream is said live, then the server's word on it is added if
-                // it says one soon: which came first cannot be told from one end (as
+                // A failed stream is said live, then the server's word on it (`drive`
+                // waited for one): which came first cannot be told from one end (as
                 // against a pinperf server).
                 let _ = remote_tx.send(RemoteEvent::StreamFailed { at, error });
-                let theirs = ran.theirs.take().or_else(|| {
-                    let word = their_word(&mut ctl, timeouts::CAUSE).ok().flatten();
-                    word.map(|w| w.text)
-                });
-                if let Some(theirs) = theirs {
+                if let Some(theirs) = ran.theirs.take() {
                     *e = Error::Test(format!("{e}; {theirs}"));
                 }
             }
@@ -657,15 +653,17 @@ fn drive(
     let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + run_time);
     loop {
         if let Some(f) = ends.failure() {
-            // A stream the server closed or reset can be the knock-on of the control
-            // connection failing first (destroyed here, and the server then closed its
-            // streams; helper-52): the server's word other than a close is the cause.
-            if f.peer_closed {
-                match their_word(ctl, timeouts::CAUSE)? {
-                    Some(word) if !word.closed => return Err(Error::Test(word.text)),
-                    Some(word) => ran.theirs = Some(word.text),
-                    None => {}
+            // The server's word, if it says one soon, follows the stream (3.12 closes when
+            // a data connection dies). A stream the server closed or reset can be the
+            // knock-on of the control connection failing first (destroyed here, and the
+            // server then closed its streams; helper-52): then its word other than a close
+            // is the cause.
+            match their_word(ctl, timeouts::CAUSE).ok().flatten() {
+                Some(word) if f.peer_closed && !word.closed => {
+                    return Err(Error::Test(word.text));
                 }
+                Some(word) => ran.theirs = Some(word.text),
+                None => {}
             }
             return Err(ran.stream_failed(f));
         }
