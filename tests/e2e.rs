@@ -379,20 +379,12 @@ fn no_server_is_a_clear_error_within_seconds() {
         run.explain()
     );
     // Machine formats carry the failure on stdout as well.
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-t",
-            "1",
-            "-J",
-            "-T",
-            "lab 7",
-        ],
-        LIMIT,
-    );
+    let unstarted = |format: &[&str]| {
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-t", "1", "-T", "lab 7"];
+        args.extend_from_slice(format);
+        pinperf(&args, LIMIT)
+    };
+    let run = unstarted(&["-J"]);
     assert_eq!(run.code(), Some(1));
     let doc: serde_json::Value =
         serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
@@ -409,21 +401,7 @@ fn no_server_is_a_clear_error_within_seconds() {
     assert_eq!(doc["intervals"], serde_json::json!([]), "{doc}");
     // And -T's title, as a document that started keeps it.
     assert_eq!(doc["title"], "lab 7", "{doc}");
-    let run = pinperf(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-t",
-            "1",
-            "--format",
-            "iperf3-json",
-            "-T",
-            "lab 7",
-        ],
-        LIMIT,
-    );
+    let run = unstarted(&["--format", "iperf3-json"]);
     let doc: serde_json::Value =
         serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
     assert_eq!(doc["title"], "lab 7", "{doc}");

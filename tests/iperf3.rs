@@ -162,17 +162,8 @@ fn pinperf_client_with_omit_totals_what_the_iperf3_server_counted() {
 fn span_with_a_stopped_server(extra: &[&str], stopped: Duration) -> Option<(f64, f64, util::Run)> {
     let server = Iperf3Server::start(&[]);
     let port = server.port.to_string();
-    let mut args = vec![
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "--peer",
-        "iperf3",
-        "-t",
-        "1",
-    ];
-    args.extend(["-i", "0.2", "--json-lines"]);
+    let mut args = vec!["-c", "127.0.0.1", "-p", &port, "--peer", "iperf3"];
+    args.extend(["-t", "1", "-i", "0.2", "--json-lines"]);
     args.extend_from_slice(extra);
     let mut client = util::Spawned::start(&args);
     client.wait_for_line(
@@ -180,16 +171,9 @@ fn span_with_a_stopped_server(extra: &[&str], stopped: Duration) -> Option<(f64,
         |l| l.starts_with("{\"event\":\"interval\""),
         Duration::from_secs(5),
     );
-    let signal = |sig: &str| {
-        let status = std::process::Command::new("kill")
-            .args([sig, &server.pid().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {sig}");
-    };
-    signal("-STOP");
+    util::kill_with(server.pid(), "-STOP");
     std::thread::sleep(stopped);
-    signal("-CONT");
+    util::kill_with(server.pid(), "-CONT");
     let run = client.finish(LIMIT);
     run.assert_ok();
     let end = run
