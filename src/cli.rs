@@ -335,7 +335,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--no-delay",
         "data connections keep Nagle, as every peer's default",
     ),
-    ("-M", "--set-mss", "not settable yet"),
     ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
     ("-I", "--pidfile", "run `pinperf -s` under systemd"),
     ("", "--json-stream", "use --json-lines"),

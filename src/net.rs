@@ -36,6 +36,8 @@ pub struct SocketOpts {
     pub congestion: Option<String>,
     /// `-S`: the IP TOS byte (IPv6: the traffic class).
     pub tos: Option<u8>,
+    /// `-M`: `TCP_MAXSEG` (TCP only).
+    pub mss: Option<u32>,
 }
 
 impl SocketOpts {
@@ -46,6 +48,7 @@ impl SocketOpts {
             force_window: test.force_window,
             congestion: test.transport.congestion.clone().filter(|_| !test.udp),
             tos: test.tos,
+            mss: test.transport.mss.filter(|_| !test.udp),
         }
     }
 
@@ -67,6 +70,10 @@ impl SocketOpts {
         }
         if let Some(tos) = self.tos {
             set_tos(sock, tos)?;
+        }
+        if let Some(mss) = self.mss {
+            sock.set_tcp_mss(mss)
+                .map_err(|e| Error::Usage(format!("-M {mss}: set TCP_MAXSEG: {e}")))?;
         }
         Ok(())
     }

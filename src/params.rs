@@ -210,7 +210,24 @@ pub struct Transport {
     /// Do not echo block headers: no block RTT, kernel RTT only.
     #[arg(long, help_heading = "Test")]
     pub no_echo: bool,
+
+    /// TCP maximum segment size (TCP_MAXSEG, iperf3's -M), 88 to 9216 bytes: set on the
+    /// data connections before their handshake, it caps the segments both ways (the MTU
+    /// less 40 on IPv4; timestamps take 12 more). The header's MSS is what the kernel uses.
+    #[arg(
+        short = 'M',
+        long = "set-mss",
+        value_name = "BYTES",
+        allow_negative_numbers = true,
+        help_heading = "Test"
+    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mss: Option<u32>,
 }
+
+/// `-M`'s bounds: Linux's smallest MSS (`TCP_MIN_MSS`) and iperf3's largest (`MAX_MSS`).
+pub const MIN_MSS: u32 = 88;
+pub const MAX_MSS: u32 = 9216;
 
 /// `-P`: a count; one too large even for the wire gets the rule's words, not "out of
 /// range for u16" (the range itself is `validate`'s).
@@ -433,8 +450,12 @@ impl TestParams {
             true => String::new(),
             false => format!(" after -O {} s", self.omit.as_secs_f64()),
         };
+        let mss = self
+            .transport
+            .mss
+            .map_or(String::new(), |m| format!(", -M {m}"));
         format!(
-            "{} {} stream(s){}, {} {}, window {}{rate}, {} s{omit}",
+            "{} {} stream(s){}, {} {}, window {}{mss}{rate}, {} s{omit}",
             self.streams,
             if self.udp { "UDP" } else { "TCP" },
             match self.direction() {
@@ -591,8 +612,22 @@ impl TestParams {
                 limits.source("--max-rate")
             ));
         }
-        if self.udp && (self.fq_rate_bps.is_some() || self.transport.congestion.is_some()) {
-            return Err("-u: --fq-rate and -C apply to TCP only".into());
+        if let Some(mss) = self
+            .transport
+            .mss
+            .filter(|m| !(MIN_MSS..=MAX_MSS).contains(m))
+        {
+            return Err(format!(
+                "-M {mss}: the MSS must be {MIN_MSS} to {MAX_MSS} bytes"
+            ));
+        }
+        let tcp_only = [
+            self.fq_rate_bps.is_some(),
+            self.transport.congestion.is_some(),
+            self.transport.mss.is_some(),
+        ];
+        if self.udp && tcp_only.contains(&true) {
+            return Err("-u: --fq-rate, -C and -M apply to TCP only".into());
         }
         if self.udp && (self.zerocopy.is_some() || self.skip_rx_copy) {
             return Err("-u: -Z and --skip-rx-copy apply to TCP only".into());
@@ -908,6 +943,30 @@ mod tests {
     }
 
     /// `-S` reads a byte as iperf3 does (C's notation) and names the range otherwise.
+    /// `-M`: Linux's smallest MSS to iperf3's largest, and TCP only.
+    #[test]
+    fn the_mss_is_checked_by_its_flag() {
+        let limits = Limits::PROTOCOL;
+        let with = |mss: u32, udp: bool| {
+            let mut p = TestParams::defaults();
+            p.transport.mss = Some(mss);
+            p.udp = udp;
+            p.validate(&limits)
+        };
+        assert_eq!(with(MIN_MSS, false), Ok(()));
+        assert_eq!(with(MAX_MSS, false), Ok(()));
+        for bad in [0, MIN_MSS - 1, MAX_MSS + 1] {
+            assert_eq!(
+                with(bad, false),
+                Err(format!("-M {bad}: the MSS must be 88 to 9216 bytes"))
+            );
+        }
+        assert_eq!(
+            with(1400, true),
+            Err("-u: --fq-rate, -C and -M apply to TCP only".into())
+        );
+    }
+
     #[test]
     fn tos_reads_hex_octal_and_decimal() {
         for (text, want) in [

@@ -291,6 +291,50 @@ fn tos_marks_the_data_connections_on_both_ends() {
     }
 }
 
+/// `-M 1000 -R`: the server, which sends, does so in segments of at most 1000 bytes (its
+/// data listener carries TCP_MAXSEG, and the client's SYN asks for it too); the header
+/// gives the MSS the kernel uses and the server's log the -M asked.
+#[test]
+fn the_mss_caps_the_segments_both_ends_send() {
+    let test = "the_mss_caps_the_segments_both_ends_send";
+    let mut server = Server::start(&[]);
+    let port = server.port_arg();
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-M",
+        "1000",
+        "-R",
+        "-t",
+        "1.5",
+        "-i",
+        "0.5",
+    ];
+    let mut client = Spawned::start(&args);
+    client.wait_for_line("the first interval row", is_interval_row, EVENT);
+    let Some(on_server) = util::tcp_sockets_of(server.child.id(), "mss") else {
+        util::skipped(test, "no ss here");
+        return;
+    };
+    let run = client.finish(LIMIT);
+    run.assert_ok();
+    let capped = |m: &str| m.parse::<u32>().is_ok_and(|m| (500..=1000).contains(&m));
+    // Control (the path's MSS), data and echo (capped).
+    assert_eq!(
+        on_server.iter().filter(|m| capped(m)).count(),
+        2,
+        "{on_server:?}\n{}",
+        run.explain()
+    );
+    let text = run.stdout();
+    let header = text.lines().find(|l| l.starts_with("# MTU: "));
+    let mss = header.and_then(|l| l.split("MSS: ").nth(1)?.strip_suffix('B'));
+    assert!(mss.is_some_and(capped), "{}", run.explain());
+    server.wait_for_log(", -M 1000, ", LIMIT);
+}
+
 #[test]
 fn oversized_window_warns_with_the_sysctl_line() {
     let read = |name: &str| -> u64 {

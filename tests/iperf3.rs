@@ -648,6 +648,56 @@ fn tos_crosses_to_and_from_iperf3() {
     );
 }
 
+/// `-M` both ways: an iperf3 client's `MSS` is taken (it was refused as unsupported) and
+/// the pinperf server sends in segments of at most that size; pinperf's `-M` reaches an
+/// iperf3 server, whose own document says the MSS it was asked for, and caps this end's.
+#[test]
+fn the_mss_crosses_to_and_from_iperf3() {
+    let test = "the_mss_crosses_to_and_from_iperf3";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Server::start(&[]);
+    let (pid, port) = (server.child.id(), server.port);
+    let client = std::thread::spawn(move || iperf3_client(port, &["-M", "1000", "-R", "-t", "2"]));
+    let capped = |m: &String| m.parse::<u32>().is_ok_and(|m| (500..=1000).contains(&m));
+    let Some(()) = util::wait_until(
+        "a data connection with an MSS of at most 1000 on the pinperf server",
+        Duration::from_secs(5),
+        || match util::tcp_sockets_of(pid, "mss") {
+            None => Some(None),
+            Some(mss) => mss.iter().any(capped).then_some(Some(())),
+        },
+        || format!("{:?}\n{}", util::tcp_sockets_of(pid, "mss"), server.log()),
+    ) else {
+        util::skipped(test, "no ss here");
+        return;
+    };
+    let (code, out, err, _) = client.join().expect("client thread");
+    assert_eq!(code, Some(0), "{out}{err}\n{}", server.log());
+
+    let iperf3_server = Iperf3Server::start(&[]);
+    let run = client_at(iperf3_server.port, &["-M", "1000", "-t", "1"]);
+    run.assert_ok();
+    let doc = iperf3_server.document();
+    assert_eq!(doc["start"]["tcp_mss"], 1000, "{doc}");
+    let mss = run
+        .stdout()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("# MTU: ")?
+                .split("MSS: ")
+                .nth(1)?
+                .strip_suffix('B')
+        })
+        .map(|m| m.parse::<u32>().unwrap_or(0));
+    assert!(
+        mss.is_some_and(|m| (500..=1000).contains(&m)),
+        "{}",
+        run.explain()
+    );
+}
+
 /// `--max-tests-per-minute 1` counts an iperf3 test once: its stream connections come to
 /// the control port too, and were refused as further tests (with the limit at 1 no iperf3
 /// test could run). The next test in the minute is refused in words iperf3 shows, and the
@@ -1107,10 +1157,10 @@ fn an_iperf3_client_asking_what_pinperf_cannot_honour_is_refused_with_a_reason()
         return;
     }
     let mut server = Server::start(&[]);
-    // -M (an MSS), and -u with -O: iperf3's code for "not implemented" on the client,
-    // the option by name in the server's log.
+    // -n (a byte count), and -u with -O: iperf3's code for "not implemented" on the
+    // client, the option by name in the server's log.
     for (args, named) in [
-        (&["-M", "1200", "-t", "1"][..], "-M (MSS)"),
+        (&["-n", "1M"][..], "-n/-k"),
         (&["-u", "-O", "1", "-t", "1"][..], "-O with -u"),
     ] {
         iperf3_refused(&mut server, args, "not implemented");

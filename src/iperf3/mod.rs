@@ -67,6 +67,7 @@ pub const IENUMSTREAMS: i32 = 6;
 pub const IEBLOCKSIZE: i32 = 7;
 pub const IEUDPBLOCKSIZE: i32 = 20;
 pub const IEBUFSIZE: i32 = 8;
+pub const IEMSS: i32 = 10;
 pub const IEUNIMP: i32 = 13;
 pub const IEINITSTREAM: i32 = 201;
 pub const IESTREAMLISTEN: i32 = 202;
@@ -306,6 +307,9 @@ pub struct Params {
     /// `-S`: iperf3 writes the key only for a TOS other than 0.
     #[serde(rename = "TOS", default, skip_serializing_if = "Option::is_none")]
     pub tos: Option<f64>,
+    /// `-M`: iperf3 writes the key only when it is set.
+    #[serde(rename = "MSS", default, skip_serializing_if = "Option::is_none")]
+    pub mss: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
     /// UDP datagrams carry 64-bit sequences (iperf3 reads the key's presence, not its
@@ -376,6 +380,7 @@ impl Params {
             fqrate: test.fq_rate_bps.map(|r| r as f64),
             congestion: test.transport.congestion.clone(),
             tos: test.tos.map(f64::from),
+            mss: test.transport.mss.map(f64::from),
             client_version: Some(format!("pinperf {}", env!("CARGO_PKG_VERSION"))),
             // 64-bit sequences: a long fast test never wraps.
             udp_counters_64bit: test.udp.then(|| Value::from(1)),
@@ -401,7 +406,6 @@ impl Params {
         if let Some(key) = self.other.keys().find(|k| !HARMLESS.contains(&k.as_str())) {
             let name = match key.as_str() {
                 "sctp" => "--sctp".to_string(),
-                "MSS" => "-M (MSS)".into(),
                 "flowlabel" => "-L (flow label)".into(),
                 "burst" => "-b RATE/BURST (a burst)".into(),
                 "authtoken" => "--username (authentication)".into(),
@@ -504,6 +508,19 @@ impl Params {
             _ => None,
         };
         test.transport.congestion = self.congestion.clone();
+        // The range is `TestParams::validate`'s (IEMSS by `code_for`).
+        test.transport.mss = match self.mss {
+            Some(m) if finite(m, f64::from(u32::MAX)) && m.fract() == 0.0 => {
+                (m > 0.0).then_some(m as u32)
+            }
+            Some(m) => {
+                return Err(Unsupported {
+                    code: IEMSS,
+                    reason: format!("-M {}: not a segment size", shown(m)),
+                });
+            }
+            None => None,
+        };
         // iperf3 has no echo connections: kernel RTT only.
         test.transport.no_echo = true;
         Ok(test)
@@ -527,6 +544,7 @@ pub fn code_for(reason: &str) -> i32 {
         "-u" => IEPROTOCOL,
         "-C" => IESETCONGESTION,
         "-S" => IESETTOS,
+        "-M" => IEMSS,
         _ => IEUNIMP,
     }
 }
@@ -795,13 +813,28 @@ mod tests {
         assert_eq!(sent["bandwidth"], 1_000_000.0);
     }
 
+    /// `-M` both ways: an iperf3 client's `MSS` becomes the test's, and pinperf's `-M`
+    /// is sent under iperf3's key (absent without it, as iperf3 writes it).
+    #[test]
+    fn the_mss_crosses_under_iperf3s_key() {
+        let theirs: Params =
+            serde_json::from_str(r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000}"#).unwrap();
+        let test = theirs.to_test().unwrap();
+        assert_eq!(test.transport.mss, Some(1000));
+        assert!(test.validate(&crate::params::Limits::PROTOCOL).is_ok());
+        let sent = serde_json::to_value(Params::from_test(&test)).unwrap();
+        assert_eq!(sent["MSS"], 1000.0);
+        let plain = serde_json::to_value(Params::from_test(&TestParams::defaults())).unwrap();
+        assert!(plain.get("MSS").is_none(), "{plain}");
+    }
+
     #[test]
     fn unsupported_options_are_refused_by_name() {
         let cases = [
             (
-                r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000}"#,
-                IEUNIMP,
-                "-M (MSS)",
+                r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000.5}"#,
+                IEMSS,
+                "-M 1000.5: not a segment size",
             ),
             (
                 r#"{"sctp":true,"time":1,"parallel":1}"#,
@@ -917,6 +950,7 @@ mod tests {
         );
         assert_eq!(code_for("-b: this server limits"), IETOTALRATE);
         assert_eq!(code_for("-S 0x10: set IP_TOS: Permission denied"), IESETTOS);
+        assert_eq!(code_for("-M 20: the MSS must be 88 to 9216 bytes"), IEMSS);
         assert_eq!(code_for("something else"), IEUNIMP);
     }
 }

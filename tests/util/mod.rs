@@ -673,17 +673,27 @@ pub fn saved(path: &std::path::Path) -> pinperf::report::json::Document {
 /// The TOS byte (`ss --tos`) of each established TCP socket process `pid` holds, as `ss`
 /// prints it (`0x28`, `0`); `None` when `ss` cannot run here.
 pub fn tcp_tos_of(pid: u32) -> Option<Vec<String>> {
+    tcp_sockets_of(pid, "tos")
+}
+
+/// `ss`'s `key:` value (`mss`, `tos`) of each established TCP socket process `pid` holds;
+/// `None` when `ss` cannot run here.
+pub fn tcp_sockets_of(pid: u32, key: &str) -> Option<Vec<String>> {
     let out = Command::new("ss")
-        .args(["-tnpH", "--tos", "state", "established"])
+        .args(["-tnpiOH", "--tos", "state", "established"])
         .output()
         .ok()
         .filter(|o| o.status.success())?;
     let owner = format!("pid={pid},");
+    let key = format!("{key}:");
     Some(
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| l.contains(&owner))
-            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("tos:")))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key.as_str()))
+            })
             .map(str::to_string)
             .collect(),
     )
