@@ -330,11 +330,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     ("-n", "--bytes", "use -t SECS"),
     ("-k", "--blockcount", "use -t SECS"),
     ("-F", "--file", "pinperf sends generated blocks"),
-    (
-        "-N",
-        "--no-delay",
-        "data connections keep Nagle, as every peer's default",
-    ),
     ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
     ("-I", "--pidfile", "run `pinperf -s` under systemd"),
     ("", "--json-stream", "use --json-lines"),

@@ -38,6 +38,8 @@ pub struct SocketOpts {
     pub tos: Option<u8>,
     /// `-M`: `TCP_MAXSEG` (TCP only).
     pub mss: Option<u32>,
+    /// `-N`: `TCP_NODELAY` (TCP only).
+    pub no_delay: bool,
 }
 
 impl SocketOpts {
@@ -49,6 +51,7 @@ impl SocketOpts {
             congestion: test.transport.congestion.clone().filter(|_| !test.udp),
             tos: test.tos,
             mss: test.transport.mss.filter(|_| !test.udp),
+            no_delay: test.transport.no_delay && !test.udp,
         }
     }
 
@@ -74,6 +77,10 @@ impl SocketOpts {
         if let Some(mss) = self.mss {
             sock.set_tcp_mss(mss)
                 .map_err(|e| Error::Usage(format!("-M {mss}: set TCP_MAXSEG: {e}")))?;
+        }
+        if self.no_delay {
+            sock.set_tcp_nodelay(true)
+                .map_err(|e| Error::Usage(format!("-N: set TCP_NODELAY: {e}")))?;
         }
         Ok(())
     }
@@ -240,8 +247,8 @@ pub fn connect(
         }
         match sock.connect_timeout(&SockAddr::from(*addr), timeout) {
             Ok(()) => {
-                // No TCP_NODELAY: data streams keep Nagle/autocorking like every peer's
-                // default; the control connection sets it itself.
+                // TCP_NODELAY only with -N (`apply`): data streams keep Nagle/autocorking
+                // like every peer's default; the control connection sets it itself.
                 return Ok((sock.into(), grant));
             }
             Err(e) => last = Some((addr, e)),
@@ -508,13 +515,16 @@ mod tests {
     }
 
     /// `-S` reaches every data socket: the client's before connect(), the server's
-    /// listener and so what it accepts (IPv4, and IPv6 as the traffic class), UDP's; and
-    /// the options of a test are its parameters', with -C left out of UDP.
+    /// listener and so what it accepts (IPv4, and IPv6 as the traffic class), UDP's; `-M`
+    /// and `-N` both ends of TCP's; and the options of a test are its parameters', with
+    /// -C, -M and -N left out of UDP.
     #[test]
-    fn tos_is_set_on_both_ends_of_tcp_and_on_udp() {
+    fn socket_options_are_set_on_both_ends_of_tcp_and_on_udp() {
         let mut test = TestParams::defaults();
         test.tos = Some(0x28);
         test.transport.congestion = Some("reno".into());
+        test.transport.mss = Some(1000);
+        test.transport.no_delay = true;
         let opts = SocketOpts::of(&test);
         assert_eq!(
             (opts.tos, opts.congestion.as_deref()),
@@ -549,10 +559,19 @@ mod tests {
                 "{ip}"
             );
             assert_eq!(congestion(&accepted).as_deref(), Some("reno"), "{ip}");
+            for end in [&client, &accepted] {
+                let mss = socket2::SockRef::from(end).tcp_mss().unwrap();
+                assert!((900..=1000).contains(&mss), "{ip}: MSS {mss}");
+                assert!(end.nodelay().unwrap(), "{ip}: TCP_NODELAY");
+            }
         }
         test.udp = true;
         let opts = SocketOpts::of(&test);
-        assert_eq!(opts.congestion, None, "-C is TCP's");
+        assert_eq!(
+            (opts.congestion.as_deref(), opts.mss, opts.no_delay),
+            (None, None, false),
+            "-C, -M and -N are TCP's"
+        );
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         opts.apply(&socket2::SockRef::from(&udp)).unwrap();
         assert_eq!(tos(&udp), Some(0x28));

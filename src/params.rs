@@ -223,6 +223,13 @@ pub struct Transport {
     )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mss: Option<u32>,
+
+    /// TCP_NODELAY on the data connections, both ends (iperf3's -N): each write leaves at
+    /// once instead of waiting to fill a segment (Nagle). Blocks below the MSS (-l 1k) are
+    /// then sent one segment each.
+    #[arg(short = 'N', long, help_heading = "Test")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_delay: bool,
 }
 
 /// `-M`'s bounds: Linux's smallest MSS (`TCP_MIN_MSS`) and iperf3's largest (`MAX_MSS`).
@@ -450,10 +457,11 @@ impl TestParams {
             true => String::new(),
             false => format!(" after -O {} s", self.omit.as_secs_f64()),
         };
-        let mss = self
-            .transport
-            .mss
-            .map_or(String::new(), |m| format!(", -M {m}"));
+        let mss = match (self.transport.mss, self.transport.no_delay) {
+            (Some(m), nagle) => format!(", -M {m}{}", if nagle { " -N" } else { "" }),
+            (None, true) => ", -N".into(),
+            (None, false) => String::new(),
+        };
         format!(
             "{} {} stream(s){}, {} {}, window {}{mss}{rate}, {} s{omit}",
             self.streams,
@@ -625,9 +633,10 @@ impl TestParams {
             self.fq_rate_bps.is_some(),
             self.transport.congestion.is_some(),
             self.transport.mss.is_some(),
+            self.transport.no_delay,
         ];
         if self.udp && tcp_only.contains(&true) {
-            return Err("-u: --fq-rate, -C and -M apply to TCP only".into());
+            return Err("-u: --fq-rate, -C, -M and -N apply to TCP only".into());
         }
         if self.udp && (self.zerocopy.is_some() || self.skip_rx_copy) {
             return Err("-u: -Z and --skip-rx-copy apply to TCP only".into());
@@ -963,7 +972,7 @@ mod tests {
         }
         assert_eq!(
             with(1400, true),
-            Err("-u: --fq-rate, -C and -M apply to TCP only".into())
+            Err("-u: --fq-rate, -C, -M and -N apply to TCP only".into())
         );
     }
 

@@ -291,9 +291,10 @@ fn tos_marks_the_data_connections_on_both_ends() {
     }
 }
 
-/// `-M 1000 -R`: the server, which sends, does so in segments of at most 1000 bytes (its
-/// data listener carries TCP_MAXSEG, and the client's SYN asks for it too); the header
-/// gives the MSS the kernel uses and the server's log the -M asked.
+/// `-M 1000 -N -R`: the server, which sends, does so in segments of at most 1000 bytes
+/// (its data listener carries TCP_MAXSEG, and the client's SYN asks for it too); the
+/// header gives the MSS the kernel uses and the server's log the -M and -N asked (both
+/// set on every data socket: `net`'s unit test).
 #[test]
 fn the_mss_caps_the_segments_both_ends_send() {
     let test = "the_mss_caps_the_segments_both_ends_send";
@@ -306,6 +307,7 @@ fn the_mss_caps_the_segments_both_ends_send() {
         &port,
         "-M",
         "1000",
+        "-N",
         "-R",
         "-t",
         "1.5",
@@ -332,7 +334,7 @@ fn the_mss_caps_the_segments_both_ends_send() {
     let header = text.lines().find(|l| l.starts_with("# MTU: "));
     let mss = header.and_then(|l| l.split("MSS: ").nth(1)?.strip_suffix('B'));
     assert!(mss.is_some_and(capped), "{}", run.explain());
-    server.wait_for_log(", -M 1000, ", LIMIT);
+    server.wait_for_log(", -M 1000 -N, ", LIMIT);
 }
 
 #[test]

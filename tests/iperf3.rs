@@ -649,7 +649,8 @@ fn tos_crosses_to_and_from_iperf3() {
 }
 
 /// `-M` both ways: an iperf3 client's `MSS` is taken (it was refused as unsupported) and
-/// the pinperf server sends in segments of at most that size; pinperf's `-M` reaches an
+/// the pinperf server sends in segments of at most that size (its `-N`, ignored before,
+/// is taken too: the log says both); pinperf's `-M` reaches an
 /// iperf3 server, whose own document says the MSS it was asked for, and caps this end's.
 #[test]
 fn the_mss_crosses_to_and_from_iperf3() {
@@ -657,9 +658,10 @@ fn the_mss_crosses_to_and_from_iperf3() {
     if iperf3(test).is_none() {
         return;
     }
-    let server = Server::start(&[]);
+    let mut server = Server::start(&[]);
     let (pid, port) = (server.child.id(), server.port);
-    let client = std::thread::spawn(move || iperf3_client(port, &["-M", "1000", "-R", "-t", "2"]));
+    let client =
+        std::thread::spawn(move || iperf3_client(port, &["-M", "1000", "-N", "-R", "-t", "2"]));
     let capped = |m: &String| m.parse::<u32>().is_ok_and(|m| (500..=1000).contains(&m));
     let Some(()) = util::wait_until(
         "a data connection with an MSS of at most 1000 on the pinperf server",
@@ -675,6 +677,7 @@ fn the_mss_crosses_to_and_from_iperf3() {
     };
     let (code, out, err, _) = client.join().expect("client thread");
     assert_eq!(code, Some(0), "{out}{err}\n{}", server.log());
+    server.wait_for_log(", -M 1000 -N, ", Duration::from_secs(3));
 
     let iperf3_server = Iperf3Server::start(&[]);
     let run = client_at(iperf3_server.port, &["-M", "1000", "-t", "1"]);

@@ -310,6 +310,9 @@ pub struct Params {
     /// `-M`: iperf3 writes the key only when it is set.
     #[serde(rename = "MSS", default, skip_serializing_if = "Option::is_none")]
     pub mss: Option<f64>,
+    /// `-N`: likewise (`true`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub nodelay: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
     /// UDP datagrams carry 64-bit sequences (iperf3 reads the key's presence, not its
@@ -342,7 +345,6 @@ const HARMLESS: &[&str] = &[
     "gso_bf_size",
     "gro",
     "gro_bf_size",
-    "nodelay",
     "pacing_timer",
     "repeating_payload",
     "zerocopy",
@@ -381,6 +383,7 @@ impl Params {
             congestion: test.transport.congestion.clone(),
             tos: test.tos.map(f64::from),
             mss: test.transport.mss.map(f64::from),
+            nodelay: test.transport.no_delay,
             client_version: Some(format!("pinperf {}", env!("CARGO_PKG_VERSION"))),
             // 64-bit sequences: a long fast test never wraps.
             udp_counters_64bit: test.udp.then(|| Value::from(1)),
@@ -508,6 +511,7 @@ impl Params {
             _ => None,
         };
         test.transport.congestion = self.congestion.clone();
+        test.transport.no_delay = self.nodelay && !self.udp;
         // The range is `TestParams::validate`'s (IEMSS by `code_for`).
         test.transport.mss = match self.mss {
             Some(m) if finite(m, f64::from(u32::MAX)) && m.fract() == 0.0 => {
@@ -813,19 +817,27 @@ mod tests {
         assert_eq!(sent["bandwidth"], 1_000_000.0);
     }
 
-    /// `-M` both ways: an iperf3 client's `MSS` becomes the test's, and pinperf's `-M`
-    /// is sent under iperf3's key (absent without it, as iperf3 writes it).
+    /// `-M` and `-N` both ways: an iperf3 client's `MSS` and `nodelay` become the test's,
+    /// and pinperf's are sent under iperf3's keys (absent without them, as iperf3 writes).
     #[test]
-    fn the_mss_crosses_under_iperf3s_key() {
+    fn the_mss_and_nodelay_cross_under_iperf3s_keys() {
         let theirs: Params =
-            serde_json::from_str(r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000}"#).unwrap();
+            serde_json::from_str(r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000,"nodelay":true}"#)
+                .unwrap();
         let test = theirs.to_test().unwrap();
         assert_eq!(test.transport.mss, Some(1000));
+        assert!(test.transport.no_delay);
         assert!(test.validate(&crate::params::Limits::PROTOCOL).is_ok());
         let sent = serde_json::to_value(Params::from_test(&test)).unwrap();
-        assert_eq!(sent["MSS"], 1000.0);
+        assert_eq!(
+            (&sent["MSS"], &sent["nodelay"]),
+            (&1000.0.into(), &true.into())
+        );
         let plain = serde_json::to_value(Params::from_test(&TestParams::defaults())).unwrap();
-        assert!(plain.get("MSS").is_none(), "{plain}");
+        assert!(
+            plain.get("MSS").is_none() && plain.get("nodelay").is_none(),
+            "{plain}"
+        );
     }
 
     #[test]
