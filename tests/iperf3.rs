@@ -235,8 +235,8 @@ fn a_server_reading_late_is_timed_to_its_reading() {
 /// `-l 2` two bytes a call): its count is short of what this end wrote, so its reading ran
 /// to its own span, not to the acknowledgement of the last byte (1.46 MB read by its
 /// 1.38 s was put over 1.26 s, 10 % high). Where it also took TEST_END late, the rule
-/// `a_server_reading_late_is_timed_to_its_reading` tests gives the same span; the count
-/// alone caught 1 run in 2 of this test without that rule.
+/// `a_server_reading_late_is_timed_to_its_reading` tests gives the same span (with the
+/// count's rule taken out, this test failed 1 run in 2: the other was late as well).
 #[test]
 fn a_server_with_bytes_unread_at_the_end_is_timed_to_its_reading() {
     let test = "a_server_with_bytes_unread_at_the_end_is_timed_to_its_reading";
