@@ -219,7 +219,8 @@ pub struct Transport {
         long = "set-mss",
         value_name = "BYTES",
         allow_negative_numbers = true,
-        help_heading = "Test"
+        help_heading = "Test",
+        value_parser = parse_mss
     )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mss: Option<u32>,
@@ -242,6 +243,13 @@ fn parse_streams(text: &str) -> Result<u16, String> {
     text.trim()
         .parse()
         .map_err(|_| format!("streams must be 1 to {}", Limits::PROTOCOL.max_streams))
+}
+
+/// `-M`: a number of bytes (the range is `validate`'s, which says it for `-M 0` too).
+fn parse_mss(text: &str) -> Result<u32, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("the MSS is a number of bytes, {MIN_MSS} to {MAX_MSS}"))
 }
 
 /// `-S`: a byte in C's notation, as iperf3 reads it (`strtol` base 0): `0x10`, `020`
@@ -625,18 +633,28 @@ impl TestParams {
             .mss
             .filter(|m| !(MIN_MSS..=MAX_MSS).contains(m))
         {
+            let why = match mss < MIN_MSS {
+                true => "the kernel takes no less",
+                false => "iperf3's largest",
+            };
             return Err(format!(
-                "-M {mss}: the MSS must be {MIN_MSS} to {MAX_MSS} bytes"
+                "-M {mss}: the MSS must be {MIN_MSS} to {MAX_MSS} bytes ({why})"
             ));
         }
-        let tcp_only = [
-            self.fq_rate_bps.is_some(),
-            self.transport.congestion.is_some(),
-            self.transport.mss.is_some(),
-            self.transport.no_delay,
-        ];
-        if self.udp && tcp_only.contains(&true) {
-            return Err("-u: --fq-rate, -C, -M and -N apply to TCP only".into());
+        let tcp_only: Vec<&str> = [
+            (self.fq_rate_bps.is_some(), "--fq-rate"),
+            (self.transport.congestion.is_some(), "-C"),
+            (self.transport.mss.is_some(), "-M"),
+            (self.transport.no_delay, "-N"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect();
+        if let Some((last, rest)) = tcp_only.split_last().filter(|_| self.udp) {
+            return Err(match rest.is_empty() {
+                true => format!("-u: {last} applies to TCP only"),
+                false => format!("-u: {} and {last} apply to TCP only", rest.join(", ")),
+            });
         }
         if self.udp && (self.zerocopy.is_some() || self.skip_rx_copy) {
             return Err("-u: -Z and --skip-rx-copy apply to TCP only".into());
@@ -964,16 +982,27 @@ mod tests {
         };
         assert_eq!(with(MIN_MSS, false), Ok(()));
         assert_eq!(with(MAX_MSS, false), Ok(()));
-        for bad in [0, MIN_MSS - 1, MAX_MSS + 1] {
+        for (bad, why) in [
+            (0, "the kernel takes no less"),
+            (MIN_MSS - 1, "the kernel takes no less"),
+            (MAX_MSS + 1, "iperf3's largest"),
+        ] {
             assert_eq!(
                 with(bad, false),
-                Err(format!("-M {bad}: the MSS must be 88 to 9216 bytes"))
+                Err(format!(
+                    "-M {bad}: the MSS must be 88 to 9216 bytes ({why})"
+                ))
             );
         }
+        assert_eq!(with(1400, true), Err("-u: -M applies to TCP only".into()));
+        let mut p = TestParams::defaults();
+        (p.udp, p.transport.no_delay) = (true, true);
+        p.transport.congestion = Some("bbr".into());
         assert_eq!(
-            with(1400, true),
-            Err("-u: --fq-rate, -C, -M and -N apply to TCP only".into())
+            p.validate(&limits),
+            Err("-u: -C and -N apply to TCP only".into())
         );
+        assert!(parse_mss("-1").unwrap_err().contains("88 to 9216"));
     }
 
     #[test]

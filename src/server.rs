@@ -220,9 +220,9 @@ impl Server {
         // While out of descriptors: how many clients were refused for it.
         let mut fd_burst: Option<u64> = None;
         let mut signalled: Option<Instant> = None;
-        // The window the control port's listener sets on the sockets it accepts (see
+        // What the control port's listener sets on the sockets it accepts (see
         // [`Relisten`]), and since when a request to change it waits.
-        let mut listening: Option<u64> = None;
+        let mut listening = Listening::default();
         let mut asked_at: Option<Instant> = None;
         loop {
             // Before a one-off test's result: a signal that stopped it ends the process
@@ -272,14 +272,14 @@ impl Server {
                 asked_at = None;
                 let _ = (&wake_rx).read(&mut [0u8; 64]);
                 let asks: Vec<Ask> = asks.try_iter().collect();
-                if let Some(&(window, _)) = asks.last() {
-                    let outcome = match window == listening {
+                if let Some(&(wanted, _)) = asks.last() {
+                    let outcome = match wanted == listening {
                         true => Ok(()),
                         false => {
                             let v6_only = cfg.family == Family::V6;
                             let outcome;
                             (listener, listening, outcome) =
-                                relisten(listener, v6_only, listening, window)?;
+                                relisten(listener, v6_only, listening, wanted)?;
                             outcome.map_err(|e| e.to_string())
                         }
                     };
@@ -421,16 +421,36 @@ struct Shared {
     relisten: Relisten,
 }
 
-/// A request to the acceptor: listen with this window set on the sockets it accepts (none:
-/// the kernel's autotuning), and say how it went.
-type Ask = (Option<u64>, Sender<std::result::Result<(), String>>);
+/// A request to the acceptor: listen with these set on the sockets it accepts, and say how
+/// it went.
+type Ask = (Listening, Sender<std::result::Result<(), String>>);
+
+/// What the control port's listener sets on the sockets it accepts, of what must be set
+/// before the handshake: the window (none: the kernel's autotuning) and `-M`'s MSS (none:
+/// the path's), which a connection's SYN-ACK announces.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Listening {
+    window: Option<u64>,
+    mss: Option<u32>,
+}
+
+impl Listening {
+    /// What an iperf3 test's streams need of the listener they connect to.
+    fn of(test: &TestParams) -> Listening {
+        Listening {
+            window: test.window_bytes,
+            mss: net::SocketOpts::of(test).mss,
+        }
+    }
+}
 
 /// An iperf3 client's streams connect to the control port, and the window scale a
 /// connection's receiver announces in its SYN-ACK comes from the listener's buffer: a `-w`
 /// set after accept() cannot lower it, and one below an MSS then stalled the stream
 /// (`iperf3 -c -w 8k` over loopback: 2 Mbit/s, against 195 to 1150 from an iperf3 server in
 /// the same minutes). As an iperf3 server does, the acceptor listens again with the test's
-/// window before its streams connect. The listener keeps it until an iperf3 test wants
+/// window (and `-M`'s MSS, likewise announced in the SYN-ACK) before its streams connect.
+/// The listener keeps them until an iperf3 test wants
 /// another (a locked buffer cannot be unlocked, and listening again as a test ends would
 /// refuse a shell loop's next client): each iperf3 test asks for its own once admitted,
 /// when any other client is refused as busy anyway; one that connects in the moment
@@ -442,15 +462,15 @@ struct Relisten {
 }
 
 impl Relisten {
-    /// Has the control port accept sockets with `window` (none: autotuned) from now on.
-    fn ensure(&self, window: Option<u64>) -> Result<()> {
+    /// Has the control port accept sockets with `wanted` from now on.
+    fn ensure(&self, wanted: Listening) -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let gone = || {
             let wait = timeouts::RELISTEN.as_secs_f64();
             format!("the acceptor did not answer within {wait:.0} s")
         };
         self.asks
-            .send((window, tx))
+            .send((wanted, tx))
             .map_err(|_| Error::Test(gone()))?;
         let _ = (&self.wake).write(&[1]);
         rx.recv_timeout(timeouts::RELISTEN)
@@ -460,22 +480,31 @@ impl Relisten {
 }
 
 /// Closes `listener` (which sets `current` on the sockets it accepts) and listens again on
-/// its address with `window` set before `listen()` (accepted sockets inherit it); returns
-/// the listener, the window it sets and how the change went. Both sockets it may need are made before the old closes (out of
+/// its address with `wanted` set before `listen()` (accepted sockets inherit it); returns
+/// the listener, what it sets and how the change went. Both sockets it may need are made before the old closes (out of
 /// descriptors, another thread could take the one the close frees); when the wanted one
 /// cannot listen, the other listens without a window. When neither can (another process
 /// took the port in that moment), the server cannot go on.
 fn relisten(
     listener: TcpListener,
     v6_only: bool,
-    current: Option<u64>,
-    window: Option<u64>,
-) -> Result<(TcpListener, Option<u64>, Result<()>)> {
+    current: Listening,
+    wanted: Listening,
+) -> Result<(TcpListener, Listening, Result<()>)> {
     let addr = listener
         .local_addr()
         .op(|| "read the control port's address".into())?;
-    let socket = |window| net::listener_socket(addr, v6_only, window, false).map(|(s, _)| s);
-    let (wanted, fallback) = match socket(window).and_then(|w| Ok((w, socket(None)?))) {
+    let socket = |with: Listening| {
+        let (sock, _) = net::listener_socket(addr, v6_only, with.window, false)?;
+        let mss = net::SocketOpts {
+            mss: with.mss,
+            ..net::SocketOpts::default()
+        };
+        mss.apply(&sock)?;
+        Ok::<_, Error>(sock)
+    };
+    let default = Listening::default();
+    let (sock, fallback) = match socket(wanted).and_then(|w| Ok((w, socket(default)?))) {
         Ok(pair) => pair,
         Err(e) => return Ok((listener, current, Err(e))),
     };
@@ -486,16 +515,16 @@ fn relisten(
             .op(|| "set O_NONBLOCK on the control port".into())?;
         Ok(l)
     };
-    Ok(match listen(wanted) {
-        Ok(l) => (l, window, Ok(())),
+    Ok(match listen(sock) {
+        Ok(l) => (l, wanted, Ok(())),
         Err(e) => {
             let l = listen(fallback).map_err(|again| {
                 Error::Test(format!(
-                    "listen again on the control port {addr} (for an iperf3 test's -w): \
-                     {e}; and without a window: {again}"
+                    "listen again on the control port {addr} (for an iperf3 test's -w or \
+                     -M): {e}; and without them: {again}"
                 ))
             })?;
-            (l, None, Err(e))
+            (l, default, Err(e))
         }
     })
 }
@@ -934,10 +963,10 @@ fn iperf3_session(
         serverlog::test_start(peer, None, &admitted.test);
         log!(cfg.quiet, "{opening}");
     }
-    // Its streams connect to the control port: listened on with its window (see
+    // Its streams connect to the control port: listened on with its window and MSS (see
     // [`Relisten`]); the window is set on each stream again should that fail.
     if !admitted.test.udp
-        && let Err(e) = shared.relisten.ensure(admitted.test.window_bytes)
+        && let Err(e) = shared.relisten.ensure(Listening::of(&admitted.test))
     {
         log!(cfg.quiet, "pinperf: {e}");
     }

@@ -332,8 +332,11 @@ fn the_mss_caps_the_segments_both_ends_send() {
     );
     let text = run.stdout();
     let header = text.lines().find(|l| l.starts_with("# MTU: "));
-    let mss = header.and_then(|l| l.split("MSS: ").nth(1)?.strip_suffix('B'));
+    let mss = header.and_then(|l| l.split("MSS: ").nth(1)?.split('B').next());
     assert!(mss.is_some_and(capped), "{}", run.explain());
+    for said in ["B (-M 1000)", "; TCP_NODELAY (-N)"] {
+        assert!(text.contains(said), "{said}{}", run.explain());
+    }
     server.wait_for_log(", -M 1000 -N, ", LIMIT);
 }
 

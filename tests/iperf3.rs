@@ -691,14 +691,24 @@ fn the_mss_crosses_to_and_from_iperf3() {
     let client =
         std::thread::spawn(move || iperf3_client(port, &["-M", "1000", "-N", "-R", "-t", "2"]));
     let capped = |m: &String| m.parse::<u32>().is_ok_and(|m| (500..=1000).contains(&m));
+    // Both what it sends (`mss`) and what it announced in its SYN-ACK (`advmss`: its
+    // listener had TCP_MAXSEG before the streams connected; set after accept() it is not).
+    let sockets = || {
+        Some((
+            util::tcp_sockets_of(pid, "mss")?,
+            util::tcp_sockets_of(pid, "advmss")?,
+        ))
+    };
     let Some(()) = util::wait_until(
-        "a data connection with an MSS of at most 1000 on the pinperf server",
+        "a data connection with an MSS and advmss of at most 1000 on the pinperf server",
         Duration::from_secs(5),
-        || match util::tcp_sockets_of(pid, "mss") {
+        || match sockets() {
             None => Some(None),
-            Some(mss) => mss.iter().any(capped).then_some(Some(())),
+            Some((mss, adv)) => {
+                (mss.iter().any(capped) && adv.iter().any(capped)).then_some(Some(()))
+            }
         },
-        || format!("{:?}\n{}", util::tcp_sockets_of(pid, "mss"), server.log()),
+        || format!("{:?}\n{}", sockets(), server.log()),
     ) else {
         util::skipped(test, "no ss here");
         return;
@@ -719,7 +729,8 @@ fn the_mss_crosses_to_and_from_iperf3() {
             l.strip_prefix("# MTU: ")?
                 .split("MSS: ")
                 .nth(1)?
-                .strip_suffix('B')
+                .split('B')
+                .next()
         })
         .map(|m| m.parse::<u32>().unwrap_or(0));
     assert!(

@@ -68,6 +68,8 @@ pub const IEBLOCKSIZE: i32 = 7;
 pub const IEUDPBLOCKSIZE: i32 = 20;
 pub const IEBUFSIZE: i32 = 8;
 pub const IEMSS: i32 = 10;
+pub const IESETNODELAY: i32 = 122;
+pub const IESETMSS: i32 = 123;
 pub const IEUNIMP: i32 = 13;
 pub const IEINITSTREAM: i32 = 201;
 pub const IESTREAMLISTEN: i32 = 202;
@@ -310,9 +312,9 @@ pub struct Params {
     /// `-M`: iperf3 writes the key only when it is set.
     #[serde(rename = "MSS", default, skip_serializing_if = "Option::is_none")]
     pub mss: Option<f64>,
-    /// `-N`: likewise (`true`).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub nodelay: bool,
+    /// `-N`: likewise (`true`; its presence is what iperf3 reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodelay: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
     /// UDP datagrams carry 64-bit sequences (iperf3 reads the key's presence, not its
@@ -383,7 +385,7 @@ impl Params {
             congestion: test.transport.congestion.clone(),
             tos: test.tos.map(f64::from),
             mss: test.transport.mss.map(f64::from),
-            nodelay: test.transport.no_delay,
+            nodelay: test.transport.no_delay.then(|| Value::from(true)),
             client_version: Some(format!("pinperf {}", env!("CARGO_PKG_VERSION"))),
             // 64-bit sequences: a long fast test never wraps.
             udp_counters_64bit: test.udp.then(|| Value::from(1)),
@@ -511,9 +513,11 @@ impl Params {
             _ => None,
         };
         test.transport.congestion = self.congestion.clone();
-        test.transport.no_delay = self.nodelay && !self.udp;
-        // The range is `TestParams::validate`'s (IEMSS by `code_for`).
+        // Both are TCP's: with -u an iperf3 server leaves them alone, and so does this one.
+        test.transport.no_delay = self.nodelay.is_some() && !self.udp;
+        // The range is `TestParams::validate`'s (IEMSS or IESETMSS by `code_for`).
         test.transport.mss = match self.mss {
+            _ if self.udp => None,
             Some(m) if finite(m, f64::from(u32::MAX)) && m.fract() == 0.0 => {
                 (m > 0.0).then_some(m as u32)
             }
@@ -548,7 +552,11 @@ pub fn code_for(reason: &str) -> i32 {
         "-u" => IEPROTOCOL,
         "-C" => IESETCONGESTION,
         "-S" => IESETTOS,
+        // iperf3 says "too large" for IEMSS; its server answers one the kernel will not
+        // take with IESETMSS, "unable to set TCP/SCTP MSS".
+        "-M" if reason.contains("no less") => IESETMSS,
         "-M" => IEMSS,
+        "-N" => IESETNODELAY,
         _ => IEUNIMP,
     }
 }
@@ -821,12 +829,21 @@ mod tests {
     /// and pinperf's are sent under iperf3's keys (absent without them, as iperf3 writes).
     #[test]
     fn the_mss_and_nodelay_cross_under_iperf3s_keys() {
-        let theirs: Params =
-            serde_json::from_str(r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000,"nodelay":true}"#)
-                .unwrap();
-        let test = theirs.to_test().unwrap();
+        let theirs = |json: &str| serde_json::from_str::<Params>(json).unwrap().to_test();
+        let test =
+            theirs(r#"{"tcp":true,"time":1,"parallel":1,"MSS":1000,"nodelay":true}"#).unwrap();
         assert_eq!(test.transport.mss, Some(1000));
         assert!(test.transport.no_delay);
+        // Presence is what iperf3 reads; with -u both are left alone, as iperf3 -s does.
+        let any = theirs(r#"{"tcp":true,"time":1,"parallel":1,"nodelay":1}"#).unwrap();
+        assert!(any.transport.no_delay);
+        let udp =
+            theirs(r#"{"udp":true,"time":1,"parallel":1,"MSS":1000,"nodelay":true}"#).unwrap();
+        assert_eq!((udp.transport.mss, udp.transport.no_delay), (None, false));
+        assert!(
+            udp.validate(&crate::params::Limits::PROTOCOL.iperf3())
+                .is_ok()
+        );
         assert!(test.validate(&crate::params::Limits::PROTOCOL).is_ok());
         let sent = serde_json::to_value(Params::from_test(&test)).unwrap();
         assert_eq!(
@@ -962,7 +979,9 @@ mod tests {
         );
         assert_eq!(code_for("-b: this server limits"), IETOTALRATE);
         assert_eq!(code_for("-S 0x10: set IP_TOS: Permission denied"), IESETTOS);
-        assert_eq!(code_for("-M 20: the MSS must be 88 to 9216 bytes"), IEMSS);
+        let mss = |n, why| format!("-M {n}: the MSS must be 88 to 9216 bytes ({why})");
+        assert_eq!(code_for(&mss(20, "the kernel takes no less")), IESETMSS);
+        assert_eq!(code_for(&mss(9999, "iperf3's largest")), IEMSS);
         assert_eq!(code_for("something else"), IEUNIMP);
     }
 }

@@ -66,6 +66,12 @@ pub struct Header {
     /// socket's ECN bits for itself: `-S 0x2b` carries 0x28).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tos_carried: Option<u8>,
+    /// `-M`: the MSS asked of the data connections (`path.mss` is the one in use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mss_asked: Option<u32>,
+    /// `-N`: TCP_NODELAY on the data connections.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_delay: bool,
 }
 
 impl Header {
@@ -101,6 +107,8 @@ impl Header {
             fq_rate_bps: test.fq_rate_bps,
             tos: test.tos,
             tos_carried: None,
+            mss_asked: test.transport.mss.filter(|_| !test.udp),
+            no_delay: test.transport.no_delay && !test.udp,
         }
     }
 

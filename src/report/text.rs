@@ -543,15 +543,18 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             true => writeln!(o, "# datagram size = {}B{rate}", h.block_bytes)?,
             false => writeln!(
                 o,
-                "# block size = {}B; congestion control = {}{rate}",
-                h.block_bytes, h.congestion
+                "# block size = {}B; congestion control = {}{rate}{}",
+                h.block_bytes,
+                h.congestion,
+                if h.no_delay { "; TCP_NODELAY (-N)" } else { "" }
             )?,
         }
         writeln!(
             o,
-            "# MTU: {}; MSS: {}{}",
+            "# MTU: {}; MSS: {}{}{}",
             opt_bytes(h.path.mtu),
             opt_bytes(h.path.mss),
+            h.mss_asked.map_or(String::new(), |m| format!(" (-M {m})")),
             tos_words(h)
         )?;
         let (local, remote) = match h.direction {
