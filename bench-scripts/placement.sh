@@ -7,6 +7,7 @@
 # ROUNDS interleaved rounds of SECS each, medians. Needs at least 2 cores.
 #
 #   bench-scripts/placement.sh            # SECS=2 ROUNDS=5 BLOCKS="8k 128k" STREAMS="1 2 4"
+#   CC=bbr MSS=1448 bench-scripts/placement.sh   # under bbr, segments of 1500-byte frames
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -14,8 +15,14 @@ SECS=${SECS:-2}
 ROUNDS=${ROUNDS:-5}
 BLOCKS=${BLOCKS:-"8k 128k"}
 STREAMS=${STREAMS:-"1 2 4"}
+CC=${CC:-}
+MSS=${MSS:-}
+extra=()
+if [ -n "$CC" ]; then extra+=(-C "$CC"); fi
+if [ -n "$MSS" ]; then extra+=(-M "$MSS"); fi
 [ "$(nproc)" -ge 2 ] || { echo "placement.sh needs 2 cores; this host has $(nproc)" >&2; exit 1; }
 start_run placement
+echo "cc: ${CC:-system default}; mss: ${MSS:-path default}" >>"$out/env.txt"
 
 plan() { # name streams -> -A value
   case $1 in
@@ -31,7 +38,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   for b in $BLOCKS; do
     for p in $STREAMS; do
       for pl in $(rotate "$r" split paired none); do
-        g=$("$PINPERF" --loopback -l "$b" -P "$p" -t "$SECS" -i "$SECS" -A "$(plan "$pl" "$p")" |
+        g=$("$PINPERF" --loopback -l "$b" -P "$p" -t "$SECS" -i "$SECS" -A "$(plan "$pl" "$p")" "${extra[@]}" |
           awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}')
         echo "$r,$b,$p,$pl,${g:-NA}" | tee -a "$raw" >&2
       done

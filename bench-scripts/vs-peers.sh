@@ -7,8 +7,10 @@
 #   bench-scripts/vs-peers.sh                 # defaults: SECS=4 ROUNDS=5
 #   SECS=2 ROUNDS=3 BLOCKS="8k" STREAMS="1 4" bench-scripts/vs-peers.sh
 #   CC=bbr IPERF3=/work/peers/iperf3/bin/iperf3 bench-scripts/vs-peers.sh
+#   MSS=1448 BLOCKS=128k bench-scripts/vs-peers.sh   # 1500-byte frames' segments on loopback
 #
-# CC runs every tool under that congestion control (-C / iperf3 -C / iperf -Z); IPERF3 and
+# CC runs every tool under that congestion control (-C / iperf3 -C / iperf -Z); MSS caps
+# every tool's segments (-M, all three; the yardstick has no such option and sits out); IPERF3 and
 # IPERF2 name the peers' binaries (lib.sh), whose versions env.txt records.
 #
 # Writes bench-results/vs-peers-*/{env.txt,raw.csv,summary.csv} and prints the summary.
@@ -22,11 +24,15 @@ STREAMS=${STREAMS:-"1 2 4"}
 CC=${CC:-}
 pcc=() i3cc=() i2cc=()
 if [ -n "$CC" ]; then pcc=(-C "$CC"); i3cc=(-C "$CC"); i2cc=(-Z "$CC"); fi
+MSS=${MSS:-}
+if [ -n "$MSS" ]; then pcc+=(-M "$MSS"); i3cc+=(-M "$MSS"); i2cc+=(-M "$MSS"); fi
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
 ensure_peers
 build_blast
 start_run vs-peers
 echo "cc: ${CC:-system default}" >>"$out/env.txt"
+echo "mss: ${MSS:-path default}" >>"$out/env.txt"
+if [ -n "$MSS" ]; then BLAST=; fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
