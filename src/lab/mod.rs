@@ -498,6 +498,7 @@ fn ceiling(spec: &PathSpec, test: &crate::params::TestParams) -> report::Ceiling
         (c.bps, c.set_by) = (a, Some(flag));
     }
     c.other = other;
+    c.mss = test.transport.mss;
     c
 }
 

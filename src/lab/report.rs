@@ -249,6 +249,8 @@ pub struct Ceiling {
     /// streams), if one did.
     pub set_by: Option<&'static str>,
     pub other: Option<&'static str>,
+    /// `-M`: the segments the relay forwards are this size, whatever `--mtu` allows.
+    pub mss: Option<u32>,
 }
 
 impl Ceiling {
@@ -258,6 +260,7 @@ impl Ceiling {
             bps: rate_bps,
             set_by: None,
             other: None,
+            mss: None,
         }
     }
 }
@@ -306,7 +309,11 @@ pub fn late_warning(
         _ => (
             format!(
                 "the relay delivered {late} packets more than {late_ms} ms late: it, not the \
-                 emulated path, limited this run; lower --rate or use a larger --mtu"
+                 emulated path, limited this run; lower --rate or {}",
+                match ceiling.mss {
+                    Some(m) => format!("raise -M {m} (it sets the packets' size, not --mtu)"),
+                    None => "use a larger --mtu".into(),
+                }
             ),
             "warning",
         ),
@@ -716,7 +723,7 @@ mod tests {
         let by_b = Ceiling {
             bps: 20_000_000,
             set_by: Some("-b"),
-            other: None,
+            ..Ceiling::path(RATE)
         };
         let w = late_warning(14, 5_000, 1_500_000, Some(19.6e6), by_b).expect("said");
         assert_eq!(
@@ -748,6 +755,18 @@ mod tests {
             assert_eq!(w.message, strong, "{received:?}");
             assert_eq!(w.line, Some(format!("# lab: warning: {strong}")));
         }
+        // -M, not the MTU, sets the packets' size then.
+        let capped = Ceiling {
+            mss: Some(1000),
+            ..Ceiling::path(RATE)
+        };
+        let w = late_warning(30, 10_000, 2_470_000, None, capped).expect("said");
+        assert!(
+            w.message
+                .ends_with("lower --rate or raise -M 1000 (it sets the packets' size, not --mtu)"),
+            "{}",
+            w.message
+        );
     }
 
     #[test]
