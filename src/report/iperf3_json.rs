@@ -197,9 +197,12 @@ struct StartTest {
     timestamp: Timestamp,
     connecting_to: HostPort,
     cookie: String,
-    /// TCP only.
+    /// TCP only: the MSS in use, under iperf3's key for it: `tcp_mss` when `-M` set it
+    /// (the value asked, as iperf3 writes it), `tcp_mss_default` otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     tcp_mss_default: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tcp_mss: Option<u64>,
     target_bitrate: u64,
     fq_rate: u64,
     sock_bufsize: u64,
@@ -692,7 +695,9 @@ fn start(header: &Header, facts: &RunFacts) -> Start {
             },
             connecting_to: remote,
             cookie: String::new(),
-            tcp_mss_default: (!header.udp).then(|| header.path.mss.map_or(0, u64::from)),
+            tcp_mss_default: (!header.udp && header.mss_asked.is_none())
+                .then(|| header.path.mss.map_or(0, u64::from)),
+            tcp_mss: header.mss_asked.map(u64::from),
             target_bitrate: rate,
             fq_rate,
             sock_bufsize: header.local_window.requested.unwrap_or(0),
@@ -976,6 +981,9 @@ mod tests {
         );
         assert!(row["lost_percent"].is_f64(), "{row}");
         assert!(udp["start"].get("tcp_mss_default").is_none());
+        let capped = rendered(|d| d.start.mss_asked = Some(1000));
+        assert_eq!(capped["start"]["tcp_mss"], 1000);
+        assert!(capped["start"].get("tcp_mss_default").is_none());
         assert!(udp["end"]["streams"][0]["udp"]["out_of_order"].is_u64());
         assert_eq!(udp["end"]["sum_sent"]["lost_packets"], 0);
         assert_eq!(udp["end"]["sum_received"]["lost_packets"], 1);
