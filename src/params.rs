@@ -466,7 +466,7 @@ impl TestParams {
             false => format!(" after -O {} s", self.omit.as_secs_f64()),
         };
         let mss = match (self.transport.mss, self.transport.no_delay) {
-            (Some(m), nagle) => format!(", -M {m}{}", if nagle { " -N" } else { "" }),
+            (Some(m), no_delay) => format!(", -M {m}{}", if no_delay { " -N" } else { "" }),
             (None, true) => ", -N".into(),
             (None, false) => String::new(),
         };

@@ -273,16 +273,27 @@ impl Server {
                 let _ = (&wake_rx).read(&mut [0u8; 64]);
                 let asks: Vec<Ask> = asks.try_iter().collect();
                 if let Some(&(wanted, _)) = asks.last() {
-                    let outcome = match wanted == listening {
+                    let mut outcome = match wanted.window == listening.window {
                         true => Ok(()),
                         false => {
                             let v6_only = cfg.family == Family::V6;
                             let outcome;
-                            (listener, listening, outcome) =
-                                relisten(listener, v6_only, listening, wanted)?;
+                            (listener, listening.window, outcome) =
+                                relisten(listener, v6_only, listening.window, wanted.window)?;
+                            listening.mss = None;
                             outcome.map_err(|e| e.to_string())
                         }
                     };
+                    if wanted.mss != listening.mss {
+                        // 0 clears it: the path's MSS again.
+                        match socket2::SockRef::from(&listener).set_tcp_mss(wanted.mss.unwrap_or(0))
+                        {
+                            Ok(()) => listening.mss = wanted.mss,
+                            Err(e) => {
+                                outcome = outcome.and(Err(format!("set -M's TCP_MAXSEG: {e}")))
+                            }
+                        }
+                    }
                     for (_, reply) in asks {
                         let _ = reply.send(outcome.clone());
                     }
@@ -427,7 +438,8 @@ type Ask = (Listening, Sender<std::result::Result<(), String>>);
 
 /// What the control port's listener sets on the sockets it accepts, of what must be set
 /// before the handshake: the window (none: the kernel's autotuning) and `-M`'s MSS (none:
-/// the path's), which a connection's SYN-ACK announces.
+/// the path's), which a connection's SYN-ACK announces. The window takes a new listener;
+/// the MSS is set on the live one (for its next SYN-ACK) and cleared when the test ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Listening {
     window: Option<u64>,
@@ -449,8 +461,10 @@ impl Listening {
 /// set after accept() cannot lower it, and one below an MSS then stalled the stream
 /// (`iperf3 -c -w 8k` over loopback: 2 Mbit/s, against 195 to 1150 from an iperf3 server in
 /// the same minutes). As an iperf3 server does, the acceptor listens again with the test's
-/// window (and `-M`'s MSS, likewise announced in the SYN-ACK) before its streams connect.
-/// The listener keeps them until an iperf3 test wants
+/// window before its streams connect (and sets `-M`'s MSS, likewise announced in the
+/// SYN-ACK, on it until the test ends: iperf3 clients take their datagram size and
+/// `tcp_mss_default` from the control connection's MSS). The listener keeps the window
+/// until an iperf3 test wants
 /// another (a locked buffer cannot be unlocked, and listening again as a test ends would
 /// refuse a shell loop's next client): each iperf3 test asks for its own once admitted,
 /// when any other client is refused as busy anyway; one that connects in the moment
@@ -479,32 +493,23 @@ impl Relisten {
     }
 }
 
-/// Closes `listener` (which sets `current` on the sockets it accepts) and listens again on
-/// its address with `wanted` set before `listen()` (accepted sockets inherit it); returns
-/// the listener, what it sets and how the change went. Both sockets it may need are made before the old closes (out of
+/// Closes `listener` (which sets the window `current` on the sockets it accepts) and
+/// listens again on its address with `window` set before `listen()` (accepted sockets
+/// inherit it); returns the listener, the window it sets and how the change went. Both sockets it may need are made before the old closes (out of
 /// descriptors, another thread could take the one the close frees); when the wanted one
 /// cannot listen, the other listens without a window. When neither can (another process
 /// took the port in that moment), the server cannot go on.
 fn relisten(
     listener: TcpListener,
     v6_only: bool,
-    current: Listening,
-    wanted: Listening,
-) -> Result<(TcpListener, Listening, Result<()>)> {
+    current: Option<u64>,
+    window: Option<u64>,
+) -> Result<(TcpListener, Option<u64>, Result<()>)> {
     let addr = listener
         .local_addr()
         .op(|| "read the control port's address".into())?;
-    let socket = |with: Listening| {
-        let (sock, _) = net::listener_socket(addr, v6_only, with.window, false)?;
-        let mss = net::SocketOpts {
-            mss: with.mss,
-            ..net::SocketOpts::default()
-        };
-        mss.apply(&sock)?;
-        Ok::<_, Error>(sock)
-    };
-    let default = Listening::default();
-    let (sock, fallback) = match socket(wanted).and_then(|w| Ok((w, socket(default)?))) {
+    let socket = |window| net::listener_socket(addr, v6_only, window, false).map(|(s, _)| s);
+    let (sock, fallback) = match socket(window).and_then(|w| Ok((w, socket(None)?))) {
         Ok(pair) => pair,
         Err(e) => return Ok((listener, current, Err(e))),
     };
@@ -516,15 +521,15 @@ fn relisten(
         Ok(l)
     };
     Ok(match listen(sock) {
-        Ok(l) => (l, wanted, Ok(())),
+        Ok(l) => (l, window, Ok(())),
         Err(e) => {
             let l = listen(fallback).map_err(|again| {
                 Error::Test(format!(
-                    "listen again on the control port {addr} (for an iperf3 test's -w or \
-                     -M): {e}; and without them: {again}"
+                    "listen again on the control port {addr} (for an iperf3 test's -w): \
+                     {e}; and without a window: {again}"
                 ))
             })?;
-            (l, default, Err(e))
+            (l, None, Err(e))
         }
     })
 }
@@ -965,14 +970,25 @@ fn iperf3_session(
     }
     // Its streams connect to the control port: listened on with its window and MSS (see
     // [`Relisten`]); the window is set on each stream again should that fail.
+    let listening = Listening::of(&admitted.test);
     if !admitted.test.udp
-        && let Err(e) = shared.relisten.ensure(Listening::of(&admitted.test))
+        && let Err(e) = shared.relisten.ensure(listening)
     {
         log!(cfg.quiet, "pinperf: {e}");
     }
     let t0 = Instant::now();
     let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &shared.slot);
     *shared.iperf3.lock() = None;
+    // -M's MSS on the control port was for this test's streams only: the next client's
+    // control connection gets the path's (its window stays, see [`Relisten`]).
+    if listening.mss.is_some()
+        && let Err(e) = shared.relisten.ensure(Listening {
+            mss: None,
+            ..listening
+        })
+    {
+        log!(cfg.quiet, "pinperf: {e}");
+    }
     shared.slot.finishing();
     match result {
         Ok((received, sent)) => {

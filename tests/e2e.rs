@@ -316,20 +316,28 @@ fn the_mss_caps_the_segments_both_ends_send() {
     ];
     let mut client = Spawned::start(&args);
     client.wait_for_line("the first interval row", is_interval_row, EVENT);
-    let Some(on_server) = util::tcp_sockets_of(server.child.id(), "mss") else {
+    let pid = server.child.id();
+    let (Some(on_server), Some(announced)) = (
+        util::tcp_sockets_of(pid, "mss"),
+        util::tcp_sockets_of(pid, "advmss"),
+    ) else {
         util::skipped(test, "no ss here");
         return;
     };
     let run = client.finish(LIMIT);
     run.assert_ok();
     let capped = |m: &str| m.parse::<u32>().is_ok_and(|m| (500..=1000).contains(&m));
-    // Control (the path's MSS), data and echo (capped).
-    assert_eq!(
-        on_server.iter().filter(|m| capped(m)).count(),
-        2,
-        "{on_server:?}\n{}",
-        run.explain()
-    );
+    // Control (the path's MSS), data and echo (capped): what the server sends, and what it
+    // announced in its SYN-ACKs (its data listener had TCP_MAXSEG; the client's SYN alone
+    // caps only the former).
+    for (what, values) in [("mss", &on_server), ("advmss", &announced)] {
+        assert_eq!(
+            values.iter().filter(|m| capped(m)).count(),
+            2,
+            "{what}: {values:?}\n{}",
+            run.explain()
+        );
+    }
     let text = run.stdout();
     let header = text.lines().find(|l| l.starts_with("# MTU: "));
     let mss = header.and_then(|l| l.split("MSS: ").nth(1)?.split('B').next());

@@ -716,6 +716,19 @@ fn the_mss_crosses_to_and_from_iperf3() {
     let (code, out, err, _) = client.join().expect("client thread");
     assert_eq!(code, Some(0), "{out}{err}\n{}", server.log());
     server.wait_for_log(", -M 1000 -N, ", Duration::from_secs(3));
+    // The test over, the control port announces the path's MSS again: iperf3 clients take
+    // their UDP datagram and `tcp_mss_default` from their control connection's (the next
+    // client's `-u` datagrams were 988 bytes).
+    util::wait_until(
+        "the control port's SYN-ACK without the test's MSS",
+        Duration::from_secs(3),
+        || {
+            let probe = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+            let mss = socket2::SockRef::from(&probe).tcp_mss().ok()?;
+            (mss > 1000).then_some(())
+        },
+        || server.log(),
+    );
 
     let iperf3_server = Iperf3Server::start(&[]);
     let run = client_at(iperf3_server.port, &["-M", "1000", "-t", "1"]);

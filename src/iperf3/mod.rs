@@ -554,7 +554,7 @@ pub fn code_for(reason: &str) -> i32 {
         "-S" => IESETTOS,
         // iperf3 says "too large" for IEMSS; its server answers one the kernel will not
         // take with IESETMSS, "unable to set TCP/SCTP MSS".
-        "-M" if reason.contains("no less") => IESETMSS,
+        "-M" if reason.contains("no less") || reason.contains("set TCP_MAXSEG") => IESETMSS,
         "-M" => IEMSS,
         "-N" => IESETNODELAY,
         _ => IEUNIMP,

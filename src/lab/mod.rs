@@ -498,7 +498,11 @@ fn ceiling(spec: &PathSpec, test: &crate::params::TestParams) -> report::Ceiling
         (c.bps, c.set_by) = (a, Some(flag));
     }
     c.other = other;
-    c.mss = test.transport.mss;
+    // -M sets the packets' size only where it is below what the MTU allows.
+    c.mss = test
+        .transport
+        .mss
+        .filter(|&m| u64::from(m) + 40 < u64::from(spec.mtu));
     c
 }
 
@@ -854,6 +858,11 @@ mod tests {
             ceiling(&spec, &test).other,
             Some("-t shorter than ten round trips")
         );
+        // -M sets the packets' size where the MTU allows larger ones, not past it.
+        test.transport.mss = Some(1000);
+        assert_eq!(ceiling(&spec, &test).mss, Some(1000));
+        let small = PathSpec { mtu: 1000, ..spec };
+        assert_eq!(ceiling(&small, &test).mss, None);
     }
 
     #[test]

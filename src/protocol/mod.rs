@@ -29,7 +29,8 @@ use crate::timeouts;
 
 /// Bumped on any incompatible change; a mismatch is refused with both versions named.
 /// 4: the parameters carry `-S` (a version-3 server would ignore it and send unmarked).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// 5: and `-M`, `-N` (a version-4 server would ignore them: a Nagled `-R` under `-N`).
+pub const PROTOCOL_VERSION: u32 = 5;
 /// First bytes each side sends on the control connection.
 pub const PREAMBLE: &[u8; 8] = b"pinperf\n";
 /// Largest control frame accepted.
