@@ -855,6 +855,8 @@ fn a_server_stopped_by_sigterm_tells_its_client_and_its_log() {
             true => "the server has terminated",
         };
         assert!(said.contains(heard), "{explain}");
+        // The process is gone; its last line may still be on its way through the pipe.
+        server.wait_for_log("pinperf: server stopped by SIGTERM", Duration::from_secs(2));
         let log = server.log();
         assert!(
             log.contains("failed: the server was stopped by SIGTERM")
