@@ -616,8 +616,30 @@ pub fn cpu_ticks(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// A TCP port on 127.0.0.1 that nothing listens on right now.
+/// A TCP port on 127.0.0.1 that nothing listens on right now, and that nothing else is
+/// likely to take before its user binds it: picked at random below the kernel's ephemeral
+/// range, which every connect() and bind to port 0 draws from (a port from it, free when
+/// looked at, was another test's connection's by the time a server bound it: "--data-port
+/// …: the port is in use", 1 fresh-clone CI run).
 pub fn free_port() -> u16 {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, span) = (10_000u16, ephemeral.saturating_sub(10_000));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut seed = u64::from(std::process::id()) << 32 | u64::from(nanos);
+    for _ in 0..(if span > 0 { 64 } else { 0 }) {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = low + (seed >> 33) as u16 % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
