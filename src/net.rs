@@ -50,8 +50,8 @@ impl SocketOpts {
             force_window: test.force_window,
             congestion: test.transport.congestion.clone().filter(|_| !test.udp),
             tos: test.tos,
-            mss: test.transport.mss.filter(|_| !test.udp),
-            no_delay: test.transport.no_delay && !test.udp,
+            mss: test.mss(),
+            no_delay: test.no_delay(),
         }
     }
 
@@ -74,9 +74,8 @@ impl SocketOpts {
         if let Some(tos) = self.tos {
             set_tos(sock, tos)?;
         }
-        if let Some(mss) = self.mss {
-            sock.set_tcp_mss(mss)
-                .map_err(|e| Error::Usage(format!("-M {mss}: set TCP_MAXSEG: {e}")))?;
+        if self.mss.is_some() {
+            set_mss(sock, self.mss)?;
         }
         if self.no_delay {
             sock.set_tcp_nodelay(true)
@@ -84,6 +83,15 @@ impl SocketOpts {
         }
         Ok(())
     }
+}
+
+/// Sets `-M`'s MSS on a socket (a listener: for the SYN-ACKs it sends next); `None` clears
+/// it, for the path's.
+pub fn set_mss(sock: &Socket, mss: Option<u32>) -> Result<()> {
+    sock.set_tcp_mss(mss.unwrap_or(0)).map_err(|e| {
+        let flag = mss.map_or("-M".to_string(), |m| format!("-M {m}"));
+        Error::Usage(format!("{flag}: set TCP_MAXSEG: {e}"))
+    })
 }
 
 /// Sets the TOS byte. An IPv6 socket gets it as its traffic class and, for the IPv4

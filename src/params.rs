@@ -491,6 +491,16 @@ impl TestParams {
         !self.transport.no_echo && !self.udp
     }
 
+    /// `-M`'s MSS on the data connections: TCP's only.
+    pub fn mss(&self) -> Option<u32> {
+        self.transport.mss.filter(|_| !self.udp)
+    }
+
+    /// `-N`'s TCP_NODELAY on the data connections: TCP's only.
+    pub fn no_delay(&self) -> bool {
+        self.transport.no_delay && !self.udp
+    }
+
     /// How long the senders send: the omitted part, then the measured part.
     pub fn run_time(&self) -> Duration {
         self.omit() + self.duration()

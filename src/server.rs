@@ -285,13 +285,9 @@ impl Server {
                         }
                     };
                     if wanted.mss != listening.mss {
-                        // 0 clears it: the path's MSS again.
-                        match socket2::SockRef::from(&listener).set_tcp_mss(wanted.mss.unwrap_or(0))
-                        {
+                        match net::set_mss(&socket2::SockRef::from(&listener), wanted.mss) {
                             Ok(()) => listening.mss = wanted.mss,
-                            Err(e) => {
-                                outcome = outcome.and(Err(format!("set -M's TCP_MAXSEG: {e}")))
-                            }
+                            Err(e) => outcome = outcome.and(Err(e.to_string())),
                         }
                     }
                     for (_, reply) in asks {
@@ -451,7 +447,7 @@ impl Listening {
     fn of(test: &TestParams) -> Listening {
         Listening {
             window: test.window_bytes,
-            mss: net::SocketOpts::of(test).mss,
+            mss: test.mss(),
         }
     }
 }

@@ -107,8 +107,8 @@ impl Header {
             fq_rate_bps: test.fq_rate_bps,
             tos: test.tos,
             tos_carried: None,
-            mss_asked: test.transport.mss.filter(|_| !test.udp),
-            no_delay: test.transport.no_delay && !test.udp,
+            mss_asked: test.mss(),
+            no_delay: test.no_delay(),
         }
     }
 
