@@ -617,27 +617,32 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now, and that nothing else is
-/// likely to take before its user binds it: picked at random below the kernel's ephemeral
-/// range, which every connect() and bind to port 0 draws from (a port from it, free when
-/// looked at, was another test's connection's by the time a server bound it: "--data-port
-/// …: the port is in use", 1 fresh-clone CI run).
+/// likely to take before its user binds it: below the kernel's ephemeral range, which every
+/// connect() and bind to port 0 draws from (a port from it, free when looked at, was
+/// another test's connection's by the time a server bound it: "--data-port …: the port is
+/// in use", 1 fresh-clone CI run). Each call takes the next port of a walk that starts at
+/// a place of this process's own (a random pick per call gave two threads of one test
+/// binary the same port: their clock read the same nanosecond).
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    const LOW: u32 = 10_000;
     let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let (low, span) = (10_000u16, ephemeral.saturating_sub(10_000));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let mut seed = u64::from(std::process::id()) << 32 | u64::from(nanos);
-    for _ in 0..(if span > 0 { 64 } else { 0 }) {
-        seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let port = low + (seed >> 33) as u16 % span;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOW);
+    if span > 0 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let start = std::process::id().wrapping_mul(2_654_435_761) ^ nanos;
+        let _ = NEXT.compare_exchange(u32::MAX, start % span, Ordering::AcqRel, Ordering::Acquire);
+        for _ in 0..64 {
+            let port = (LOW + NEXT.fetch_add(1, Ordering::AcqRel) % span) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
         }
     }
     std::net::TcpListener::bind("127.0.0.1:0")
