@@ -621,8 +621,8 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 /// connect() and bind to port 0 draws from (a port from it, free when looked at, was
 /// another test's connection's by the time a server bound it: "--data-port …: the port is
 /// in use", 1 fresh-clone CI run). Each call takes the next port of a walk that starts at
-/// a place of this process's own (a random pick per call gave two threads of one test
-/// binary the same port: their clock read the same nanosecond).
+/// a place of this process's own (a random pick per call likely gave two threads of one
+/// test binary the same port; a walk cannot hand one out twice).
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
