@@ -70,7 +70,7 @@ pub fn run(
     } else {
         None
     };
-    let mut seq = 0u64;
+    let mut at = Blocks::new(ctx.block_bytes);
     // Each block is stamped with the time the previous write() returned: the moment this
     // block starts into the socket, without a second clock reading per block.
     let mut stamp_ns = 0u64;
@@ -101,40 +101,40 @@ pub fn run(
     let end_ns = run_time.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut writes: u64 = 0;
-    let mut offset = 0usize;
     loop {
         if pacer.is_some() {
             let sample = |t_ns| TcpSample::read(&sock, t_ns);
             if !super::wait_paced(pacer.as_mut(), &ctx, &clock, end_ns, &mut batcher, sample)? {
                 break;
             }
-            if offset == 0 {
+            if at.unbegun() {
                 // The block starts into the socket now, not when the previous write returned.
                 stamp_ns = stamps.now_ns();
             }
         }
+        let (seq, offset) = (at.seq, at.offset);
         let upto = (offset + piece).min(block.len());
         let written = match ring.as_mut() {
             None => {
-                if offset == 0 {
+                if at.unbegun() {
                     match files.as_mut() {
                         Some(f) => f.stamp(seq, stamp_ns),
                         None => echo::stamp(&mut block, seq, stamp_ns),
                     }
-                    seq += 1;
+                    at.begin();
                 }
                 match files.as_mut() {
-                    Some(f) => f.send(&sock, seq - 1, offset, upto),
+                    Some(f) => f.send(&sock, seq, offset, upto),
                     None => sock.write(&block[offset..upto]),
                 }
             }
             Some(ring) => {
-                if offset == 0 {
+                if at.unbegun() {
                     // The next block's buffer, once its previous sends completed.
                     match ring.slot(&sock, seq, WAKE) {
                         Ok(Some(buf)) => {
                             echo::stamp(buf, seq, stamp_ns);
-                            seq += 1;
+                            at.begin();
                         }
                         Ok(None) => {
                             let t_ns = stamps.anchor();
@@ -152,12 +152,10 @@ pub fn run(
                         }
                     }
                 }
-                // The block now in flight is `seq - 1`. Out of option memory for the
-                // pinned pages: reap, and send the same piece again (not from the top of
-                // the loop, which would take and stamp the next block's slot and skip this
-                // block: "block 4 arrived with block 13's header" under --fq-rate 1M).
+                // Out of option memory for the pinned pages: reap, and send the same piece
+                // again.
                 loop {
-                    match ring.send(&sock, seq - 1, offset, upto) {
+                    match ring.send(&sock, seq, offset, upto) {
                         Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                             if ctx.aborted() {
                                 return Err(aborted(id));
@@ -194,7 +192,7 @@ pub fn run(
                 if let Some(p) = pacer.as_mut() {
                     p.sent(n as u64);
                 }
-                offset = (offset + n) % block.len();
+                at.wrote(n);
                 let past_end = t_ns >= end_ns;
                 if batcher.push(t_ns, n as u32) || past_end {
                     if ctx.aborted() {
@@ -266,6 +264,50 @@ pub fn run(
         zerocopy_sends,
         zerocopy_copied,
     })
+}
+
+/// Where a sender is in its stream of blocks: block `seq`, `offset` bytes written. A block
+/// begins (takes its header) at its first write and ends when the kernel has taken its last
+/// byte; a write that took nothing (timed out, interrupted, out of option memory) leaves it
+/// where it was, so the next try sends the same block and no sequence number is skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Blocks {
+    len: usize,
+    seq: u64,
+    offset: usize,
+    begun: bool,
+}
+
+impl Blocks {
+    fn new(len: usize) -> Self {
+        Blocks {
+            len,
+            seq: 0,
+            offset: 0,
+            begun: false,
+        }
+    }
+
+    /// True until block `seq` has its header: the next write is its first.
+    fn unbegun(&self) -> bool {
+        !self.begun
+    }
+
+    /// Block `seq`'s header is written.
+    fn begin(&mut self) {
+        self.begun = true;
+    }
+
+    /// The kernel took `n` more bytes of block `seq`.
+    fn wrote(&mut self, n: usize) {
+        debug_assert!(self.begun && self.offset + n <= self.len);
+        self.offset += n;
+        if self.offset >= self.len {
+            self.offset = 0;
+            self.seq += 1;
+            self.begun = false;
+        }
+    }
 }
 
 /// The error of stream `id`, whose echo connection failed with `e`: the data connection's
@@ -418,6 +460,77 @@ pub(crate) mod tests {
         // host may preempt the stamping thread between stamp and write now and then.
         let prompt = rtts.iter().filter(|r| **r < 8_000_000).count();
         assert!(prompt * 10 >= rtts.len() * 9, "echoes timed late: {rtts:?}");
+    }
+
+    /// Writes the kernel takes in part, or not at all (timed out), still send each block
+    /// once, whole, under its own header.
+    #[test]
+    fn a_block_ends_only_when_its_last_byte_is_taken() {
+        let mut at = Blocks::new(100);
+        let mut check = echo::HeaderEcho::new(100);
+        let mut block = vec![0u8; 100];
+        // What the kernel takes of each write; 0 is a write that timed out.
+        for took in [0, 100, 0, 0, 40, 0, 60, 100, 0, 17, 0, 83, 0] {
+            if at.unbegun() {
+                echo::stamp(&mut block, at.seq, 0);
+                at.begin();
+            }
+            let n = took.min(100 - at.offset);
+            check.feed(&block[at.offset..at.offset + n]);
+            if n > 0 {
+                at.wrote(n);
+            }
+        }
+        assert_eq!(check.mismatch(), None, "(block, the header it carried)");
+        assert_eq!((at.seq, at.offset), (4, 0), "four whole blocks");
+    }
+
+    /// A receiver that stalls longer than a write's timeout ([`WAKE`]) makes writes time
+    /// out with nothing taken, at a block's start as well as inside one; every block still
+    /// arrives with its own header. A write that took nothing begins no block: counting it
+    /// as one skipped a sequence number (a 60 ms path under `-P 8`: "block 190 arrived with
+    /// block 192's header").
+    #[test]
+    fn writes_that_time_out_skip_no_block() {
+        use std::io::Read;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut rx, _) = listener.accept().unwrap();
+        for s in [&tx, &rx] {
+            let s = socket2::SockRef::from(s);
+            s.set_send_buffer_size(4096).unwrap();
+            s.set_recv_buffer_size(4096).unwrap();
+        }
+        let block = 64;
+        let run_time = Duration::from_millis(900);
+        let (sctx, s_rep, s_start) = side(0, block, None);
+        let sender =
+            std::thread::spawn(move || run(sctx, tx, run_time, Copying::default(), Drain::ToEof));
+        s_start.send(Instant::now()).unwrap();
+        let mut check = echo::HeaderEcho::new(block);
+        let mut buf = vec![0u8; 3000];
+        let (mut got, mut stalls) = (0u64, 0);
+        let began = Instant::now();
+        loop {
+            // Three stalls of 2.4 write timeouts, 250 ms apart, in 0.9 s.
+            if began.elapsed() > Duration::from_millis(100 + 250 * stalls as u64) && stalls < 3 {
+                std::thread::sleep(WAKE * 12 / 5);
+                stalls += 1;
+            }
+            let n = rx.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            check.feed(&buf[..n]);
+            got += n as u64;
+        }
+        drop(rx);
+        let sent = sender.join().unwrap().unwrap();
+        s_rep.join().unwrap();
+        eprintln!("{got} bytes in {} writes, {stalls} stalls", sent.writes);
+        assert!(stalls >= 3, "only {stalls} stalls");
+        assert_eq!(sent.bytes, got);
+        assert_eq!(check.mismatch(), None, "(block, the header it carried)");
     }
 
     /// `-Z`: every byte arrives, every zerocopy send's completion is reaped (the run ends
