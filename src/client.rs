@@ -113,9 +113,21 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     let _ = stream.set_read_timeout(Some(timeouts::HANDSHAKE));
     protocol::check_preamble(&mut stream, peer)?;
     let ctl = Control::new(stream, peer)?;
-    // Both ends on this host with auto plans: stream i's sender and receiver share core i,
-    // which bench-scripts/placement.sh measured fastest here; say so in the header.
-    let placement_note = (peer.ip().is_loopback()
+    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
+    let mut cfg = cfg;
+    if cfg.test.udp && cfg.test.len.is_none() {
+        let mtu = net::path_info(&ctl.socket()).mtu;
+        cfg.test.len = Some(crate::params::datagram_for_mtu(mtu, peer.is_ipv6()));
+    }
+    let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
+    // Both ends on this host, whatever their addresses and namespaces: its cores are counted
+    // once. With auto plans stream i's sender and receiver share core i, which
+    // bench-scripts/placement.sh measured fastest here; say so in the header.
+    let same_host = peer.ip().is_loopback()
+        || accept
+            .host
+            .is_some_and(|m| Some(m) == crate::sys::host_mark(accept.cookie));
+    let placement_note = (same_host
         && cfg.affinity == Affinity::Auto
         && cfg.test.pin.is_none()
         && allowed.len() > 1)
@@ -127,13 +139,6 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             )
         });
 
-    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
-    let mut cfg = cfg;
-    if cfg.test.udp && cfg.test.len.is_none() {
-        let mtu = net::path_info(&ctl.socket()).mtu;
-        cfg.test.len = Some(crate::params::datagram_for_mtu(mtu, peer.is_ipv6()));
-    }
-    let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
     let (mut socks, local_window) = match cfg.test.udp {
         false => connect_streams(&cfg, peer, &accept).map(|(s, w)| (Socks::Tcp(s), w)),
         true => crate::udp_link::connect(
@@ -171,7 +176,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         remote_pin: accept.pin_plan.clone(),
         placement_note,
         congestion,
-        same_host: peer.ip().is_loopback(),
+        same_host,
         same_process: cfg.target.loopback || cfg.same_process,
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,

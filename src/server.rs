@@ -205,6 +205,7 @@ impl Server {
             rate: Mutex::new(Rate::default()),
             threads: AtomicUsize::new(0),
             iperf3: Mutex::new(None),
+            streams: Mutex::new(None),
             relisten: Relisten {
                 asks: asks_tx,
                 wake,
@@ -303,6 +304,11 @@ impl Server {
                 Ok(pair) => Some(pair),
                 Err(e) if crate::stream::is_timeout(&e) => None,
                 Err(e) if out_of_fds(&e) => {
+                    // A test whose streams connect here fails, naming the cause.
+                    if let Some(test) = shared.streams.lock().as_ref() {
+                        let errno = e.raw_os_error().unwrap_or(libc::EMFILE);
+                        let _ = test.send(Err(std::io::Error::from_raw_os_error(errno)));
+                    }
                     // The spare's descriptor lets the limit be read, then the next client in
                     // to hear why it is refused.
                     let freed = spare.take().map(drop).is_some();
@@ -425,6 +431,9 @@ struct Shared {
     threads: AtomicUsize,
     /// The running iperf3 test's cookie, for its stream connections.
     iperf3: crate::iperf3::server::Registry,
+    /// Where the running pinperf test takes the data and echo connections that reach the
+    /// control port while its streams connect (none at other times).
+    streams: Mutex<Option<Sender<Arrival>>>,
     relisten: Relisten,
 }
 
@@ -716,8 +725,26 @@ fn session(
         }
     };
     let _ = stream.set_nodelay(true);
-    if speaks_iperf3(&stream, deadline) {
-        return iperf3_session(stream, peer, id, cfg, shared, deadline);
+    match opener(&stream, deadline) {
+        Opener::Iperf3 => return iperf3_session(stream, peer, id, cfg, shared, deadline),
+        Opener::Stream => {
+            if shared.pending.remove(id) {
+                match shared.streams.lock().as_ref() {
+                    Some(test) => {
+                        let _ = test.send(Ok((stream, peer)));
+                    }
+                    None => log_refused(
+                        cfg,
+                        peer,
+                        None,
+                        "stream",
+                        "a data connection while no test's streams connect",
+                    ),
+                }
+            }
+            return None;
+        }
+        Opener::Pinperf => {}
     }
     let left = deadline.saturating_duration_since(Instant::now());
     if let Err(e) =
@@ -778,7 +805,20 @@ fn session(
         serverlog::set_user(user);
         serverlog::test_start(peer, user, &test.params);
     }
-    let result = run_test(&ctl, ctl_fd, test, cfg, &shared.slot);
+    // Without --data-port, the TCP streams connect to the control port, as iperf3's do.
+    let one_port = (cfg.data_port.is_none() && !test.params.udp).then(|| {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        *shared.streams.lock() = Some(tx);
+        let listening = Listening::of(&test.params);
+        listen_for(shared, listening, cfg.quiet);
+        (rx, listening)
+    });
+    let arrivals = one_port.as_ref().map(|(rx, _)| rx);
+    let result = run_test(&ctl, ctl_fd, test, cfg, &shared.slot, arrivals);
+    if let Some((_, listening)) = one_port {
+        *shared.streams.lock() = None;
+        listen_after(shared, listening, cfg.quiet);
+    }
     shared.slot.finishing();
     if let Err(e) = &result {
         ctl.abort(&e.to_string());
@@ -844,25 +884,40 @@ fn take_slot<'a>(
     Ok(guard)
 }
 
-/// Whether the client opened with an iperf3 cookie: its first bytes, within
-/// [`timeouts::SNIFF`],
-/// are cookie characters and not pinperf's preamble. Silence is a pinperf client.
-fn speaks_iperf3(stream: &TcpStream, deadline: Instant) -> bool {
+/// What a connection to the control port opened with.
+enum Opener {
+    /// pinperf's preamble (or silence, or anything else: the handshake names it).
+    Pinperf,
+    /// An iperf3 cookie: an iperf3 client, or a stream of the running iperf3 test.
+    Iperf3,
+    /// A byte with [`protocol::STREAM_MARK`]: a data or echo connection of the running
+    /// pinperf test.
+    Stream,
+}
+
+/// What the client's first bytes, within [`timeouts::SNIFF`], say it is.
+fn opener(stream: &TcpStream, deadline: Instant) -> Opener {
     let until = (Instant::now() + timeouts::SNIFF).min(deadline);
     let mut first = [0u8; 8];
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return false;
+            return Opener::Pinperf;
         }
         match stream.peek(&mut first) {
-            Ok(0) => return false,
+            Ok(0) => return Opener::Pinperf,
+            Ok(_) if protocol::opens_a_stream(first[0]) => return Opener::Stream,
             Ok(n) if n == first.len() || !protocol::PREAMBLE.starts_with(&first[..n]) => {
-                return first[..n] != protocol::PREAMBLE[..n]
+                let iperf3 = first[..n] != protocol::PREAMBLE[..n]
                     && crate::iperf3::looks_like_cookie(&first[..n]);
+                return if iperf3 {
+                    Opener::Iperf3
+                } else {
+                    Opener::Pinperf
+                };
             }
             Ok(_) => std::thread::sleep(Duration::from_millis(1)),
-            Err(_) => return false,
+            Err(_) => return Opener::Pinperf,
         }
     }
 }
@@ -964,27 +1019,14 @@ fn iperf3_session(
         serverlog::test_start(peer, None, &admitted.test);
         log!(cfg.quiet, "{opening}");
     }
-    // Its streams connect to the control port: listened on with its window and MSS (see
-    // [`Relisten`]); the window is set on each stream again should that fail.
     let listening = Listening::of(&admitted.test);
-    if !admitted.test.udp
-        && let Err(e) = shared.relisten.ensure(listening)
-    {
-        log!(cfg.quiet, "pinperf: {e}");
+    if !admitted.test.udp {
+        listen_for(shared, listening, cfg.quiet);
     }
     let t0 = Instant::now();
     let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &shared.slot);
     *shared.iperf3.lock() = None;
-    // -M's MSS on the control port was for this test's streams only: the next client's
-    // control connection gets the path's (its window stays, see [`Relisten`]).
-    if listening.mss.is_some()
-        && let Err(e) = shared.relisten.ensure(Listening {
-            mss: None,
-            ..listening
-        })
-    {
-        log!(cfg.quiet, "pinperf: {e}");
-    }
+    listen_after(shared, listening, cfg.quiet);
     shared.slot.finishing();
     match result {
         Ok((received, sent)) => {
@@ -1002,6 +1044,27 @@ fn iperf3_session(
             }
             Some(Err(e))
         }
+    }
+}
+
+/// A test's streams connect to the control port: listened on with its window and MSS (see
+/// [`Relisten`]); the window is set on each stream again should that fail.
+fn listen_for(shared: &Shared, listening: Listening, quiet: bool) {
+    if let Err(e) = shared.relisten.ensure(listening) {
+        log!(quiet, "pinperf: {e}");
+    }
+}
+
+/// -M's MSS on the control port was for the test's streams only: the next client's control
+/// connection gets the path's (the window stays, see [`Relisten`]).
+fn listen_after(shared: &Shared, listening: Listening, quiet: bool) {
+    if listening.mss.is_some()
+        && let Err(e) = shared.relisten.ensure(Listening {
+            mss: None,
+            ..listening
+        })
+    {
+        log!(quiet, "pinperf: {e}");
     }
 }
 
@@ -1080,6 +1143,7 @@ fn run_test(
     test: Admitted,
     cfg: &ServerConfig,
     slot: &Slot,
+    on_control_port: Option<&Receiver<Arrival>>,
 ) -> Result<()> {
     let peer = ctl.peer;
     let Admitted {
@@ -1096,6 +1160,19 @@ fn run_test(
             crate::udp_link::bind(local.ip(), &params, cfg.limits.max_window_bytes)
                 .map_err(|e| refuse(ctl, slot, e.to_string()))?;
         (Data::Udp(socks, ports), window)
+    } else if let Some(rx) = on_control_port {
+        // The grant as a listener with the window would make it, and -C/-S/-M/-N tried on
+        // it: refused now, not on a stream.
+        let (probe, window) = net::listener_socket(
+            local,
+            local.is_ipv6(),
+            params.window_bytes,
+            params.force_window,
+        )?;
+        net::SocketOpts::of(&params)
+            .apply(&probe)
+            .map_err(|e| refuse(ctl, slot, e.to_string()))?;
+        (Data::ControlPort(rx), window)
     } else {
         let mut data_addr = local;
         data_addr.set_port(cfg.data_port.unwrap_or(0));
@@ -1121,6 +1198,7 @@ fn run_test(
             l.local_addr().op(|| "read data port".into())?.port(),
             Vec::new(),
         ),
+        Data::ControlPort(_) => (local.port(), Vec::new()),
         Data::Udp(_, ports) => (0, ports.clone()),
     };
     let started = format!("pinperf: test from {peer}: {}", params.described());
@@ -1133,13 +1211,31 @@ fn run_test(
         cookie,
         window,
         pin_plan: plan.clone(),
+        host: crate::sys::host_mark(cookie),
     }))?;
     // The control connection's RTT: how long the streams may take to arrive, and how
     // long a UDP receiver listens past the senders' end.
     let rtt = net::rtt(&ctl.socket());
     let (mut socks, path) = match data {
         Data::Tcp(listener) => {
-            let socks = accept_streams(&listener, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
+            let from = Arrivals::Listener(&listener);
+            let socks = accept_streams(from, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
+            let path = net::path_info(&socks[0].data);
+            (Socks::Tcp(socks), path)
+        }
+        Data::ControlPort(rx) => {
+            let from = Arrivals::ControlPort(rx);
+            let socks = accept_streams(from, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
+            // What a data listener's sockets would have inherited.
+            let opts = net::SocketOpts::of(&params);
+            for s in &socks {
+                let data = socket2::SockRef::from(&s.data);
+                net::apply_window(&data, params.window_bytes, params.force_window)?;
+                opts.apply(&data)?;
+                if let Some(echo) = &s.echo {
+                    opts.echo().apply(&socket2::SockRef::from(echo))?;
+                }
+            }
             let path = net::path_info(&socks[0].data);
             (Socks::Tcp(socks), path)
         }
@@ -1305,8 +1401,11 @@ fn run_test(
 }
 
 /// Where a test's data arrives: a TCP listener, or a UDP socket per stream (and its port).
-enum Data {
+enum Data<'a> {
+    /// The test's own data listener (`--data-port`, or 0: an ephemeral port).
     Tcp(TcpListener),
+    /// The control port's: the acceptor passes the streams on.
+    ControlPort(&'a Receiver<Arrival>),
     Udp(Vec<std::net::UdpSocket>, Vec<u16>),
 }
 
@@ -1383,7 +1482,7 @@ struct Pending {
 /// control connection (`ctl_fd`, owned by `ctl`) is watched meanwhile: a client that
 /// closes it or reports an error ends the test at once.
 fn accept_streams(
-    listener: &TcpListener,
+    arrivals: Arrivals,
     ctl: &Control,
     ctl_fd: RawFd,
     cookie: u64,
@@ -1399,9 +1498,11 @@ fn accept_streams(
         (usize::from(h.stream) < n).then(|| k * n + usize::from(h.stream))
     };
     let n = n * directions.len();
-    listener
-        .set_nonblocking(true)
-        .op(|| "set O_NONBLOCK on the data listener".into())?;
+    if let Arrivals::Listener(listener) = arrivals {
+        listener
+            .set_nonblocking(true)
+            .op(|| "set O_NONBLOCK on the data listener".into())?;
+    }
     let expected = if echo { 2 * n } else { n };
     // A long path makes each connection slower to arrive: the control connection's RTT.
     let rtt = net::rtt(&ctl.socket());
@@ -1423,12 +1524,17 @@ fn accept_streams(
                 wait.allowed.as_secs_f64()
             )));
         }
+        let (listen_fd, most) = match arrivals {
+            Arrivals::Listener(l) => (l.as_raw_fd(), i32::MAX as u128),
+            // Looked at every 2 ms: the acceptor's hand-over is no descriptor to poll.
+            Arrivals::ControlPort(_) => (-1, 2),
+        };
         let wait_ms = deadline
             .saturating_duration_since(now)
             .as_millis()
-            .clamp(1, i32::MAX as u128) as i32;
+            .clamp(1, most) as i32;
         let mut fds = vec![
-            crate::sys::pollfd(listener.as_raw_fd(), libc::POLLIN),
+            crate::sys::pollfd(listen_fd, libc::POLLIN),
             crate::sys::pollfd(ctl_fd, libc::POLLIN),
         ];
         fds.extend(
@@ -1506,8 +1612,17 @@ fn accept_streams(
                 }
             }
         }
-        if fds[0].revents != 0 {
-            accept_pending(listener, peer, &mut pending, &mut silent, quiet)?;
+        match arrivals {
+            Arrivals::Listener(l) if fds[0].revents != 0 => {
+                accept_pending(l, peer, &mut pending, &mut silent, quiet)?;
+            }
+            Arrivals::Listener(_) => {}
+            Arrivals::ControlPort(rx) => {
+                for arrival in rx.try_iter() {
+                    let (sock, from) = arrival.map_err(accept_failed)?;
+                    admit_pending(sock, from, peer, &mut pending, &mut silent, quiet);
+                }
+            }
         }
     }
     silent += pending.len();
@@ -1543,41 +1658,71 @@ fn accept_pending(
             {
                 continue;
             }
-            Err(e) if out_of_fds(&e) => {
-                return Err(Error::io(
-                    format!(
-                        "accept data connection: the server is out of file descriptors \
-                         (raise `ulimit -n`, now {})",
-                        fd_limit()
-                    ),
-                    e,
-                ));
-            }
-            Err(e) => return Err(Error::io("accept data connection", e)),
+            Err(e) => return Err(accept_failed(e)),
         };
-        let from = canonical(from);
-        if from.ip() != peer.ip() {
-            log!(
-                quiet,
-                "pinperf: data connection from {from} ignored: the test belongs to {peer}"
-            );
-            continue;
-        }
-        if sock.set_nonblocking(true).is_err() {
-            continue;
-        }
-        if pending.len() >= MAX_PENDING_HELLOS {
-            pending.remove(0);
-            *silent += 1;
-        }
-        pending.push(Pending {
-            sock,
-            from,
-            hello: [0; DataHello::LEN],
-            got: 0,
-        });
+        admit_pending(sock, canonical(from), peer, pending, silent, quiet);
     }
     Ok(())
+}
+
+/// Takes a data connection from `from` to wait for its hello (non-blocking until it is
+/// read), unless it comes from elsewhere than the test's client `peer`; beyond
+/// [`MAX_PENDING_HELLOS`] the oldest waiting one is closed.
+fn admit_pending(
+    sock: TcpStream,
+    from: SocketAddr,
+    peer: SocketAddr,
+    pending: &mut Vec<Pending>,
+    silent: &mut usize,
+    quiet: bool,
+) {
+    if from.ip() != peer.ip() {
+        log!(
+            quiet,
+            "pinperf: data connection from {from} ignored: the test belongs to {peer}"
+        );
+        return;
+    }
+    if sock.set_nonblocking(true).is_err() {
+        return;
+    }
+    if pending.len() >= MAX_PENDING_HELLOS {
+        pending.remove(0);
+        *silent += 1;
+    }
+    pending.push(Pending {
+        sock,
+        from,
+        hello: [0; DataHello::LEN],
+        got: 0,
+    });
+}
+
+/// A data connection the acceptor passes on (or its failure to accept one).
+type Arrival = std::io::Result<(TcpStream, SocketAddr)>;
+
+/// Where a test's data connections come from.
+#[derive(Clone, Copy)]
+enum Arrivals<'a> {
+    /// Its own data listener.
+    Listener(&'a TcpListener),
+    /// The control port's acceptor, which hands them over.
+    ControlPort(&'a Receiver<Arrival>),
+}
+
+/// The error of a test whose data connection could not be accepted.
+fn accept_failed(e: std::io::Error) -> Error {
+    match out_of_fds(&e) {
+        true => Error::io(
+            format!(
+                "accept data connection: the server is out of file descriptors (raise \
+                 `ulimit -n`, now {})",
+                fd_limit()
+            ),
+            e,
+        ),
+        false => Error::io("accept data connection", e),
+    }
 }
 
 /// The loopback addresses a server listening on the wildcard `ip` serves: IPv4's, IPv6's,

@@ -242,6 +242,19 @@ pub fn local_time(format: &str) -> io::Result<String> {
 }
 
 /// True when the process runs as root (effective uid 0).
+/// This host's mark for the test with `cookie`: a hash of the kernel's boot id (one for
+/// every network namespace of a boot) and the cookie. Two ends with the same mark share a
+/// host, and neither sent its boot id. None where `/proc` has no boot id.
+pub fn host_mark(cookie: u64) -> Option<u64> {
+    use sha2::Digest;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let mut h = sha2::Sha256::new();
+    h.update(boot.trim().as_bytes());
+    h.update(cookie.to_le_bytes());
+    let d = h.finalize();
+    Some(u64::from_le_bytes(d[..8].try_into().ok()?))
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }

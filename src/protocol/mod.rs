@@ -48,6 +48,10 @@ pub struct Accept {
     pub cookie: u64,
     pub window: WindowGrant,
     pub pin_plan: PinPlan,
+    /// The server's [`crate::sys::host_mark`] for this cookie (absent from older servers):
+    /// equal to the client's when both ends run on one host, in any namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<u64>,
 }
 
 /// One receiver interval: bytes each stream read in `[begin_us, end_us)` since the
@@ -522,7 +526,19 @@ impl DataHello {
 /// bits from the operating system's random source (unguessable, unlike a counter or a
 /// clock), told only to the client that passed the handshake.
 pub(crate) fn new_cookie() -> Result<u64> {
-    getrandom::u64().map_err(|e| Error::Test(format!("read the system's random source: {e}")))
+    getrandom::u64()
+        .map(|c| c | STREAM_MARK)
+        .map_err(|e| Error::Test(format!("read the system's random source: {e}")))
+}
+
+/// Set in every cookie's first byte on the wire (its least significant): a connection to
+/// the control port that opens with a byte at or above 0x80 is a [`DataHello`], neither
+/// pinperf's preamble nor an iperf3 cookie (both ASCII), so one port serves them all.
+pub(crate) const STREAM_MARK: u64 = 0x80;
+
+/// Whether `first`, a connection's first byte, opens a [`DataHello`] ([`STREAM_MARK`]).
+pub(crate) fn opens_a_stream(first: u8) -> bool {
+    u64::from(first) & STREAM_MARK != 0
 }
 
 #[cfg(test)]
