@@ -304,11 +304,7 @@ impl Server {
                 Ok(pair) => Some(pair),
                 Err(e) if crate::stream::is_timeout(&e) => None,
                 Err(e) if out_of_fds(&e) => {
-                    // A test whose streams connect here fails, naming the cause.
-                    if let Some(test) = shared.streams.lock().as_ref() {
-                        let errno = e.raw_os_error().unwrap_or(libc::EMFILE);
-                        let _ = test.send(Err(std::io::Error::from_raw_os_error(errno)));
-                    }
+                    shared.out_of_fds(e.raw_os_error().unwrap_or(libc::EMFILE));
                     // The spare's descriptor lets the limit be read, then the next client in
                     // to hear why it is refused.
                     let freed = spare.take().map(drop).is_some();
@@ -381,6 +377,8 @@ impl Server {
             let rtt = net::rtt(&stream);
             let Some((id, cut)) = shared.pending.add(&stream, peer, timeouts::admission(rtt))
             else {
+                // No descriptor for the handshake's own handle: closed unanswered.
+                shared.out_of_fds(libc::EMFILE);
                 continue;
             };
             if let Some(cut) = cut {
@@ -417,6 +415,16 @@ pub(crate) const MAX_HANDSHAKES: usize = 64;
 /// Most `control` threads at once: the handshakes, those cut but not yet ended, and the
 /// running test's. Beyond it a new connection is closed unanswered.
 pub(crate) const MAX_CONTROL_THREADS: usize = 2 * MAX_HANDSHAKES;
+
+impl Shared {
+    /// The acceptor is out of descriptors (`errno`): a test whose streams connect to the
+    /// control port fails, naming the cause, rather than waiting for streams it dropped.
+    fn out_of_fds(&self, errno: i32) {
+        if let Some(test) = self.streams.lock().as_ref() {
+            let _ = test.send(Err(std::io::Error::from_raw_os_error(errno)));
+        }
+    }
+}
 
 /// What the acceptor and the `control` threads share.
 struct Shared {
@@ -1153,13 +1161,16 @@ fn run_test(
         cookie,
     } = test;
     let n = params.streams as usize;
-    // TCP: a data listener for every stream's connections; UDP: a socket per stream.
+    // TCP: the control port's streams or a data listener's; UDP: a socket per stream, on
+    // the control port's number without --data-port.
     let (data, window) = if params.udp {
         // A socket option the host refuses (-S, -w) is a refusal naming the flag, as TCP's.
-        let (socks, ports, window) =
-            crate::udp_link::bind(local.ip(), &params, cfg.limits.max_window_bytes)
+        let one_port = cfg.data_port.is_none().then_some(local.port());
+        let bound =
+            crate::udp_link::bind(local.ip(), one_port, &params, cfg.limits.max_window_bytes)
                 .map_err(|e| refuse(ctl, slot, e.to_string()))?;
-        (Data::Udp(socks, ports), window)
+        let window = bound.window.clone();
+        (Data::Udp(bound), window)
     } else if let Some(rx) = on_control_port {
         // The grant as a listener with the window would make it, and -C/-S/-M/-N tried on
         // it: refused now, not on a stream.
@@ -1199,7 +1210,7 @@ fn run_test(
             Vec::new(),
         ),
         Data::ControlPort(_) => (local.port(), Vec::new()),
-        Data::Udp(_, ports) => (0, ports.clone()),
+        Data::Udp(bound) => (0, bound.ports.clone()),
     };
     let started = format!("pinperf: test from {peer}: {}", params.described());
     log!(cfg.quiet, "{started}");
@@ -1239,8 +1250,10 @@ fn run_test(
             let path = net::path_info(&socks[0].data);
             (Socks::Tcp(socks), path)
         }
-        Data::Udp(socks, _) => {
-            crate::udp_link::await_hellos(&socks, ctl, ctl_fd, cookie, &params, rtt)?;
+        Data::Udp(bound) => {
+            let cap = cfg.limits.max_window_bytes;
+            let socks =
+                crate::udp_link::await_hellos(bound, ctl, ctl_fd, (cookie, &params), (rtt, cap))?;
             (Socks::Udp(socks), net::path_info(&ctl.socket()))
         }
     };
@@ -1406,7 +1419,7 @@ enum Data<'a> {
     Tcp(TcpListener),
     /// The control port's: the acceptor passes the streams on.
     ControlPort(&'a Receiver<Arrival>),
-    Udp(Vec<std::net::UdpSocket>, Vec<u16>),
+    Udp(crate::udp_link::Bound),
 }
 
 /// What a server reporter found once every stream of its direction ended.

@@ -60,13 +60,56 @@ fn hello_of(test: &TestParams, cookie: u64, i: usize) -> DataHello {
     }
 }
 
-/// One UDP socket per stream and direction on `ip` (ephemeral ports), each with `-w` or a
-/// buffer of at most `cap`; their ports in order, and the first one's window grant.
+/// A UDP test's server sockets, one per stream and direction, in order.
+pub(crate) struct Bound {
+    /// Each stream's socket: bound on a port of its own from the start, or (on the control
+    /// port's number) made when its hello reaches `listener`.
+    socks: Vec<Option<UdpSocket>>,
+    /// The control port's number, where every stream's hello arrives (none: ports of
+    /// their own).
+    listener: Option<(UdpSocket, SocketAddr)>,
+    /// What the `Accept` names: each stream's server port.
+    pub ports: Vec<u16>,
+    /// The first socket's window grant.
+    pub window: WindowGrant,
+}
+
+/// A UDP socket on `addr` that later ones may bind too: a connected one takes its peer's
+/// datagrams from the unconnected one on the same port (the kernel prefers the socket
+/// that matches more of the datagram's addresses), which is how one port serves every
+/// stream (iperf3's listener trick).
+pub(crate) fn reusable(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())?;
+    Ok(sock.into())
+}
+
+/// The server's sockets of a test on `ip`, each with `-w` or a buffer of at most `cap`:
+/// all on `one_port` (the control port's number), or one on an ephemeral port per stream
+/// and direction.
 pub(crate) fn bind(
     ip: IpAddr,
+    one_port: Option<u16>,
     test: &TestParams,
     cap: u64,
-) -> Result<(Vec<UdpSocket>, Vec<u16>, WindowGrant)> {
+) -> Result<Bound> {
+    if let Some(port) = one_port {
+        let at = SocketAddr::new(ip, port);
+        let sock = reusable(at).op(|| format!("bind a UDP socket on {at}"))?;
+        // The grant, and -S/-w tried: refused now, not on a stream.
+        let window = configure(&sock, test, cap)?;
+        return Ok(Bound {
+            socks: (0..test.threads()).map(|_| None).collect(),
+            listener: Some((sock, at)),
+            ports: vec![port; test.threads()],
+            window,
+        });
+    }
     let mut socks = Vec::new();
     let mut ports = Vec::new();
     let mut grant = None;
@@ -75,32 +118,63 @@ pub(crate) fn bind(
             UdpSocket::bind(SocketAddr::new(ip, 0)).op(|| format!("bind a UDP socket on {ip}"))?;
         grant.get_or_insert(configure(&sock, test, cap)?);
         ports.push(sock.local_addr().op(|| "read UDP port".into())?.port());
-        socks.push(sock);
+        socks.push(Some(sock));
     }
-    Ok((socks, ports, grant.unwrap_or_default()))
+    Ok(Bound {
+        socks,
+        listener: None,
+        ports,
+        window: grant.unwrap_or_default(),
+    })
 }
 
-/// The server's side: waits until every socket has its stream's hello from the client's
-/// address (connecting it there and answering each copy) and the client has said
-/// `UdpReady`, within [`timeouts::streams_arrive`]. The control connection (`ctl_fd`) is
-/// watched meanwhile: a client that gives up ends the wait at once.
+/// The next datagram queued on `sock` (non-blocking): none when nothing is, or on an ICMP
+/// error from an earlier answer (the client's socket gone; its hellos, if it comes back,
+/// are answered again).
+fn receive(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    loop {
+        match sock.recv_from(buf) {
+            Ok(got) => return Some(got),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The server's side: waits until every stream has a socket connected to where its hello
+/// came from (the client's address; each copy answered) and the client has said
+/// `UdpReady`, within [`timeouts::streams_arrive`] of the control connection's `rtt`. The
+/// control connection (`ctl_fd`) is watched meanwhile: a client that gives up ends the
+/// wait at once. Sockets made for hellos on the listener get a buffer of at most `cap`.
 pub(crate) fn await_hellos(
-    socks: &[UdpSocket],
+    bound: Bound,
     ctl: &Control,
     ctl_fd: RawFd,
-    cookie: u64,
-    test: &TestParams,
-    rtt: Duration,
-) -> Result<()> {
+    (cookie, test): (u64, &TestParams),
+    (rtt, cap): (Duration, u64),
+) -> Result<Vec<UdpSocket>> {
     let peer = ctl.peer;
-    for s in socks {
+    let Bound {
+        mut socks,
+        listener,
+        ..
+    } = bound;
+    for s in socks
+        .iter()
+        .flatten()
+        .chain(listener.iter().map(|(l, _)| l))
+    {
         s.set_nonblocking(true)
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;
     }
+    let hellos: Vec<_> = (0..socks.len())
+        .map(|i| hello_of(test, cookie, i).to_bytes())
+        .collect();
     let allowed = timeouts::streams_arrive(socks.len(), rtt);
     let deadline = Instant::now() + allowed;
     let mut arrived = vec![false; socks.len()];
     let mut ready = false;
+    let mut buf = [0u8; 64];
     while !(ready && arrived.iter().all(|a| *a)) {
         let now = Instant::now();
         if now >= deadline {
@@ -117,9 +191,16 @@ pub(crate) fn await_hellos(
             .min(timeouts::POLL)
             .as_millis()
             .max(1) as i32;
-        let watch = |fd: RawFd| crate::sys::pollfd(fd, libc::POLLIN);
-        let mut fds: Vec<libc::pollfd> = std::iter::once(watch(ctl_fd))
-            .chain(socks.iter().map(|s| watch(s.as_raw_fd())))
+        // The control connection, the listener and each stream's socket (-1: none yet).
+        let listen_fd = listener.as_ref().map_or(-1, |(l, _)| l.as_raw_fd());
+        let mut fds: Vec<libc::pollfd> = [ctl_fd, listen_fd]
+            .into_iter()
+            .chain(
+                socks
+                    .iter()
+                    .map(|s| s.as_ref().map_or(-1, |s| s.as_raw_fd())),
+            )
+            .map(|fd| crate::sys::pollfd(fd, libc::POLLIN))
             .collect();
         match crate::sys::poll(&mut fds, wait_ms) {
             Ok(_) => {}
@@ -133,22 +214,37 @@ pub(crate) fn await_hellos(
                 Some(other) => return Err(other.unexpected(peer, "udp_ready")),
             }
         }
-        for (i, sock) in socks.iter().enumerate() {
-            if fds[i + 1].revents == 0 {
-                continue;
-            }
-            let mut buf = [0u8; 64];
-            loop {
-                let (len, from) = match sock.recv_from(&mut buf) {
-                    Ok(got) => got,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    // An ICMP error from an earlier answer (the client's socket gone):
-                    // its hellos, if it comes back, are answered again.
-                    Err(_) => break,
+        if let Some((l, at)) = &listener
+            && fds[1].revents != 0
+        {
+            while let Some((len, from)) = receive(l, &mut buf) {
+                let Some(i) = hellos.iter().position(|h| h[..] == buf[..len]) else {
+                    continue;
                 };
-                let expected = hello_of(test, cookie, i).to_bytes();
-                if len != DataHello::LEN || buf[..len] != expected || from.ip() != peer.ip() {
+                if from.ip() != peer.ip() {
+                    continue;
+                }
+                if socks[i].is_none() {
+                    let sock = reusable(*at).op(|| format!("bind a UDP socket on {at}"))?;
+                    sock.connect(from)
+                        .op(|| format!("connect a UDP socket to {from}"))?;
+                    configure(&sock, test, cap)?;
+                    sock.set_nonblocking(true)
+                        .op(|| "set O_NONBLOCK on a UDP socket".into())?;
+                    socks[i] = Some(sock);
+                    arrived[i] = true;
+                }
+                if let Some(s) = &socks[i] {
+                    let _ = s.send(&hellos[i]);
+                }
+            }
+        }
+        for (i, sock) in socks.iter().enumerate() {
+            let Some(sock) = sock.as_ref().filter(|_| fds[i + 2].revents != 0) else {
+                continue;
+            };
+            while let Some((len, from)) = receive(sock, &mut buf) {
+                if buf[..len] != hellos[i] || from.ip() != peer.ip() {
                     continue;
                 }
                 if !arrived[i] {
@@ -156,15 +252,16 @@ pub(crate) fn await_hellos(
                         .op(|| format!("connect a UDP socket to {from}"))?;
                     arrived[i] = true;
                 }
-                let _ = sock.send(&expected);
+                let _ = sock.send(&hellos[i]);
             }
         }
     }
-    for s in socks {
+    let socks: Vec<UdpSocket> = socks.into_iter().flatten().collect();
+    for s in &socks {
         s.set_nonblocking(false)
             .op(|| "clear O_NONBLOCK on a UDP socket".into())?;
     }
-    Ok(())
+    Ok(socks)
 }
 
 /// The client's side: one socket per port, connected to the server's, with `-w`; each

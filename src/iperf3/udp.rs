@@ -122,18 +122,6 @@ fn await_reply(
     }
 }
 
-/// A UDP socket on `addr` that a later one may bind again (iperf3's listener trick).
-fn listener(addr: SocketAddr) -> std::io::Result<UdpSocket> {
-    let sock = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )?;
-    sock.set_reuse_address(true)?;
-    sock.bind(&addr.into())?;
-    Ok(sock.into())
-}
-
 /// The server's listener for a test's UDP streams, bound before the client is told to
 /// create them (`local`: the address the client's control connection reached).
 pub(crate) struct Listener {
@@ -144,7 +132,7 @@ pub(crate) struct Listener {
 impl Listener {
     pub(crate) fn bind(local: SocketAddr) -> std::io::Result<Listener> {
         Ok(Listener {
-            sock: listener(local)?,
+            sock: crate::udp_link::reusable(local)?,
             local,
         })
     }
@@ -215,7 +203,7 @@ impl Listener {
                 .op(|| format!("connect a UDP socket to {from}"))?;
             crate::udp_link::configure(&sock, test, cap)?;
             // The fresh listener first: the client's next stream may follow the answer at once.
-            self.sock = listener(self.local)
+            self.sock = crate::udp_link::reusable(self.local)
                 .op(|| format!("bind a UDP listener on {} again", self.local))?;
             let reply = match big_endian {
                 true => CONNECT_REPLY.to_be_bytes(),
