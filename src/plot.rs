@@ -342,6 +342,34 @@ fn draw_test(
     Ok(())
 }
 
+/// A log axis's ticks from `lo` to `hi`: 1, 2 and 5 of each decade it spans (every
+/// digit when that gives fewer than four), so a range within one decade still has labels.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let ticks = |digits: &[f64]| -> Vec<f64> {
+        let first = lo.log10().floor() as i32;
+        let last = hi.log10().ceil() as i32;
+        (first..=last)
+            .flat_map(|e| digits.iter().map(move |d| d * 10f64.powi(e)))
+            .filter(|v| (lo..=hi).contains(v))
+            .collect()
+    };
+    let coarse = ticks(&[1.0, 2.0, 5.0]);
+    match coarse.len() {
+        0..4 => ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]),
+        _ => coarse,
+    }
+}
+
+/// A tick's label: as many decimals as a value under 1 needs, none from 1 up.
+fn tick_text(v: f64) -> String {
+    if v >= 1.0 {
+        format!("{v:.0}")
+    } else {
+        let decimals = (-v.log10()).ceil() as usize;
+        format!("{v:.decimals$}")
+    }
+}
+
 /// Block RTT and kernel RTT per interval (log scale: they can be 1000x apart).
 fn rtt_panel(
     mid: &DrawingArea<SVGBackend<'_>, Shift>,
@@ -405,11 +433,15 @@ fn rtt_panel(
         .x_label_area_size(36)
         .y_label_area_size(70)
         .right_y_label_area_size(70)
-        .build_cartesian_2d(0.0..t_end, (lo..hi).log_scale())?;
+        .build_cartesian_2d(
+            0.0..t_end,
+            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+        )?;
     chart
         .configure_mesh()
         .x_desc("time, s")
         .y_desc("ms (log scale)")
+        .y_label_formatter(&|v| tick_text(*v))
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
     let mut entries = Vec::new();
@@ -767,6 +799,21 @@ fn to_png(svg: &str) -> std::result::Result<Vec<u8>, String> {
 mod tests {
     use super::*;
     use crate::report::model::sample;
+
+    /// A 60 ms path's RTTs (42 to 150 ms) get ticks inside the decade, not only "100".
+    #[test]
+    fn a_log_axis_within_one_decade_still_has_ticks() {
+        assert_eq!(
+            log_ticks(42.0, 150.0),
+            [50.0, 60.0, 70.0, 80.0, 90.0, 100.0]
+        );
+        assert_eq!(
+            log_ticks(0.03, 90.0),
+            [0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0]
+        );
+        assert_eq!(tick_text(0.05), "0.05");
+        assert_eq!(tick_text(60.0), "60");
+    }
 
     /// A cut-short test's rows past the sender's last report are banded and named, as
     /// `-O`'s are: they are not in the totals (helper-42: nothing marked them).
