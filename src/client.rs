@@ -181,6 +181,12 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
         tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
+        started_at: crate::sys::local_time(report::STARTED_AT).ok(),
+        local_host: crate::sys::hostname(),
+        remote_host: accept
+            .host_name
+            .as_deref()
+            .map(|h| protocol::printable(h, 255)),
         ..Header::of_test(&cfg.test)
     };
 

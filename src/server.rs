@@ -1223,6 +1223,7 @@ fn run_test(
         window,
         pin_plan: plan.clone(),
         host: crate::sys::host_mark(cookie),
+        host_name: crate::sys::hostname(),
     }))?;
     // The control connection's RTT: how long the streams may take to arrive, and how
     // long a UDP receiver listens past the senders' end.

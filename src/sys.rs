@@ -241,7 +241,12 @@ pub fn local_time(format: &str) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&buf[..n.min(buf.len())]).into_owned())
 }
 
-/// True when the process runs as root (effective uid 0).
+/// This host's name (its UTS namespace's), where the kernel has one.
+pub fn hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_string()).filter(|n| !n.is_empty())
+}
+
 /// This host's mark for the test with `cookie`: a hash of the kernel's boot id (one for
 /// every network namespace of a boot) and the cookie. Two ends with the same mark share a
 /// host, and neither sent its boot id. None where `/proc` has no boot id.
@@ -255,6 +260,7 @@ pub fn host_mark(cookie: u64) -> Option<u64> {
     Some(u64::from_le_bytes(d[..8].try_into().ok()?))
 }
 
+/// True when the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }

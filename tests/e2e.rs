@@ -87,6 +87,29 @@ fn loopback_one_stream() {
     let run = pinperf(&["--loopback", "-t", "1", "-i", "0.5"], LIMIT);
     run.assert_ok();
     check_report(&run.stdout(), 1, 2, 1.0);
+    // When it started, and on which hosts (both this one): in the text and the document.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let host = host.trim();
+    let text = run.stdout();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("# started "))
+        .expect("a started line");
+    assert!(
+        line.ends_with(&format!("; hosts {host} -> {host}")),
+        "{line}"
+    );
+    let doc = pinperf(&["--loopback", "-t", "0.3", "-J"], LIMIT);
+    doc.assert_ok();
+    let doc: serde_json::Value = serde_json::from_str(&doc.stdout()).unwrap();
+    let header = &doc["start"];
+    assert_eq!(header["local_host"], host, "{header}");
+    assert_eq!(header["remote_host"], host, "{header}");
+    let at = header["started_at"].as_str().expect("started_at");
+    assert!(
+        at.len() == 24 && at.starts_with("20") && at.as_bytes()[10] == b'T',
+        "{at}"
+    );
 }
 
 /// `--fq-rate`: the paced socket keeps about 100 ms of the rate unsent, so the test ends

@@ -146,6 +146,8 @@ pub(crate) fn run(
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
         tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
+        started_at: crate::sys::local_time(report::STARTED_AT).ok(),
+        local_host: crate::sys::hostname(),
         ..Header::of_test(test)
     };
 

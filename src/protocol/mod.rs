@@ -52,6 +52,9 @@ pub struct Accept {
     /// equal to the client's when both ends run on one host, in any namespaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<u64>,
+    /// The server's host name (absent from older servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_name: Option<String>,
 }
 
 /// One receiver interval: bytes each stream read in `[begin_us, end_us)` since the
@@ -529,6 +532,20 @@ pub(crate) fn new_cookie() -> Result<u64> {
     getrandom::u64()
         .map(|c| c | STREAM_MARK)
         .map_err(|e| Error::Test(format!("read the system's random source: {e}")))
+}
+
+/// `text` from a peer as it may be printed or logged: control characters (newlines and
+/// escapes included) written as `\u{..}`, at most `max` characters, so nothing a peer says
+/// can forge a line of a log or drive a terminal.
+pub fn printable(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars().take(max) {
+        match c.is_control() {
+            true => out.extend(c.escape_unicode()),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 /// Set in every cookie's first byte on the wire (its least significant): a connection to

@@ -599,7 +599,7 @@ pub fn udp_receiver_drops(u: &UdpFigures, header: &Header, reverse: bool) -> Opt
         "diagnosis: the receiver's own socket buffer overflowed {} time(s) (SO_RXQ_OVFL; \
          with GRO one drop may hold up to 64 datagrams): {} of the {} datagrams lost were \
          dropped on the receiving host, not on the path; its thread did not keep up: a \
-         larger -w (its buffer is {}{cap}) or a lower -b",
+         larger -w (its buffer is {}{cap}) or a lower -b.",
         u.rxq_drops,
         if u.rxq_drops >= u.lost_packets {
             "all"
@@ -620,7 +620,7 @@ pub fn udp_sender_short(sent_bps: f64, header: &Header) -> Option<String> {
         format!(
             "diagnosis: the senders wrote {:.1} Mb/s per stream, {:.0}% of the -b {} asked: \
              the sending host could not keep up (CPU, or -l {} too small for the rate); the \
-             loss figures are for the load actually offered",
+             loss figures are for the load actually offered.",
             sent_bps / 1e6,
             sent_bps * 100.0 / asked,
             crate::units::format_rate(asked as u64),
@@ -637,7 +637,7 @@ pub fn udp_kernel_drops(k: &KernelSummary) -> Option<String> {
     (udp.rcvbuf_errors > 0).then(|| {
         format!(
             "diagnosis: the receiving host's kernel dropped {} UDP datagrams for full socket \
-             buffers during the test (RcvbufErrors, {} in errors in all; namespace-wide)",
+             buffers during the test (RcvbufErrors, {} in errors in all; namespace-wide).",
             udp.rcvbuf_errors, udp.in_errors
         )
     })

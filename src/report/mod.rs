@@ -10,6 +10,9 @@ pub(crate) mod interval;
 pub mod iperf3_json;
 pub mod json;
 pub mod model;
+
+/// How a header's `started_at` is written: local time with its offset from UTC.
+pub const STARTED_AT: &str = "%Y-%m-%dT%H:%M:%S%z";
 pub(crate) mod text;
 
 use std::collections::{BTreeMap, VecDeque};

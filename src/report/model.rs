@@ -72,6 +72,16 @@ pub struct Header {
     /// `-N`: TCP_NODELAY on the data connections.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_delay: bool,
+    /// When the test started, in this host's time with its offset
+    /// (`2026-12-03T13:40:00+0000`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// This host's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_host: Option<String>,
+    /// The server's name, as it said it (absent from older servers and iperf3's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_host: Option<String>,
 }
 
 impl Header {
@@ -108,6 +118,9 @@ impl Header {
             tos: test.tos,
             tos_carried: None,
             mss_asked: test.mss(),
+            started_at: None,
+            local_host: None,
+            remote_host: None,
             no_delay: test.no_delay(),
         }
     }

@@ -404,7 +404,12 @@ impl<W: Write + Send> TextFormatter<W> {
             "local"
         };
         writeln!(o, "# CPU {host} cores: {}", core_list(&c.local.cores))?;
-        if let (Some(r), false) = (&c.remote, c.same_host) {
+        // An iperf3 server reports no cores either.
+        if let Some(r) = c
+            .remote
+            .as_ref()
+            .filter(|r| !c.same_host && !r.cores.is_empty())
+        {
             writeln!(o, "# CPU remote cores: {}", core_list(&r.cores))?;
         }
         writeln!(
@@ -506,6 +511,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             if h.udp { "UDP" } else { "TCP" },
             if h.streams == 1 { "" } else { "s" }
         )?;
+        if let Some(at) = &h.started_at {
+            let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "?".into());
+            let hosts = format!("{} {arrow} {}", name(&h.local_host), name(&h.remote_host));
+            writeln!(o, "# started {at}; hosts {hosts}")?;
+        }
         match h.local_window.requested {
             Some(req) => writeln!(
                 o,
