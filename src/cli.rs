@@ -85,26 +85,6 @@ pub struct ReportArgs {
     pub text: TextArgs,
 }
 
-impl OutputArgs {
-    /// The first output flag given (for modes that do not carry them: the lab).
-    pub fn first_set(&self) -> Option<&'static str> {
-        let t = &self.text;
-        [
-            (t.unit != RateUnit::default(), "-f"),
-            (t.title.is_some(), "-T/--title"),
-            (t.timestamps.is_some(), "--timestamps"),
-            (t.verbose, "-V/--verbose"),
-            (self.logfile.is_some(), "--logfile"),
-            (self.forceflush, "--forceflush"),
-            (self.json_file.is_some(), "--json-file"),
-            (self.plot.is_some(), "--plot"),
-            (self.html.is_some(), "--html"),
-        ]
-        .into_iter()
-        .find_map(|(set, flag)| set.then_some(flag))
-    }
-}
-
 /// `pinperf completions`.
 #[derive(Debug, clap::Args)]
 pub struct CompletionsArgs {
@@ -333,7 +313,11 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
     ("-I", "--pidfile", "run `pinperf -s` under systemd"),
     ("", "--json-stream", "use --json-lines"),
-    ("", "--cport", "use -B ADDR for the source address"),
+    (
+        "",
+        "--cport",
+        "the kernel picks the source port (-B ADDR sets the source address only)",
+    ),
 ];
 
 /// A usage error for a flag iperf3 has and pinperf not (yet), naming what to do instead.

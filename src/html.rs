@@ -29,7 +29,7 @@ pub(crate) fn escape(text: &str) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1200px}\
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}\
-pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:12px}\
+pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;\
 text-align:right}th{background:#eee}td.l,th.l{text-align:left}\
 .error{background:#fdd;border:1px solid #c00;padding:.5em}.plot svg{max-width:100%;height:auto}";
@@ -50,9 +50,14 @@ fn text_lines(test: &SavedTest, opts: TextOptions) -> Vec<String> {
         // Writing into memory cannot fail.
         let _ = saved::replay(&test.doc, &mut f);
     }
-    String::from_utf8_lossy(&buf)
-        .lines()
-        .map(str::to_string)
+    // A lab's lines go around the client's report, as `pinperf report` prints them.
+    let lab = test.lab.as_ref();
+    let before = lab.map(|l| l.before()).unwrap_or_default();
+    let after = lab.map(|l| l.after()).unwrap_or_default();
+    before
+        .into_iter()
+        .chain(String::from_utf8_lossy(&buf).lines().map(str::to_string))
+        .chain(after)
         .collect()
 }
 
@@ -110,7 +115,18 @@ pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Res
             escape(e)
         );
     }
-    let header: Vec<&String> = lines.iter().take_while(|l| !l.contains("#(ID)")).collect();
+    if let Some(lab) = &test.lab {
+        body.push_str("<h2>Emulated path (pinperf lab)</h2>\n<pre id=\"lab\">");
+        for l in lab.before().iter().chain(&lab.after()) {
+            let _ = writeln!(body, "{}", escape(l));
+        }
+        body.push_str("</pre>\n");
+    }
+    let header: Vec<&String> = lines
+        .iter()
+        .skip_while(|l| l.starts_with("# lab"))
+        .take_while(|l| !l.contains("#(ID)"))
+        .collect();
     body.push_str("<h2>Test</h2>\n<pre id=\"header\">");
     for l in header {
         let _ = writeln!(body, "{}", escape(l));

@@ -47,7 +47,7 @@ fn default_title(h: &Header) -> String {
 /// A writer for the report: `--logfile` (appended to, as iperf3 does) or stdout; a
 /// file is buffered and flushed where the formatter flushes (every interval), or at every
 /// line with `--forceflush`.
-fn report_writer(o: &OutputArgs) -> Result<Box<dyn Write + Send>> {
+pub(crate) fn report_writer(o: &OutputArgs) -> Result<Box<dyn Write + Send>> {
     let Some(path) = &o.logfile else {
         return Ok(Box::new(io::stdout()));
     };
@@ -92,9 +92,25 @@ impl<W: Write> Write for Named<W> {
 /// The formatter of a client run: the chosen format with the text flags, and a capture
 /// that writes `--plot` / `--html` when the test ends.
 pub(crate) fn client_output(format: Format, o: &OutputArgs) -> Result<Box<dyn Formatter>> {
-    let out = report_writer(o)?;
-    let t = &o.text;
-    let inner: Box<dyn Formatter> = match format {
+    let inner = display(format, &o.text, report_writer(o)?);
+    Ok(match SideFiles::create(o)? {
+        None => inner,
+        Some(files) => Box::new(Capture {
+            inner,
+            doc: None,
+            title: o.text.title.clone(),
+            files: Some(files),
+        }),
+    })
+}
+
+/// The report in `format` on `out`, with the text flags.
+pub(crate) fn display(
+    format: Format,
+    t: &TextArgs,
+    out: Box<dyn Write + Send>,
+) -> Box<dyn Formatter> {
+    match format {
         Format::Text => Box::new(TextFormatter::with_options(
             crate::prefix::Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
             t.options(),
@@ -102,35 +118,90 @@ pub(crate) fn client_output(format: Format, o: &OutputArgs) -> Result<Box<dyn Fo
         Format::Json => Box::new(JsonFormatter::new(out).titled(t.title.clone())),
         Format::Iperf3Json => Box::new(Iperf3JsonFormatter::new(out).titled(t.title.clone())),
         other => report::formatter(other, out),
-    };
-    if o.plot.is_none() && o.html.is_none() && o.json_file.is_none() {
-        return Ok(inner);
     }
-    // Checked and created now, so a wrong name or directory stops the run before it starts.
-    let plot = match &o.plot {
-        Some(path) => {
-            plot::picture_kind(path, "--plot")?;
-            Some(create(path, "--plot")?)
+}
+
+/// The files a run leaves beside its report (`--plot`, `--html`, `--json-file`), written
+/// from the whole document once the test has ended.
+pub(crate) struct SideFiles {
+    plot: Option<Made>,
+    html: Option<Made>,
+    json: Option<Made>,
+    title: Option<String>,
+    options: TextOptions,
+}
+
+impl SideFiles {
+    /// The files `o` asks for, if any: checked and created now, so a wrong name or
+    /// directory stops the run before it starts.
+    pub(crate) fn create(o: &OutputArgs) -> Result<Option<SideFiles>> {
+        if o.plot.is_none() && o.html.is_none() && o.json_file.is_none() {
+            return Ok(None);
         }
-        None => None,
-    };
-    let html = match &o.html {
-        Some(path) => Some(create(path, "--html")?),
-        None => None,
-    };
-    let json = match &o.json_file {
-        Some(path) => Some(create(path, "--json-file")?),
-        None => None,
-    };
-    Ok(Box::new(Capture {
-        inner,
-        doc: None,
-        plot,
-        html,
-        json,
-        title: t.title.clone(),
-        options: t.options(),
-    }))
+        let plot = match &o.plot {
+            Some(path) => {
+                plot::picture_kind(path, "--plot")?;
+                Some(create(path, "--plot")?)
+            }
+            None => None,
+        };
+        let made = |path: &Option<PathBuf>, flag| path.as_ref().map(|p| create(p, flag));
+        Ok(Some(SideFiles {
+            plot,
+            html: made(&o.html, "--html").transpose()?,
+            json: made(&o.json_file, "--json-file").transpose()?,
+            title: o.text.title.clone(),
+            options: o.text.options(),
+        }))
+    }
+
+    /// Nothing was measured: no picture, and no empty file left behind.
+    pub(crate) fn discard(mut self) {
+        let files = [self.plot.take(), self.html.take(), self.json.take()];
+        for made in files.into_iter().flatten() {
+            let _ = std::fs::remove_file(&made.path);
+            crate::signals::written(&made.path);
+        }
+    }
+
+    /// Writes each file of `test` (`json`: the document as it is to be saved, as `-J`
+    /// prints it).
+    pub(crate) fn write(mut self, test: &SavedTest, json: &[u8]) -> io::Result<()> {
+        let title = self
+            .title
+            .clone()
+            .unwrap_or_else(|| default_title(&test.doc.start));
+        if let Some(mut made) = self.json.take() {
+            made.file.write_all(json).map_err(|e| made.failed(e))?;
+            crate::signals::written(&made.path);
+        }
+        if let Some(made) = self.plot.take_if(|_| test.doc.intervals.is_empty()) {
+            // No row to draw (a test that failed before its first): no empty axes.
+            let _ = std::fs::remove_file(&made.path);
+            crate::signals::written(&made.path);
+            stderrln!(
+                "pinperf: {} {}: not written: no interval was reported, nothing to plot",
+                made.flag,
+                made.path.display()
+            );
+        }
+        if let Some(mut made) = self.plot.take() {
+            let bytes = plot::test_svg(&test.doc, test.lab_rate_bps, &title)
+                .and_then(|svg| plot::encode(&made.path, "--plot", &svg))
+                .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
+            made.file.write_all(&bytes).map_err(|e| made.failed(e))?;
+            crate::signals::written(&made.path);
+        }
+        if let Some(mut made) = self.html.take() {
+            let page = html::test_page(test, &title, self.options)
+                .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
+            made.file
+                .write_all(page.as_bytes())
+                .map_err(|e| made.failed(e))?;
+            crate::signals::written(&made.path);
+        }
+        Ok(())
+    }
 }
 
 /// A file a flag asked for, created before the test so a wrong path stops it early.
@@ -176,67 +247,27 @@ pub(crate) fn run_client(cfg: ClientConfig, o: &OutputArgs) -> Result<()> {
 struct Capture {
     inner: Box<dyn Formatter>,
     doc: Option<Document>,
-    plot: Option<Made>,
-    html: Option<Made>,
-    json: Option<Made>,
     title: Option<String>,
-    options: TextOptions,
+    files: Option<SideFiles>,
 }
 
 impl Capture {
     fn finish(&mut self) -> io::Result<()> {
-        let Some(doc) = self.doc.take() else {
-            // Nothing was measured: no picture, and no empty file left behind.
-            let files = [self.plot.take(), self.html.take(), self.json.take()];
-            for made in files.into_iter().flatten() {
-                let _ = std::fs::remove_file(&made.path);
-                crate::signals::written(&made.path);
-            }
+        let Some(files) = self.files.take() else {
             return Ok(());
         };
-        let title = self
-            .title
-            .clone()
-            .unwrap_or_else(|| default_title(&doc.start));
+        let Some(doc) = self.doc.take() else {
+            files.discard();
+            return Ok(());
+        };
+        let mut json = serde_json::to_vec_pretty(&doc).map_err(io::Error::from)?;
+        json.push(b'\n');
         let test = SavedTest {
             doc,
             lab_rate_bps: None,
             lab: None,
         };
-        if let Some(mut made) = self.json.take() {
-            // As `-J` prints it.
-            serde_json::to_writer_pretty(&mut made.file, &test.doc)
-                .map_err(io::Error::from)
-                .and_then(|()| writeln!(made.file))
-                .map_err(|e| made.failed(e))?;
-            crate::signals::written(&made.path);
-        }
-        if let Some(made) = self.plot.take_if(|_| test.doc.intervals.is_empty()) {
-            // No row to draw (a test that failed before its first): no empty axes.
-            let _ = std::fs::remove_file(&made.path);
-            crate::signals::written(&made.path);
-            stderrln!(
-                "pinperf: {} {}: not written: no interval was reported, nothing to plot",
-                made.flag,
-                made.path.display()
-            );
-        }
-        if let Some(mut made) = self.plot.take() {
-            let bytes = plot::test_svg(&test.doc, None, &title)
-                .and_then(|svg| plot::encode(&made.path, "--plot", &svg))
-                .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
-            made.file.write_all(&bytes).map_err(|e| made.failed(e))?;
-            crate::signals::written(&made.path);
-        }
-        if let Some(mut made) = self.html.take() {
-            let page = html::test_page(&test, &title, self.options)
-                .map_err(|e| made.failed(io::Error::other(e.to_string())))?;
-            made.file
-                .write_all(page.as_bytes())
-                .map_err(|e| made.failed(e))?;
-            crate::signals::written(&made.path);
-        }
-        Ok(())
+        files.write(&test, &json)
     }
 }
 

@@ -743,6 +743,74 @@ fn sigint_mid_test_with_json_prints_the_partial_document_with_the_lab() {
     assert_torn_down(pid);
 }
 
+/// The lab takes the client's output flags: the text (prefixed by `-T`, with `-V`'s
+/// detail) goes to `--logfile`, lab lines included; `--html` and `--plot` carry the lab's
+/// figures, the start time and both hosts.
+#[test]
+fn the_lab_takes_every_output_flag_of_a_test() {
+    if !can_build_a_lab("the_lab_takes_every_output_flag_of_a_test") {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let dir = util::scratch("lab-output-flags");
+    let (log, html, svg) = (dir.join("f"), dir.join("r.html"), dir.join("p.svg"));
+    let run = pinperf(
+        &[
+            "lab",
+            "--rtt",
+            "20ms",
+            "--rate",
+            "200M",
+            "--",
+            "-t",
+            "1",
+            "-V",
+            "-T",
+            "t",
+            "--logfile",
+            util::arg(&log),
+            "--html",
+            util::arg(&html),
+            "--plot",
+            util::arg(&svg),
+        ],
+        Duration::from_secs(30),
+    );
+    run.assert_ok();
+    assert_eq!(
+        run.stdout(),
+        "",
+        "everything goes to --logfile{}",
+        run.explain()
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().all(|l| l.starts_with("t:  ")), "{text}");
+    for needle in [
+        "t:  # lab relay forward",
+        "t:  # started ",
+        "; hosts ",
+        "t:  #   ( 0) sent ",
+    ] {
+        assert!(text.contains(needle), "{needle:?} in the log:\n{text}");
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    for needle in [
+        "<pre id=\"lab\">",
+        "# lab relay forward",
+        "# lab relay return",
+        "# started ",
+        "pre-wrap",
+    ] {
+        assert!(page.contains(needle), "{needle:?} in the HTML");
+    }
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        picture.contains("lab bottleneck"),
+        "the plot draws the lab's rate"
+    );
+    assert_torn_down(lab_pid(&text));
+}
+
 #[test]
 fn a_failing_client_still_tears_the_lab_down() {
     if !can_build_a_lab("a_failing_client_still_tears_the_lab_down") {

@@ -200,7 +200,13 @@ pub fn parse_loss(text: &str) -> std::result::Result<f64, String> {
 }
 
 /// Parses the options after `--` as a client's and checks them before anything is created.
+#[cfg(test)]
 pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
+    client_options(a).map(|(cfg, _)| cfg)
+}
+
+/// The client's configuration and its output flags, from the options after `--`.
+pub fn client_options(a: &LabArgs) -> Result<(ClientConfig, crate::cli::OutputArgs)> {
     if let Some(msg) =
         crate::cli::not_yet(&a.client_args).or_else(|| crate::cli::detached_method(&a.client_args))
     {
@@ -244,12 +250,6 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
             "the lab path is IPv4 198.18.0.2 -> 198.18.0.1: leave -B and -6 out".into(),
         ));
     }
-    if let Some(flag) = args.output.first_set() {
-        return Err(Error::Usage(format!(
-            "{flag} is not carried through pinperf lab (yet): run the lab with -J > FILE.json, \
-             then pinperf report or pinperf plot FILE.json"
-        )));
-    }
     if args.target.peer == crate::choices::Peer::Iperf3 {
         return Err(Error::Usage(
             "--peer iperf3: the lab's server is pinperf's own; drop --peer".into(),
@@ -260,7 +260,7 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
     match config::from_args(&args)? {
         config::Mode::Client(mut cfg) => {
             cfg.same_process = true;
-            Ok(cfg)
+            Ok((cfg, args.output))
         }
         config::Mode::Server(_) => unreachable!("-s was rejected above"),
     }
@@ -269,7 +269,7 @@ pub fn client_config(a: &LabArgs) -> Result<ClientConfig> {
 /// Runs `pinperf lab`.
 pub fn run(a: &LabArgs) -> Result<()> {
     let spec = path_spec(a)?;
-    let mut cfg = client_config(a)?;
+    let (mut cfg, output) = client_options(a)?;
     if let Some(from) = a.blackout_from {
         // The path comes up just before the handshake: a blackout past the handshake (a
         // few round trips, two per data and echo connection) and the test's planned end
@@ -329,7 +329,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
         note(&signal_text(sig, &list.removed));
         sys::die_by(sig);
     })?;
-    let mut out = LabOut::new(cfg.format);
+    let mut out = LabOut::new(cfg.format, &output)?;
     let result = run_lab(&spec, &mut cfg, &teardown, &mut out);
     let removed = teardown.finish();
     let gone = removed.iter().filter(|r| r.failure.is_none());
@@ -989,14 +989,11 @@ mod tests {
         assert_eq!(cfg.test.streams, 8);
         assert_eq!(cfg.test.window_bytes, Some(16 << 20));
         assert_eq!(cfg.target.host.as_deref(), Some("198.18.0.1"));
-        let e = client_config(&lab_args(&["--", "--plot", "p.svg"])).unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("--plot is not carried through pinperf lab (yet)"),
-            "{e}"
-        );
-        let e = client_config(&lab_args(&["--", "-f", "g"])).unwrap_err();
-        assert!(e.to_string().starts_with("-f is not carried"), "{e}");
+        let with = [
+            "--", "-V", "-T", "t", "--plot", "p.svg", "--html", "r.html", "-f", "g",
+        ];
+        let (_, output) = client_options(&lab_args(&with)).unwrap();
+        assert!(output.text.verbose && output.plot.is_some() && output.html.is_some());
         let e = client_config(&lab_args(&["--", "-c", "10.0.0.1"])).unwrap_err();
         assert!(e.to_string().contains("leave -s, -c"), "{e}");
         // Its server is pinperf's own: no iperf3 hint, and no --peer iperf3.

@@ -15,16 +15,17 @@
 //! error (the lab stops writing and still tears down), and nothing here panics.
 
 use std::io::{self, Write};
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::relay::{self, RelayStats};
 use super::{PathSpec, note};
 use crate::choices::Format;
-use crate::report::{self, Formatter};
+use crate::report::Formatter;
+pub use crate::saved::lab::{Direction, Ends, LabEnd, LabPath, LabRelay, RelayCpus};
+use crate::saved::lab::{rate_text, tun_text};
 
 /// Late deliveries are scheduling noise up to one packet in this many, or fewer than
 /// [`LATE_FEW`].
@@ -33,40 +34,6 @@ const LATE_FEW: u64 = 10;
 /// Share of the path's rate at which a run counts as paced by the path even with late
 /// deliveries: TCP/IP headers alone take up to 4 % of the wire at MTU 1500.
 const PATH_PACE_SHARE: f64 = 0.9;
-
-/// Something at the client's and at the server's end.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Ends<T> {
-    pub client: T,
-    pub server: T,
-}
-
-/// The emulated path, as `lab_path` and `lab.path`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LabPath {
-    pub rtt_ms: f64,
-    pub rate_bps: u64,
-    pub queue_bytes: u64,
-    pub bdp_bytes: u64,
-    /// Random-loss probability of each packet, 0 to 1.
-    pub loss: f64,
-    pub mtu: u32,
-    pub namespaces: Ends<String>,
-    pub addresses: Ends<Ipv4Addr>,
-    /// The CPU each relay thread is pinned to; null when unpinned.
-    pub relay_cpus: RelayCpus,
-    /// `--blackout-from`: seconds after the path came up from which it drops every packet
-    /// (only UDP ones with `blackout_udp_only`); null without one.
-    pub blackout_from_s: Option<f64>,
-    pub blackout_udp_only: bool,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct RelayCpus {
-    pub forward: Option<usize>,
-    #[serde(rename = "return")]
-    pub back: Option<usize>,
-}
 
 impl LabPath {
     pub fn new(spec: &PathSpec, namespaces: Ends<String>, relay_cpus: RelayCpus) -> LabPath {
@@ -87,74 +54,6 @@ impl LabPath {
             blackout_udp_only: spec.blackout.is_some_and(|b| b.udp_only),
         }
     }
-
-    /// The lab's first line.
-    fn text(&self) -> String {
-        let blackout = match self.blackout_from_s {
-            Some(s) => format!(
-                "; blackout: drops every {}packet from {s:.3} s after the path came up",
-                if self.blackout_udp_only { "UDP " } else { "" }
-            ),
-            None => String::new(),
-        };
-        format!(
-            "# lab: {} (netns {}) -> {} (netns {}): RTT {:.3} ms, bottleneck {}, drop-tail \
-             queue {} ({:.2} BDP; BDP {}), random loss {}, MTU {}; relay threads \
-             (SCHED_FIFO): forward {}, return {}{blackout}",
-            self.addresses.client,
-            self.namespaces.client,
-            self.addresses.server,
-            self.namespaces.server,
-            self.rtt_ms,
-            rate_text(self.rate_bps),
-            size_text(self.queue_bytes),
-            self.queue_bytes as f64 / self.bdp_bytes.max(1) as f64,
-            size_text(self.bdp_bytes),
-            if self.loss > 0.0 {
-                format!("{:.4} %", self.loss * 100.0)
-            } else {
-                "none".into()
-            },
-            self.mtu,
-            cpu_text(self.relay_cpus.forward),
-            cpu_text(self.relay_cpus.back),
-        )
-    }
-}
-
-/// Which way a relay moves packets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// Client -> server.
-    Forward,
-    /// Server -> client.
-    Return,
-}
-
-/// What one relay direction did, as `lab_relay` and `lab.forward` / `lab.return`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LabRelay {
-    pub direction: Direction,
-    /// Packets and bytes the path delivered.
-    pub packets: u64,
-    pub bytes: u64,
-    /// Packets the full drop-tail queue dropped, and the random-loss setting dropped.
-    pub queue_drops: u64,
-    pub loss_drops: u64,
-    /// Packets `--blackout-from` dropped (0 without one).
-    pub blackout_drops: u64,
-    pub peak_queue_bytes: u64,
-    /// Deliveries more than `late_after_ns` after their due time, and the worst lateness.
-    pub late_deliveries: u64,
-    pub worst_late_ns: u64,
-    pub late_after_ns: u64,
-    /// Writes the destination TUN device refused.
-    pub write_errors: u64,
-    /// The relay thread's CPU time, its wall time, and the one over the other.
-    pub cpu_us: u64,
-    pub wall_s: f64,
-    pub cpu_percent: f64,
 }
 
 impl LabRelay {
@@ -181,44 +80,6 @@ impl LabRelay {
             },
         }
     }
-
-    /// The relay's line.
-    fn text(&self) -> String {
-        let dir = match self.direction {
-            Direction::Forward => "forward (client -> server)",
-            Direction::Return => "return (server -> client)",
-        };
-        format!(
-            "# lab relay {dir}: {} packets, {} bytes; queue drops {}, random-loss drops {}; peak \
-             queue {}; late deliveries {} (worst {:.3} ms); write errors {}; relay CPU {:.1} %{}",
-            self.packets,
-            self.bytes,
-            self.queue_drops,
-            self.loss_drops,
-            size_text(self.peak_queue_bytes),
-            self.late_deliveries,
-            self.worst_late_ns as f64 / 1e6,
-            self.write_errors,
-            self.cpu_percent,
-            if self.blackout_drops > 0 {
-                format!("; blackout drops {}", self.blackout_drops)
-            } else {
-                String::new()
-            },
-        )
-    }
-}
-
-/// What the lab says last, as `lab_end` (and in `lab` with `-J`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LabEnd {
-    /// Packets each TUN device's kernel queue dropped before its relay read them (outside
-    /// the emulated path); null when unknown.
-    pub tun_drops: Ends<Option<u64>>,
-    pub warnings: Vec<String>,
-    /// The namespaces teardown deleted.
-    pub removed: Vec<String>,
 }
 
 /// A warning for `warnings`, and its line where the lab prints lines (none when it was
@@ -337,76 +198,6 @@ enum LabEvent<'a> {
     End(&'a LabEnd),
 }
 
-/// The TUN devices' drops line.
-fn tun_text(drops: &Ends<Option<u64>>) -> String {
-    let count = |d: Option<u64>| d.map_or("?".into(), |d| d.to_string());
-    format!(
-        "# lab: TUN device drops (kernel queue, outside the emulated path): client {}, \
-         server {}",
-        count(drops.client),
-        count(drops.server)
-    )
-}
-
-/// A lab run's `-J` `lab` member read back (`pinperf report`): the lines its text run
-/// printed around the client's report. Each part is read on its own: one an older lab
-/// wrote without a later field is left out, not the others with it.
-#[derive(Debug, Clone)]
-pub struct SavedLab {
-    path: Option<LabPath>,
-    forward: Option<LabRelay>,
-    back: Option<LabRelay>,
-    end: LabEnd,
-    /// The document lists the namespaces teardown removed.
-    removed_known: bool,
-}
-
-impl SavedLab {
-    pub fn read(lab: &serde_json::Value) -> SavedLab {
-        fn part<T: serde::de::DeserializeOwned>(v: Option<&serde_json::Value>) -> Option<T> {
-            serde_json::from_value(v?.clone()).ok()
-        }
-        SavedLab {
-            path: part(lab.get("path")),
-            forward: part(lab.get("forward")),
-            back: part(lab.get("return")),
-            end: part(Some(lab)).unwrap_or_default(),
-            removed_known: lab.get("removed").is_some_and(serde_json::Value::is_array),
-        }
-    }
-
-    /// The path's line, printed before the client's report.
-    pub fn before(&self) -> Vec<String> {
-        self.path.iter().map(LabPath::text).collect()
-    }
-
-    /// The relays', the TUN devices', the warnings' and the teardown's lines, after it
-    /// (the document keeps warnings and notes in one list: each comes back as `# lab: `
-    /// and its words, without the run's `warning:` or `note:`).
-    pub fn after(&self) -> Vec<String> {
-        let mut lines: Vec<String> = [&self.forward, &self.back]
-            .into_iter()
-            .flatten()
-            .map(LabRelay::text)
-            .collect();
-        lines.push(tun_text(&self.end.tun_drops));
-        lines.extend(self.end.warnings.iter().map(|w| format!("# lab: {w}")));
-        let removed: Vec<String> = self
-            .end
-            .removed
-            .iter()
-            .map(|n| format!("netns {n}"))
-            .collect();
-        if self.removed_known {
-            lines.push(match removed.is_empty() {
-                true => "# lab: removed nothing (no namespace had been created)".into(),
-                false => format!("# lab: removed {}", removed.join(", ")),
-            });
-        }
-        lines
-    }
-}
-
 /// `-J`'s `lab` member. A part the run never reached is null.
 #[derive(Serialize)]
 struct LabMember<'a> {
@@ -433,9 +224,69 @@ impl Write for Captured {
     }
 }
 
+/// Where the report goes (stdout or `--logfile`), shared by the client's formatter and the
+/// lab's own lines so they come out in order.
+#[derive(Clone)]
+struct Sink(Arc<Mutex<Box<dyn Write + Send>>>);
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.lock().flush()
+    }
+}
+
+/// Both formatters hear every event: the report, and the document the side files are
+/// drawn from.
+struct Tee(Box<dyn Formatter>, Box<dyn Formatter>);
+
+impl Formatter for Tee {
+    fn header(&mut self, h: &crate::report::model::Header) -> io::Result<()> {
+        let _ = self.1.header(h);
+        self.0.header(h)
+    }
+    fn interval(&mut self, i: &crate::report::model::IntervalReport) -> io::Result<()> {
+        let _ = self.1.interval(i);
+        self.0.interval(i)
+    }
+    fn summary(&mut self, s: &crate::report::model::Summary) -> io::Result<()> {
+        let _ = self.1.summary(s);
+        self.0.summary(s)
+    }
+    fn failed(&mut self, error: &str) -> io::Result<()> {
+        let _ = self.1.failed(error);
+        self.0.failed(error)
+    }
+    fn cut_short(&mut self, s: &crate::report::model::Summary, error: &str) -> io::Result<()> {
+        let _ = self.1.cut_short(s, error);
+        self.0.cut_short(s, error)
+    }
+    fn stream_failed(&mut self, at: f64, error: &str) -> io::Result<()> {
+        let _ = self.1.stream_failed(at, error);
+        self.0.stream_failed(at, error)
+    }
+    fn server_output(&mut self, text: &str) -> io::Result<()> {
+        let _ = self.1.server_output(text);
+        self.0.server_output(text)
+    }
+}
+
 /// The lab's figures, and where they go in this run's format. Used by `run`'s thread only.
 pub struct LabOut {
     format: Format,
+    /// The client's text flags (`-T`, `-V`, `-f`, `--timestamps`).
+    text: crate::cli::TextArgs,
+    /// stdout, or `--logfile`.
+    sink: Sink,
+    /// `--plot`, `--html`, `--json-file`: written once the lab's figures are in, from the
+    /// client's document (`doc`) with them added.
+    files: Option<crate::render::SideFiles>,
+    doc: Captured,
+    /// Writing a side file failed.
+    files_error: Option<crate::error::Error>,
     /// Whether the lab's output could be written, as for the client's report: after a
     /// closed pipe or a write error nothing more is written.
     output: crate::report::Output,
@@ -451,9 +302,16 @@ pub struct LabOut {
 }
 
 impl LabOut {
-    pub fn new(format: Format) -> LabOut {
-        LabOut {
+    /// The lab's output in `format`, with the client's output flags `o`. Its files are
+    /// created now, before anything of the lab is.
+    pub fn new(format: Format, o: &crate::cli::OutputArgs) -> crate::error::Result<LabOut> {
+        Ok(LabOut {
             format,
+            text: o.text.clone(),
+            sink: Sink(Arc::new(Mutex::new(crate::render::report_writer(o)?))),
+            files: crate::render::SideFiles::create(o)?,
+            doc: Captured::default(),
+            files_error: None,
             output: crate::report::Output::default(),
             captured: Captured::default(),
             held: Vec::new(),
@@ -461,15 +319,58 @@ impl LabOut {
             forward: None,
             back: None,
             end: LabEnd::default(),
+        })
+    }
+
+    /// The formatter the client prints through: stdout (or `--logfile`), or with `-J` the
+    /// buffer the lab adds its figures to; and with side files, the document they take.
+    pub fn client_formatter(&self) -> Box<dyn Formatter> {
+        let out: Box<dyn Write + Send> = match self.format {
+            Format::Json => Box::new(self.captured.clone()),
+            _ => Box::new(self.sink.clone()),
+        };
+        let display = crate::render::display(self.format, &self.text, out);
+        match self.files {
+            None => display,
+            Some(_) => {
+                let doc = Box::new(self.doc.clone());
+                Box::new(Tee(
+                    display,
+                    crate::render::display(Format::Json, &self.text, doc),
+                ))
+            }
         }
     }
 
-    /// The formatter the client prints through: stdout, or with `-J` the buffer the lab
-    /// adds its figures to.
-    pub fn client_formatter(&self) -> Box<dyn Formatter> {
-        match self.format {
-            Format::Json => report::formatter(Format::Json, self.captured.clone()),
-            format => report::formatter(format, io::stdout()),
+    /// The lab's member of a document.
+    fn member(&self) -> LabMember<'_> {
+        LabMember {
+            path: self.path.as_ref(),
+            forward: self.forward.as_ref(),
+            back: self.back.as_ref(),
+            end: &self.end,
+        }
+    }
+
+    /// Writes the side files from the client's document with the lab's figures; none
+    /// (and no empty file) when the client wrote no document.
+    fn write_files(&mut self) {
+        let Some(files) = self.files.take() else {
+            return;
+        };
+        let captured = std::mem::take(&mut *self.doc.0.lock());
+        let text = with_lab(&captured, &self.member());
+        let test = text.as_deref().and_then(|t| match crate::saved::parse(t) {
+            Ok(crate::saved::Saved::Test(test)) => Some(test),
+            _ => None,
+        });
+        let (Some(test), Some(text)) = (test, text) else {
+            files.discard();
+            return;
+        };
+        if let Err(e) = files.write(&test, text.as_bytes()) {
+            note(&format!("pinperf lab: {e}"));
+            self.files_error = Some(crate::error::Error::io("the lab's side files", e));
         }
     }
 
@@ -509,6 +410,7 @@ impl LabOut {
     pub fn end(&mut self, removed: Vec<String>, failed: Vec<String>, line: &str) {
         self.end.removed = removed;
         self.end.warnings.extend(failed);
+        self.write_files();
         match self.format {
             Format::Text | Format::Csv | Format::Iperf3Json => {
                 self.line(line);
@@ -527,13 +429,7 @@ impl LabOut {
     /// lines on stderr.
     fn document(&mut self, line: &str) {
         let captured = std::mem::take(&mut *self.captured.0.lock());
-        let lab = LabMember {
-            path: self.path.as_ref(),
-            forward: self.forward.as_ref(),
-            back: self.back.as_ref(),
-            end: &self.end,
-        };
-        let (stdout, stderr) = match with_lab(&captured, &lab) {
+        let (stdout, stderr) = match with_lab(&captured, &self.member()) {
             Some(doc) => {
                 let warnings = self.held.iter().filter(|l| is_warning(l));
                 (doc.into_bytes(), warnings.cloned().collect::<Vec<_>>())
@@ -562,7 +458,15 @@ impl LabOut {
     /// `--json-lines`, whose events carry the figures.
     fn line(&mut self, line: &str) -> bool {
         match self.format {
-            Format::Text => self.write(format!("{line}\n").as_bytes(), true),
+            // With the client's prefixes (`--timestamps`, `-T`), as its own lines.
+            Format::Text => {
+                let prefix = crate::prefix::line_prefix(
+                    self.text.timestamps.as_deref(),
+                    self.text.title.as_deref(),
+                )
+                .unwrap_or_default();
+                self.write(format!("{prefix}{line}\n").as_bytes(), true)
+            }
             Format::Csv | Format::Iperf3Json => self.write(format!("{line}\n").as_bytes(), false),
             Format::Json => {
                 self.held.push(line.to_string());
@@ -592,7 +496,7 @@ impl LabOut {
             return false;
         }
         let written = if stdout {
-            let mut out = io::stdout().lock();
+            let mut out = self.sink.0.lock();
             out.write_all(bytes).and_then(|()| out.flush())
         } else {
             io::stderr().lock().write_all(bytes)
@@ -609,6 +513,11 @@ impl LabOut {
         self.output
             .error()
             .filter(|e| !matches!(e, crate::error::Error::OutputClosed))
+            .or_else(|| {
+                self.files_error
+                    .as_ref()
+                    .map(|e| crate::error::Error::Test(e.to_string()))
+            })
     }
 }
 
@@ -645,25 +554,10 @@ fn with_lab(doc: &[u8], lab: &impl Serialize) -> Option<String> {
     Some(out)
 }
 
-fn rate_text(bps: u64) -> String {
-    if bps >= 1_000_000_000 {
-        format!("{} Gbit/s", bps as f64 / 1e9)
-    } else {
-        format!("{} Mbit/s", bps as f64 / 1e6)
-    }
-}
-
-fn size_text(bytes: u64) -> String {
-    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
-}
-
-fn cpu_text(cpu: Option<usize>) -> String {
-    cpu.map_or("unpinned".into(), |c| format!("cpu{c}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::saved::lab::SavedLab;
 
     /// A part an older lab wrote without a later field is left out, not the rest; a
     /// document without `removed` says nothing of teardown (it said "removed nothing").

@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+pub mod lab;
+
 use crate::compare::CompareDoc;
 use crate::error::{Error, Result};
 use crate::report::Formatter;
@@ -16,7 +18,7 @@ use crate::report::json::Document;
 pub(crate) struct SavedTest {
     pub doc: Document,
     pub lab_rate_bps: Option<u64>,
-    pub lab: Option<crate::lab::report::SavedLab>,
+    pub lab: Option<lab::SavedLab>,
 }
 
 /// What a saved file holds.
@@ -104,7 +106,7 @@ fn parse_test(value: serde_json::Value, what: &str) -> std::result::Result<Saved
     let lab = value
         .get("lab")
         .filter(|l| l.is_object())
-        .map(crate::lab::report::SavedLab::read);
+        .map(lab::SavedLab::read);
     let doc: Document = serde_json::from_value(value).map_err(|e| format!("not a {what}: {e}"))?;
     Ok(Saved::Test(Box::new(SavedTest {
         doc,
