@@ -6,7 +6,7 @@ mod util;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pinperf::protocol::{self, ControlMsg};
 use util::{Row, Server, Spawned, byte_totals, free_port, is_interval_row, pinperf, rows, threads};
@@ -554,7 +554,9 @@ fn a_server_that_vanishes_mid_reverse_udp_test_fails_the_client_quickly() {
 fn server_vanishes(way: &[&str]) {
     let mut server = Server::start(&[]);
     let port = server.port_arg();
-    let test = Duration::from_secs(10);
+    // A client that did not notice would still be running its -t 60 when `finish` kills
+    // it at LIMIT: the exit code tells the two apart, whatever the machine's load (a
+    // threshold on the time it took to notice failed on a busy CI host).
     let mut args = vec![
         "-c",
         "127.0.0.1",
@@ -563,7 +565,7 @@ fn server_vanishes(way: &[&str]) {
         "-P",
         "2",
         "-t",
-        "10",
+        "60",
         "-i",
         "0.2",
     ];
@@ -575,16 +577,11 @@ fn server_vanishes(way: &[&str]) {
         EVENT,
     );
     server.child.kill().unwrap();
-    // Had the client not noticed, it would run out its -t 10; "quickly" is relative to that
-    // (no absolute threshold: a busy machine slows everything, not just the client).
-    let left = test.saturating_sub(client.elapsed());
-    let killed = Instant::now();
     let run = client.finish(LIMIT);
-    let noticed = killed.elapsed();
-    assert_eq!(run.code(), Some(1), "{way:?}{}", run.explain());
-    assert!(
-        noticed < left / 2,
-        "{way:?}: the client took {noticed:?} to notice, with {left:?} of its test left{}",
+    assert_eq!(
+        run.code(),
+        Some(1),
+        "{way:?}: the client did not end on its own{}",
         run.explain()
     );
     let stderr = run.stderr();
