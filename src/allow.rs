@@ -5,7 +5,7 @@
 //! the control port too). Plain data, no sockets.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 /// One `ADDR/LEN` network.
@@ -35,7 +35,46 @@ impl Cidr {
                 .filter(|&l| l <= max)
                 .ok_or_else(|| format!("{text}: prefix length must be 0 to {max}"))?,
         };
-        Ok(Cidr { addr, len })
+        // An IPv4-mapped network is the IPv4 one: a client's mapped address is matched
+        // as IPv4, so kept as IPv6 it would match nothing.
+        let (addr, len) = match addr {
+            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() && len >= 96 => (
+                IpAddr::V4(v6.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED)),
+                len - 96,
+            ),
+            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
+                return Err(format!(
+                    "{text}: an IPv4-mapped network needs a prefix of 96 or more \
+                     (::ffff:0:0/96 is every IPv4 address)"
+                ));
+            }
+            other => (other, len),
+        };
+        let cidr = Cidr { addr, len };
+        // Host bits past the prefix are a typo for one of two lists, not a guess to make.
+        let network = cidr.network();
+        if network != addr {
+            return Err(format!(
+                "{text}: host bits are set past the /{len}: {network}/{len} for the network, \
+                 or {addr} alone for the host"
+            ));
+        }
+        Ok(cidr)
+    }
+
+    /// The address with the bits past the prefix cleared.
+    fn network(&self) -> IpAddr {
+        let keep = |bits: u32| match u32::from(self.len) {
+            0 => 0,
+            l => u128::MAX << (bits - l),
+        };
+        match self.addr {
+            IpAddr::V4(v4) => {
+                let mask = keep(32) as u32;
+                IpAddr::V4(Ipv4Addr::from_bits(v4.to_bits() & mask))
+            }
+            IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & keep(128))),
+        }
     }
 
     /// True when `ip` is inside this network (an IPv4-mapped IPv6 address counts as IPv4).
@@ -171,6 +210,11 @@ mod tests {
             Cidr::parse("127.0.0.2/32").unwrap().to_string(),
             "127.0.0.2/32"
         );
+        // An IPv4-mapped network is its IPv4 network, and matches a client either way.
+        let mapped = parse_list(&["::ffff:127.0.0.2/128".into()]).unwrap();
+        assert_eq!(mapped[0].to_string(), "127.0.0.2/32");
+        assert!(allowed(&mapped, ip("127.0.0.2")) && allowed(&mapped, ip("::ffff:127.0.0.2")));
+        assert!(!allowed(&mapped, ip("127.0.0.3")));
     }
 
     #[test]
@@ -181,6 +225,16 @@ mod tests {
                 "--allow 10.0.0.0/33: prefix length must be 0 to 32",
             ),
             ("::/129", "--allow ::/129: prefix length must be 0 to 128"),
+            (
+                "127.0.0.2/8",
+                "--allow 127.0.0.2/8: host bits are set past the /8: 127.0.0.0/8 for the \
+                 network, or 127.0.0.2 alone for the host",
+            ),
+            (
+                "::ffff:10.0.0.0/64",
+                "--allow ::ffff:10.0.0.0/64: an IPv4-mapped network needs a prefix of 96 or \
+                 more (::ffff:0:0/96 is every IPv4 address)",
+            ),
             (
                 "10.0.0/8",
                 "--allow \"10.0.0/8\" is not an address or CIDR (e.g. 192.0.2.0/24, 2001:db8::/32)",
