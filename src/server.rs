@@ -1618,10 +1618,13 @@ fn accept_streams(
                             arrived += 1;
                             wait.arrived();
                         }
-                        _ => log!(
-                            quiet,
-                            "pinperf: data connection from {from} ignored: wrong test cookie or stream id"
+                        _ if !quiet => serverlog::refused(
+                            from,
+                            None,
+                            "cookie",
+                            "a data connection with a wrong test cookie or stream id",
                         ),
+                        _ => {}
                     }
                 }
             }
@@ -1691,10 +1694,11 @@ fn admit_pending(
     quiet: bool,
 ) {
     if from.ip() != peer.ip() {
-        log!(
-            quiet,
-            "pinperf: data connection from {from} ignored: the test belongs to {peer}"
-        );
+        // A refusal like any other, so a log rule on "refused client" sees it.
+        if !quiet {
+            let reason = format!("a data connection, but the test belongs to {peer}");
+            serverlog::refused(from, None, "stranger", &reason);
+        }
         return;
     }
     if sock.set_nonblocking(true).is_err() {
