@@ -169,7 +169,7 @@ impl Handshake {
                 self.state = State::Done;
                 let reason = format!(
                     "{} speaks protocol {version}; this server ({SOFTWARE}) speaks {PROTOCOL_VERSION}",
-                    printable(&software)
+                    crate::protocol::printable(&software, 64)
                 );
                 Step::Refuse(Refusal::plain("version", reason, None))
             }
@@ -262,11 +262,6 @@ impl Handshake {
             (State::Done, other) => expected("nothing more", &other),
         }
     }
-}
-
-/// A peer's free text, shortened and without control characters, for a message.
-fn printable(text: &str) -> String {
-    text.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
 /// One handshake in progress.

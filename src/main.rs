@@ -17,8 +17,14 @@ fn main() -> ExitCode {
             None => ExitCode::SUCCESS,
         },
         Err(err) => {
-            // A closed stderr loses the message, not the exit code.
-            let _ = std::io::stderr().write_all(format!("pinperf: {err}\n").as_bytes());
+            // A closed stderr loses the message, not the exit code. A test's error may carry
+            // a peer's words (a server's refusal): its control characters are escaped.
+            // Usage errors are this program's own, with their newlines.
+            let text = match &err {
+                pinperf::Error::Usage(_) => err.to_string(),
+                _ => pinperf::protocol::printable(&err.to_string(), usize::MAX),
+            };
+            let _ = std::io::stderr().write_all(format!("pinperf: {text}\n").as_bytes());
             if let Some(sig) = pinperf::stop_signal() {
                 let _ = std::io::stdout().flush();
                 pinperf::die_by_signal(sig);

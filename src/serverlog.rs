@@ -65,7 +65,11 @@ pub fn set_output(log: &LogOutput) -> Result<()> {
 
 /// Writes one line, prefixes included, in one write; a write that fails loses the line
 /// (see the module's note), and the next starts a line of its own.
+/// One text line of the log. Peer-supplied words reach it inside messages (a refused
+/// congestion control name, a user name): control characters are escaped here, once
+/// for every line, so a peer can neither forge a line nor drive a terminal.
 fn write_line(line: &str) {
+    let line = &crate::protocol::printable(line, usize::MAX);
     match OUT.lock().as_mut() {
         Some(sink) => {
             let prefix =

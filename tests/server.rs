@@ -1263,6 +1263,40 @@ fn a_half_sent_cookie_is_named_in_the_log() {
     );
 }
 
+/// A peer's words reach the log escaped: an iperf3 client's congestion control name
+/// carrying a newline, a forged refusal and a terminal escape is refused on one line,
+/// and no line of the log is the forged one.
+#[test]
+fn a_peers_words_cannot_forge_a_log_line() {
+    let mut server = Server::start(&[]);
+    let mut c = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    c.set_read_timeout(Some(LIMIT)).unwrap();
+    c.write_all(b"abcdefghijklmnopqrstuvwxyz0123456789\0")
+        .unwrap();
+    let mut state = [0u8; 1];
+    c.read_exact(&mut state).unwrap();
+    assert_eq!(state[0], 9, "PARAM_EXCHANGE");
+    let forged = "x\npinperf: refused client 203.0.113.7:5555 (user alice): wrong secret\u{1b}[2K";
+    let params = serde_json::json!({
+        "tcp": true, "omit": 0, "time": 1, "parallel": 1, "len": 131072, "congestion": forged,
+    })
+    .to_string();
+    c.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(params.as_bytes()).unwrap();
+    let line = server.wait_for_log("203.0.113.7", LIMIT);
+    let log = server.log();
+    assert!(
+        line.contains("x\\u{a}pinperf: refused client 203.0.113.7:5555"),
+        "the name escaped on the refusal's line: {line}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("pinperf: refused client 203.0.113.7"))
+            && !log.contains('\u{1b}'),
+        "{log}"
+    );
+}
+
 /// `-s -B` with an address this host does not have names the flag (it said only "bind
 /// 198.18.255.254:...: Cannot assign requested address"; helper-53). No packet is sent:
 /// 198.18.0.0/15 is the benchmarking range, and the bind fails first.

@@ -415,7 +415,10 @@ impl Params {
                 "burst" => "-b RATE/BURST (a burst)".into(),
                 "authtoken" => "--username (authentication)".into(),
                 "dont_fragment" => "--dont-fragment".into(),
-                other => format!("iperf3 parameter '{}'", printable(other)),
+                other => format!(
+                    "iperf3 parameter '{}'",
+                    crate::protocol::printable(other, 64)
+                ),
             };
             return Err(match key.as_str() {
                 "sctp" => Unsupported {
@@ -559,10 +562,6 @@ pub fn code_for(reason: &str) -> i32 {
         "-N" => IESETNODELAY,
         _ => IEUNIMP,
     }
-}
-
-fn printable(text: &str) -> String {
-    text.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
 /// One stream's entry in a results document. iperf3 writes -1 through an unsigned

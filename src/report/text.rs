@@ -630,6 +630,8 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     /// failed before its header printed nothing for it to stand beside.
     fn failed(&mut self, error: &str) -> io::Result<()> {
         if self.started && !self.said_failure {
+            // The error may carry a peer's words: no control character reaches the report.
+            let error = crate::protocol::printable(error, usize::MAX);
             writeln!(self.out, "# failed: {error}")?;
         }
         self.out.flush()
