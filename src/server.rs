@@ -967,9 +967,21 @@ fn iperf3_session(
     if let Some(test) = shared.iperf3.lock().as_ref()
         && test.cookie == cookie
     {
+        // Anyone on the path can read the cookie: only the test's client adds streams.
         if shared.pending.remove(id) {
-            let _ = ctl.sock.set_read_timeout(None);
-            let _ = test.streams.send((id, ctl.sock));
+            match peer.ip() == test.client.ip() {
+                true => {
+                    let _ = ctl.sock.set_read_timeout(None);
+                    let _ = test.streams.send((id, ctl.sock));
+                }
+                false => {
+                    let reason = format!(
+                        "an iperf3 stream connection, but the test belongs to {}",
+                        test.client
+                    );
+                    log_refused(cfg, peer, None, "stranger", &reason);
+                }
+            }
         }
         return None;
     }
@@ -1020,6 +1032,7 @@ fn iperf3_session(
     let (tx, rx) = crossbeam_channel::unbounded();
     *shared.iperf3.lock() = Some(i3::Registered {
         cookie,
+        client: peer,
         streams: tx,
     });
     let opening = i3::opening_line(peer, &admitted.test);

@@ -1297,6 +1297,32 @@ fn a_peers_words_cannot_forge_a_log_line() {
     );
 }
 
+/// An iperf3 test's stream connections come from its client only: the cookie, which
+/// anyone on the path can read, does not let another address add a stream.
+#[test]
+fn an_iperf3_tests_streams_come_from_its_client_only() {
+    let mut server = Server::start(&[]);
+    let _held = util::iperf3::stalled_in_setup(server.port);
+    let stranger =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: SocketAddr = "127.0.0.2:0".parse().unwrap();
+    stranger.bind(&from.into()).unwrap();
+    let to: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    stranger.connect(&to.into()).unwrap();
+    let mut stranger = TcpStream::from(stranger);
+    stranger
+        .write_all(b"abcdefghijklmnopqrstuvwxyz0123456789\0")
+        .unwrap();
+    let line = server.wait_for_log("refused client 127.0.0.2:", LIMIT);
+    assert!(
+        line.contains(": an iperf3 stream connection, but the test belongs to 127.0.0.1:"),
+        "{line}"
+    );
+    // Refused: the server closes it.
+    stranger.set_read_timeout(Some(LIMIT)).unwrap();
+    assert_eq!(stranger.read(&mut [0u8; 1]).unwrap_or(0), 0);
+}
+
 /// `-s -B` with an address this host does not have names the flag (it said only "bind
 /// 198.18.255.254:...: Cannot assign requested address"; helper-53). No packet is sent:
 /// 198.18.0.0/15 is the benchmarking range, and the bind fails first.

@@ -79,6 +79,8 @@ pub(crate) fn read_params(
 /// The running iperf3 test's cookie and where its stream connections go.
 pub(crate) struct Registered {
     pub cookie: [u8; super::COOKIE_SIZE],
+    /// The test's client: stream connections from elsewhere are refused.
+    pub client: std::net::SocketAddr,
     pub streams: crossbeam_channel::Sender<(u64, TcpStream)>,
 }
 
