@@ -17,13 +17,10 @@ fn main() -> ExitCode {
             None => ExitCode::SUCCESS,
         },
         Err(err) => {
-            // A closed stderr loses the message, not the exit code. A test's error may carry
-            // a peer's words (a server's refusal): its control characters are escaped.
-            // Usage errors are this program's own, with their newlines.
-            let text = match &err {
-                pinperf::Error::Usage(_) => err.to_string(),
-                _ => pinperf::protocol::printable(&err.to_string(), usize::MAX),
-            };
+            // A closed stderr loses the message, not the exit code. An error may carry a
+            // peer's words (a server's refusal): control characters other than newlines
+            // and tabs are escaped, so no escape sequence reaches the terminal.
+            let text = pinperf::protocol::printable_lines(&err.to_string());
             let _ = std::io::stderr().write_all(format!("pinperf: {text}\n").as_bytes());
             if let Some(sig) = pinperf::stop_signal() {
                 let _ = std::io::stdout().flush();

@@ -964,21 +964,25 @@ fn iperf3_session(
         }
         return None;
     }
-    if let Some(test) = shared.iperf3.lock().as_ref()
-        && test.cookie == cookie
-    {
+    // The running iperf3 test's client and streams, when this is its cookie (the lock is
+    // not held while logging: a blocked log must not stall the test's end).
+    let running = shared
+        .iperf3
+        .lock()
+        .as_ref()
+        .filter(|test| test.cookie == cookie)
+        .map(|test| (test.client, test.streams.clone()));
+    if let Some((client, streams)) = running {
         // Anyone on the path can read the cookie: only the test's client adds streams.
         if shared.pending.remove(id) {
-            match peer.ip() == test.client.ip() {
+            match peer.ip() == client.ip() {
                 true => {
                     let _ = ctl.sock.set_read_timeout(None);
-                    let _ = test.streams.send((id, ctl.sock));
+                    let _ = streams.send((id, ctl.sock));
                 }
                 false => {
-                    let reason = format!(
-                        "an iperf3 stream connection, but the test belongs to {}",
-                        test.client
-                    );
+                    let reason =
+                        format!("an iperf3 stream connection, but the test belongs to {client}");
                     log_refused(cfg, peer, None, "stranger", &reason);
                 }
             }

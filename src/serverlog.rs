@@ -2,7 +2,7 @@
 //! (`pinperf: …`, the default) or, with `--log-format json`, one JSON object per line for
 //! journald and fail2ban. Every line has `time` (Unix seconds) and `event`: `listening`,
 //! `refused` (with `why`, a fixed word a filter can match: `allow`, `rate`, `busy`,
-//! `auth`, `params`, `version`, `handshake`, `fds`), `test_start` (peer, user,
+//! `auth`, `params`, `version`, `handshake`, `fds`, `stranger`, `cookie`), `test_start` (peer, user,
 //! parameters), `test_end` (peer, user, totals), `error`, and `message` for anything else.
 //! Text lines start with `--timestamps`'s time and `-T`'s title, as iperf3 -s's do. Any
 //! thread may log; each line is written whole, and a log nobody reads any more (a closed
@@ -65,11 +65,7 @@ pub fn set_output(log: &LogOutput) -> Result<()> {
 
 /// Writes one line, prefixes included, in one write; a write that fails loses the line
 /// (see the module's note), and the next starts a line of its own.
-/// One text line of the log. Peer-supplied words reach it inside messages (a refused
-/// congestion control name, a user name): control characters are escaped here, once
-/// for every line, so a peer can neither forge a line nor drive a terminal.
 fn write_line(line: &str) {
-    let line = &crate::protocol::printable(line, usize::MAX);
     match OUT.lock().as_mut() {
         Some(sink) => {
             let prefix =
@@ -103,7 +99,11 @@ fn emit(event: &str, fields: Value, text: impl FnOnce() -> Option<String>) {
         }
         write_line(&Value::Object(obj).to_string());
     } else if let Some(line) = text() {
-        write_line(&line);
+        // Peer-supplied words reach text lines inside messages (a refused congestion
+        // control name, a user name): their control characters are escaped here, once for
+        // every line, so a peer can neither forge a line nor drive a terminal. JSON lines
+        // are serde's, whose escapes are JSON's.
+        write_line(&crate::protocol::printable(&line, usize::MAX));
     }
 }
 

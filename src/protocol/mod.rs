@@ -548,6 +548,19 @@ pub fn printable(text: &str, max: usize) -> String {
     out
 }
 
+/// Like [`printable`] for a message that may span lines of its own (an error carrying a
+/// tool's output): newlines and tabs stay, every other control character is escaped.
+pub fn printable_lines(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        match c.is_control() && c != '\n' && c != '\t' {
+            true => out.extend(c.escape_unicode()),
+            false => out.push(c),
+        }
+    }
+    out
+}
+
 /// Set in every cookie's first byte on the wire (its least significant): a connection to
 /// the control port that opens with a byte at or above 0x80 is a [`DataHello`], neither
 /// pinperf's preamble nor an iperf3 cookie (both ASCII), so one port serves them all.

@@ -631,7 +631,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     fn failed(&mut self, error: &str) -> io::Result<()> {
         if self.started && !self.said_failure {
             // The error may carry a peer's words: no control character reaches the report.
-            let error = crate::protocol::printable(error, usize::MAX);
+            let error = crate::protocol::printable_lines(error);
             writeln!(self.out, "# failed: {error}")?;
         }
         self.out.flush()
