@@ -29,7 +29,7 @@ pub fn admission(rtt: Duration) -> Duration {
 
 /// How long past a handshake's deadline the acceptor cuts it. The handshake's own reads
 /// time out at the deadline and say what the peer did ("sent nothing on the control
-/// connection in time"); the cut is for one stuck elsewhere (helper-51: cut at the
+/// connection in time"); the cut is for one stuck elsewhere (cut at the
 /// deadline, identical silent peers were logged with either wording).
 pub const HANDSHAKE_CUT_AFTER: Duration = Duration::from_millis(500);
 

@@ -641,7 +641,7 @@ mod tests {
     }
 
     /// A stream the peer reset, with the control connection failed too (destroyed here,
-    /// and the peer then reset its streams; helper-52): the control's failure leads, this
+    /// and the peer then reset its streams): the control's failure leads, this
     /// end's stream follows. The stream alone, when the control has nothing to say.
     #[test]
     fn a_failed_control_connection_leads_a_streams_reset() {

@@ -319,9 +319,9 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     // A sender that -b held below the path's rate: its socket buffer empties between
     // pieces (nothing unsent beyond a block at the end), and the wait is elsewhere (the
     // receiver waking to read and echo, delayed ACKs between paced pieces), which no -w
-    // shortens (helper-46: -b 100M on loopback was told of a standing queue and -w 64k,
+    // shortens (-b 100M on loopback was told of a standing queue and -w 64k,
     // which changed nothing). Paced at about the bottleneck's rate a queue does stand
-    // (helper-47: lab --rate 100M -b 100M, 1.5 MiB unsent and growing): the rate alone
+    // (lab --rate 100M -b 100M, 1.5 MiB unsent and growing): the rate alone
     // does not tell the two apart.
     let emptied = e.streams.iter().all(|s| {
         s.notsent_bytes
@@ -917,7 +917,7 @@ mod tests {
         assert_eq!(long_drain(0.0, 15.0, 15.3, 1 << 20, false), None);
         assert!(line.contains("the last row covers that drain"), "{line}");
         // Against an iperf3 server the rows are this end's writes: none covers the drain
-        // (helper-51: `-l 1` said the last row did, and it ended at 2.0 of 3.6 s).
+        // (`-l 1` said the last row did, and it ended at 2.0 of 3.6 s).
         let line = long_drain(0.0, 2.0, 3.6, 1 << 20, true).unwrap();
         assert!(
             line.contains("; the totals cover that drain (the rows are this end's writes"),
@@ -973,7 +973,7 @@ mod tests {
         h
     }
 
-    /// Issue 15: `-l 64M -w 64k` on loopback (27896 Mb/s, path 4 µs, block RTT 19.241 ms)
+    /// `-l 64M -w 64k` on loopback (27896 Mb/s, path 4 µs, block RTT 19.241 ms)
     /// reported a 64 MiB standing queue and advised `-w 64k`, the window in use. 64 MiB
     /// take 19.24 ms to write at that rate: the wait is the block's own write time.
     #[test]
@@ -1014,7 +1014,7 @@ mod tests {
         );
     }
 
-    /// helper-46: `-b 100M` on loopback (block RTT 1.07 ms, path 6 us, 4 MiB autotuned) was
+    /// `-b 100M` on loopback (block RTT 1.07 ms, path 6 us, 4 MiB autotuned) was
     /// told of a 13 KiB standing queue in the socket buffers and `-w 64k`, which changed
     /// nothing. A sender held to -b leaves no queue in them; one that fell short of -b
     /// (the path took less) still gets the queue and the advice.
@@ -1037,7 +1037,7 @@ mod tests {
             "{d:?}"
         );
         // At about the bottleneck's rate a queue stands: 1.5 MiB unsent at the end, or a
-        // wait past any delayed ACK (helper-47's lab run: 75 to 122 ms on a 10 ms path).
+        // wait past any delayed ACK (a lab run: 75 to 122 ms on a 10 ms path).
         let mut queued = row(0, 1000, 10_000, 90_000.0, 0);
         queued.notsent_bytes = Some(1_560_000);
         let d = one_stream(&h, queued.clone(), 95.4e6);
@@ -1047,7 +1047,7 @@ mod tests {
         assert!(d[0].contains("a standing queue of about"), "{d:?}");
     }
 
-    /// Issue 15: `-w 1k` (granted 4608 and 2304 B) at 160 Mb/s with a block RTT of 7.46 ms
+    /// `-w 1k` (granted 4608 and 2304 B) at 160 Mb/s with a block RTT of 7.46 ms
     /// reported a 145.6 KiB queue in 4.5 KiB buffers and advised `-w 64k`. A 128 KiB block
     /// takes 6.55 ms to write: the rest is under a millisecond, no queue, no advice.
     #[test]
@@ -1097,7 +1097,7 @@ mod tests {
         assert!(d[1].contains("; -w 64k should keep the rate"), "{d:?}");
     }
 
-    /// Issue 15: a 1 Mb/s lab test printed `0 Mb/s x 21.182 ms`. Small rates keep their
+    /// A 1 Mb/s lab test printed `0 Mb/s x 21.182 ms`. Small rates keep their
     /// figures; no rate at all sizes nothing.
     #[test]
     fn small_rates_are_worded_and_no_rate_sizes_nothing() {
@@ -1197,7 +1197,7 @@ mod tests {
     }
 
     /// `-b 1M` of 128k blocks sends one block every 1.05 s: empty 0.5 s intervals are the
-    /// pacing's (helper-31: "no data moved" at -b 1); at -b 100M they are a stall.
+    /// pacing's ("no data moved" at -b 1); at -b 100M they are a stall.
     #[test]
     fn a_pacing_slower_than_a_block_per_interval_is_not_a_stall() {
         let test = log(
@@ -1224,7 +1224,7 @@ mod tests {
         assert!(said(100_000_000), "-b 100M");
     }
 
-    /// A paused sender (issue 15: SIGSTOP from 1.3 s to 3.8 s of `-t 3`) and a stream
+    /// A paused sender (SIGSTOP from 1.3 s to 3.8 s of `-t 3`) and a stream
     /// that read nothing while the others ran: each said with when and how long.
     #[test]
     fn stalls_are_said_with_when_and_how_long() {
@@ -1263,7 +1263,7 @@ mod tests {
         );
         assert!(d[2].contains("stream 1 read nothing in 1 of 8"), "{d:?}");
         // Both streams read nothing in the 3 stalled intervals: not starved "while others
-        // ran" (issue 15's paused client printed that too).
+        // ran" (a paused client printed that too).
         let d = diagnose(&Evidence {
             header: &h,
             streams: &streams,
@@ -1305,7 +1305,7 @@ mod tests {
         );
     }
 
-    /// Issue 15: a lab run with 44 220 retransmits had no line about them.
+    /// A lab run with 44 220 retransmits had no line about them.
     #[test]
     fn many_retransmits_get_a_line() {
         let mut h = header(1 << 20);
@@ -1418,7 +1418,7 @@ mod tests {
             forward.contains("its buffer is 128k, up to the server's --max-window"),
             "{forward}"
         );
-        // -R, and --bidir's server-to-client direction (helper-47: it named the server's).
+        // -R, and --bidir's server-to-client direction (it named the server's).
         let reverse = udp_receiver_drops(&u, &h, true).unwrap();
         assert!(reverse.contains("(its buffer is 4M)"), "{reverse}");
         assert_eq!(

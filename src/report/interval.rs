@@ -346,7 +346,7 @@ mod tests {
 
     /// A server's receivers: records a round trip (600 ms) after its clock started fall in
     /// the intervals of the senders' clock, and the test ends where the senders stopped
-    /// (helper-44: a 3 s UDP test over 600 ms ran 3.6 s at 83 % of -b, "the sending host
+    /// (a 3 s UDP test over 600 ms ran 3.6 s at 83 % of -b, "the sending host
     /// could not keep up").
     #[test]
     fn receivers_records_are_cut_on_the_senders_clock() {
@@ -614,7 +614,7 @@ mod tests {
     }
 
     /// Stopped inside the second-to-last interval: the planned last one, which began
-    /// after the last record, is not made (review: `--peer iperf3 -t 4` stopped at 2.5 s
+    /// after the last record, is not made (`--peer iperf3 -t 4` stopped at 2.5 s
     /// printed a 3.000-4.000 row of 0.000); a test that ran its course keeps it.
     #[test]
     fn a_stopped_test_makes_no_last_interval_after_its_last_record() {
@@ -661,8 +661,8 @@ mod tests {
     }
 
     /// Stopped inside the planned last interval (`-t 3 -i 5` interrupted at 2.1 s, or
-    /// `-i 2` at 2.01 s): it ends at the last record, not at the planned end (helper-35:
-    /// rows and totals "up to 3.000 s" for a test stopped at 2.1 s, the rate 30 % low).
+    /// `-i 2` at 2.01 s): it ends at the last record, not at the planned end
+    /// (rows and totals "up to 3.000 s" for a test stopped at 2.1 s, the rate 30 % low).
     #[test]
     fn a_test_stopped_in_its_last_interval_ends_it_at_the_last_record() {
         let ms = 1_000_000;

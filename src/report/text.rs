@@ -1051,8 +1051,8 @@ mod tests {
         );
     }
 
-    /// `-S`: the header says the TOS the socket carries, not only what was asked (review:
-    /// `-S 0x2b` claimed 0x2b on both ends while TCP carried 0x28), and an iperf3 server
+    /// `-S`: the header says the TOS the socket carries, not only what was asked
+    /// (`-S 0x2b` claimed 0x2b on both ends while TCP carried 0x28), and an iperf3 server
     /// was only asked.
     #[test]
     fn the_header_says_the_tos_the_data_carries_and_who_was_asked() {
@@ -1175,7 +1175,7 @@ mod tests {
             .to_string()
     }
 
-    /// Issue 15: "Linux grants twice the request" was printed at `-w 1k` (granted the
+    /// "Linux grants twice the request" was printed at `-w 1k` (granted the
     /// kernel's minimum, 4608 and 2304 B) and when a cap halved the grant.
     #[test]
     fn the_header_says_what_was_granted_and_why() {
@@ -1190,7 +1190,7 @@ mod tests {
             ),
             "{line}"
         );
-        // An iperf3 server reports no sizes (0): asked for -w, not "autotuned" (helper-31).
+        // An iperf3 server reports no sizes (0): asked for -w, not "autotuned".
         let line = header_line(4 << 20, (8 << 20, 8 << 20), (0, 0));
         assert!(
             line.ends_with(
