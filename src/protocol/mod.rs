@@ -538,22 +538,19 @@ pub(crate) fn new_cookie() -> Result<u64> {
 /// escapes included) written as `\u{..}`, at most `max` characters, so nothing a peer says
 /// can forge a line of a log or drive a terminal.
 pub fn printable(text: &str, max: usize) -> String {
-    let mut out = String::new();
-    for c in text.chars().take(max) {
-        match c.is_control() {
-            true => out.extend(c.escape_unicode()),
-            false => out.push(c),
-        }
-    }
-    out
+    escaped(text.chars().take(max), |_| false)
 }
 
 /// Like [`printable`] for a message that may span lines of its own (an error carrying a
 /// tool's output): newlines and tabs stay, every other control character is escaped.
 pub fn printable_lines(text: &str) -> String {
+    escaped(text.chars(), |c| c == '\n' || c == '\t')
+}
+
+fn escaped(chars: impl Iterator<Item = char>, keep: impl Fn(char) -> bool) -> String {
     let mut out = String::new();
-    for c in text.chars() {
-        match c.is_control() && c != '\n' && c != '\t' {
+    for c in chars {
+        match c.is_control() && !keep(c) {
             true => out.extend(c.escape_unicode()),
             false => out.push(c),
         }
@@ -574,6 +571,22 @@ pub(crate) fn opens_a_stream(first: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer's words lose their control characters (a forged line, a terminal escape);
+    /// a message of lines keeps its newlines and tabs only.
+    #[test]
+    fn a_peers_words_are_escaped_for_logs_and_terminals() {
+        let words = "x\npinperf: refused\u{1b}]0;title\u{7}\tend";
+        assert_eq!(
+            printable(words, 100),
+            "x\\u{a}pinperf: refused\\u{1b}]0;title\\u{7}\\u{9}end"
+        );
+        assert_eq!(printable(words, 3), "x\\u{a}p");
+        assert_eq!(
+            printable_lines(words),
+            "x\npinperf: refused\\u{1b}]0;title\\u{7}\tend"
+        );
+    }
 
     fn peer() -> SocketAddr {
         "192.0.2.1:5301".parse().unwrap()
