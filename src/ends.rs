@@ -43,6 +43,17 @@ impl Socks {
         }
     }
 
+    /// Duplicates of every data socket, for [`crate::bounds::Bounds`].
+    pub(crate) fn duplicates(&self) -> Vec<std::os::fd::OwnedFd> {
+        use crate::bounds::Bounds;
+        match self {
+            Socks::Tcp(v) | Socks::TcpIperf3(v) => {
+                Bounds::duplicate(&v.iter().map(|s| &s.data).collect::<Vec<_>>())
+            }
+            Socks::Udp(v) | Socks::UdpAs(v, _) => Bounds::duplicate(v),
+        }
+    }
+
     /// The TOS byte the first data socket carries, as the kernel keeps it (`-S`).
     pub(crate) fn tos(&self) -> Option<u8> {
         match self {

@@ -19,6 +19,9 @@ pub enum Error {
     Protocol { peer: SocketAddr, what: String },
     /// The test ran but failed (a stream died, the peer vanished, a deadline passed).
     Test(String),
+    /// The server cut a running test for what its client did, not what it asked: past its
+    /// end and drain, or over `--max-rate`. Logged among refusals.
+    Exceeded(String),
     /// This part (a stream) stopped because the test was called off: never a cause.
     Aborted(String),
     /// Nobody reads the output any more (a closed pipe, `| head`): stop quietly.
@@ -75,7 +78,7 @@ impl fmt::Display for Error {
                 write!(f, "server {peer} refused the test: {reason}")
             }
             Error::Protocol { peer, what } => write!(f, "protocol error with {peer}: {what}"),
-            Error::Test(msg) => write!(f, "{msg}"),
+            Error::Test(msg) | Error::Exceeded(msg) => write!(f, "{msg}"),
             Error::OutputClosed => write!(f, "the output was closed"),
             Error::Aborted(who) => write!(f, "{who}: stopped because the test was aborted"),
             Error::Interrupted { signal, when } => {

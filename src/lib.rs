@@ -26,6 +26,7 @@ macro_rules! stderrln {
 pub mod admission;
 pub mod allow;
 pub mod auth;
+pub(crate) mod bounds;
 pub(crate) mod choices;
 pub(crate) mod cli;
 pub(crate) mod client;

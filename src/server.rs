@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 
 use crate::admission::{Handshake, Handshakes, Refusal, Step, Ticket};
 use crate::allow::{self, Rate};
+use crate::bounds::{Arrived, Bounds};
 use crate::config::ServerConfig;
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
@@ -828,11 +829,18 @@ fn session(
         listen_after(shared, listening, cfg.quiet);
     }
     shared.slot.finishing();
-    if let Err(e) = &result {
-        ctl.abort(&e.to_string());
-        if !cfg.quiet {
-            serverlog::error(Some(peer), user, &e.to_string());
+    match &result {
+        Err(e @ Error::Exceeded(why)) => {
+            ctl.abort(&e.to_string());
+            log_refused(cfg, peer, user, "exceeded", why);
         }
+        Err(e) => {
+            ctl.abort(&e.to_string());
+            if !cfg.quiet {
+                serverlog::error(Some(peer), user, &e.to_string());
+            }
+        }
+        Ok(()) => {}
     }
     drop(ctl);
     Some(result)
@@ -1063,6 +1071,10 @@ fn iperf3_session(
             }
             Some(Ok(()))
         }
+        Err(Error::Exceeded(why)) => {
+            log_refused(cfg, peer, None, "exceeded", &why);
+            Some(Err(Error::Exceeded(why)))
+        }
         Err(e) => {
             if !cfg.quiet {
                 serverlog::iperf3_error(peer, &e.to_string());
@@ -1280,7 +1292,9 @@ fn run_test(
     // it receives) and a reporter streaming their intervals to the client.
     let mut ends = Ends::default();
     let mut reporters = Vec::new();
+    let mut arrived = Vec::new();
     let first_byte = crate::net::min_rtt(&ctl.socket());
+    let sockets = socks.duplicates();
     for (k, &reverse) in params.direction().reversed().iter().enumerate() {
         let these = socks.take(n);
         let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
@@ -1300,22 +1314,35 @@ fn run_test(
         let ctl2 = Arc::clone(ctl);
         let udp = params.udp;
         let tell = params.get_server_output;
+        let counted = Arrived::new(n);
+        arrived.push((reverse, counted.clone()));
         reporters.push(spawn_named("reporter".into(), move || {
-            run_reporter(rx, free, cutter, reverse, udp, tell, ctl2)
+            run_reporter(rx, free, cutter, (reverse, udp, tell), ctl2, counted)
         })?);
     }
 
     let cpu_mark = CpuMark::now();
     let mut kernel_mark = crate::kstat::KernelMark::now();
-    ends.start(Instant::now());
+    let t0 = Instant::now();
+    let mut bounds = Bounds::new(t0, &params, rtt, cfg.limits.max_rate_bps, sockets);
+    ends.start(t0);
     slot.running();
     ctl.send(&ControlMsg::Start)?;
 
     // Watch the control connection and the streams until every stream has ended.
-    let t0 = Instant::now();
     let mut failure: Option<Error> = None;
     loop {
         kernel_mark.sample();
+        let received: Vec<u64> = arrived
+            .iter()
+            .filter(|(sends, _)| !sends)
+            .flat_map(|(_, a)| a.bytes())
+            .collect();
+        let moved = arrived.iter().flat_map(|(_, a)| a.bytes()).sum();
+        if let Some(cut) = bounds.check(Instant::now(), &received, moved) {
+            failure = Some(cut);
+            break;
+        }
         // A failure is looked for once more after the streams ended: reset by a client
         // that failed, they all end at once.
         let ended = reporters.iter().all(|r| r.is_finished());
@@ -1457,10 +1484,9 @@ fn run_reporter(
     rx: Receiver<Batch>,
     free: Sender<Batch>,
     mut cutter: IntervalCutter,
-    sends: bool,
-    udp: bool,
-    tell: bool,
+    (sends, udp, tell): (bool, bool, bool),
     control: Arc<Control>,
+    arrived: Arrived,
 ) -> Result<ReceiverTotals> {
     let mut lines = Vec::new();
     let mut send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
@@ -1484,6 +1510,8 @@ fn run_reporter(
         Ok(())
     };
     for batch in rx {
+        let bytes = batch.records.iter().map(|r| u64::from(r.bytes)).sum();
+        arrived.add(usize::from(batch.stream), bytes);
         cutter.add(&batch);
         let _ = free.try_send(batch);
         send_ready(&mut cutter)?;

@@ -1,7 +1,7 @@
-//! Every deadline of a test, in one place, each with its reason. Nothing here is a fixed
-//! bound on a test's length: once `-t` has passed, the ends wait as long as data keeps
-//! moving (a 1 GiB buffer draining at 100 Mbit/s takes 80 s and is never cut short) and
-//! give up only after [`STALL`] without any progress, saying which end stopped answering.
+//! Every deadline of a test, in one place, each with its reason. Once `-t` has passed,
+//! a client waits as long as data keeps moving and gives up only after [`STALL`] without
+//! progress, saying which end stopped answering; a server ends every test by its run time
+//! plus [`drain`], so no client holds it longer than what it asked for can explain.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,23 @@ pub const CONTROL_WRITE: Duration = Duration::from_secs(10);
 /// the control connection beyond the expected interval. Far above any RTT on Earth and
 /// any TCP retransmission back-off that still ends in delivery within a test.
 pub const STALL: Duration = Duration::from_secs(10);
+
+/// How long past its run time a server lets a test's streams drain before it cuts the
+/// test: what they may still hold queued (`queued` bytes, their sockets' buffers on both
+/// ends) at the rate they ran (`rate_bps`, at least [`DRAIN_RATE_FLOOR`], so a stream that
+/// trickles buys no more), plus [`DRAIN_BASE`] and four round trips for the last bytes'
+/// way and the goodbye. A 1 GiB window at 100 Mbit/s is given its 86 s; a trickle after
+/// `-t 1` on default buffers about 1.4 s.
+pub fn drain(queued: u64, rate_bps: u64, rtt: Duration) -> Duration {
+    let secs = queued as f64 * 8.0 / rate_bps.max(DRAIN_RATE_FLOOR) as f64;
+    DRAIN_BASE + rtt.min(LONGEST_RTT) * 4 + Duration::from_secs_f64(secs.min(86_400.0))
+}
+
+/// The part of [`drain`] that is not queued data: a loaded host's scheduling delays.
+pub const DRAIN_BASE: Duration = Duration::from_secs(1);
+
+/// The slowest rate [`drain`] counts a test's queue to drain at: 10 Mbit/s.
+pub const DRAIN_RATE_FLOOR: u64 = 10_000_000;
 
 /// How often an end looks at its control connection, its streams and the stop signals
 /// while it waits: how soon it reacts to a failure, a peer's word or a Ctrl-C.
@@ -326,6 +343,19 @@ mod tests {
         assert!((gap(1_000_000_000, 1448, us(10)) - 0.000521).abs() < 1e-5);
         assert!(paced_burst_gap(1000, 65_483, us(10)) > PACED_BURST_MAX);
         assert_eq!(PACED_BURST_MAX * 2, STALL);
+    }
+
+    /// The queue at the test's rate, never slower than the floor, and the fixed part.
+    #[test]
+    fn a_drain_is_the_queue_at_the_tests_rate() {
+        let rtt = Duration::from_millis(10);
+        let base = DRAIN_BASE + rtt * 4;
+        assert_eq!(drain(0, 0, rtt), base);
+        // 1 GiB at 100 Mbit/s: 85.9 s.
+        let d = drain(1 << 30, 100_000_000, rtt) - base;
+        assert!((d.as_secs_f64() - 85.899).abs() < 0.01, "{d:?}");
+        // A trickle (9 bytes in 1 s) is counted at 10 Mbit/s: 1.25 MB take 1 s.
+        assert_eq!(drain(1_250_000, 72, rtt), base + Duration::from_secs(1));
     }
 
     #[test]

@@ -1363,3 +1363,168 @@ fn a_one_off_server_refuses_a_second_client_while_its_test_sets_up() {
     drop(first);
     server.wait_for_log(" failed: ", LIMIT);
 }
+
+/// Opens stream 0's data connection of an accepted test (no echo) and waits for Start.
+fn start_stream(ctl: &mut TcpStream, accept: &Accept) -> TcpStream {
+    let mut data = TcpStream::connect(("127.0.0.1", accept.data_port)).unwrap();
+    let mut hello = accept.cookie.to_le_bytes().to_vec();
+    hello.extend([0, 0, 0]);
+    data.write_all(&hello).unwrap();
+    let peer = ctl.peer_addr().unwrap();
+    match protocol::read_frame(ctl, peer).unwrap() {
+        ControlMsg::Start => data,
+        other => panic!("expected start, got {other:?}"),
+    }
+}
+
+/// Writes to `data` from a thread: `chunk` bytes every `every`, until the connection fails.
+fn keep_writing(mut data: TcpStream, chunk: usize, every: Duration) -> JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let (block, mut sent) = (vec![0u8; chunk], 0);
+        while data.write_all(&block).is_ok() {
+            sent += chunk as u64;
+            std::thread::sleep(every);
+        }
+        sent
+    })
+}
+
+/// The server's last word on `ctl`, past its rows: its Error's reason, and when it came.
+fn servers_error(ctl: &mut TcpStream, since: Instant) -> (String, Duration) {
+    let peer = ctl.peer_addr().unwrap();
+    ctl.set_read_timeout(Some(LIMIT)).unwrap();
+    loop {
+        match protocol::read_frame(ctl, peer) {
+            Ok(ControlMsg::Error { reason }) => return (reason, since.elapsed()),
+            Ok(_) => {}
+            Err(e) => panic!("no error from the server: {e}"),
+        }
+    }
+}
+
+/// A client that asks for half a second and then keeps its stream open a byte at a time
+/// is cut at its run time and drain (about a second on loopback), told so, logged among
+/// refusals, and the next client is served. It held the server as long as it liked.
+#[test]
+fn a_client_that_trickles_past_its_end_is_cut_and_the_next_served() {
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
+    let mut params = TestParams::defaults();
+    params.streams = 1;
+    params.duration = Duration::from_millis(500);
+    params.transport.no_echo = true;
+    let (mut ctl, accept) = handshake(server.addr, params);
+    let data = start_stream(&mut ctl, &accept);
+    let t0 = Instant::now();
+    let _trickle = keep_writing(data, 1, Duration::from_millis(100));
+    let (reason, after) = servers_error(&mut ctl, t0);
+    assert!(
+        reason.starts_with("the test ran past its end: it was given 0.50 s to run and "),
+        "{reason}"
+    );
+    assert!(
+        after < Duration::from_secs(4),
+        "cut {after:?} in: {reason}\n{}",
+        server.log()
+    );
+    assert!(
+        server.wait_for("the test ran past its end", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server.log().contains("refused client 127.0.0.1:"),
+        "{}",
+        server.log()
+    );
+    client("127.0.0.1", &server.port(), &[]).assert_ok();
+}
+
+/// A client that asks for `-b 10M` under `--max-rate 10M` and sends as fast as it can is
+/// cut within a second, told by how much, and the next client is served.
+#[test]
+fn a_stream_past_the_max_rate_is_cut() {
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1", "--max-rate", "10M"]);
+    let mut params = TestParams::defaults();
+    params.streams = 1;
+    params.duration = Duration::from_secs(5);
+    params.rate_bps = Some(10_000_000);
+    params.transport.no_echo = true;
+    let (mut ctl, accept) = handshake(server.addr, params);
+    let data = start_stream(&mut ctl, &accept);
+    let t0 = Instant::now();
+    let _blast = keep_writing(data, 1 << 16, Duration::ZERO);
+    let (reason, after) = servers_error(&mut ctl, t0);
+    assert!(
+        reason.starts_with("stream-0 exceeded --max-rate 10M per stream: "),
+        "{reason}"
+    );
+    assert!(after < Duration::from_secs(2), "cut {after:?} in: {reason}");
+    assert!(
+        server.wait_for("refused client 127.0.0.1:", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    client("127.0.0.1", &server.port(), &["-b", "10M"]).assert_ok();
+}
+
+/// An iperf3-protocol client's test, running: its control connection (past TEST_RUNNING)
+/// and its one stream's connection.
+fn iperf3_running(port: u16, params: &str) -> (TcpStream, TcpStream) {
+    let cookie = b"abcdefghijklmnopqrstuvwxyz0123456789\0";
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(LIMIT)).unwrap();
+    c.write_all(cookie).unwrap();
+    let mut state = [0u8; 1];
+    c.read_exact(&mut state).unwrap();
+    assert_eq!(state[0], 9, "PARAM_EXCHANGE");
+    c.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(params.as_bytes()).unwrap();
+    c.read_exact(&mut state).unwrap();
+    assert_eq!(state[0], 10, "CREATE_STREAMS");
+    let mut data = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    data.write_all(cookie).unwrap();
+    for want in [1, 2] {
+        c.read_exact(&mut state).unwrap();
+        assert_eq!(state[0], want, "TEST_START, TEST_RUNNING");
+    }
+    (c, data)
+}
+
+/// The iperf3 error code of the SERVER_ERROR an iperf3 server sends next on `c`.
+fn iperf3_server_error(c: &mut TcpStream, since: Instant) -> (i32, Duration) {
+    let mut b = [0u8; 9];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(b[0] as i8, -2, "SERVER_ERROR");
+    (
+        i32::from_be_bytes(b[1..5].try_into().unwrap()),
+        since.elapsed(),
+    )
+}
+
+/// Over iperf3's protocol too: a client that asks for 1 s and never sends TEST_END,
+/// trickling a byte at a time, is cut (iperf3's code 37) at its run time and drain; one
+/// that asks for 10 Mbit/s under `--max-rate 10M` and sends at once all it can is cut
+/// (code 27) within a second. Each is logged among refusals, and a real client is served.
+#[test]
+fn an_iperf3_client_past_its_end_or_its_rate_is_cut() {
+    let mut server = Server::start(&["--max-rate", "10M"]);
+    let params = r#"{"tcp":true,"omit":0,"time":1,"parallel":1,"len":1000,"bandwidth":10000000}"#;
+    let (mut c, data) = iperf3_running(server.port, params);
+    let t0 = Instant::now();
+    let _trickle = keep_writing(data, 1, Duration::from_millis(100));
+    let (code, after) = iperf3_server_error(&mut c, t0);
+    assert_eq!(code, 37, "IEMAXSERVERTESTDURATIONEXCEEDED");
+    assert!(after < Duration::from_secs(3), "cut {after:?} in");
+    let line = server.wait_for_log("the test ran past its end", LIMIT);
+    assert!(line.contains("refused client 127.0.0.1:"), "{line}");
+
+    let (mut c, data) = iperf3_running(server.port, params);
+    let t0 = Instant::now();
+    let _blast = keep_writing(data, 1 << 16, Duration::ZERO);
+    let (code, after) = iperf3_server_error(&mut c, t0);
+    assert_eq!(code, 27, "IETOTALRATE");
+    assert!(after < Duration::from_secs(2), "cut {after:?} in");
+    let line = server.wait_for_log("exceeded --max-rate 10M", LIMIT);
+    assert!(line.contains("refused client 127.0.0.1:"), "{line}");
+    client("127.0.0.1", &server.port_arg(), &["-b", "10M"]).assert_ok();
+}

@@ -75,6 +75,7 @@ pub const IEINITSTREAM: i32 = 201;
 pub const IESTREAMLISTEN: i32 = 202;
 pub const IESTREAMACCEPT: i32 = 204;
 pub const IETOTALRATE: i32 = 27;
+pub const IEMAXSERVERTESTDURATIONEXCEEDED: i32 = 37;
 pub const IEPROTOCOL: i32 = 131;
 pub const IESETTOS: i32 = 125;
 pub const IESETCONGESTION: i32 = 134;
@@ -114,6 +115,7 @@ pub fn error_words(code: i32) -> String {
         8 => "socket buffer size too large",
         13 => "not yet implemented",
         27 => "total required bandwidth is larger than the server's limit",
+        37 => "the test ran longer than the server allows",
         102 => "the server could not listen for connections",
         114 => "the server could not receive the parameters",
         131 => "protocol does not exist",

@@ -29,6 +29,7 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use super::{Ctl, Params, Results, StreamResult, stream_id};
+use crate::bounds::Bounds;
 use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, Result};
@@ -124,6 +125,7 @@ pub(crate) fn run_test(
         }
     };
 
+    let sockets = socks.duplicates();
     let mut ends = Ends::default();
     let mut counters = Vec::new();
     let reversed = test.direction().reversed();
@@ -150,14 +152,21 @@ pub(crate) fn run_test(
     ctl.send_state(super::TEST_START)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
+    let mut bounds = Bounds::new(t0, test, rtt, cfg.limits.max_rate_bps, sockets);
     ends.start(t0);
     slot.running();
     ctl.send_state(super::TEST_RUNNING)?;
 
     // `--get-server-output`: this server's lines about the test, for the client.
     let told = test.get_server_output.then(|| vec![opening.to_string()]);
-    let result = watch(ctl, &ends, &dups, test, cfg, t0)
-        .and_then(|()| finish(ctl, test, &counters, &dups, &cpu, t0, told, slot));
+    let mut watched = Watched {
+        ends: &ends,
+        counters: &counters,
+        reversed,
+        bounds: &mut bounds,
+    };
+    let result = watch(ctl, &mut watched, &dups, test, cfg, t0)
+        .and_then(|()| finish(ctl, test, &mut watched, &dups, &cpu, t0, told, slot));
     if result.is_err() {
         // The test is over for its client (it terminated, closed, or was told why): the
         // next client waits out the streams' end for the slot instead of hearing "busy, about
@@ -281,6 +290,38 @@ impl Counts {
             .zip(&self.omitted)
             .map(|(b, o)| b - o)
             .collect()
+    }
+}
+
+/// What the watcher looks at while a test runs and drains: its threads, their counts and
+/// the server's bounds on them.
+struct Watched<'a> {
+    ends: &'a Ends,
+    counters: &'a [Arc<Mutex<Counts>>],
+    /// Each direction's: true where this end sends.
+    reversed: &'a [bool],
+    bounds: &'a mut Bounds,
+}
+
+impl Watched<'_> {
+    /// Why the server cuts the test now ([`Bounds::check`]), if it does: `SERVER_ERROR`
+    /// with iperf3's code for it is sent to the client.
+    fn exceeded(&mut self, ctl: &mut Ctl) -> Option<Error> {
+        let (mut received, mut moved) = (Vec::new(), 0);
+        for (c, &sends) in self.counters.iter().zip(self.reversed) {
+            let c = c.lock();
+            moved += c.bytes.iter().sum::<u64>();
+            if !sends {
+                received.extend_from_slice(&c.bytes);
+            }
+        }
+        let cut = self.bounds.check(Instant::now(), &received, moved)?;
+        let code = match cut.to_string().contains("--max-rate") {
+            true => super::IETOTALRATE,
+            false => super::IEMAXSERVERTESTDURATIONEXCEEDED,
+        };
+        let _ = ctl.send_server_error(code, 0);
+        Some(cut)
     }
 }
 
@@ -419,7 +460,7 @@ fn udp_streams(
 /// moved on the TCP streams (`dups`) for `timeouts::STALL`.
 fn watch(
     ctl: &mut Ctl,
-    ends: &Ends,
+    watched: &mut Watched,
     dups: &[TcpStream],
     test: &TestParams,
     cfg: &crate::config::ServerConfig,
@@ -428,7 +469,11 @@ fn watch(
     // Bytes read and bytes acknowledged on the streams, looked at past the run time (a
     // client paused during it is not given up early); the stall clock starts at its end.
     let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + test.run_time());
+    let ends = watched.ends;
     loop {
+        if let Some(cut) = watched.exceeded(ctl) {
+            return Err(cut);
+        }
         // A stop signal: iperf3's own server says SERVER_TERMINATE ("the server has
         // terminated", its client prints).
         if let Some(stopped) = crate::signals::server_stopped(cfg.signals, t0) {
@@ -508,7 +553,7 @@ fn client_ended(peer: SocketAddr, state: i8, t0: Instant) -> Option<Error> {
 fn finish(
     ctl: &mut Ctl,
     test: &TestParams,
-    counters: &[Arc<Mutex<Counts>>],
+    watched: &mut Watched,
     dups: &[TcpStream],
     cpu: &CpuMark,
     t0: Instant,
@@ -517,6 +562,7 @@ fn finish(
 ) -> Result<(u64, u64)> {
     let n = test.streams as usize;
     let reversed = test.direction().reversed();
+    let counters = watched.counters;
     // This end's senders stop on their own clock, about now.
     let wait_done = |k: usize, limit: Duration| {
         let until = Instant::now() + limit;
@@ -560,6 +606,9 @@ fn finish(
             };
             if ended || have.iter().zip(&want).all(|(h, w)| h >= w) {
                 break;
+            }
+            if let Some(cut) = watched.exceeded(ctl) {
+                return Err(cut);
             }
             let sum: u64 = have.iter().sum();
             if sum != last.0 {
