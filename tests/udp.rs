@@ -238,3 +238,55 @@ fn udp_csv_rows_carry_the_datagram_columns() {
         "{text}"
     );
 }
+
+/// A UDP client paused (SIGSTOP) for 1.1 s from its first row (0.5 s) of `-t 2`: the rows of the pause are
+/// printed, holding nothing, the diagnosis says nothing moved (not that the sender's
+/// host could not keep up), and it exits 0, under the stall limit. It printed the rows
+/// up to the pause and blamed the sender's CPU.
+#[test]
+fn a_paused_udp_client_keeps_the_rows_of_its_pause() {
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-u",
+        "-b",
+        "20M",
+        "-t",
+        "2",
+        "-i",
+        "0.5",
+    ];
+    let mut args = args.to_vec();
+    args.push("--json-lines");
+    let mut client = util::Spawned::start(&args);
+    client.wait_for_line(
+        "the first interval",
+        |l| l.starts_with("{\"event\":\"interval\""),
+        Duration::from_secs(5),
+    );
+    util::kill_with(client.id(), "-STOP");
+    std::thread::sleep(Duration::from_millis(1100));
+    util::kill_with(client.id(), "-CONT");
+    let run = client.finish(LIMIT);
+    run.assert_ok();
+    let events: Vec<Value> = run
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let rows: Vec<u64> = events
+        .iter()
+        .filter(|e| e["event"] == "interval")
+        .map(|e| num(&e["data"]["sum"], "bytes"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{rows:?}{}", run.explain());
+    assert!(rows[0] > 0 && rows[2] == 0, "{rows:?}{}", run.explain());
+    let end = events.iter().find(|e| e["event"] == "end").expect("end");
+    let said = end["data"]["diagnosis"].to_string();
+    assert!(said.contains("no data moved from 1.0 s to "), "{said}");
+    assert!(!said.contains("could not keep up"), "{said}");
+}

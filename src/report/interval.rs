@@ -253,9 +253,14 @@ impl IntervalCutter {
             nominal_end.max(self.last_record_ns())
         } else if last && self.last_record_ns() >= nominal_end {
             self.last_record_ns()
-        } else if all_done && self.last_record_ns() < nominal_end {
+        } else if all_done
+            && self.last_record_ns() < nominal_end
+            && self.watermarks.iter().any(|&w| w < nominal_end)
+        {
             // Every stream ended early (the test was stopped): the interval holding the
             // last record ends there, and none follows it (none at all without a record).
+            // Streams that lived past the interval with nothing to record (a sender
+            // paused, then past its run time) close it at its end, holding nothing.
             let nothing = self.last_record_ns() == 0;
             if nothing || (k > 0 && self.last_record_ns() < begin_ns) {
                 self.first_open = self.count;
@@ -636,6 +641,35 @@ mod tests {
         };
         assert_eq!(rows(true), [(0, 1000), (1000, 2000), (2000, 2500)]);
         assert_eq!(rows(false).last(), Some(&(3000, 4000)), "{:?}", rows(false));
+    }
+
+    /// A sender paused from 1.5 s to 9.5 s of `-t 5` (SIGSTOP), then past its run time:
+    /// its last batch comes at 9.5 s with nothing in it. The rows of the pause are made,
+    /// holding nothing (a UDP client printed two rows of five and exited 0).
+    #[test]
+    fn a_stream_that_lived_through_a_silent_stretch_keeps_its_rows() {
+        let ms = 1_000_000;
+        let mut c = IntervalCutter::new(
+            1,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        c.add(&batch(0, &[(500 * ms, 1), (1500 * ms, 2)], 9500 * ms, true));
+        c.finish();
+        let rows: Vec<_> = std::iter::from_fn(|| c.pop_ready())
+            .map(|iv| (iv.begin_ns / ms, iv.end_ns / ms, iv.streams[0].bytes))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (0, 1000, 1),
+                (1000, 2000, 2),
+                (2000, 3000, 0),
+                (3000, 4000, 0),
+                (4000, 5000, 0)
+            ]
+        );
     }
 
     /// A stream's batch marked `early` (its thread failed or was aborted) stops the cutter

@@ -1066,7 +1066,9 @@ fn summarize(
     diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
     if let Some(u) = &sum.udp {
         diagnosis.extend(diagnosis::udp_receiver_drops(u, header, reverse));
-        if !cut_short {
+        // A test in which nothing moved for a while (a paused sender) is said so above;
+        // its senders' average is no measure of what their host could keep up with.
+        if !cut_short && totals.stalls.count == 0 {
             let per_stream = bps(sum.sent_bytes, end - start) / rows.len().max(1) as f64;
             diagnosis.extend(diagnosis::udp_sender_short(per_stream, header));
         }

@@ -622,6 +622,38 @@ pub(crate) fn wait_paced(
     Ok(true)
 }
 
+/// Notices that this end's own thread did not run for longer than [`timeouts::STALL`]
+/// between readings of the test clock that come at most a wake-up apart: the process was
+/// paused (SIGSTOP, a debugger) or starved of CPU, and the test it ran is not the one asked.
+pub(crate) struct Awake {
+    last_ns: u64,
+}
+
+impl Awake {
+    pub(crate) fn new(t_ns: u64) -> Awake {
+        Awake { last_ns: t_ns }
+    }
+
+    /// A reading of the test clock; an error naming the stretch when it follows the last
+    /// one by more than the stall limit.
+    pub(crate) fn check(&mut self, id: u16, t_ns: u64) -> Result<()> {
+        let (from, gap) = (self.last_ns, t_ns.saturating_sub(self.last_ns));
+        self.last_ns = self.last_ns.max(t_ns);
+        if gap <= timeouts::STALL.as_nanos() as u64 {
+            return Ok(());
+        }
+        Err(Error::Test(format!(
+            "stream-{id}: this end did not run for {:.1} s ({:.1} s to {:.1} s into the \
+             test), past the stall limit of {} s: the process was paused (SIGSTOP, a \
+             debugger) or not scheduled",
+            gap as f64 / 1e9,
+            from as f64 / 1e9,
+            t_ns as f64 / 1e9,
+            timeouts::STALL.as_secs()
+        )))
+    }
+}
+
 /// The error of a stream told to stop because another part of the test failed (never
 /// reported as the test's cause: see [`StreamSet::join`]).
 pub(crate) fn aborted(id: u16) -> Error {
@@ -651,6 +683,22 @@ pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Clock readings a wake-up apart pass; one more than the stall limit after the last
+    /// is this end paused, named with its stretch.
+    #[test]
+    fn a_thread_that_did_not_run_past_the_stall_limit_says_so() {
+        let s = 1_000_000_000u64;
+        let mut a = Awake::new(0);
+        assert!(a.check(3, s / 2).is_ok());
+        assert!(a.check(3, s / 2 + 10 * s).is_ok(), "exactly the limit");
+        let e = a.check(3, 22 * s).expect_err("11.5 s without a reading");
+        assert!(
+            e.to_string()
+                .starts_with("stream-3: this end did not run for 11.5 s (10.5 s to 22.0 s"),
+            "{e}"
+        );
+    }
 
     /// A stream thread that fails still says what CPU it used (review: a --bidir test
     /// cut short by a reset listed only the threads that ended cleanly).

@@ -16,7 +16,7 @@ use super::wire::{Format, Header};
 use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
 use crate::pace::{self, Pacer};
-use crate::stream::{Batcher, StreamCtx, WAKE, aborted, wait_paced};
+use crate::stream::{Awake, Batcher, StreamCtx, WAKE, aborted, wait_paced};
 use crate::sys;
 
 /// What a UDP sender is asked to do.
@@ -99,12 +99,23 @@ pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOut
         no_buffer: 0,
         forgiven: Duration::ZERO,
     };
+    // Every clock reading, the pacer's wake-ups included, is looked at for a stretch in
+    // which this thread did not run: a sender paused past the stall limit fails the test.
+    let mut awake = Awake::new(clock.ns(Instant::now()));
+    let mut paused = None;
     loop {
-        if !wait_paced(pacer.as_mut(), &ctx, &clock, end_ns, &mut batcher, |_| None)? {
-            break;
-        }
+        let waited = wait_paced(pacer.as_mut(), &ctx, &clock, end_ns, &mut batcher, |t| {
+            if let Err(e) = awake.check(id, t) {
+                paused.get_or_insert(e);
+            }
+            None
+        })?;
         let stamp_ns = clock.ns(Instant::now());
-        if stamp_ns >= end_ns {
+        awake.check(id, stamp_ns)?;
+        if let Some(e) = paused.take() {
+            return Err(e);
+        }
+        if !waited || stamp_ns >= end_ns {
             break;
         }
         for (k, d) in buf.chunks_mut(dg).enumerate() {
@@ -168,6 +179,7 @@ pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOut
             p.sent(bytes);
         }
         let t_ns = clock.ns(Instant::now());
+        awake.check(id, t_ns)?;
         if bytes > 0 && batcher.push(t_ns, bytes as u32) || t_ns >= end_ns {
             if ctx.aborted() {
                 return Err(aborted(id));
