@@ -134,7 +134,7 @@ pub struct Rate {
 }
 
 impl Rate {
-    fn source(ip: IpAddr) -> u128 {
+    pub(crate) fn source(ip: IpAddr) -> u128 {
         match ip {
             IpAddr::V4(v4) => u128::from(v4.to_bits()),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -177,6 +177,102 @@ impl Rate {
             !q.is_empty()
         });
     }
+}
+
+/// Failures a source may have within [`PENALTY_WINDOW`] before it is locked out.
+pub const FREE_FAILURES: u32 = 3;
+
+/// How long a source's failures are remembered.
+pub const PENALTY_WINDOW: Duration = Duration::from_secs(60);
+
+/// The first lockout; each further failure within the window doubles it, up to
+/// [`LOCKOUT_MAX`]. A person who mistyped a secret three times waits a second.
+pub const LOCKOUT_FIRST: Duration = Duration::from_secs(1);
+pub const LOCKOUT_MAX: Duration = Duration::from_secs(60);
+
+/// Sources remembered at most; past it the oldest are forgotten (a flood of spoofed
+/// sources costs memory only up to it).
+const MAX_SOURCES: usize = 4096;
+
+/// Failures per source (as [`Rate`] counts sources): a wrong secret, a handshake that
+/// took the test slot and ran no test. Past [`FREE_FAILURES`] within [`PENALTY_WINDOW`]
+/// the source is locked out, its new connections closed unanswered until the lockout ends.
+#[derive(Debug, Default)]
+pub struct Penalties {
+    by_source: HashMap<u128, Penalty>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Penalty {
+    failures: u32,
+    last: Instant,
+    until: Option<Instant>,
+    /// Connections closed during the current lockout.
+    closed: u64,
+}
+
+impl Penalties {
+    /// A failure of `ip` at `now`: the lockout it now serves, if this failure began one.
+    pub fn failed(&mut self, ip: IpAddr, now: Instant) -> Option<Duration> {
+        if self.by_source.len() >= MAX_SOURCES {
+            self.by_source
+                .retain(|_, p| now.saturating_duration_since(p.last) < PENALTY_WINDOW);
+            if self.by_source.len() >= MAX_SOURCES {
+                self.by_source.clear();
+            }
+        }
+        let p = self.by_source.entry(Rate::source(ip)).or_insert(Penalty {
+            failures: 0,
+            last: now,
+            until: None,
+            closed: 0,
+        });
+        if now.saturating_duration_since(p.last) >= PENALTY_WINDOW {
+            p.failures = 0;
+        }
+        p.failures += 1;
+        p.last = now;
+        let past = p.failures.checked_sub(FREE_FAILURES + 1)?;
+        let lockout = LOCKOUT_FIRST
+            .saturating_mul(1u32 << past.min(16))
+            .min(LOCKOUT_MAX);
+        p.until = Some(now + lockout);
+        p.closed = 0;
+        Some(lockout)
+    }
+
+    /// Whether `ip` is locked out at `now` (its connection is then counted as closed).
+    pub fn locked(&mut self, ip: IpAddr, now: Instant) -> bool {
+        match self.by_source.get_mut(&Rate::source(ip)) {
+            Some(p) if p.until.is_some_and(|u| now < u) => {
+                p.closed += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Connections of `ip` closed during its lockout, once it is over (taken: said once).
+    pub fn closed_while_locked(&mut self, ip: IpAddr, now: Instant) -> Option<u64> {
+        let p = self.by_source.get_mut(&Rate::source(ip))?;
+        match p.until {
+            Some(u) if now >= u && p.closed > 0 => {
+                let n = std::mem::take(&mut p.closed);
+                Some(n)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What a source that just began a lockout is told, after the reason it failed.
+pub fn lockout_words(lockout: Duration) -> String {
+    format!(
+        "{FREE_FAILURES} failures from this address within {} s: its connections are \
+         refused for {} s",
+        PENALTY_WINDOW.as_secs(),
+        lockout.as_secs()
+    )
 }
 
 #[cfg(test)]
@@ -269,5 +365,28 @@ mod tests {
         assert_eq!(r.take(ip("2001:db8::1"), 1, at(0)), Ok(()));
         assert!(r.take(ip("2001:db8::2"), 1, at(1)).is_err());
         assert_eq!(r.take(ip("2001:db8:0:1::1"), 1, at(1)), Ok(()));
+    }
+
+    /// Three failures are free; the fourth locks the source out for a second, each
+    /// further one doubles it; other sources and an old failure's window are untouched.
+    #[test]
+    fn failures_past_the_free_ones_lock_a_source_out_for_longer_each_time() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut p = Penalties::default();
+        let a = ip("192.0.2.1");
+        for _ in 0..FREE_FAILURES {
+            assert_eq!(p.failed(a, t0), None);
+        }
+        assert_eq!(p.failed(a, t0), Some(Duration::from_secs(1)));
+        assert!(p.locked(a, t0) && p.locked(a, t0));
+        assert!(!p.locked(ip("192.0.2.2"), t0), "another source");
+        assert_eq!(p.closed_while_locked(a, t0), None, "still locked");
+        assert!(!p.locked(a, s(1)));
+        assert_eq!(p.closed_while_locked(a, s(1)), Some(2));
+        assert_eq!(p.closed_while_locked(a, s(1)), None, "said once");
+        assert_eq!(p.failed(a, s(1)), Some(Duration::from_secs(2)));
+        assert_eq!(p.failed(a, s(2)), Some(Duration::from_secs(4)));
+        assert_eq!(p.failed(a, s(200)), None, "a minute later, free again");
     }
 }

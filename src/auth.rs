@@ -275,7 +275,10 @@ pub(crate) fn client_step(
                 what: "the server's challenge is not 32 bytes of hex".into(),
             })?
         }
-        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        ControlMsg::Refuse { reason } => {
+            let reason = crate::protocol::printable(&reason, usize::MAX);
+            return Err(Error::Refused { peer, reason });
+        }
         other => return Err(other.unexpected(peer, "challenge")),
     };
     let body = crate::protocol::params_body(test);

@@ -306,7 +306,10 @@ fn negotiate(
     })?;
     let remote_software = match recv_step(ctl)? {
         ControlMsg::Welcome { software, .. } => software,
-        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        ControlMsg::Refuse { reason } => {
+            let reason = crate::protocol::printable(&reason, usize::MAX);
+            return Err(Error::Refused { peer, reason });
+        }
         // Our own hello back: an echo service on that port (helper-48: "expected welcome,
         // got hello").
         ControlMsg::Hello { .. } => {
@@ -323,7 +326,10 @@ fn negotiate(
     ctl.send(&ControlMsg::Params(test.clone()))?;
     let accept = match recv_step(ctl)? {
         ControlMsg::Accept(a) => a,
-        ControlMsg::Refuse { reason } => return Err(Error::Refused { peer, reason }),
+        ControlMsg::Refuse { reason } => {
+            let reason = crate::protocol::printable(&reason, usize::MAX);
+            return Err(Error::Refused { peer, reason });
+        }
         other => return Err(other.unexpected(peer, "accept")),
     };
     let data = match test.udp {

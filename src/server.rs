@@ -204,6 +204,7 @@ impl Server {
             waiters: AtomicUsize::new(0),
             pending: Handshakes::new(MAX_HANDSHAKES),
             rate: Mutex::new(Rate::default()),
+            penalties: Mutex::new(allow::Penalties::default()),
             threads: AtomicUsize::new(0),
             iperf3: Mutex::new(None),
             streams: Mutex::new(None),
@@ -343,6 +344,26 @@ impl Server {
                 log_refused(&cfg, peer, None, "allow", "address not in --allow");
                 continue;
             }
+            let now = Instant::now();
+            let closed = {
+                let mut penalties = shared.penalties.lock();
+                match penalties.locked(peer.ip(), now) {
+                    true => None,
+                    false => Some(penalties.closed_while_locked(peer.ip(), now)),
+                }
+            };
+            match closed {
+                // Locked out: closed unanswered, counted, said once the lockout is over.
+                None => continue,
+                Some(Some(n)) => log_refused(
+                    &cfg,
+                    peer,
+                    None,
+                    "lockout",
+                    &format!("{n} connection(s) closed unanswered while it was locked out"),
+                ),
+                Some(None) => {}
+            }
             if let Some(refused) = fd_burst {
                 if spare.is_none() {
                     spare = open_spare();
@@ -436,6 +457,8 @@ struct Shared {
     waiters: AtomicUsize,
     pending: Handshakes,
     rate: Mutex<Rate>,
+    /// Failures per source, and their lockouts.
+    penalties: Mutex<allow::Penalties>,
     /// Live `control` threads (see [`MAX_CONTROL_THREADS`]).
     threads: AtomicUsize,
     /// The running iperf3 test's cookie, for its stream connections.
@@ -585,6 +608,8 @@ impl Drop for SlotGuard<'_> {
 struct Slot {
     state: AtomicU8,
     ends: Mutex<Option<Instant>>,
+    /// The holder's streams started: a test ran (else its client took the slot for nothing).
+    started: std::sync::atomic::AtomicBool,
 }
 
 impl Slot {
@@ -592,7 +617,10 @@ impl Slot {
     fn try_take(&self, run_time: Duration) -> std::result::Result<(), u8> {
         self.state
             .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| *self.ends.lock() = Some(Instant::now() + run_time))
+            .map(|_| {
+                self.started.store(false, Ordering::Release);
+                *self.ends.lock() = Some(Instant::now() + run_time)
+            })
     }
 
     /// Waits while the current test is starting or finishing, then takes the slot.
@@ -619,6 +647,7 @@ impl Slot {
 impl Phases for Slot {
     /// The test's streams run (unless it is already finishing).
     fn running(&self) {
+        self.started.store(true, Ordering::Release);
         let _ = self
             .state
             .compare_exchange(STARTING, RUNNING, Ordering::AcqRel, Ordering::Acquire);
@@ -632,6 +661,26 @@ impl Phases for Slot {
 impl Slot {
     fn release(&self) {
         self.state.store(IDLE, Ordering::Release);
+    }
+}
+
+/// Counts a failure against `peer`'s source: the lockout it now begins, if any.
+fn penalize(shared: &Shared, peer: SocketAddr) -> Option<Duration> {
+    shared.penalties.lock().failed(peer.ip(), Instant::now())
+}
+
+/// A test that failed before its streams started (its client took the slot and ran
+/// nothing: connected no streams, or went away) counts against its source; the error then
+/// says the lockout it began.
+fn took_the_slot_for_nothing(shared: &Shared, peer: SocketAddr, e: Error) -> Error {
+    if shared.slot.started.load(Ordering::Acquire) {
+        return e;
+    }
+    match (penalize(shared, peer), e) {
+        (Some(lockout), Error::Test(why)) => {
+            Error::Test(format!("{why}; {}", allow::lockout_words(lockout)))
+        }
+        (_, e) => e,
     }
 }
 
@@ -782,8 +831,15 @@ fn session(
     };
     let (test, user) = match handshake(&ctl, local, cfg, deadline) {
         Ok(pair) => pair,
-        Err(Turned::Refused(r)) => {
+        Err(Turned::Refused(mut r)) => {
             if shared.pending.remove(id) {
+                if r.why == "auth"
+                    && let Some(lockout) = penalize(shared, peer)
+                {
+                    let words = allow::lockout_words(lockout);
+                    r.to_client = format!("{}; {words}", r.to_client);
+                    r.to_log = format!("{}; {words}", r.to_log);
+                }
                 let _ = ctl.send(&ControlMsg::Refuse {
                     reason: r.to_client,
                 });
@@ -829,6 +885,7 @@ fn session(
         listen_after(shared, listening, cfg.quiet);
     }
     shared.slot.finishing();
+    let result = result.map_err(|e| took_the_slot_for_nothing(shared, peer, e));
     match &result {
         Err(e @ Error::Exceeded(why)) => {
             ctl.abort(&e.to_string());
@@ -1001,6 +1058,19 @@ fn iperf3_session(
         let _ = ctl.send_server_error(code, 0);
         log_refused(cfg, peer, None, why, &format!("iperf3 client: {reason}"));
     };
+    // Refused before its parameters are read: nothing an unauthenticated client sends
+    // reaches the log.
+    if cfg.auth.is_some() {
+        if shared.pending.remove(id) {
+            refused(
+                &mut ctl,
+                "auth",
+                iperf3::IEAUTHTEST,
+                "this server requires pinperf's authentication (--auth-keys)",
+            );
+        }
+        return None;
+    }
     let admitted = match i3::read_params(&mut ctl, &cfg.limits, &cfg.affinity, deadline) {
         Ok(Ok(admitted)) => admitted,
         Ok(Err(u)) => {
@@ -1016,17 +1086,6 @@ fn iperf3_session(
             return None;
         }
     };
-    if cfg.auth.is_some() {
-        if shared.pending.remove(id) {
-            refused(
-                &mut ctl,
-                "auth",
-                iperf3::IEAUTHTEST,
-                "this server requires pinperf's authentication (--auth-keys)",
-            );
-        }
-        return None;
-    }
     if !shared.pending.remove(id) {
         return None;
     }
@@ -1057,7 +1116,8 @@ fn iperf3_session(
         listen_for(shared, listening, cfg.quiet);
     }
     let t0 = Instant::now();
-    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &shared.slot);
+    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &shared.slot)
+        .map_err(|e| took_the_slot_for_nothing(shared, peer, e));
     *shared.iperf3.lock() = None;
     listen_after(shared, listening, cfg.quiet);
     shared.slot.finishing();

@@ -2,7 +2,8 @@
 //! (`pinperf: …`, the default) or, with `--log-format json`, one JSON object per line for
 //! journald and fail2ban. Every line has `time` (Unix seconds) and `event`: `listening`,
 //! `refused` (with `why`, a fixed word a filter can match: `allow`, `rate`, `busy`,
-//! `auth`, `params`, `version`, `handshake`, `fds`, `stranger`, `cookie`), `test_start` (peer, user,
+//! `auth`, `params`, `version`, `handshake`, `fds`, `stranger`, `cookie`, `exceeded`,
+//! `lockout`; repeats from one source are summed up, see [`Repeats`]), `test_start` (peer, user,
 //! parameters), `test_end` (peer, user, totals), `error`, and `message` for anything else.
 //! Text lines start with `--timestamps`'s time and `-T`'s title, as iperf3 -s's do. Any
 //! thread may log; each line is written whole, and a log nobody reads any more (a closed
@@ -120,11 +121,61 @@ pub fn listening(addr: SocketAddr, software: &str, auth: bool, allow: &[String])
     );
 }
 
+/// Refusal lines one source may write at once, and how many more a second after: a
+/// flood of garbage connections from one address is summed up, not written out.
+const REPEAT_BURST: f64 = 20.0;
+const REPEAT_PER_SEC: f64 = 5.0;
+
+/// Sources whose refusals are counted at most (more are forgotten, oldest first).
+const REPEAT_SOURCES: usize = 4096;
+
+/// Refusal lines per source and `why`, as a token bucket: a line is written while the
+/// bucket has a token; the ones left out are counted and said ("… N more") on the next
+/// line that is written for the same source and reason.
+static REPEATS: Mutex<Option<Repeats>> = Mutex::new(None);
+
+#[derive(Default)]
+struct Repeats {
+    by: std::collections::HashMap<(std::net::IpAddr, String), (f64, std::time::Instant, u64)>,
+}
+
+impl Repeats {
+    /// Whether to write a line for `key` now, and how many were left out before it.
+    fn admit(&mut self, key: (std::net::IpAddr, String), now: std::time::Instant) -> Option<u64> {
+        if self.by.len() >= REPEAT_SOURCES && !self.by.contains_key(&key) {
+            self.by.clear();
+        }
+        let (tokens, at, skipped) = self.by.entry(key).or_insert((REPEAT_BURST, now, 0));
+        let refill = now.saturating_duration_since(*at).as_secs_f64() * REPEAT_PER_SEC;
+        *tokens = (*tokens + refill).min(REPEAT_BURST);
+        *at = now;
+        if *tokens < 1.0 {
+            *skipped += 1;
+            return None;
+        }
+        *tokens -= 1.0;
+        Some(std::mem::take(skipped))
+    }
+}
+
 /// A connection or a test the server turned away; `why` is one fixed word.
 pub fn refused(peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
+    let key = (peer.ip().to_canonical(), why.to_string());
+    let Some(skipped) = REPEATS
+        .lock()
+        .get_or_insert_with(Repeats::default)
+        .admit(key, std::time::Instant::now())
+    else {
+        return;
+    };
+    let reason = match skipped {
+        0 => reason.to_string(),
+        n => format!("{reason} (… {n} more like it from this address since the last line)"),
+    };
+    let reason = reason.as_str();
     emit(
         "refused",
-        json!({ "peer": peer.to_string(), "user": user, "why": why, "reason": reason }),
+        json!({ "peer": peer.to_string(), "user": user, "why": why, "reason": reason, "more": skipped }),
         || {
             Some(match (why, user) {
                 // A test refused for what it asked: the words these lines always had.
@@ -191,4 +242,25 @@ fn failed(peer: Option<SocketAddr>, user: Option<&str>, test: &str, what: &str) 
             })
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Twenty lines at once, then five a second; what is left out is said on the next.
+    #[test]
+    fn repeated_refusals_from_one_source_are_summed_up() {
+        let t0 = std::time::Instant::now();
+        let key = || ("192.0.2.1".parse().unwrap(), "handshake".to_string());
+        let mut r = Repeats::default();
+        let written = (0..100).filter(|_| r.admit(key(), t0).is_some()).count();
+        assert_eq!(written, 20);
+        let other = ("192.0.2.2".parse().unwrap(), "handshake".to_string());
+        assert_eq!(r.admit(other, t0), Some(0), "another source");
+        assert_eq!(
+            r.admit(key(), t0 + std::time::Duration::from_millis(200)),
+            Some(80)
+        );
+    }
 }

@@ -295,7 +295,8 @@ fn fuzzed_frames_through_the_decoder_and_the_handshake() {
     );
 
     // Over loopback: mutated handshakes to a real server, each followed by the close of
-    // the client's side; then a real client is served.
+    // the client's side; then a real client is served (from another address: the
+    // handshakes that took the slot and ran nothing locked their own out).
     let port = util::free_port().to_string();
     let mut server = util::spawn(&["-s", "-p", &port, "-B", "127.0.0.1"]);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -327,7 +328,18 @@ fn fuzzed_frames_through_the_decoder_and_the_handshake() {
         t1.elapsed().as_secs_f64()
     );
     let run = util::pinperf(
-        &["-c", "127.0.0.1", "-p", &port, "-t", "0.3", "-i", "0.3"],
+        &[
+            "-c",
+            "127.0.0.1",
+            "-B",
+            "127.0.0.2",
+            "-p",
+            &port,
+            "-t",
+            "0.3",
+            "-i",
+            "0.3",
+        ],
         Duration::from_secs(20),
     );
     let _ = server.kill();

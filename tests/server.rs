@@ -1283,12 +1283,17 @@ fn a_peers_words_cannot_forge_a_log_line() {
     .to_string();
     c.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
     c.write_all(params.as_bytes()).unwrap();
-    let line = server.wait_for_log("203.0.113.7", LIMIT);
-    let log = server.log();
-    assert!(
-        line.contains("x\\u{a}pinperf: refused client 203.0.113.7:5555"),
-        "the name escaped on the refusal's line: {line}"
+    server.wait_for_log("203.0.113.7", LIMIT);
+    forged_line_escaped(
+        &server.log(),
+        "x\\u{a}pinperf: refused client 203.0.113.7:5555",
     );
+}
+
+/// The forged line's name shows escaped (`escaped`) on one line, and no line of the log
+/// is the forged one or holds an escape character.
+fn forged_line_escaped(log: &str, escaped: &str) {
+    assert!(log.contains(escaped), "the name escaped: {log}");
     assert!(
         !log.lines()
             .any(|l| l.starts_with("pinperf: refused client 203.0.113.7"))
@@ -1527,4 +1532,212 @@ fn an_iperf3_client_past_its_end_or_its_rate_is_cut() {
     let line = server.wait_for_log("exceeded --max-rate 10M", LIMIT);
     assert!(line.contains("refused client 127.0.0.1:"), "{line}");
     client("127.0.0.1", &server.port_arg(), &["-b", "10M"]).assert_ok();
+}
+
+/// Under `--auth-keys`, an iperf3 client (which cannot authenticate) is refused right
+/// after its cookie, before its parameters: SERVER_ERROR 142 comes where PARAM_EXCHANGE
+/// would, so nothing it could send (a forged `-C` name) is read or logged.
+#[test]
+fn an_iperf3_client_is_refused_before_its_parameters_under_auth_keys() {
+    let keys = keys_file("iperf3-first", 0o600);
+    let mut server = Server::start(&["--auth-keys", &keys.to_string_lossy()]);
+    let mut c = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    c.set_read_timeout(Some(LIMIT)).unwrap();
+    c.write_all(b"abcdefghijklmnopqrstuvwxyz0123456789\0")
+        .unwrap();
+    let (code, _) = iperf3_server_error(&mut c, Instant::now());
+    assert_eq!(code, 142, "IEAUTHTEST");
+    let line = server.wait_for_log("refused client 127.0.0.1:", LIMIT);
+    assert!(
+        line.ends_with(
+            "iperf3 client: this server requires pinperf's authentication (--auth-keys)"
+        ),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(keys.parent().unwrap());
+}
+
+/// A source guessing secrets is answered three times, told on the fourth that its
+/// connections are refused for a second, and meanwhile closed unanswered (not logged one
+/// by one), while another address is served; past the lockout it is served again, and
+/// the log says how many connections were closed. 14,211 guesses in 5 s were each
+/// answered and logged.
+#[test]
+fn a_source_that_guesses_secrets_is_locked_out_and_told_for_how_long() {
+    let keys = keys_file("guessing", 0o600);
+    let server = Srv::start(&[
+        "-p",
+        "0",
+        "-B",
+        "0.0.0.0",
+        "--auth-keys",
+        &keys.to_string_lossy(),
+    ]);
+    let port = server.port();
+    let guess = || client_with_secret(&port, Some("wrong"), &["--auth", "alice"]);
+    for _ in 0..3 {
+        let out = guess();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            err.trim_end().ends_with("authentication failed"),
+            "{}",
+            explain(&out)
+        );
+    }
+    let fourth = guess();
+    assert!(
+        String::from_utf8_lossy(&fourth.stderr).contains(
+            "authentication failed; 3 failures from this address within 60 s: its connections \
+             are refused for 1 s"
+        ),
+        "{}",
+        explain(&fourth)
+    );
+    let lines = server.log().lines().count();
+    let locked = guess();
+    assert_eq!(locked.status.code(), Some(1), "{}", explain(&locked));
+    assert!(
+        !String::from_utf8_lossy(&locked.stderr).contains("authentication failed"),
+        "closed unanswered: {}",
+        explain(&locked)
+    );
+    let right = client_with_secret(&port, Some("correct horse"), &["--auth", "alice"]);
+    assert_eq!(
+        right.status.code(),
+        Some(1),
+        "the source is locked out, whoever it is"
+    );
+    // Another address is served meanwhile.
+    let other = std::process::Command::new(util::bin())
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-B",
+            "127.0.0.2",
+            "-p",
+            &port,
+            "-t",
+            "0.3",
+            "-i",
+            "0.3",
+        ])
+        .args(["--auth", "alice"])
+        .env("PINPERF_SECRET", "correct horse")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(other.status.code(), Some(0), "{}", explain(&other));
+    assert_eq!(
+        server
+            .log()
+            .lines()
+            .filter(|l| l.contains("refused client 127.0.0.1"))
+            .count(),
+        4,
+        "the locked-out connections are not logged one by one:\n{}",
+        server.log()
+    );
+    assert!(
+        server.log().lines().count() <= lines + 3,
+        "{}",
+        server.log()
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let after = client_with_secret(&port, Some("correct horse"), &["--auth", "alice"]);
+    assert_eq!(after.status.code(), Some(0), "{}", explain(&after));
+    assert!(
+        server
+            .log()
+            .contains("2 connection(s) closed unanswered while it was locked out"),
+        "{}",
+        server.log()
+    );
+    let _ = std::fs::remove_dir_all(keys.parent().unwrap());
+}
+
+/// A source that takes the test slot and runs no test (an iperf3 client that sends its
+/// parameters and leaves before connecting a stream) is locked out on its fourth: a loop
+/// of them wrote 110,906 log lines in 40 s.
+#[test]
+fn a_source_that_takes_the_slot_for_nothing_is_locked_out() {
+    let mut server = Server::start(&[]);
+    for k in 1..=4 {
+        drop(util::iperf3::stalled_in_setup(server.port));
+        server.wait_for_logs("stream connections had arrived", k, LIMIT);
+    }
+    let line = server.wait_for_log("its connections are refused for 1 s", LIMIT);
+    assert!(
+        line.contains("3 failures from this address within 60 s"),
+        "{line}"
+    );
+}
+
+/// Over pinperf's protocol too: a `-C` name carrying a newline, a forged line and a
+/// terminal escape is refused, and the log shows it escaped, on the refusal's own line.
+#[test]
+fn a_pinperf_clients_words_cannot_forge_a_log_line() {
+    let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
+    let mut params = TestParams::defaults();
+    let forged = "x\npinperf: refused client 203.0.113.7:5555 (user alice): wrong secret\u{1b}[2K";
+    params.transport.congestion = Some(forged.into());
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    s.write_all(protocol::PREAMBLE).unwrap();
+    s.write_all(&protocol::encode(&ControlMsg::Hello {
+        version: PROTOCOL_VERSION,
+        software: "a raw test client".into(),
+    }))
+    .unwrap();
+    s.write_all(&protocol::encode(&ControlMsg::Params(params)))
+        .unwrap();
+    let mut pre = [0u8; 8];
+    s.read_exact(&mut pre).unwrap();
+    let peer = s.peer_addr().unwrap();
+    loop {
+        match protocol::read_frame(&mut s, peer).unwrap() {
+            ControlMsg::Refuse { reason } => {
+                assert!(
+                    reason.starts_with("-C 'x\npinperf"),
+                    "the client hears it as sent"
+                );
+                break;
+            }
+            ControlMsg::Welcome { .. } => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    assert!(server.wait_for("203.0.113.7", LIMIT), "{}", server.log());
+    forged_line_escaped(
+        &server.log(),
+        "-C 'x\\u{a}pinperf: refused client 203.0.113.7:5555",
+    );
+}
+
+/// A server's refusal reason is printed escaped by the client: a fake server's newline,
+/// forged line and terminal escapes (it set the terminal's title) reach no terminal raw.
+#[test]
+fn a_servers_words_reach_the_clients_terminal_escaped() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.write_all(protocol::PREAMBLE).unwrap();
+        let reason = "busy\npinperf: test passed\u{1b}]0;owned\u{7}".to_string();
+        s.write_all(&protocol::encode(&ControlMsg::Refuse { reason }))
+            .unwrap();
+        let _ = s.read(&mut [0u8; 4096]);
+    });
+    let run = client("127.0.0.1", &port, &[]);
+    let _ = fake.join();
+    let err = run.stderr();
+    assert_eq!(run.output.status.code(), Some(1), "{}", run.explain());
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    assert!(
+        err.contains("busy\\u{a}pinperf: test passed\\u{1b}]0;owned"),
+        "{err:?}"
+    );
+    assert!(
+        !err.lines().any(|l| l.starts_with("pinperf: test passed")),
+        "{err:?}"
+    );
 }

@@ -466,12 +466,15 @@ impl Control {
         }
     }
 
-    /// The peer's `Error` message is the test's error, carrying its reason.
+    /// The peer's `Error` message is the test's error, carrying its reason (escaped: the
+    /// peer's words reach a terminal and a log).
     fn checked(&self, msg: ControlMsg) -> Result<ControlMsg> {
         match msg {
-            ControlMsg::Error { reason } => {
-                Err(Error::Test(format!("{} reported: {reason}", self.peer)))
-            }
+            ControlMsg::Error { reason } => Err(Error::Test(format!(
+                "{} reported: {}",
+                self.peer,
+                printable(&reason, usize::MAX)
+            ))),
             msg => Ok(msg),
         }
     }

@@ -877,7 +877,9 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         if !self.bidir || s.reverse {
             if let Some(text) = self.server_output.take() {
                 writeln!(self.out, "# server output (--get-server-output):")?;
+                // The server's words, each line escaped: none drives the terminal.
                 for line in text.lines() {
+                    let line = crate::protocol::printable(line, usize::MAX);
                     writeln!(self.out, "#   {line}")?;
                 }
             }
