@@ -212,8 +212,9 @@ struct Penalty {
 }
 
 impl Penalties {
-    /// A failure of `ip` at `now`: the lockout it now serves, if this failure began one.
-    pub fn failed(&mut self, ip: IpAddr, now: Instant) -> Option<Duration> {
+    /// A failure of `ip` at `now`: the lockout it now serves, if this failure began one,
+    /// and the failures within the window that led to it.
+    pub fn failed(&mut self, ip: IpAddr, now: Instant) -> Option<(Duration, u32)> {
         if self.by_source.len() >= MAX_SOURCES {
             self.by_source
                 .retain(|_, p| now.saturating_duration_since(p.last) < PENALTY_WINDOW);
@@ -238,7 +239,7 @@ impl Penalties {
             .min(LOCKOUT_MAX);
         p.until = Some(now + lockout);
         p.closed = 0;
-        Some(lockout)
+        Some((lockout, p.failures - 1))
     }
 
     /// Whether `ip` is locked out at `now` (its connection is then counted as closed).
@@ -265,11 +266,12 @@ impl Penalties {
     }
 }
 
-/// What a source that just began a lockout is told, after the reason it failed.
-pub fn lockout_words(lockout: Duration) -> String {
+/// What a source that just began a lockout is told, after the reason it failed:
+/// `(lockout, failures)` from [`Penalties::failed`].
+pub fn lockout_words((lockout, failures): (Duration, u32)) -> String {
     format!(
-        "{FREE_FAILURES} failures from this address within {} s: its connections are \
-         refused for {} s",
+        "{failures} failures from this address within {} s before this one: its \
+         connections are refused for {} s",
         PENALTY_WINDOW.as_secs(),
         lockout.as_secs()
     )
@@ -378,15 +380,15 @@ mod tests {
         for _ in 0..FREE_FAILURES {
             assert_eq!(p.failed(a, t0), None);
         }
-        assert_eq!(p.failed(a, t0), Some(Duration::from_secs(1)));
+        assert_eq!(p.failed(a, t0), Some((Duration::from_secs(1), 3)));
         assert!(p.locked(a, t0) && p.locked(a, t0));
         assert!(!p.locked(ip("192.0.2.2"), t0), "another source");
         assert_eq!(p.closed_while_locked(a, t0), None, "still locked");
         assert!(!p.locked(a, s(1)));
         assert_eq!(p.closed_while_locked(a, s(1)), Some(2));
         assert_eq!(p.closed_while_locked(a, s(1)), None, "said once");
-        assert_eq!(p.failed(a, s(1)), Some(Duration::from_secs(2)));
-        assert_eq!(p.failed(a, s(2)), Some(Duration::from_secs(4)));
+        assert_eq!(p.failed(a, s(1)), Some((Duration::from_secs(2), 4)));
+        assert_eq!(p.failed(a, s(2)), Some((Duration::from_secs(4), 5)));
         assert_eq!(p.failed(a, s(200)), None, "a minute later, free again");
     }
 }

@@ -665,7 +665,7 @@ impl Slot {
 }
 
 /// Counts a failure against `peer`'s source: the lockout it now begins, if any.
-fn penalize(shared: &Shared, peer: SocketAddr) -> Option<Duration> {
+fn penalize(shared: &Shared, peer: SocketAddr) -> Option<(Duration, u32)> {
     shared.penalties.lock().failed(peer.ip(), Instant::now())
 }
 

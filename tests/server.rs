@@ -1587,8 +1587,8 @@ fn a_source_that_guesses_secrets_is_locked_out_and_told_for_how_long() {
     let fourth = guess();
     assert!(
         String::from_utf8_lossy(&fourth.stderr).contains(
-            "authentication failed; 3 failures from this address within 60 s: its connections \
-             are refused for 1 s"
+            "authentication failed; 3 failures from this address within 60 s before this one: \
+             its connections are refused for 1 s"
         ),
         "{}",
         explain(&fourth)
