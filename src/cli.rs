@@ -740,7 +740,7 @@ mod tests {
             attach_signed_values(argv.clone()) == argv
         };
         // A flag after a flag without a value, or one whose value is optional and only
-        // attached, and anything past `--`, stay apart (helper-50: `-Z -4` and
+        // attached, and anything past `--`, stay apart (`-Z -4` and
         // `--timestamps -1` were joined).
         assert!(kept(&["pinperf", "-s", "-1"]));
         assert!(kept(&["pinperf", "lab", "--", "-b", "-5M"]));
@@ -761,7 +761,7 @@ mod tests {
 
     #[test]
     fn a_negative_value_is_refused_by_its_flags_rule() {
-        // (helper-53: --fq-rate, --connect-timeout and -f took -1 for -1/--one-off)
+        // (--fq-rate, --connect-timeout and -f took -1 for -1/--one-off)
         for (flag, says) in [
             ("-t", "not a duration"),
             ("-P", "-1"),

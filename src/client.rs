@@ -310,7 +310,7 @@ fn negotiate(
             let reason = crate::protocol::printable(&reason, usize::MAX);
             return Err(Error::Refused { peer, reason });
         }
-        // Our own hello back: an echo service on that port (helper-48: "expected welcome,
+        // Our own hello back: an echo service on that port ("expected welcome,
         // got hello").
         ControlMsg::Hello { .. } => {
             return Err(Error::Protocol {

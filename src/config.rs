@@ -612,7 +612,7 @@ mod tests {
     }
 
     /// iperf3's habits that mean something: `--fq-rate 0` is no pacing, `-i 0` one row
-    /// over the whole test (helper-31: both were refused).
+    /// over the whole test (both were refused).
     #[test]
     fn iperf3s_zeroes_mean_what_they_mean_there() {
         let Ok(Mode::Client(cfg)) = parse(&["--loopback", "--fq-rate", "0", "-t", "2", "-i", "0"])

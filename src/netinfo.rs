@@ -199,7 +199,7 @@ mod tests {
         }
     }
 
-    /// Issue 15: `-w 1k` was granted 4608 and 2304 B, the kernel's minimum, while the
+    /// `-w 1k` was granted 4608 and 2304 B, the kernel's minimum, while the
     /// header said "Linux grants twice the request"; `-w 8M` under a 4M cap got 8M, the
     /// request, not twice it.
     #[test]
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(WindowGrant::default().grant_words(Buffer::Send), None);
     }
 
-    /// Issue 15: `-w 1G --force-window` was granted 2147483646 B and the warning named
+    /// `-w 1G --force-window` was granted 2147483646 B and the warning named
     /// net.core.wmem_max and "--force-window as root": INT_MAX capped it.
     #[test]
     fn the_int_max_cap_is_named_not_the_sysctl() {

@@ -9,7 +9,7 @@
 //! [`CATCH_UP_SPEED`] times the rate, so the test still carries the rate asked and a stall
 //! never turns into a line-rate burst; only a debt beyond [`DEBT`] is forgiven (counted in
 //! [`Pacer::forgiven`]). Forgiving every debt beyond `CATCH_UP` lost 5 to 13 % of `-b 1G`
-//! on a 2-core host at load 3 (helper-48), where iperf3, which catches all of it up at full
+//! on a 2-core host at load 3, where iperf3, which catches all of it up at full
 //! speed, kept 1000 Mbit/s.
 //!
 //! Used by one stream thread at a time (no sharing); no allocation, no I/O.

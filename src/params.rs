@@ -696,7 +696,7 @@ mod tests {
     }
 
     /// One description of a test for both servers' logs (pinperf's and the iperf3 one's
-    /// were written twice, and neither said -O; helper-44).
+    /// were written twice, and neither said -O).
     #[test]
     fn a_test_is_described_with_its_omitted_seconds() {
         let mut p = params();

@@ -816,7 +816,7 @@ mod tests {
     }
 
     /// A cut-short test's rows past the sender's last report are banded and named, as
-    /// `-O`'s are: they are not in the totals (helper-42: nothing marked them).
+    /// `-O`'s are: they are not in the totals (nothing marked them).
     #[test]
     fn rows_left_out_of_the_totals_are_banded_and_named() {
         let mut doc = Document::new(None, sample::header());

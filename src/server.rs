@@ -1016,7 +1016,7 @@ fn iperf3_session(
         .set_read_timeout(Some(left.max(Duration::from_millis(1))));
     if let Err(e) = ctl.sock.read_exact(&mut cookie) {
         if shared.pending.remove(id) {
-            // Its first bytes looked like a cookie; the rest never came (helper-44: "iperf3
+            // Its first bytes looked like a cookie; the rest never came ("iperf3
             // cookie: Resource temporarily unavailable (os error 11)").
             let why = match crate::stream::is_timeout(&e) {
                 true => format!(
@@ -1439,7 +1439,7 @@ fn run_test(
     if failure.is_some() {
         // Over for its client (stopped, gone, or broke the protocol): the next client
         // waits out the streams' end for the slot instead of hearing "busy, about 7 s
-        // left" (helper-44: a client right after a killed -u -b 100M one).
+        // left" (a client right after a killed -u -b 100M one).
         slot.finishing();
         ends.abort();
     }

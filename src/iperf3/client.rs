@@ -658,7 +658,7 @@ fn drive(
             // The server's word, if it says one soon, follows the stream (3.12 closes when
             // a data connection dies). A stream the server closed or reset can be the
             // knock-on of the control connection failing first (destroyed here, and the
-            // server then closed its streams; helper-52): then its word other than a close
+            // server then closed its streams): then its word other than a close
             // is the cause.
             match their_word(ctl, timeouts::CAUSE).ok().flatten() {
                 Some(word) if f.peer_closed && !word.closed => {
@@ -915,7 +915,7 @@ fn finish(
     // No longer than this end has run since TEST_RUNNING (past -O's seconds, as the
     // server's): a drain can take many times
     // the run time (a 4 MB buffer at 20 Mbit/s after -t 1: it was cut at twice the run
-    // time, and the rate doubled; helper-53).
+    // time, and the rate doubled).
     let seconds = if seconds.is_finite() && seconds > 0.0 {
         seconds.min((t0.elapsed().as_secs_f64() - omit).max(0.0))
     } else {

@@ -199,7 +199,7 @@ impl Ctl {
         let mut words = error_words(code);
         // A refusal by a check of iperf3's own (a limit, a granted buffer smaller than
         // asked) comes with whatever errno an earlier call left: "socket buffer size not
-        // set correctly ...: Bad file descriptor" (helper-48) pointed the wrong way.
+        // set correctly ...: Bad file descriptor" pointed the wrong way.
         const CHECKS: [i32; 10] = [
             IEDURATION,
             IENUMSTREAMS,

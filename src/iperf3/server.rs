@@ -170,7 +170,7 @@ pub(crate) fn run_test(
     if result.is_err() {
         // The test is over for its client (it terminated, closed, or was told why): the
         // next client waits out the streams' end for the slot instead of hearing "busy, about
-        // 7 s left" (helper-44: a pinperf client right after a killed iperf3 -u client).
+        // 7 s left" (a pinperf client right after a killed iperf3 -u client).
         slot.finishing();
         ends.abort();
     }

@@ -1022,7 +1022,7 @@ mod tests {
         let e = path_spec(&lab_args(&["--queue", "100"])).unwrap_err();
         assert!(e.to_string().contains("--queue"), "{e}");
         // Past the longest round trip the handshake's deadlines hold (--rtt 6s timed out
-        // connecting; helper-42), which the client's default --connect-timeout is above.
+        // connecting), which the client's default --connect-timeout is above.
         let e = path_spec(&lab_args(&["--rtt", "4.5s"])).unwrap_err();
         assert!(e.to_string().starts_with("--rtt 4.5s: use 0.1ms"), "{e}");
         assert!(

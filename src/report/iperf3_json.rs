@@ -1049,7 +1049,7 @@ mod tests {
     }
 
     /// `-O`: iperf3 restarts its clock after the omitted seconds, so the counted rows and
-    /// `end` start at 0; the omitted rows keep the test's clock (helper-42: they started
+    /// `end` start at 0; the omitted rows keep the test's clock (they started
     /// at 1.0 under `-O 1`, where iperf3 -J has 0).
     #[test]
     fn the_clock_restarts_after_the_omitted_seconds() {

@@ -991,7 +991,7 @@ fn summarize(
             );
             // UDP cut short: what the sender sent over the receiver's rows is what their
             // sequence numbers say (its own last row runs on to when it stopped, past the
-            // receiver's: helper-51, "sender wrote" one datagram more than "sender sent").
+            // receiver's: "sender wrote" one datagram more than "sender sent").
             // Not when the receiver saw none (they say nothing then: a path that let none
             // through keeps the sender's count), nor when the sender never reported (its
             // count stays unknown, not made up).
@@ -1200,7 +1200,7 @@ mod tests {
         assert_eq!(cpu.gbps_per_busy_core, Some(6.4));
     }
 
-    /// Issue 15: `pinperf lab` runs both ends in one process but different namespaces, so
+    /// `pinperf lab` runs both ends in one process but different namespaces, so
     /// the peer is not loopback (`same_host` false) while `same_process` is true: its two
     /// cores were counted twice (busy cores 2.2 on a 2-core machine). One process is one
     /// host: the cores and the process time count once.
@@ -1235,7 +1235,7 @@ mod tests {
         );
     }
 
-    /// Issue 15: `--engine single` divided its one thread's CPU evenly among the streams.
+    /// `--engine single` divided its one thread's CPU evenly among the streams.
     /// Its report has one `stream-mux` thread with the time measured (put on the first
     /// stream by the engine), and every format prints that thread.
     #[test]
@@ -1312,7 +1312,7 @@ mod tests {
         assert_eq!(joined(&[0, 7]), [1, 0]);
     }
 
-    /// Issue 15: a client paused from 1.3 s to 3.8 s of `-t 3` printed `#(**) 0.000 1.307
+    /// A client paused from 1.3 s to 3.8 s of `-t 3` printed `#(**) 0.000 1.307
     /// 40119.231`: its data ended at 1.307 s. The totals span to the planned end, or to the
     /// last byte when that is later; -O moves both ends.
     #[test]
@@ -1795,7 +1795,7 @@ mod tests {
 
     /// UDP cut short (the server stopped at 1.57 s): the sender's last row runs to when it
     /// stopped, a datagram past the receiver's last row; the totals' sent bytes are what
-    /// the receiver's sequence numbers say was sent, as their datagram counts (helper-51:
+    /// the receiver's sequence numbers say was sent, as their datagram counts (it printed
     /// "sender wrote" 301 datagrams beside "sender sent 300, lost 0").
     #[test]
     fn udp_cut_short_sends_what_the_receivers_sequences_say() {
@@ -1825,7 +1825,7 @@ mod tests {
         assert_eq!(s.sum_sent.bytes, 300 * datagram);
         assert_eq!(s.sum_received.bytes, 298 * datagram);
         // A path that let none through: the sequence numbers say nothing, the sender's
-        // count stands (helper-52: it read 0 sent).
+        // count stands (it read 0 sent).
         let mut totals = no_totals(1);
         let (l, r) = one_second(0, false, 301 * datagram, 0, Some(UdpSlice::default()));
         join(&l, &r, &mut totals);
