@@ -147,7 +147,7 @@ impl Bounds {
 /// buffer; twice `-w` when the client set both ends' buffers to it.
 fn queue_bound(fd: std::os::fd::BorrowedFd, window: Option<u64>) -> u64 {
     let sock = socket2::SockRef::from(&fd);
-    let sends = crate::sys::tcp_info(fd).is_ok_and(|(i, _)| i.bytes_acked > i.bytes_received);
+    let sends = crate::os::sys::tcp_info(fd).is_ok_and(|(i, _)| i.bytes_acked > i.bytes_received);
     let buffer = match sends {
         true => sock.send_buffer_size(),
         false => sock.recv_buffer_size(),

@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use crate::choices::{Format, Peer};
 use crate::config::ClientConfig;
-use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
-use crate::net;
+use crate::os::cpu::CpuMark;
+use crate::os::net;
 use crate::params::TestParams;
 use crate::pin::PinPlan;
 use crate::pin::{self, Affinity};
@@ -126,7 +126,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     let same_host = peer.ip().is_loopback()
         || accept
             .host
-            .is_some_and(|m| Some(m) == crate::sys::host_mark(accept.cookie));
+            .is_some_and(|m| Some(m) == crate::os::sys::host_mark(accept.cookie));
     let placement_note = (same_host
         && cfg.affinity == Affinity::Auto
         && cfg.test.pin.is_none()
@@ -181,8 +181,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
         tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
-        started_at: crate::sys::local_time(report::STARTED_AT).ok(),
-        local_host: crate::sys::hostname(),
+        started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
+        local_host: crate::os::sys::hostname(),
         remote_host: accept
             .host_name
             .as_deref()
@@ -230,7 +230,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         Err(e) => Some(e),
     };
     if failure.is_none() {
-        let mut kernel = crate::kstat::KernelMark::now();
+        let mut kernel = crate::os::kstat::KernelMark::now();
         let cpu = CpuMark::now();
         let t0 = Instant::now();
         ends.start(t0);
@@ -353,7 +353,7 @@ fn connect_streams(
     cfg: &ClientConfig,
     peer: SocketAddr,
     accept: &Accept,
-) -> Result<(Vec<StreamSocks>, crate::netinfo::WindowGrant)> {
+) -> Result<(Vec<StreamSocks>, crate::os::netinfo::WindowGrant)> {
     let n = usize::from(cfg.test.streams);
     // Data connections, window set before connect().
     let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
@@ -416,7 +416,7 @@ fn watch(
     output: &report::Output,
     cfg: &ClientConfig,
     t0: Instant,
-    kernel: &mut crate::kstat::KernelMark,
+    kernel: &mut crate::os::kstat::KernelMark,
 ) -> Option<Error> {
     let peer = ctl.peer;
     let silent = |since: Instant| {
@@ -519,7 +519,7 @@ fn watch(
                 kernel.sample();
                 let why = kernel
                     .peak()
-                    .and_then(crate::kstat::memory_note)
+                    .and_then(crate::os::kstat::memory_note)
                     .map(|n| format!("; {n}"))
                     .unwrap_or_default();
                 return Some(Error::Test(format!(
@@ -586,7 +586,7 @@ fn answers(stream: &std::net::TcpStream, wait: std::time::Duration) -> Result<bo
     Ok(false)
 }
 
-fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: usize) {
+fn warn_windows(local: &crate::os::netinfo::WindowGrant, accept: &Accept, streams: usize) {
     for w in local
         .shortfalls("local")
         .into_iter()
@@ -595,7 +595,7 @@ fn warn_windows(local: &crate::netinfo::WindowGrant, accept: &Accept, streams: u
         stderrln!("pinperf: {w}");
     }
     let most = local.sndbuf.max(accept.window.rcvbuf);
-    if let Some(w) = crate::kstat::window_memory_warning(streams, most) {
+    if let Some(w) = crate::os::kstat::window_memory_warning(streams, most) {
         stderrln!("pinperf: warning: {w}");
     }
     if let Some(note) = &local.force_note {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::choices::{Engine, Format};
 use crate::cli::{Args, DEFAULT_PORT, TargetArgs};
 use crate::error::{Error, Result};
-use crate::net::Family;
+use crate::os::net::Family;
 use crate::params::{Limits, MAX_WINDOW, MIN_INTERVAL, MIN_WINDOW, TestParams};
 use crate::pin::Affinity;
 use crate::units::format_size;
@@ -163,7 +163,7 @@ impl ClientConfig {
             }));
         }
         if let Some(name) = &test.transport.congestion {
-            crate::net::check_congestion(name)?;
+            crate::os::net::check_congestion(name)?;
         }
         Ok(ClientConfig {
             same_process: target.loopback,

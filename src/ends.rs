@@ -11,8 +11,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::choices::Engine;
 use crate::choices::ZeroCopy;
-use crate::cpu::{CpuTime, SendPath};
 use crate::error::{Error, Result};
+use crate::os::cpu::{CpuTime, SendPath};
 use crate::params::TestParams;
 use crate::pin::PinPlan;
 use crate::stream::{
@@ -57,8 +57,10 @@ impl Socks {
     /// The TOS byte the first data socket carries, as the kernel keeps it (`-S`).
     pub(crate) fn tos(&self) -> Option<u8> {
         match self {
-            Socks::Tcp(v) | Socks::TcpIperf3(v) => v.first().and_then(|s| crate::net::tos(&s.data)),
-            Socks::Udp(v) | Socks::UdpAs(v, _) => v.first().and_then(crate::net::tos),
+            Socks::Tcp(v) | Socks::TcpIperf3(v) => {
+                v.first().and_then(|s| crate::os::net::tos(&s.data))
+            }
+            Socks::Udp(v) | Socks::UdpAs(v, _) => v.first().and_then(crate::os::net::tos),
         }
     }
 }
@@ -117,7 +119,7 @@ impl Threads {
             (Ok((socks, drain)), true, engine) => {
                 if let Some(fq) = test.fq_rate_bps {
                     for s in &socks {
-                        crate::net::set_fq_rate(&s.data, fq)?;
+                        crate::os::net::set_fq_rate(&s.data, fq)?;
                     }
                 }
                 let (set, rx, free) = match engine {

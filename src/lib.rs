@@ -32,16 +32,13 @@ pub(crate) mod cli;
 pub(crate) mod client;
 pub mod compare;
 pub(crate) mod config;
-pub(crate) mod cpu;
 pub(crate) mod ends;
 pub mod error;
 pub(crate) mod html;
 pub(crate) mod iperf3;
-pub(crate) mod kstat;
 pub(crate) mod lab;
 pub mod measure;
-pub(crate) mod net;
-pub(crate) mod netinfo;
+pub(crate) mod os;
 pub(crate) mod pace;
 pub(crate) mod params;
 pub(crate) mod pin;
@@ -55,7 +52,6 @@ pub(crate) mod server;
 pub(crate) mod serverlog;
 pub(crate) mod signals;
 pub mod stream;
-pub(crate) mod sys;
 pub(crate) mod timeouts;
 pub(crate) mod udp;
 pub(crate) mod udp_link;
@@ -73,7 +69,7 @@ pub fn stop_signal() -> Option<i32> {
 /// Ends the process by the stop signal that interrupted a run, after it printed what it
 /// measured (see `sys::die_by`: a shell loop around pinperf stops too).
 pub fn die_by_signal(sig: i32) -> ! {
-    sys::die_by(sig)
+    os::sys::die_by(sig)
 }
 
 /// Parses the process's arguments and runs the chosen mode. Usage errors from clap exit 2

@@ -205,7 +205,7 @@ mod tests {
     /// bounds allow for late wake-ups, never for early ones).
     #[test]
     fn real_waits_are_even_and_never_ahead_of_the_rate() {
-        crate::sys::set_timer_slack(1_000);
+        crate::os::sys::set_timer_slack(1_000);
         let chunk = 10_000u64; // 1 ms at 80 Mbit/s
         let t0 = Instant::now();
         let mut p = Pacer::new(80_000_000, t0);

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 /// The start of a line now: `--timestamps`' local time, then `-T`'s `"TITLE:  "`.
 pub(crate) fn line_prefix(timestamps: Option<&str>, title: Option<&str>) -> io::Result<String> {
     let mut prefix = match timestamps {
-        Some(fmt) => crate::sys::local_time(fmt)?,
+        Some(fmt) => crate::os::sys::local_time(fmt)?,
         None => String::new(),
     };
     if let Some(title) = title {

@@ -28,11 +28,11 @@ use crate::admission::{Handshake, Handshakes, Refusal, Step, Ticket};
 use crate::allow::{self, Rate};
 use crate::bounds::{Arrived, Bounds};
 use crate::config::ServerConfig;
-use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::iperf3::server::Phases;
-use crate::net::{self, Family};
+use crate::os::cpu::CpuMark;
+use crate::os::net::{self, Family};
 use crate::pin::PinPlan;
 use crate::protocol::{
     self, Accept, Control, ControlMsg, DataHello, ReceiverDone, SOFTWARE, TestParams,
@@ -243,7 +243,7 @@ impl Server {
                         "pinperf: server stopped by {}",
                         crate::error::signal_name(sig)
                     );
-                    crate::sys::die_by(sig);
+                    crate::os::sys::die_by(sig);
                 }
             }
             if let Ok(result) = done_rx.try_recv() {
@@ -256,10 +256,10 @@ impl Server {
                 spare = open_spare();
             }
             let mut fds = [
-                crate::sys::pollfd(listener.as_raw_fd(), libc::POLLIN),
-                crate::sys::pollfd(wake_rx.as_raw_fd(), libc::POLLIN),
+                crate::os::sys::pollfd(listener.as_raw_fd(), libc::POLLIN),
+                crate::os::sys::pollfd(wake_rx.as_raw_fd(), libc::POLLIN),
             ];
-            match crate::sys::poll(&mut fds, timeouts::POLL.as_millis() as i32) {
+            match crate::os::sys::poll(&mut fds, timeouts::POLL.as_millis() as i32) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("poll the control port", e)),
@@ -1311,8 +1311,8 @@ fn run_test(
         cookie,
         window,
         pin_plan: plan.clone(),
-        host: crate::sys::host_mark(cookie),
-        host_name: crate::sys::hostname(),
+        host: crate::os::sys::host_mark(cookie),
+        host_name: crate::os::sys::hostname(),
     }))?;
     // The control connection's RTT: how long the streams may take to arrive, and how
     // long a UDP receiver listens past the senders' end.
@@ -1353,7 +1353,7 @@ fn run_test(
     let mut ends = Ends::default();
     let mut reporters = Vec::new();
     let mut arrived = Vec::new();
-    let first_byte = crate::net::min_rtt(&ctl.socket());
+    let first_byte = crate::os::net::min_rtt(&ctl.socket());
     let sockets = socks.duplicates();
     for (k, &reverse) in params.direction().reversed().iter().enumerate() {
         let these = socks.take(n);
@@ -1382,7 +1382,7 @@ fn run_test(
     }
 
     let cpu_mark = CpuMark::now();
-    let mut kernel_mark = crate::kstat::KernelMark::now();
+    let mut kernel_mark = crate::os::kstat::KernelMark::now();
     let t0 = Instant::now();
     let mut bounds = Bounds::new(t0, &params, rtt, cfg.limits.max_rate_bps, sockets);
     ends.start(t0);
@@ -1653,15 +1653,15 @@ fn accept_streams(
             .as_millis()
             .clamp(1, most) as i32;
         let mut fds = vec![
-            crate::sys::pollfd(listen_fd, libc::POLLIN),
-            crate::sys::pollfd(ctl_fd, libc::POLLIN),
+            crate::os::sys::pollfd(listen_fd, libc::POLLIN),
+            crate::os::sys::pollfd(ctl_fd, libc::POLLIN),
         ];
         fds.extend(
             pending
                 .iter()
-                .map(|p| crate::sys::pollfd(p.sock.as_raw_fd(), libc::POLLIN)),
+                .map(|p| crate::os::sys::pollfd(p.sock.as_raw_fd(), libc::POLLIN)),
         );
-        match crate::sys::poll(&mut fds, wait_ms) {
+        match crate::os::sys::poll(&mut fds, wait_ms) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::io("poll the data connections", e)),

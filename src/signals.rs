@@ -41,9 +41,10 @@ pub(crate) fn written(path: &Path) {
 /// Blocks the stop signals in the calling thread (call it before any other thread
 /// starts) and starts the `signals` thread that takes them.
 pub(crate) fn take_over() -> Result<()> {
-    crate::sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM/SIGHUP", e))?;
+    crate::os::sys::block_stop_signals()
+        .map_err(|e| Error::io("block SIGINT/SIGTERM/SIGHUP", e))?;
     crate::stream::spawn_named("signals".into(), || -> Result<()> {
-        let sig = crate::sys::wait_stop_signal();
+        let sig = crate::os::sys::wait_stop_signal();
         record(sig);
         let sig = another(Instant::now(), None).unwrap_or(sig);
         stderrln!(
@@ -53,7 +54,7 @@ pub(crate) fn take_over() -> Result<()> {
         for path in UNWRITTEN.lock().drain(..) {
             let _ = std::fs::remove_file(path);
         }
-        crate::sys::die_by(sig);
+        crate::os::sys::die_by(sig);
     })?;
     Ok(())
 }
@@ -64,9 +65,9 @@ pub(crate) fn another(first: Instant, within: Option<Duration>) -> Option<i32> {
     let deadline = within.map(|w| Instant::now() + w);
     loop {
         let sig = match deadline {
-            None => crate::sys::wait_stop_signal(),
+            None => crate::os::sys::wait_stop_signal(),
             Some(d) => {
-                crate::sys::wait_stop_signal_for(d.saturating_duration_since(Instant::now()))?
+                crate::os::sys::wait_stop_signal_for(d.saturating_duration_since(Instant::now()))?
             }
         };
         if first.elapsed() >= timeouts::SIGNAL_REPEAT {

@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
-use crate::netinfo::WindowGrant;
+use crate::os::netinfo::WindowGrant;
 use crate::params::TestParams;
 use crate::protocol::{Control, ControlMsg, DataHello};
 use crate::timeouts;
@@ -33,7 +33,7 @@ pub(crate) fn configure(sock: &UdpSocket, test: &TestParams, cap: u64) -> Result
     let gro = !test.no_gsro;
     let mut grant =
         crate::udp::configure_with(sock, test.window_bytes, test.force_window, gro)?.window;
-    crate::net::SocketOpts::of(test).apply(&socket2::SockRef::from(sock))?;
+    crate::os::net::SocketOpts::of(test).apply(&socket2::SockRef::from(sock))?;
     if test.window_bytes.is_none() {
         let want = match test.rate() {
             Some(bps) => (bps as f64 / 8.0 * UDP_RECEIVE_HOLDS.as_secs_f64()) as u64,
@@ -200,9 +200,9 @@ pub(crate) fn await_hellos(
                     .iter()
                     .map(|s| s.as_ref().map_or(-1, |s| s.as_raw_fd())),
             )
-            .map(|fd| crate::sys::pollfd(fd, libc::POLLIN))
+            .map(|fd| crate::os::sys::pollfd(fd, libc::POLLIN))
             .collect();
-        match crate::sys::poll(&mut fds, wait_ms) {
+        match crate::os::sys::poll(&mut fds, wait_ms) {
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::io("poll the UDP sockets", e)),
@@ -302,7 +302,7 @@ pub(crate) fn connect(
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;
         socks.push(sock);
     }
-    let rtt = crate::net::rtt(&ctl.socket());
+    let rtt = crate::os::net::rtt(&ctl.socket());
     let allowed = timeouts::streams_arrive(socks.len(), rtt);
     let deadline = Instant::now() + allowed;
     let mut answered = vec![false; socks.len()];

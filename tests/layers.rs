@@ -6,12 +6,44 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top-level module a source file belongs to: `src/report/text.rs` -> `report`.
+/// Directories of `src/` whose modules are layers of their own, each counted apart:
+/// `src/os/net.rs` is `os_net` (the parser's spelling of `os::net`).
+const GROUPS: &[&str] = &["os"];
+
+/// Module a source file belongs to: `src/report/text.rs` -> `report`, `src/os/sys.rs` ->
+/// `os_sys`.
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
-    let first = rel.components().next()?.as_os_str().to_str()?;
-    let name = first.trim_end_matches(".rs");
-    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+    let mut parts = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().unwrap_or(""));
+    let first = parts.next()?.trim_end_matches(".rs");
+    if GROUPS.contains(&first) {
+        let second = parts.next()?.trim_end_matches(".rs");
+        return (second != "mod").then(|| format!("{first}_{second}"));
+    }
+    (!matches!(first, "lib" | "main")).then(|| first.to_string())
+}
+
+/// `os::net` as `os_net`, and `os::{net, sys}` as `os_net, os_sys`, for [`targets`].
+fn flatten_groups(code: &str) -> String {
+    let mut code = code.to_string();
+    for group in GROUPS {
+        let braces = format!("{group}::{{");
+        while let Some(i) = code.find(&braces) {
+            let start = i + braces.len();
+            let end = start + code[start..].find('}').expect("a closed brace group");
+            let items: Vec<String> = code[start..end]
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| format!("{group}_{item}"))
+                .collect();
+            code.replace_range(i..=end, &items.join(", "));
+        }
+        code = code.replace(&format!("{group}::"), &format!("{group}_"));
+    }
+    code
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -105,7 +137,7 @@ fn edges() -> BTreeMap<String, BTreeSet<String>> {
         };
         let text = std::fs::read_to_string(&file).expect("read source");
         let node = graph.entry(from.clone()).or_default();
-        for to in targets(&code(&text)) {
+        for to in targets(&flatten_groups(&code(&text))) {
             if to != from {
                 node.insert(to);
             }
@@ -168,6 +200,12 @@ fn the_parser_sees_plain_paths_and_brace_groups() {
     );
     g.insert("b".to_string(), BTreeSet::new());
     assert_eq!(find_cycle(&g), None);
+    let grouped =
+        flatten_groups("use crate::{os::{net, sys::X}, units};\nlet _ = crate::os::cpu::f();");
+    assert_eq!(
+        targets(&grouped).into_iter().collect::<Vec<_>>(),
+        ["os_cpu", "os_net", "os_sys", "units"].map(String::from)
+    );
 }
 
 #[test]
@@ -187,20 +225,20 @@ fn top_level_modules_form_no_cycle() {
 fn the_leaves_stay_leaves() {
     // Leaf layers: plain data and FFI import nothing above them.
     let graph = edges();
-    for leaf in ["units", "choices", "sys", "error", "pin", "timeouts"] {
+    for leaf in ["units", "choices", "os_sys", "error", "pin", "timeouts"] {
         let deps = graph.get(leaf).cloned().unwrap_or_default();
         assert!(deps.is_empty(), "{leaf} imports {deps:?}");
     }
     // What the wire and the reports carry is plain data: neither needs the socket layer.
     for module in ["protocol", "report"] {
         let deps = graph.get(module).cloned().unwrap_or_default();
-        for below in ["net", "sys"] {
+        for below in ["os_net", "os_sys"] {
             assert!(!deps.contains(below), "{module} imports {below}: {deps:?}");
         }
     }
     // The parameter table and the flags sit just above them: no sockets, no threads.
     for (module, allowed) in [
-        ("netinfo", &["units"][..]),
+        ("os_netinfo", &["units"][..]),
         ("params", &["units", "pin", "choices"][..]),
         ("cli", &["units", "choices", "params"][..]),
     ] {

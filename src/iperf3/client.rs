@@ -39,11 +39,11 @@ use super::{
 };
 use crate::choices::Format;
 use crate::config::ClientConfig;
-use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, IoContext, Result};
 use crate::measure::UdpSlice;
-use crate::net::{self, TcpInfo};
+use crate::os::cpu::CpuMark;
+use crate::os::net::{self, TcpInfo};
 use crate::params::Direction;
 use crate::pin::PinPlan;
 use crate::protocol::{ReceiverDone, SOFTWARE};
@@ -146,8 +146,8 @@ pub(crate) fn run(
         cpu_intervals: cfg.cpu_intervals,
         engine: cfg.engine,
         tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
-        started_at: crate::sys::local_time(report::STARTED_AT).ok(),
-        local_host: crate::sys::hostname(),
+        started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
+        local_host: crate::os::sys::hostname(),
         ..Header::of_test(test)
     };
 
@@ -296,7 +296,7 @@ fn tcp_streams(
 ) -> Result<(
     Vec<StreamSocks>,
     Vec<TcpStream>,
-    crate::netinfo::WindowGrant,
+    crate::os::netinfo::WindowGrant,
 )> {
     let test = &cfg.test;
     let n = usize::from(test.streams.max(1));
@@ -516,7 +516,7 @@ fn refusal(ctl: &mut Ctl, got: i8, want: i8) -> Result<()> {
 /// close, read and told in words (`window`: `-w` was given, the commonest cause).
 fn spoke_first(ctl: &mut Ctl, window: bool) -> Result<()> {
     let fd = std::os::fd::AsFd::as_fd(&ctl.sock);
-    if !crate::sys::wait_readable(fd, Duration::ZERO).unwrap_or(false) {
+    if !crate::os::sys::wait_readable(fd, Duration::ZERO).unwrap_or(false) {
         return Ok(());
     }
     let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
@@ -576,12 +576,12 @@ struct Word {
 
 /// The iperf3 server's word, if it says one within `wait`.
 fn their_word(ctl: &mut Ctl, wait: Duration) -> Result<Option<Word>> {
-    let mut fds = [crate::sys::pollfd(
+    let mut fds = [crate::os::sys::pollfd(
         std::os::fd::AsRawFd::as_raw_fd(&ctl.sock),
         libc::POLLIN,
     )];
     let wait = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
-    if !crate::sys::poll(&mut fds, wait).is_ok_and(|n| n > 0) {
+    if !crate::os::sys::poll(&mut fds, wait).is_ok_and(|n| n > 0) {
         return Ok(None);
     }
     let _ = ctl.sock.set_read_timeout(Some(Duration::from_millis(1)));
@@ -820,7 +820,7 @@ impl Tail {
 fn finish(
     ctl: &mut Ctl,
     cfg: &ClientConfig,
-    cpu: Option<&crate::cpu::CpuReport>,
+    cpu: Option<&crate::os::cpu::CpuReport>,
     counted: &[Mirrored],
     (t0, acked, told): (Instant, Option<Instant>, Instant),
     congestion: Option<String>,

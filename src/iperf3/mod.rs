@@ -732,11 +732,11 @@ pub fn stream_id(index: usize) -> i64 {
 }
 
 /// CPU from iperf3's results as this end's report: percentages of one core over the test.
-pub(crate) fn cpu_report(r: &Results, seconds: f64) -> crate::cpu::CpuReport {
+pub(crate) fn cpu_report(r: &Results, seconds: f64) -> crate::os::cpu::CpuReport {
     let us = |pct: f64| (pct.max(0.0) / 100.0 * seconds * 1e6) as u64;
-    crate::cpu::CpuReport {
+    crate::os::cpu::CpuReport {
         seconds,
-        process: crate::cpu::CpuTime {
+        process: crate::os::cpu::CpuTime {
             user_us: us(r.cpu_util_user),
             sys_us: us(r.cpu_util_system),
         },

@@ -30,10 +30,10 @@ use parking_lot::Mutex;
 
 use super::{Ctl, Params, Results, StreamResult, stream_id};
 use crate::bounds::Bounds;
-use crate::cpu::CpuMark;
 use crate::ends::{Ends, Socks, Threads};
 use crate::error::{Error, Result};
 use crate::measure::TcpSample;
+use crate::os::cpu::CpuMark;
 use crate::params::{Limits, TestParams};
 use crate::pin::{self, Affinity, PinPlan};
 use crate::stream::{StreamSocks, UdpSnapshot, spawn_named};
@@ -110,7 +110,7 @@ pub(crate) fn run_test(
     let Admitted { test, plan, wire } = admitted;
     let test = &test;
     let n = test.streams as usize;
-    let rtt = crate::net::rtt(&ctl.sock);
+    let rtt = crate::os::net::rtt(&ctl.sock);
     let deadline = || Instant::now() + timeouts::streams_arrive(test.threads(), rtt);
     let (mut socks, dups) = match test.udp {
         false => {
@@ -328,10 +328,10 @@ impl Watched<'_> {
 /// Whether the peer closed `sock` (or it failed), waiting up to `wait` for it: nothing is
 /// read from it.
 fn closed(sock: &TcpStream, wait: Duration) -> bool {
-    let mut fds = [crate::sys::pollfd(sock.as_raw_fd(), libc::POLLRDHUP)];
+    let mut fds = [crate::os::sys::pollfd(sock.as_raw_fd(), libc::POLLRDHUP)];
     let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
     let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
-    crate::sys::poll(&mut fds, ms).is_ok() && fds[0].revents & gone != 0
+    crate::os::sys::poll(&mut fds, ms).is_ok() && fds[0].revents & gone != 0
 }
 
 /// Tells the client that this end could not set its streams up (iperf3's "unable to
@@ -398,7 +398,7 @@ fn tcp_streams(
             let _ = r.set_recv_buffer_size(w as usize);
             let _ = r.set_send_buffer_size(w as usize);
         }
-        if let Err(e) = crate::net::SocketOpts::of(test).apply(&r) {
+        if let Err(e) = crate::os::net::SocketOpts::of(test).apply(&r) {
             let _ = ctl.send_server_error(super::code_for(&e.to_string()), 0);
             return Err(e);
         }
@@ -502,7 +502,7 @@ fn watch(
         }
         let moved = || -> u64 {
             dups.iter()
-                .filter_map(crate::net::tcp_info)
+                .filter_map(crate::os::net::tcp_info)
                 .map(|i| i.bytes_received + i.bytes_acked)
                 .sum()
         };
@@ -661,7 +661,7 @@ fn finish(
         cpu_util_system: report.host_system,
         sender_has_retransmits,
         // What the streams ran with (the kernel's default unless -C), as iperf3's says.
-        congestion_used: dups.first().and_then(crate::net::congestion),
+        congestion_used: dups.first().and_then(crate::os::net::congestion),
         streams,
         server_output_text: told.map(|mut lines| {
             lines.push(done_line(ctl.peer, received, sent));

@@ -18,7 +18,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
-use crate::netinfo::WindowGrant;
+use crate::os::netinfo::WindowGrant;
 use crate::params::TestParams;
 
 /// The client's datagram: "6789" as a number in iperf3's `iperf.h`.
@@ -160,10 +160,10 @@ impl Listener {
                     socks.len()
                 )));
             }
-            let watch = |fd: RawFd| crate::sys::pollfd(fd, libc::POLLIN);
+            let watch = |fd: RawFd| crate::os::sys::pollfd(fd, libc::POLLIN);
             let mut fds = [watch(ctl), watch(self.sock.as_raw_fd())];
             let wait = left.min(crate::timeouts::POLL).as_millis().max(1) as i32;
-            match crate::sys::poll(&mut fds, wait) {
+            match crate::os::sys::poll(&mut fds, wait) {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("poll the iperf3 UDP listener", e)),

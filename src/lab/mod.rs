@@ -45,12 +45,12 @@ use parking_lot::Mutex;
 use crate::cli::{Args, LabArgs};
 use crate::config::{self, ClientConfig, ServerConfig};
 use crate::error::{Error, Result};
+use crate::os::sys;
 use crate::pin::{self, Affinity};
 use crate::report::Formatter;
 use crate::report::model::Summary;
 use crate::server::Server;
 use crate::stream::spawn_named;
-use crate::sys;
 use crate::units;
 use path::Path;
 use relay::RelayStats;
@@ -300,7 +300,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
         Error::Test("pinperf lab needs iproute2's `ip` (apt-get install iproute2)".into())
     })?;
     // net.ipv4.tcp_mem is visible only here, in the initial namespace: read it once now.
-    let _ = crate::kstat::tcp_mem();
+    let _ = crate::os::kstat::tcp_mem();
     // Signals are taken by one thread from here on, so teardown runs whatever is running.
     sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM", e))?;
     let teardown = TeardownGuard::default();

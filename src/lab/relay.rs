@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::path::{Blackout, Path, PathStats, Verdict};
-use crate::cpu;
-use crate::sys;
+use crate::os::cpu;
+use crate::os::sys;
 
 /// A delivery later than this after its due time counts as late: the relay, not the
 /// emulated path, set its timing.

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::CpuReport;
 use crate::error::{Error, Result};
 use crate::measure::{ClosedInterval, UdpSlice};
-use crate::netinfo::{PathInfo, WindowGrant};
+use crate::os::cpu::CpuReport;
+use crate::os::netinfo::{PathInfo, WindowGrant};
 pub use crate::params::TestParams;
 use crate::pin::PinPlan;
 use crate::timeouts;
@@ -48,7 +48,7 @@ pub struct Accept {
     pub cookie: u64,
     pub window: WindowGrant,
     pub pin_plan: PinPlan,
-    /// The server's [`crate::sys::host_mark`] for this cookie (absent from older servers):
+    /// The server's [`crate::os::sys::host_mark`] for this cookie (absent from older servers):
     /// equal to the client's when both ends run on one host, in any namespaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<u64>,
@@ -85,7 +85,7 @@ pub struct ReceiverDone {
     pub cpu: Option<CpuReport>,
     /// The server's kernel TCP drop counters over the test (absent from older servers).
     #[serde(default)]
-    pub kernel: Option<crate::kstat::KernelReport>,
+    pub kernel: Option<crate::os::kstat::KernelReport>,
     /// `--get-server-output`: the server's own lines about the test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_output: Option<String>,

@@ -22,7 +22,7 @@ use super::model::{
     Fairness, Header, IntervalReport, LeftOut, RttSummary, StreamRow, SumRow, Summary, ThreadCpu,
     UdpFigures,
 };
-use crate::cpu::{CoreLoad, CpuReport};
+use crate::os::cpu::{CoreLoad, CpuReport};
 
 /// Declares a CSV table: a struct with one `String` field per column, in column order (an
 /// unset field is an empty cell), its column names `NAMES`, the header line `HEADER`

@@ -704,7 +704,7 @@ mod tests {
         let mut test = crate::params::TestParams::defaults();
         test.streams = 2;
         Header {
-            local_window: crate::netinfo::WindowGrant {
+            local_window: crate::os::netinfo::WindowGrant {
                 sndbuf,
                 ..Default::default()
             },
@@ -826,7 +826,7 @@ mod tests {
     }
 
     fn kernel(receiver_ofo: u64, pressures: u64) -> KernelSummary {
-        use crate::kstat::{KernelReport, TcpDrops};
+        use crate::os::kstat::{KernelReport, TcpDrops};
         KernelSummary {
             sender: KernelReport {
                 netns: Some(1),
@@ -848,7 +848,7 @@ mod tests {
                 tcp_mem_pages: Some([4000, 6000, 8000]),
                 tcp_pages_start: Some(100),
                 tcp_pages_peak: Some(3000),
-                udp: Some(crate::kstat::UdpDrops {
+                udp: Some(crate::os::kstat::UdpDrops {
                     rcvbuf_errors: 7,
                     in_errors: 9,
                     ..Default::default()
@@ -963,7 +963,7 @@ mod tests {
         let mut h = header(sndbuf);
         h.block_bytes = block_bytes;
         h.local_window.requested = Some(requested);
-        h.remote_window = crate::netinfo::WindowGrant {
+        h.remote_window = crate::os::netinfo::WindowGrant {
             requested: Some(requested),
             sndbuf,
             rcvbuf,

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender, select};
 
 use crate::choices::Format;
-use crate::cpu::{self, CpuReport};
 use crate::error::{Error, Result};
-use crate::kstat::KernelReport;
+use crate::os::cpu::{self, CpuReport};
+use crate::os::kstat::KernelReport;
 use crate::protocol::{ReceiverDone, ReceiverRow};
 use crate::stream::Batch;
 use crate::stream::TcpSample;
@@ -131,7 +131,7 @@ pub(crate) enum RemoteEvent {
     /// stream threads are joined).
     LocalCpu(CpuReport),
     /// The client's kernel TCP drop counters over the test.
-    LocalKernel(crate::kstat::KernelReport),
+    LocalKernel(crate::os::kstat::KernelReport),
     /// The test failed: the reporter hands this to the formatter instead of a summary.
     Failed(String),
     /// The test was stopped (a signal, a failed stream or peer) `at` seconds in: every
@@ -1117,7 +1117,7 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{CoreLoad, CpuTime, ThreadTime};
+    use crate::os::cpu::{CoreLoad, CpuTime, ThreadTime};
 
     /// Two cores at `busy` percent each over 2 s, one second of process CPU.
     fn two_cores(busy: f64) -> CpuReport {

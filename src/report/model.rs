@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::choices::Engine;
-use crate::cpu::{CoreLoad, CpuReport};
-use crate::netinfo::{PathInfo, WindowGrant};
+use crate::os::cpu::{CoreLoad, CpuReport};
+use crate::os::netinfo::{PathInfo, WindowGrant};
 pub use crate::params::Direction;
 use crate::pin::PinPlan;
 
@@ -455,8 +455,8 @@ pub struct Omitted {
 /// absent.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct KernelSummary {
-    pub sender: crate::kstat::KernelReport,
-    pub receiver: Option<crate::kstat::KernelReport>,
+    pub sender: crate::os::kstat::KernelReport,
+    pub receiver: Option<crate::os::kstat::KernelReport>,
     pub shared_namespace: bool,
 }
 
@@ -550,7 +550,7 @@ impl Summary {
 #[cfg(test)]
 pub(crate) mod sample {
     use super::*;
-    use crate::cpu::{CpuTime, ThreadTime};
+    use crate::os::cpu::{CpuTime, ThreadTime};
 
     fn rtt(min_us: f64, avg_us: f64, max_us: f64, median_us: Option<f64>) -> RttSummary {
         RttSummary {

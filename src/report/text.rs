@@ -15,8 +15,8 @@ use super::model::{
     Summary, ThreadCpu, UdpFigures,
 };
 use crate::choices::{Engine, RateUnit, ZeroCopy};
-use crate::cpu::{CoreLoad, CpuReport, SendPath};
-use crate::netinfo::{Buffer, Grant, WindowGrant};
+use crate::os::cpu::{CoreLoad, CpuReport, SendPath};
+use crate::os::netinfo::{Buffer, Grant, WindowGrant};
 use crate::units::format_rate;
 use crate::units::format_size;
 
@@ -323,7 +323,7 @@ fn send_path(p: &SendPath, same_host: bool) -> String {
 impl<W: Write + Send> TextFormatter<W> {
     /// `# kernel:` with each end's TCP drop counters, only when one of them moved.
     fn kernel_line(&mut self, k: &KernelSummary) -> io::Result<()> {
-        let ends: Vec<(&str, &crate::kstat::KernelReport)> = match &k.receiver {
+        let ends: Vec<(&str, &crate::os::kstat::KernelReport)> = match &k.receiver {
             Some(r) => vec![("sender", &k.sender), ("receiver", r)],
             None => vec![("both ends (one namespace)", &k.sender)],
         };

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use super::TestClock;
-use crate::sys;
+use crate::os::sys;
 
 /// Shortest span over which ticks are fitted to ns.
 const MIN_FIT_NS: u64 = 1_000_000;

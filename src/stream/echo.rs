@@ -35,7 +35,7 @@ use parking_lot::{Condvar, Mutex};
 use super::clock::{TOGETHER_NS, read_together};
 use super::{TestClock, spawn_named};
 use crate::error::{Error, Result};
-use crate::sys;
+use crate::os::sys;
 
 /// Header bytes at the start of every block.
 pub const HEADER_LEN: usize = 16;
@@ -550,7 +550,7 @@ fn serve(hub: &Hub) {
         fds.extend(
             lanes
                 .iter()
-                .map(|l| crate::sys::pollfd(l.sock.as_raw_fd(), libc::POLLIN)),
+                .map(|l| crate::os::sys::pollfd(l.sock.as_raw_fd(), libc::POLLIN)),
         );
         match sys::poll(&mut fds, HUB_WAKE_MS) {
             Ok(0) => continue,

@@ -74,7 +74,7 @@ pub struct BlockRtt {
 impl TcpSample {
     /// Samples `TCP_INFO` of `stream` now.
     pub(crate) fn read(stream: &std::net::TcpStream, t_ns: u64) -> Option<TcpSample> {
-        crate::net::tcp_info(stream).map(|i| TcpSample {
+        crate::os::net::tcp_info(stream).map(|i| TcpSample {
             t_ns,
             rtt_us: i.rtt_us,
             rttvar_us: i.rttvar_us,
@@ -311,7 +311,7 @@ impl StreamCtx {
 /// stream; the `single` engine runs every stream on one `stream-mux` thread.
 pub(crate) struct StreamSet<T> {
     /// Each worker's outcome, and its thread's CPU time whatever the outcome.
-    workers: Vec<std::thread::JoinHandle<(Result<Vec<T>>, crate::cpu::CpuTime)>>,
+    workers: Vec<std::thread::JoinHandle<(Result<Vec<T>>, crate::os::cpu::CpuTime)>>,
     streams: usize,
     abort: Arc<AtomicBool>,
     start_tx: Sender<Instant>,
@@ -499,7 +499,13 @@ impl<T: Send + 'static> StreamSet<T> {
     /// outcome, which holds it otherwise, is lost), and the first error that is a cause (a
     /// stream stopped because another failed is never named; it is the error only when
     /// nothing else failed, i.e. the owner aborted the test).
-    pub(crate) fn join(self) -> (Vec<T>, Vec<(String, crate::cpu::CpuTime)>, Option<Error>) {
+    pub(crate) fn join(
+        self,
+    ) -> (
+        Vec<T>,
+        Vec<(String, crate::os::cpu::CpuTime)>,
+        Option<Error>,
+    ) {
         let StreamSet {
             workers,
             abort,
@@ -514,7 +520,7 @@ impl<T: Send + 'static> StreamSet<T> {
             let name = h.thread().name().unwrap_or("stream").to_string();
             let (outcome, cpu) = h.join().unwrap_or_else(|_| {
                 let e = Error::Test(format!("{name}: thread panicked"));
-                (Err(e), crate::cpu::CpuTime::default())
+                (Err(e), crate::os::cpu::CpuTime::default())
             });
             match outcome {
                 Ok(v) => outcomes.extend(v),
@@ -537,10 +543,10 @@ impl<T: Send + 'static> StreamSet<T> {
 }
 
 /// Runs a worker's `body` and measures its thread's CPU time, whatever it returns.
-fn timed<V>(body: impl FnOnce() -> V) -> (V, crate::cpu::CpuTime) {
-    let start = crate::cpu::thread();
+fn timed<V>(body: impl FnOnce() -> V) -> (V, crate::os::cpu::CpuTime) {
+    let start = crate::os::cpu::thread();
     let v = body();
-    (v, crate::cpu::thread_since(start))
+    (v, crate::os::cpu::thread_since(start))
 }
 
 /// How a sender's connection ends after `shutdown(SHUT_WR)` ([`drain_to_eof`]).
@@ -565,7 +571,7 @@ pub(crate) fn drain_to_eof(
     abort: &AtomicBool,
     drain: Drain,
 ) -> Result<()> {
-    let acked = |s: &TcpStream| crate::net::tcp_info(s).map_or(0, |i| i.bytes_acked);
+    let acked = |s: &TcpStream| crate::os::net::tcp_info(s).map_or(0, |i| i.bytes_acked);
     let mut progress = Progress::new(timeouts::STALL, acked(sock), Instant::now());
     let mut sink = [0u8; 4096];
     loop {
@@ -585,7 +591,7 @@ pub(crate) fn drain_to_eof(
             Err(e) => return Err(Error::io(format!("stream-{id}: read end of data"), e)),
         }
         if progress.stalled(acked(sock), Instant::now()) {
-            let waiting = crate::net::tcp_info(sock).map_or(0, |i| i.notsent_bytes);
+            let waiting = crate::os::net::tcp_info(sock).map_or(0, |i| i.notsent_bytes);
             return Err(Error::Test(format!(
                 "stream-{id}: the receiver acknowledged nothing for {} s after the test's end \
                  ({waiting} bytes not yet sent): it stopped reading or the path is down",
@@ -716,8 +722,8 @@ mod tests {
                 return Ok(1u16);
             }
             // Busy for 50 ms of its own CPU, then fail.
-            let start = crate::cpu::thread();
-            while crate::cpu::thread_since(start).total_us() < 50_000 {
+            let start = crate::os::cpu::thread();
+            while crate::os::cpu::thread_since(start).total_us() < 50_000 {
                 std::hint::black_box(0u64.wrapping_add(1));
             }
             Err(Error::Test("stream-0: boom".into()))

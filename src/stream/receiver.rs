@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use super::echo::HeaderEcho;
 use super::{Batcher, BlockClock, Copying, StreamCtx, WAKE, aborted, is_timeout};
-use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
+use crate::os::cpu::{self, CpuTime};
 use crate::timeouts;
 
 /// Smallest buffer a receiver reads into: with small blocks, one `read()` per block would
@@ -90,7 +90,7 @@ pub fn run(
         let got = if copy_len {
             sock.read(&mut buf[..len])
         } else {
-            crate::sys::recv_discard(sock.as_fd(), len)
+            crate::os::sys::recv_discard(sock.as_fd(), len)
         };
         match got {
             // A socket destroyed here (`ss -K`, the kernel's abort) reads as EOF before

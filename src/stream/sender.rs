@@ -17,8 +17,8 @@ use std::time::Duration;
 use super::echo::{self, EchoReader};
 use super::zerocopy::ZcRing;
 use super::{Batcher, BlockClock, Copying, Drain, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
-use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
+use crate::os::cpu::{self, CpuTime};
 use crate::pace::{self, Pacer};
 
 /// What a sender did.
@@ -45,7 +45,7 @@ pub fn run(
     drain: Drain,
 ) -> Result<SendOutcome> {
     let id = ctx.id;
-    let mut reset = crate::net::ResetOnDrop::new(&sock);
+    let mut reset = crate::os::net::ResetOnDrop::new(&sock);
     ctx.pin()?;
     sock.set_write_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
@@ -61,7 +61,7 @@ pub fn run(
         _ => None,
     };
     let mut ring = if copy.zerocopy == Some(crate::choices::ZeroCopy::Msg) {
-        crate::sys::set_zerocopy(sock.as_fd())
+        crate::os::sys::set_zerocopy(sock.as_fd())
             .op(|| format!("stream-{id}: set SO_ZEROCOPY (-Z)"))?;
         let sndbuf = socket2::SockRef::from(&sock)
             .send_buffer_size()
@@ -81,7 +81,7 @@ pub fn run(
         (Pacer::bytes_in(r, pace::QUANTUM) as usize).clamp(1, block.len())
     });
     if ctx.rate_bps.is_some() {
-        crate::sys::set_timer_slack(1_000);
+        crate::os::sys::set_timer_slack(1_000);
     }
 
     let clock = ctx.wait_start()?;
@@ -163,8 +163,11 @@ pub fn run(
                             let lost =
                                 |e| Error::io(format!("stream-{id}: zerocopy completions"), e);
                             ring.reap(&sock).map_err(lost)?;
-                            crate::sys::wait_error_queue(sock.as_fd(), Duration::from_millis(1))
-                                .map_err(lost)?;
+                            crate::os::sys::wait_error_queue(
+                                sock.as_fd(),
+                                Duration::from_millis(1),
+                            )
+                            .map_err(lost)?;
                         }
                         r => break r,
                     }
@@ -339,7 +342,7 @@ pub(crate) mod tests {
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (rx, _) = listener.accept().unwrap();
         if let Some(r) = fq_rate {
-            crate::net::set_fq_rate(&tx, r).unwrap();
+            crate::os::net::set_fq_rate(&tx, r).unwrap();
         }
         let (run_time, iv, block) = (
             Duration::from_secs(1),

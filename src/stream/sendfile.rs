@@ -35,7 +35,7 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 use super::echo;
-use crate::sys;
+use crate::os::sys;
 
 /// Bytes a ring spans at least.
 const MIN_RING_BYTES: u64 = 8 << 20;
@@ -157,7 +157,7 @@ impl HostLimits {
         HostLimits {
             tcp_wmem_max: third("tcp_wmem"),
             tcp_rmem_max: third("tcp_rmem"),
-            rmem_max: crate::net::read_sysctl("net.core.rmem_max"),
+            rmem_max: crate::os::net::read_sysctl("net.core.rmem_max"),
         }
     }
 }

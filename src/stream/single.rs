@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 use super::echo::{self, EchoCollector};
 use super::sender::SendOutcome;
 use super::{Batcher, FLUSH_EVERY_NS, StreamCtx, TcpSample, is_timeout};
-use crate::cpu;
 use crate::error::{Error, IoContext, Result};
-use crate::sys;
+use crate::os::cpu;
+use crate::os::sys;
 
 /// Per-stream state of the multiplexer.
 struct Lane {
     sock: TcpStream,
     /// Resets `sock` if the lane does not end with the receiver's close.
-    reset: crate::net::ResetOnDrop,
+    reset: crate::os::net::ResetOnDrop,
     echo: Option<TcpStream>,
     batcher: Batcher,
     echoes: EchoCollector,
@@ -76,7 +76,7 @@ pub fn run(
             let _ = echoes.stamp_arrivals(e);
         }
         lanes.push(Lane {
-            reset: crate::net::ResetOnDrop::new(&sock),
+            reset: crate::os::net::ResetOnDrop::new(&sock),
             sock,
             echo,
             batcher: Batcher::new(ctx.id, ctx.batches.clone(), ctx.free.clone()),
@@ -102,9 +102,9 @@ pub fn run(
     let n = lanes.len();
     let mut fds: Vec<libc::pollfd> = lanes
         .iter()
-        .map(|l| crate::sys::pollfd(l.sock.as_raw_fd(), libc::POLLOUT))
+        .map(|l| crate::os::sys::pollfd(l.sock.as_raw_fd(), libc::POLLOUT))
         .chain(lanes.iter().map(|l| {
-            crate::sys::pollfd(l.echo.as_ref().map_or(-1, |e| e.as_raw_fd()), libc::POLLIN)
+            crate::os::sys::pollfd(l.echo.as_ref().map_or(-1, |e| e.as_raw_fd()), libc::POLLIN)
         }))
         .collect();
     loop {

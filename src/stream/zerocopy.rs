@@ -18,7 +18,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use crate::sys;
+use crate::os::sys;
 
 /// Bytes of blocks the ring holds at least (more when the socket buffer is larger).
 const MIN_RING_BYTES: usize = 8 << 20;

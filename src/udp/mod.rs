@@ -23,7 +23,7 @@ use std::net::UdpSocket;
 use std::os::fd::AsFd;
 
 use crate::error::Result;
-use crate::netinfo::WindowGrant;
+use crate::os::netinfo::WindowGrant;
 
 pub use receiver::{UdpRecvOutcome, receive};
 pub use sender::{UdpSend, UdpSendOutcome, send};
@@ -56,12 +56,12 @@ pub fn configure_with(
     force: bool,
     gro: bool,
 ) -> Result<UdpSetup> {
-    let window = crate::net::apply_window(&socket2::SockRef::from(sock), window, force)?;
+    let window = crate::os::net::apply_window(&socket2::SockRef::from(sock), window, force)?;
     Ok(UdpSetup {
         window,
-        gro: gro && crate::sys::set_udp_gro(sock.as_fd()).is_ok(),
-        rxq_ovfl: crate::sys::set_rxq_ovfl(sock.as_fd()).is_ok(),
-        gso: crate::sys::udp_gso_supported(sock.as_fd()),
+        gro: gro && crate::os::sys::set_udp_gro(sock.as_fd()).is_ok(),
+        rxq_ovfl: crate::os::sys::set_rxq_ovfl(sock.as_fd()).is_ok(),
+        gso: crate::os::sys::udp_gso_supported(sock.as_fd()),
     })
 }
 

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use super::MAX_DATAGRAM;
 use super::wire::{Format, Header};
-use crate::cpu::{self, CpuTime};
 use crate::error::{Error, IoContext, Result};
+use crate::os::cpu::{self, CpuTime};
+use crate::os::sys;
 use crate::pace::{self, Pacer};
 use crate::stream::{Awake, Batcher, StreamCtx, WAKE, aborted, wait_paced};
-use crate::sys;
 
 /// What a UDP sender is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

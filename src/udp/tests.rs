@@ -203,7 +203,7 @@ fn the_path_datagram_fills_the_mtu() {
     // Loopback's MTU (65536, reported as 65535) allows the largest datagram; without an
     // MTU (an unconnected socket has none) the size is the table's default.
     let datagram = |sock: &UdpSocket| {
-        let mtu = crate::sys::path_mtu(std::os::fd::AsFd::as_fd(sock), false).ok();
+        let mtu = crate::os::sys::path_mtu(std::os::fd::AsFd::as_fd(sock), false).ok();
         crate::params::datagram_for_mtu(mtu, false) as usize
     };
     assert_eq!(datagram(&tx), MAX_DATAGRAM);

@@ -168,7 +168,7 @@ const WINDOW_MEMORY_SHARE: f64 = 0.5;
 /// Before a test: `streams` socket buffers of `buf_bytes` each, once full, can take this
 /// share of TCP's hard memory limit (one end's buffers; on one host both ends add up).
 pub fn window_memory_warning(streams: usize, buf_bytes: u64) -> Option<String> {
-    let limit = tcp_mem()?[2] * crate::sys::page_size();
+    let limit = tcp_mem()?[2] * crate::os::sys::page_size();
     window_memory_check(streams, buf_bytes, limit)
 }
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::error::{Error, IoContext, Result};
-use crate::netinfo::{PathInfo, WindowGrant};
+use crate::os::netinfo::{PathInfo, WindowGrant};
 use crate::params::TestParams;
 use crate::timeouts;
 
-pub use crate::sys::TcpInfo;
+pub use crate::os::sys::TcpInfo;
 
 /// Which address family to use (`-4`, `-6`, or whatever the name resolves to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,8 +201,8 @@ pub fn apply_window(sock: &Socket, requested: Option<u64>, force: bool) -> Resul
     if let Some(bytes) = requested {
         let mut forced = false;
         if force {
-            let snd = crate::sys::set_buffer_force(sock.as_fd(), true, bytes);
-            let rcv = crate::sys::set_buffer_force(sock.as_fd(), false, bytes);
+            let snd = crate::os::sys::set_buffer_force(sock.as_fd(), true, bytes);
+            let rcv = crate::os::sys::set_buffer_force(sock.as_fd(), false, bytes);
             match snd.and(rcv) {
                 Ok(()) => forced = true,
                 Err(e) => {
@@ -336,7 +336,7 @@ pub fn path_info(stream: &TcpStream) -> PathInfo {
     let ipv6 = stream.peer_addr().map(|a| a.is_ipv6()).unwrap_or(false);
     let mss = socket2::SockRef::from(stream).tcp_mss().ok();
     PathInfo {
-        mtu: crate::sys::path_mtu(stream.as_fd(), ipv6).ok(),
+        mtu: crate::os::sys::path_mtu(stream.as_fd(), ipv6).ok(),
         mss,
     }
 }
@@ -359,7 +359,7 @@ pub fn min_rtt(stream: &TcpStream) -> Duration {
 }
 
 pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
-    crate::sys::tcp_info(stream.as_fd())
+    crate::os::sys::tcp_info(stream.as_fd())
         .ok()
         .map(|(info, _)| info)
 }
@@ -407,12 +407,12 @@ pub fn set_fq_rate(stream: &TcpStream, rate_bps: u64) -> Result<u64> {
             )));
         }
     }
-    crate::sys::set_max_pacing_rate(fd, rate_bps / 8)
+    crate::os::sys::set_max_pacing_rate(fd, rate_bps / 8)
         .op(|| format!("set SO_MAX_PACING_RATE to {rate_bps} bit/s (--fq-rate)"))?;
     let queue = rate_bps as f64 / 8.0 * timeouts::PACED_QUEUE.as_secs_f64();
-    crate::sys::set_notsent_lowat(fd, queue.max(1.0) as u32)
+    crate::os::sys::set_notsent_lowat(fd, queue.max(1.0) as u32)
         .op(|| "set TCP_NOTSENT_LOWAT (--fq-rate)".into())?;
-    let held = crate::sys::max_pacing_rate(fd).op(|| "read SO_MAX_PACING_RATE".into())?;
+    let held = crate::os::sys::max_pacing_rate(fd).op(|| "read SO_MAX_PACING_RATE".into())?;
     Ok(held.saturating_mul(8))
 }
 
@@ -631,7 +631,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         assert_eq!(set_fq_rate(&c, 8_000_000).unwrap(), 8_000_000);
-        let (lowat, _) = crate::sys::getsockopt_raw::<i32>(
+        let (lowat, _) = crate::os::sys::getsockopt_raw::<i32>(
             c.as_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_NOTSENT_LOWAT,

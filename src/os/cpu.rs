@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::choices::ZeroCopy;
-use crate::sys::Who;
+use crate::os::sys::Who;
 
 /// User and system CPU time, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +32,7 @@ impl CpuTime {
 }
 
 fn rusage(who: Who) -> CpuTime {
-    let (user_us, sys_us) = crate::sys::cpu_time_us(who);
+    let (user_us, sys_us) = crate::os::sys::cpu_time_us(who);
     CpuTime { user_us, sys_us }
 }
 

@@ -1,0 +1,10 @@
+//! What this end asks of the operating system: the FFI (`sys`, the one module where
+//! `unsafe` is allowed), sockets and their options (`net`), granted windows and the
+//! sysctls that cap them (`netinfo`), CPU time per thread and per core (`cpu`), and the
+//! kernel's own counters (`kstat`).
+
+pub(crate) mod cpu;
+pub(crate) mod kstat;
+pub(crate) mod net;
+pub(crate) mod netinfo;
+pub(crate) mod sys;
