@@ -2,7 +2,7 @@
 """Lines in src/ at git revisions: code (not blank, not a comment, not test-only), comments
 and docs, and unit tests. Test-only is every item under `#[cfg(test)]` (a module, a fn, an
 impl, a field) and every file such a module declares (`#[cfg(test)] mod tests;` makes
-src/udp/tests.rs test-only).
+src/data/udp/tests.rs test-only).
 
     bench-scripts/src-lines.py 2982606 HEAD          # totals at each revision
     bench-scripts/src-lines.py --files 2982606 HEAD  # and the code lines each file gained

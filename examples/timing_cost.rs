@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
-use pinperf::stream::{BatchChannels, Batcher, BlockClock, TestClock};
+use pinperf::data::stream::{BatchChannels, Batcher, BlockClock, TestClock};
 
 fn main() {
     let block: usize = std::env::args()

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::auth::{self, FAILED, Keys, NONCE_LEN};
+use crate::data::pin::{self, Affinity, PinPlan};
 use crate::params::{Limits, TestParams};
-use crate::pin::{self, Affinity, PinPlan};
 use crate::protocol::{ControlMsg, PROTOCOL_VERSION, SOFTWARE};
 use crate::timeouts;
 

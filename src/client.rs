@@ -10,19 +10,19 @@ use std::time::Instant;
 
 use crate::choices::{Format, Peer};
 use crate::config::ClientConfig;
-use crate::ends::{Ends, Socks, Threads};
+use crate::data::ends::{Ends, Socks, Threads};
+use crate::data::pin::PinPlan;
+use crate::data::pin::{self, Affinity};
+use crate::data::stream::{StreamSocks, spawn_named};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::CpuMark;
 use crate::os::net;
 use crate::params::TestParams;
-use crate::pin::PinPlan;
-use crate::pin::{self, Affinity};
 use crate::protocol::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
-use crate::stream::{StreamSocks, spawn_named};
 use crate::timeouts;
 
 /// Runs one test, printing through `out`; returns the summary. A failure is also handed
@@ -431,8 +431,9 @@ fn watch(
     let mut local_done: Option<Instant> = None;
     loop {
         if let Some(f) = streams.failure() {
-            let at = |f: &crate::stream::Failure| f.at.saturating_duration_since(t0).as_secs_f64();
-            let ours = |f: &crate::stream::Failure| {
+            let at =
+                |f: &crate::data::stream::Failure| f.at.saturating_duration_since(t0).as_secs_f64();
+            let ours = |f: &crate::data::stream::Failure| {
                 Error::Test(format!("{} ({:.2} s into the test)", f.error, at(f)))
             };
             // Rows in front of the server's word go on to the reporter.
@@ -558,7 +559,7 @@ fn await_answer(stream: &std::net::TcpStream) -> Result<()> {
             return Err(crate::signals::interrupted(sig, "while connecting"));
         }
         match stream.peek(&mut [0u8; 1]) {
-            Err(e) if crate::stream::is_timeout(&e) => {}
+            Err(e) if crate::data::stream::is_timeout(&e) => {}
             _ => break,
         }
     }
@@ -579,7 +580,7 @@ fn answers(stream: &std::net::TcpStream, wait: std::time::Duration) -> Result<bo
             return Err(crate::signals::interrupted(sig, "while connecting"));
         }
         match stream.peek(&mut [0u8; 1]) {
-            Err(e) if crate::stream::is_timeout(&e) => {}
+            Err(e) if crate::data::stream::is_timeout(&e) => {}
             _ => return Ok(true),
         }
     }

@@ -17,7 +17,7 @@ use crate::config::{ClientConfig, Target};
 use crate::error::{Error, Result};
 use crate::params::TestParams;
 
-use crate::pin::Affinity;
+use crate::data::pin::Affinity;
 use crate::report::Formatter;
 use crate::report::model::{Header, IntervalReport, Summary};
 use crate::server::Server;

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use crate::choices::{Engine, Format};
 use crate::cli::{Args, DEFAULT_PORT, TargetArgs};
+use crate::data::pin::Affinity;
 use crate::error::{Error, Result};
 use crate::os::net::Family;
 use crate::params::{Limits, MAX_WINDOW, MIN_INTERVAL, MIN_WINDOW, TestParams};
-use crate::pin::Affinity;
 use crate::units::format_size;
 
 /// What this invocation does.
@@ -270,7 +270,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
             ));
         }
     }
-    let (local_plan, remote_plan) = crate::pin::parse_plan(&args.affinity).map_err(usage)?;
+    let (local_plan, remote_plan) = crate::data::pin::parse_plan(&args.affinity).map_err(usage)?;
     if args.server {
         if args.auth.is_some() {
             return Err(usage(
@@ -371,10 +371,14 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         _ => {}
     }
     // Checked now, not at each test: a CPU this host lacks would refuse every client.
-    let allowed = crate::pin::allowed_cpus();
+    let allowed = crate::data::pin::allowed_cpus();
     if let Affinity::List(list) = &affinity {
-        crate::pin::plan(&affinity, 1, &allowed)
-            .map_err(|why| usage(format!("-A {}: {why}", crate::pin::format_cpu_list(list))))?;
+        crate::data::pin::plan(&affinity, 1, &allowed).map_err(|why| {
+            usage(format!(
+                "-A {}: {why}",
+                crate::data::pin::format_cpu_list(list)
+            ))
+        })?;
     }
     Ok(ServerConfig {
         bind: args.target.bind,
@@ -657,12 +661,12 @@ mod tests {
 
     #[test]
     fn a_server_cpu_list_is_checked_against_the_allowed_cpus_at_startup() {
-        let allowed = crate::pin::format_cpu_list(&crate::pin::allowed_cpus());
+        let allowed = crate::data::pin::format_cpu_list(&crate::data::pin::allowed_cpus());
         assert_eq!(
             usage_text(&["-s", "-A", "0,4095"]),
             format!("-A 0,4095: CPU 4095 is not available to this process (allowed: {allowed})")
         );
-        let first = crate::pin::allowed_cpus()[0].to_string();
+        let first = crate::data::pin::allowed_cpus()[0].to_string();
         let Mode::Server(s) = parse(&["-s", "-A", &first]).unwrap() else {
             panic!("server expected")
         };

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::choices::ZeroCopy;
-use crate::pin::Affinity;
+use crate::data::pin::Affinity;
 use crate::units::{self, format_size};
 
 /// Smallest and largest block (`-l`).

@@ -28,18 +28,18 @@ use crate::admission::{Handshake, Handshakes, Refusal, Step, Ticket};
 use crate::allow::{self, Rate};
 use crate::bounds::{Arrived, Bounds};
 use crate::config::ServerConfig;
-use crate::ends::{Ends, Socks, Threads};
+use crate::data::ends::{Ends, Socks, Threads};
+use crate::data::pin::PinPlan;
+use crate::data::stream::{Batch, StreamSocks, spawn_named};
 use crate::error::{Error, IoContext, Result};
 use crate::iperf3::server::Phases;
 use crate::os::cpu::CpuMark;
 use crate::os::net::{self, Family};
-use crate::pin::PinPlan;
 use crate::protocol::{
     self, Accept, Control, ControlMsg, DataHello, ReceiverDone, SOFTWARE, TestParams,
 };
 use crate::report::interval::IntervalCutter;
 use crate::serverlog;
-use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 use crossbeam_channel::{Receiver, Sender};
 
@@ -168,7 +168,7 @@ impl Server {
     /// Starts a quiet server on 127.0.0.1 (ephemeral port) on a `server` thread of this
     /// process, for `--loopback` (one test) and `compare --loopback` (many). The thread is
     /// not joined: its failures reach the client over the control connection.
-    pub fn spawn_local(one_off: bool, affinity: crate::pin::Affinity) -> Result<SocketAddr> {
+    pub fn spawn_local(one_off: bool, affinity: crate::data::pin::Affinity) -> Result<SocketAddr> {
         let server = Server::bind(ServerConfig::in_process(
             std::net::Ipv4Addr::LOCALHOST.into(),
             one_off,
@@ -304,7 +304,7 @@ impl Server {
             }
             let accepted = match listener.accept() {
                 Ok(pair) => Some(pair),
-                Err(e) if crate::stream::is_timeout(&e) => None,
+                Err(e) if crate::data::stream::is_timeout(&e) => None,
                 Err(e) if out_of_fds(&e) => {
                     shared.out_of_fds(e.raw_os_error().unwrap_or(libc::EMFILE));
                     // The spare's descriptor lets the limit be read, then the next client in
@@ -1018,7 +1018,7 @@ fn iperf3_session(
         if shared.pending.remove(id) {
             // Its first bytes looked like a cookie; the rest never came ("iperf3
             // cookie: Resource temporarily unavailable (os error 11)").
-            let why = match crate::stream::is_timeout(&e) {
+            let why = match crate::data::stream::is_timeout(&e) {
                 true => format!(
                     "it sent the start of an iperf3 cookie, then nothing for {:.1} s",
                     left.as_secs_f64()
@@ -1693,7 +1693,7 @@ fn accept_streams(
                     p.got += k;
                     Some(p.got == DataHello::LEN)
                 }
-                Err(e) if crate::stream::is_timeout(&e) => Some(false),
+                Err(e) if crate::data::stream::is_timeout(&e) => Some(false),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Some(false),
                 Err(_) => None,
             };
@@ -1773,7 +1773,7 @@ fn accept_pending(
     for _ in 0..MAX_PENDING_HELLOS {
         let (sock, from) = match listener.accept() {
             Ok(pair) => pair,
-            Err(e) if crate::stream::is_timeout(&e) => return Ok(()),
+            Err(e) if crate::data::stream::is_timeout(&e) => return Ok(()),
             Err(e)
                 if e.kind() == std::io::ErrorKind::Interrupted
                     || e.kind() == std::io::ErrorKind::ConnectionAborted =>

@@ -43,7 +43,7 @@ pub(crate) fn written(path: &Path) {
 pub(crate) fn take_over() -> Result<()> {
     crate::os::sys::block_stop_signals()
         .map_err(|e| Error::io("block SIGINT/SIGTERM/SIGHUP", e))?;
-    crate::stream::spawn_named("signals".into(), || -> Result<()> {
+    crate::data::stream::spawn_named("signals".into(), || -> Result<()> {
         let sig = crate::os::sys::wait_stop_signal();
         record(sig);
         let sig = another(Instant::now(), None).unwrap_or(sig);

@@ -32,7 +32,7 @@ const UDP_RECEIVE_HOLDS: Duration = Duration::from_millis(50);
 pub(crate) fn configure(sock: &UdpSocket, test: &TestParams, cap: u64) -> Result<WindowGrant> {
     let gro = !test.no_gsro;
     let mut grant =
-        crate::udp::configure_with(sock, test.window_bytes, test.force_window, gro)?.window;
+        crate::data::udp::configure_with(sock, test.window_bytes, test.force_window, gro)?.window;
     crate::os::net::SocketOpts::of(test).apply(&socket2::SockRef::from(sock))?;
     if test.window_bytes.is_none() {
         let want = match test.rate() {

@@ -39,21 +39,21 @@ use super::{
 };
 use crate::choices::Format;
 use crate::config::ClientConfig;
-use crate::ends::{Ends, Socks, Threads};
+use crate::data::ends::{Ends, Socks, Threads};
+use crate::data::pin::PinPlan;
+use crate::data::stream::Failure;
+use crate::data::stream::UdpSnapshot;
+use crate::data::stream::{Batch, StreamSocks, spawn_named};
 use crate::error::{Error, IoContext, Result};
 use crate::measure::UdpSlice;
 use crate::os::cpu::CpuMark;
 use crate::os::net::{self, TcpInfo};
 use crate::params::Direction;
-use crate::pin::PinPlan;
 use crate::protocol::{ReceiverDone, SOFTWARE};
 use crate::report::interval::ClosedInterval;
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
-use crate::stream::Failure;
-use crate::stream::UdpSnapshot;
-use crate::stream::{Batch, StreamSocks, spawn_named};
 use crate::timeouts;
 
 /// What the remote end is said to be in the header: plain about which figures are whose,
@@ -379,7 +379,7 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
     }
     if t.pin
         .as_ref()
-        .is_some_and(|p| *p != crate::pin::Affinity::None)
+        .is_some_and(|p| *p != crate::data::pin::Affinity::None)
     {
         return no(
             "-A LOCAL/REMOTE",

@@ -10,7 +10,7 @@
 //! and an errno, both 4-byte big-endian.
 //!
 //! UDP streams connect by iperf3's handshake on the control port's number ([`udp`]) and
-//! carry iperf3's datagram header ([`crate::udp::wire::Format::Iperf3`]); the results
+//! carry iperf3's datagram header ([`crate::data::udp::wire::Format::Iperf3`]); the results
 //! then carry each stream's datagram counts and jitter.
 //!
 //! Everything read from the peer is bounded ([`MAX_JSON`]) and checked; nothing it sends
@@ -38,9 +38,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::data::stream::UdpSnapshot;
 use crate::error::{Error, Result};
 use crate::params::TestParams;
-use crate::stream::UdpSnapshot;
 
 /// The cookie's size on the wire: 36 characters and a NUL.
 pub const COOKIE_SIZE: usize = 37;
@@ -397,8 +397,8 @@ impl Params {
     }
 
     /// The header the test's UDP datagrams carry.
-    pub fn wire(&self) -> crate::udp::wire::Format {
-        crate::udp::wire::Format::Iperf3 {
+    pub fn wire(&self) -> crate::data::udp::wire::Format {
+        crate::data::udp::wire::Format::Iperf3 {
             seq64: self.udp_counters_64bit.is_some(),
         }
     }
@@ -789,7 +789,10 @@ mod tests {
         );
         assert_eq!(t.duration, Duration::from_secs(3));
         assert!(t.transport.no_echo);
-        assert_eq!(p.wire(), crate::udp::wire::Format::Iperf3 { seq64: false });
+        assert_eq!(
+            p.wire(),
+            crate::data::udp::wire::Format::Iperf3 { seq64: false }
+        );
     }
 
     #[test]
@@ -803,7 +806,10 @@ mod tests {
             (t.streams, t.len, t.rate()),
             (2, Some(1460), Some(100_000_000))
         );
-        assert_eq!(p.wire(), crate::udp::wire::Format::Iperf3 { seq64: true });
+        assert_eq!(
+            p.wire(),
+            crate::data::udp::wire::Format::Iperf3 { seq64: true }
+        );
         // A newer iperf3's offload hints, sent with every UDP test (`--gsro` or not).
         let hints = doc.replace(
             r#""len":1460,"#,

@@ -30,15 +30,15 @@ use parking_lot::Mutex;
 
 use super::{Ctl, Params, Results, StreamResult, stream_id};
 use crate::bounds::Bounds;
-use crate::ends::{Ends, Socks, Threads};
+use crate::data::ends::{Ends, Socks, Threads};
+use crate::data::pin::{self, Affinity, PinPlan};
+use crate::data::stream::{StreamSocks, UdpSnapshot, spawn_named};
+use crate::data::udp::wire::Format;
 use crate::error::{Error, Result};
 use crate::measure::TcpSample;
 use crate::os::cpu::CpuMark;
 use crate::params::{Limits, TestParams};
-use crate::pin::{self, Affinity, PinPlan};
-use crate::stream::{StreamSocks, UdpSnapshot, spawn_named};
 use crate::timeouts;
-use crate::udp::wire::Format;
 
 /// An iperf3 test that may run here: pinperf's parameters, the pin plan, the header its
 /// UDP datagrams carry and whether the client wants the server's report.
@@ -228,7 +228,7 @@ impl Retransmits {
 impl Counts {
     /// A direction's counts, kept by a `reporter` thread from its `n` streams' batches.
     fn spawn(
-        batches: crate::ends::Batches,
+        batches: crate::data::ends::Batches,
         n: usize,
         omit: Duration,
     ) -> Result<Arc<Mutex<Counts>>> {

@@ -8,7 +8,7 @@
 //! fresh listener. iperf3 writes both numbers in its host's byte order; this end reads
 //! either order and answers in the order it was asked.
 //!
-//! The sockets then carry iperf3's datagram header ([`crate::udp::wire::Format::Iperf3`])
+//! The sockets then carry iperf3's datagram header ([`crate::data::udp::wire::Format::Iperf3`])
 //! on pinperf's pinned UDP stream threads. Runs on the test's `control` thread (server) or
 //! the client's main thread; every wait is bounded by a deadline.
 
@@ -108,7 +108,7 @@ fn await_reply(
         match sock.recv(&mut buf) {
             Ok(4) if magic(&buf[..4], &[CONNECT_REPLY, LEGACY_REPLY]).is_some() => return Ok(()),
             Ok(_) => {}
-            Err(e) if crate::stream::is_timeout(&e) || e.kind() == ErrorKind::Interrupted => {
+            Err(e) if crate::data::stream::is_timeout(&e) || e.kind() == ErrorKind::Interrupted => {
                 server_spoke()?
             }
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
@@ -185,7 +185,7 @@ impl Listener {
                 .op(|| "set O_NONBLOCK on the iperf3 UDP listener".into())?;
             let (len, from) = match self.sock.recv_from(&mut buf) {
                 Ok(got) => got,
-                Err(e) if crate::stream::is_timeout(&e) => continue,
+                Err(e) if crate::data::stream::is_timeout(&e) => continue,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("receive on the iperf3 UDP listener", e)),
             };

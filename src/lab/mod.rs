@@ -44,13 +44,13 @@ use parking_lot::Mutex;
 
 use crate::cli::{Args, LabArgs};
 use crate::config::{self, ClientConfig, ServerConfig};
+use crate::data::pin::{self, Affinity};
+use crate::data::stream::spawn_named;
 use crate::error::{Error, Result};
 use crate::os::sys;
-use crate::pin::{self, Affinity};
 use crate::report::Formatter;
 use crate::report::model::Summary;
 use crate::server::Server;
-use crate::stream::spawn_named;
 use crate::units;
 use path::Path;
 use relay::RelayStats;

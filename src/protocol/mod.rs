@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::data::pin::PinPlan;
 use crate::error::{Error, Result};
 use crate::measure::{ClosedInterval, UdpSlice};
 use crate::os::cpu::CpuReport;
 use crate::os::netinfo::{PathInfo, WindowGrant};
 pub use crate::params::TestParams;
-use crate::pin::PinPlan;
 use crate::timeouts;
 
 /// Bumped on any incompatible change; a mismatch is refused with both versions named.

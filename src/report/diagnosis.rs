@@ -6,7 +6,7 @@
 //! the report model; the client's reporter calls them once, at the end.
 
 use super::model::{Fairness, Header, KernelSummary, StreamRow, UdpFigures};
-use crate::stream::echo::HEADER_LEN;
+use crate::data::stream::echo::HEADER_LEN;
 
 /// What the diagnosis looks at.
 pub struct Evidence<'a> {
@@ -276,7 +276,7 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
     // whole block's write.
     let paced = e.header.rate_bps.filter(|_| !e.header.udp).map(|rate| {
         let rate = rate.max(1) as f64;
-        let piece = (rate * crate::pace::QUANTUM.as_secs_f64() / 8.0).max(1.0);
+        let piece = (rate * crate::data::pace::QUANTUM.as_secs_f64() / 8.0).max(1.0);
         let header_us = (HEADER_LEN as f64 - piece).max(0.0) * 8.0 / rate * 1e6;
         (rate as u64, header_us.min(write_us))
     });

@@ -8,8 +8,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::data::stream::{Batch, TcpSample, UdpSnapshot};
 pub use crate::measure::{ClosedInterval, RttStats, StreamSlice, UdpSlice};
-use crate::stream::{Batch, TcpSample, UdpSnapshot};
 
 #[derive(Debug, Clone, Default)]
 struct StreamAcc {
@@ -329,7 +329,7 @@ pub(crate) fn cut(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::BlockRecord;
+    use crate::data::stream::BlockRecord;
 
     const MS: u64 = 1_000_000;
 
@@ -497,7 +497,7 @@ mod tests {
             (1100, 7_000),
         ]
         .iter()
-        .map(|&(t_ms, rtt_ns)| crate::stream::BlockRtt {
+        .map(|&(t_ms, rtt_ns)| crate::data::stream::BlockRtt {
             t_ns: t_ms * MS,
             rtt_ns,
         })

@@ -22,12 +22,12 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender, select};
 
 use crate::choices::Format;
+use crate::data::stream::Batch;
+use crate::data::stream::TcpSample;
 use crate::error::{Error, Result};
 use crate::os::cpu::{self, CpuReport};
 use crate::os::kstat::KernelReport;
 use crate::protocol::{ReceiverDone, ReceiverRow};
-use crate::stream::Batch;
-use crate::stream::TcpSample;
 use interval::{ClosedInterval, IntervalCutter, RttStats, StreamSlice};
 use model::{
     CpuSummary, CpuUtilization, Header, IntervalReport, KernelSummary, RttSummary, SideTotal,

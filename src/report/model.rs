@@ -8,10 +8,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::choices::Engine;
+use crate::data::pin::PinPlan;
 use crate::os::cpu::{CoreLoad, CpuReport};
 use crate::os::netinfo::{PathInfo, WindowGrant};
 pub use crate::params::Direction;
-use crate::pin::PinPlan;
 
 /// Everything known before the first byte moves.
 #[derive(Debug, Clone, Serialize, Deserialize)]

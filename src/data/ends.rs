@@ -11,14 +11,14 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::choices::Engine;
 use crate::choices::ZeroCopy;
+use crate::data::pin::PinPlan;
+use crate::data::stream::{
+    Batch, Copying, Drain, Failure, StreamSet, StreamSocks, receiver, sender, single,
+};
+use crate::data::udp;
 use crate::error::{Error, Result};
 use crate::os::cpu::{CpuTime, SendPath};
 use crate::params::TestParams;
-use crate::pin::PinPlan;
-use crate::stream::{
-    Batch, Copying, Drain, Failure, StreamSet, StreamSocks, receiver, sender, single,
-};
-use crate::udp;
 
 /// Data sockets on this end: a direction's, or (before [`Socks::take`]) every direction's
 /// in order.

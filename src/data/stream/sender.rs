@@ -17,9 +17,9 @@ use std::time::Duration;
 use super::echo::{self, EchoReader};
 use super::zerocopy::ZcRing;
 use super::{Batcher, BlockClock, Copying, Drain, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
+use crate::data::pace::{self, Pacer};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
-use crate::pace::{self, Pacer};
 
 /// What a sender did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,13 +331,13 @@ pub(crate) mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::stream::receiver;
-    use crate::stream::testing::side;
+    use crate::data::stream::receiver;
+    use crate::data::stream::testing::side;
 
     /// Stream 0 over loopback for 1 s, paced by `-b` (`rate`) or by the kernel
     /// (`fq_rate`): the receiver's 250 ms intervals in Gbit/s, and the sender's total.
     fn paced_run(rate: Option<u64>, fq_rate: Option<u64>) -> (Vec<f64>, f64) {
-        let _turn = crate::stream::testing::one_at_a_time();
+        let _turn = crate::data::stream::testing::one_at_a_time();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (rx, _) = listener.accept().unwrap();
@@ -380,7 +380,7 @@ pub(crate) mod tests {
         copy: Copying,
         block: usize,
     ) -> (SendOutcome, receiver::RecvOutcome, usize) {
-        let _turn = crate::stream::testing::one_at_a_time();
+        let _turn = crate::data::stream::testing::one_at_a_time();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (rx, _) = listener.accept().unwrap();
@@ -424,7 +424,7 @@ pub(crate) mod tests {
     /// timed by the newest one's arrival (or, left out, mostly not counted).
     #[test]
     fn echoes_are_timed_while_the_stream_thread_waits_in_write() {
-        let _turn = crate::stream::testing::one_at_a_time();
+        let _turn = crate::data::stream::testing::one_at_a_time();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut rx, _) = listener.accept().unwrap();

@@ -218,9 +218,9 @@ mod tests {
         );
     }
     use crate::choices::ZeroCopy;
-    use crate::stream::Copying;
-    use crate::stream::echo::HeaderEcho;
-    use crate::stream::sender::tests::copy_run;
+    use crate::data::stream::Copying;
+    use crate::data::stream::echo::HeaderEcho;
+    use crate::data::stream::sender::tests::copy_run;
 
     #[test]
     fn the_ring_spans_twice_both_queues() {

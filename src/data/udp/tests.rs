@@ -5,8 +5,8 @@ use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::data::stream::testing::side;
 use crate::report::interval::{ClosedInterval, cut};
-use crate::stream::testing::side;
 
 /// A connected pair on loopback: (sender, receiver).
 fn pair() -> (UdpSocket, UdpSocket) {
@@ -32,7 +32,7 @@ fn run_pair(
     datagram: usize,
     run: Duration,
 ) -> Run {
-    let _turn = crate::stream::testing::one_at_a_time();
+    let _turn = crate::data::stream::testing::one_at_a_time();
     let iv = Duration::from_millis(250);
     let (sctx, s_rep, s_start) = side(0, datagram, rate);
     let (rctx, r_rep, r_start) = side(0, datagram, None);

@@ -251,8 +251,8 @@ mod tests {
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
 
-    use crate::stream::testing::{one_at_a_time, side};
-    use crate::stream::{Batch, Copying, sender};
+    use crate::data::stream::testing::{one_at_a_time, side};
+    use crate::data::stream::{Batch, Copying, sender};
 
     const BLOCK: usize = 16 << 10;
 
@@ -282,14 +282,20 @@ mod tests {
         let (ctx, rep, start) = side(0, BLOCK, None);
         let sender = std::thread::spawn(move || {
             if single {
-                super::run(vec![ctx], vec![tx], run_time, crate::stream::Drain::ToEof).map(|_| ())
+                super::run(
+                    vec![ctx],
+                    vec![tx],
+                    run_time,
+                    crate::data::stream::Drain::ToEof,
+                )
+                .map(|_| ())
             } else {
                 sender::run(
                     ctx,
                     tx,
                     run_time,
                     Copying::default(),
-                    crate::stream::Drain::ToEof,
+                    crate::data::stream::Drain::ToEof,
                 )
                 .map(|_| ())
             }

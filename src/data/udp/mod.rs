@@ -1,7 +1,7 @@
 //! UDP streams (`-u`): one pinned thread per stream on each end, like TCP's, over a
 //! connected `UdpSocket`.
 //!
-//! - [`send`] paces datagrams at the stream's rate ([`crate::pace`]), batches them with
+//! - [`send`] paces datagrams at the stream's rate ([`crate::data::pace`]), batches them with
 //!   `sendmmsg` and, where the kernel has it, UDP GSO; each datagram carries its stream
 //!   id, a 64-bit sequence and its send time ([`wire`]). Sent bytes go to the reporter as
 //!   block records, so sender intervals work as for TCP.

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use super::MAX_DATAGRAM;
 use super::wire::{Format, Header};
+use crate::data::pace::{self, Pacer};
+use crate::data::stream::{Awake, Batcher, StreamCtx, WAKE, aborted, wait_paced};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
 use crate::os::sys;
-use crate::pace::{self, Pacer};
-use crate::stream::{Awake, Batcher, StreamCtx, WAKE, aborted, wait_paced};
 
 /// What a UDP sender is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub struct UdpSendOutcome {
     /// ENOBUFS (the device queue was full), each retried.
     pub refused: u64,
     pub no_buffer: u64,
-    /// Schedule time given up after stalls (see [`crate::pace::DEBT`]).
+    /// Schedule time given up after stalls (see [`crate::data::pace::DEBT`]).
     pub forgiven: Duration,
 }
 

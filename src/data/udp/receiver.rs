@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use super::counters::{Accounting, UdpCounters};
 use super::wire::Format;
+use crate::data::stream::{Batcher, StreamCtx, WAKE, aborted};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
 use crate::os::sys::{self, RecvMeta};
-use crate::stream::{Batcher, StreamCtx, WAKE, aborted};
 
 /// Messages per `recvmmsg` call.
 const SLOTS: usize = 32;

@@ -285,7 +285,7 @@ impl StreamCtx {
     /// Pins the calling thread per the plan.
     pub(crate) fn pin(&self) -> Result<()> {
         match self.cpu {
-            Some(cpu) => crate::pin::pin_current(cpu)
+            Some(cpu) => crate::data::pin::pin_current(cpu)
                 .map_err(|e| Error::Test(format!("stream-{}: {e}", self.id))),
             None => Ok(()),
         }
@@ -346,7 +346,7 @@ type Prepared<T, S> = (StreamSet<T>, Vec<StreamCtx>, Vec<S>, ReporterEnds);
 impl<T: Send + 'static> StreamSet<T> {
     fn prepare<S>(
         socks: Vec<StreamSocks<S>>,
-        plan: &crate::pin::PinPlan,
+        plan: &crate::data::pin::PinPlan,
         block_bytes: usize,
         rate_bps: Option<u64>,
     ) -> Prepared<T, S> {
@@ -384,7 +384,7 @@ impl<T: Send + 'static> StreamSet<T> {
     /// The sockets are TCP connections or connected UDP sockets.
     pub(crate) fn spawn<S, F>(
         socks: Vec<StreamSocks<S>>,
-        plan: &crate::pin::PinPlan,
+        plan: &crate::data::pin::PinPlan,
         block_bytes: usize,
         body: F,
     ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
@@ -398,7 +398,7 @@ impl<T: Send + 'static> StreamSet<T> {
     /// [`StreamSet::spawn`] with each stream's rate (`-b`) in its [`StreamCtx::rate_bps`].
     pub(crate) fn spawn_paced<S, F>(
         socks: Vec<StreamSocks<S>>,
-        plan: &crate::pin::PinPlan,
+        plan: &crate::data::pin::PinPlan,
         block_bytes: usize,
         rate_bps: Option<u64>,
         body: F,
@@ -430,7 +430,7 @@ impl<T: Send + 'static> StreamSet<T> {
     /// Spawns one `stream-mux` thread that runs every stream (the `single` engine).
     pub(crate) fn spawn_single<F>(
         socks: Vec<StreamSocks>,
-        plan: &crate::pin::PinPlan,
+        plan: &crate::data::pin::PinPlan,
         block_bytes: usize,
         body: F,
     ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
@@ -605,7 +605,7 @@ pub(crate) fn drain_to_eof(
 /// watermark (with `sample(t_ns)`) every [`WAKE`] so a slow rate never holds intervals
 /// back. `Ok(false)` when the run time (`end_ns`) passed first; an error on abort.
 pub(crate) fn wait_paced(
-    pacer: Option<&mut crate::pace::Pacer>,
+    pacer: Option<&mut crate::data::pace::Pacer>,
     ctx: &StreamCtx,
     clock: &TestClock,
     end_ns: u64,
@@ -716,7 +716,7 @@ mod tests {
                 echo: None,
             })
             .collect();
-        let plan = crate::pin::PinPlan(vec![None, None]);
+        let plan = crate::data::pin::PinPlan(vec![None, None]);
         let (set, _rx, _free) = StreamSet::spawn(socks, &plan, 1024, |ctx, ()| {
             if ctx.id == 1 {
                 return Ok(1u16);
@@ -748,7 +748,7 @@ mod tests {
                 echo: None,
             })
             .collect();
-        let plan = crate::pin::PinPlan(vec![None, None, None]);
+        let plan = crate::data::pin::PinPlan(vec![None, None, None]);
         // Each stream fails once the one before it has: 0 (a reset), 1 (its own), 2 (a reset).
         let turns: Vec<_> = (0..3)
             .map(|_| crossbeam_channel::bounded::<()>(1))

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::wire::Format;
-use crate::stream::UdpSnapshot;
+use crate::data::stream::UdpSnapshot;
 
 /// Sequences remembered behind the highest one.
 pub const WINDOW: u64 = 1 << 16;
@@ -239,7 +239,7 @@ impl Accounting {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::udp::wire::Header;
+    use crate::data::udp::wire::Header;
 
     fn dgram(stream: u16, seq: u64, send_ns: u64) -> Vec<u8> {
         let mut b = vec![0u8; 100];
