@@ -582,7 +582,7 @@ pub(crate) mod tests {
     /// `-b 2G` on loopback (unpaced, this connection carries 20 Gbit/s and more): no
     /// interval runs above the rate (the pacer is never early), and the run carries most
     /// of it. How close every interval comes on a quiet machine is measured, not asserted
-    /// here: a loaded CI machine delays wake-ups (docs/benchmarks.md: within 0.1 % here).
+    /// here: a loaded CI machine delays wake-ups (docs/guide.md: within 0.1 % here).
     #[test]
     fn a_paced_stream_never_runs_above_its_rate() {
         let (rates, total) = paced_run(Some(2_000_000_000), None);
