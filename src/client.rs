@@ -297,7 +297,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 fn negotiate(
     ctl: &Control,
     test: &TestParams,
-    auth: Option<&crate::auth::ClientAuth>,
+    auth: Option<&crate::server::auth::ClientAuth>,
 ) -> Result<(String, Accept)> {
     let peer = ctl.peer;
     ctl.send(&ControlMsg::Hello {
@@ -322,7 +322,7 @@ fn negotiate(
         }
         other => return Err(other.unexpected(peer, "welcome")),
     };
-    crate::auth::client_step(ctl, auth, test, recv_step)?;
+    crate::server::auth::client_step(ctl, auth, test, recv_step)?;
     ctl.send(&ControlMsg::Params(test.clone()))?;
     let accept = match recv_step(ctl)? {
         ControlMsg::Accept(a) => a,

@@ -131,7 +131,7 @@ pub struct ClientConfig {
     /// is counted once.
     pub same_process: bool,
     /// `--auth USER` and its secret.
-    pub auth: Option<crate::auth::ClientAuth>,
+    pub auth: Option<crate::server::auth::ClientAuth>,
     /// `--peer`: what the server speaks.
     pub peer: crate::choices::Peer,
 }
@@ -197,9 +197,9 @@ pub struct ServerConfig {
     /// client.
     pub signals: bool,
     /// `--auth-keys`: clients must authenticate.
-    pub auth: Option<crate::auth::Keys>,
+    pub auth: Option<crate::server::auth::Keys>,
     /// `--allow`: the networks served (empty: all).
-    pub allow: Vec<crate::allow::Cidr>,
+    pub allow: Vec<crate::server::allow::Cidr>,
     /// `--max-tests-per-minute` per source.
     pub max_tests_per_minute: Option<u32>,
     /// Where and how the log is written: `--log-format`, `--logfile`, `--timestamps`, `-T`.
@@ -401,9 +401,9 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         auth: args
             .auth_keys
             .as_deref()
-            .map(crate::auth::Keys::load)
+            .map(crate::server::auth::Keys::load)
             .transpose()?,
-        allow: crate::allow::parse_list(&args.allow).map_err(usage)?,
+        allow: crate::server::allow::parse_list(&args.allow).map_err(usage)?,
         max_tests_per_minute: match args.max_tests_per_minute {
             Some(0) => {
                 return Err(usage(
@@ -450,7 +450,7 @@ fn server_log(args: &Args) -> Result<LogOutput> {
 }
 
 /// `--auth USER` with its secret; server-only authentication flags are refused here.
-fn client_auth(args: &Args) -> Result<Option<crate::auth::ClientAuth>> {
+fn client_auth(args: &Args) -> Result<Option<crate::server::auth::ClientAuth>> {
     if let Some(path) = &args.auth_keys {
         return Err(usage(format!(
             "--auth-keys {}: a server option (-s); a client authenticates with --auth USER",
@@ -460,10 +460,10 @@ fn client_auth(args: &Args) -> Result<Option<crate::auth::ClientAuth>> {
     args.auth
         .as_deref()
         .map(|user| {
-            crate::auth::ClientAuth::new(
+            crate::server::auth::ClientAuth::new(
                 user,
                 args.auth_secret_file.as_deref(),
-                std::env::var(crate::auth::SECRET_ENV).ok(),
+                std::env::var(crate::server::auth::SECRET_ENV).ok(),
             )
         })
         .transpose()

@@ -23,10 +23,6 @@ macro_rules! stderrln {
     }};
 }
 
-pub mod admission;
-pub mod allow;
-pub mod auth;
-pub(crate) mod bounds;
 pub(crate) mod choices;
 pub(crate) mod cli;
 pub(crate) mod client;
@@ -46,8 +42,7 @@ pub mod protocol;
 pub(crate) mod render;
 pub mod report;
 pub(crate) mod saved;
-pub(crate) mod server;
-pub(crate) mod serverlog;
+pub mod server;
 pub(crate) mod signals;
 pub(crate) mod timeouts;
 pub(crate) mod udp_link;

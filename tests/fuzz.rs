@@ -22,9 +22,9 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pinperf::admission::{Handshake, Step};
-use pinperf::auth::{self, Keys};
 use pinperf::protocol::{self, ControlMsg, MAX_FRAME, PROTOCOL_VERSION, TestParams};
+use pinperf::server::admission::{Handshake, Step};
+use pinperf::server::auth::{self, Keys};
 use serde_json::{Value, json};
 
 struct Counting;

@@ -8,8 +8,23 @@ use std::path::{Path, PathBuf};
 
 /// Directories of `src/` whose modules are layers of their own, each counted apart:
 /// `src/os/net.rs` is `os_net` (the parser's spelling of `os::net`), `src/data/stream/`
-/// `data_stream`.
-const GROUPS: &[&str] = &["os", "data"];
+/// `data_stream`; the directory's own `mod.rs` is the directory's name (`server`).
+const GROUPS: &[&str] = &["os", "data", "server"];
+
+/// The submodules of `group` (its files and directories but `mod.rs`).
+fn submodules(group: &str) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(group);
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read a group's directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .map(|n| n.trim_end_matches(".rs").to_string())
+        .filter(|n| n != "mod")
+        .collect();
+    names.sort();
+    names
+}
 
 /// Module a source file belongs to: `src/report/text.rs` -> `report`, `src/os/sys.rs` ->
 /// `os_sys`.
@@ -21,15 +36,20 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
     let first = parts.next()?.trim_end_matches(".rs");
     if GROUPS.contains(&first) {
         let second = parts.next()?.trim_end_matches(".rs");
-        return (second != "mod").then(|| format!("{first}_{second}"));
+        return Some(match second {
+            "mod" => first.to_string(),
+            _ => format!("{first}_{second}"),
+        });
     }
     (!matches!(first, "lib" | "main")).then(|| first.to_string())
 }
 
-/// `os::net` as `os_net`, and `os::{net, sys}` as `os_net, os_sys`, for [`targets`].
+/// `os::net` as `os_net`, and `os::{net, sys}` as `os_net, os_sys`, for [`targets`]; a
+/// group's own items (`server::Server`) stay the group's.
 fn flatten_groups(code: &str) -> String {
     let mut code = code.to_string();
     for group in GROUPS {
+        let subs = submodules(group);
         let braces = format!("{group}::{{");
         while let Some(i) = code.find(&braces) {
             let start = i + braces.len();
@@ -38,11 +58,18 @@ fn flatten_groups(code: &str) -> String {
                 .split(',')
                 .map(str::trim)
                 .filter(|item| !item.is_empty())
-                .map(|item| format!("{group}_{item}"))
+                .map(
+                    |item| match subs.iter().any(|s| item.split("::").next() == Some(s)) {
+                        true => format!("{group}_{item}"),
+                        false => group.to_string(),
+                    },
+                )
                 .collect();
             code.replace_range(i..=end, &items.join(", "));
         }
-        code = code.replace(&format!("{group}::"), &format!("{group}_"));
+        for sub in &subs {
+            code = code.replace(&format!("{group}::{sub}"), &format!("{group}_{sub}"));
+        }
     }
     code
 }

@@ -43,14 +43,17 @@ impl Socks {
         }
     }
 
-    /// Duplicates of every data socket, for [`crate::bounds::Bounds`].
+    /// Duplicates of every data socket (for the server's bounds, which read their buffers
+    /// while the threads own them); one that cannot be duplicated (out of descriptors) is
+    /// left out.
     pub(crate) fn duplicates(&self) -> Vec<std::os::fd::OwnedFd> {
-        use crate::bounds::Bounds;
+        use std::os::fd::AsFd;
+        let dup = |fd: std::os::fd::BorrowedFd| fd.try_clone_to_owned().ok();
         match self {
             Socks::Tcp(v) | Socks::TcpIperf3(v) => {
-                Bounds::duplicate(&v.iter().map(|s| &s.data).collect::<Vec<_>>())
+                v.iter().filter_map(|s| dup(s.data.as_fd())).collect()
             }
-            Socks::Udp(v) | Socks::UdpAs(v, _) => Bounds::duplicate(v),
+            Socks::Udp(v) | Socks::UdpAs(v, _) => v.iter().filter_map(|s| dup(s.as_fd())).collect(),
         }
     }
 

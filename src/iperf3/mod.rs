@@ -88,7 +88,7 @@ pub const MAX_JSON: usize = 1 << 20;
 
 /// The 37-byte cookie of a new test: 36 random characters of iperf3's alphabet and a NUL.
 pub fn new_cookie() -> Result<[u8; COOKIE_SIZE]> {
-    let random: [u8; COOKIE_SIZE - 1] = crate::auth::random_bytes()?;
+    let random: [u8; COOKIE_SIZE - 1] = crate::server::auth::random_bytes()?;
     let mut cookie = [0u8; COOKIE_SIZE];
     for (c, r) in cookie.iter_mut().zip(random) {
         *c = COOKIE_CHARS[usize::from(r) % COOKIE_CHARS.len()];

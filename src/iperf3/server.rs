@@ -29,7 +29,6 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use super::{Ctl, Params, Results, StreamResult, stream_id};
-use crate::bounds::Bounds;
 use crate::data::ends::{Ends, Socks, Threads};
 use crate::data::pin::{self, Affinity, PinPlan};
 use crate::data::stream::{StreamSocks, UdpSnapshot, spawn_named};
@@ -38,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::measure::TcpSample;
 use crate::os::cpu::CpuMark;
 use crate::params::{Limits, TestParams};
+use crate::server::bounds::Bounds;
 use crate::timeouts;
 
 /// An iperf3 test that may run here: pinperf's parameters, the pin plan, the header its

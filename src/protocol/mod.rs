@@ -6,7 +6,7 @@
 //! receiver returns block headers, so the data connection carries data one way only.
 //!
 //! Sequence: Hello → Welcome|Refuse; with authentication, AuthRequest → Challenge,
-//! AuthProof (see [`crate::auth`]); Params → Accept|Refuse; data connections (with `-u`:
+//! AuthProof (see [`crate::server::auth`]); Params → Accept|Refuse; data connections (with `-u`:
 //! UDP hellos, then UdpReady); Start; Row… (the server's receiver intervals, live) and,
 //! when the server sends (`-R`, `--bidir`), SenderInterval… (its sender intervals); Done
 //! (the server's totals); Bye. Either side may send
@@ -133,7 +133,7 @@ pub enum ControlMsg {
         nonce: String,
     },
     /// Client → server: HMAC-SHA256 over both nonces and the Params that follow (hex);
-    /// see [`crate::auth`].
+    /// see [`crate::server::auth`].
     AuthProof {
         mac: String,
     },

@@ -79,15 +79,6 @@ impl Bounds {
         }
     }
 
-    /// Duplicates of the sockets whose buffers bound the drain; one that cannot be
-    /// duplicated (out of descriptors) counts as holding nothing.
-    pub(crate) fn duplicate<S: AsFd>(sockets: &[S]) -> Vec<OwnedFd> {
-        sockets
-            .iter()
-            .filter_map(|s| s.as_fd().try_clone_to_owned().ok())
-            .collect()
-    }
-
     /// Why the test must stop now, or None while it is within bounds. `received` is each
     /// receiving stream's bytes so far (none when this end only sends), `moved` every
     /// byte this end's streams have counted, either way.

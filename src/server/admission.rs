@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::auth::{self, FAILED, Keys, NONCE_LEN};
 use crate::data::pin::{self, Affinity, PinPlan};
 use crate::params::{Limits, TestParams};
 use crate::protocol::{ControlMsg, PROTOCOL_VERSION, SOFTWARE};
+use crate::server::auth::{self, FAILED, Keys, NONCE_LEN};
 use crate::timeouts;
 
 /// What the server does with one message of the handshake.

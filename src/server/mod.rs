@@ -1,18 +1,24 @@
 //! The server: an acceptor (the calling thread) that checks each connection's address
 //! (`--allow`; `--max-tests-per-minute` when a test is admitted) and hands it to its own `control` thread for the
-//! handshake (see [`crate::admission`]: at most [`MAX_HANDSHAKES`] at once, each under a
+//! handshake (see [`self::admission`]: at most [`MAX_HANDSHAKES`] at once, each under a
 //! deadline the acceptor enforces by cutting the connection). Only an admitted test takes
 //! the slot; one that finds a test running is told "busy" with the time left. The control
 //! thread then runs the test: data listener with the window set before `listen()`, pinned
 //! `stream-N` receivers, a `reporter` streaming receiver rows live, and the end: every
 //! stream read to EOF, then the totals. Every phase has a timeout; a client that vanishes
-//! ends its test and the server goes on. Events go to [`crate::serverlog`].
+//! ends its test and the server goes on. Events go to [`self::serverlog`].
 //!
 //! Without `-B` the server listens on `[::]` dual-stack (IPv4 clients arrive as
 //! `::ffff:a.b.c.d` and are named by their IPv4 address), or on one family with `-4`/`-6`;
 //! each test's data listener sits on the address its control connection reached. Out of
 //! file descriptors, the acceptor refuses clients with that reason (a spare descriptor is
 //! kept for it), logs once per burst, and pauses between attempts instead of spinning.
+
+pub mod admission;
+pub mod allow;
+pub mod auth;
+pub(crate) mod bounds;
+pub(crate) mod serverlog;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -24,9 +30,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::admission::{Handshake, Handshakes, Refusal, Step, Ticket};
-use crate::allow::{self, Rate};
-use crate::bounds::{Arrived, Bounds};
+use self::admission::{Handshake, Handshakes, Refusal, Step, Ticket};
+use self::bounds::{Arrived, Bounds};
 use crate::config::ServerConfig;
 use crate::data::ends::{Ends, Socks, Threads};
 use crate::data::pin::PinPlan;
@@ -39,8 +44,8 @@ use crate::protocol::{
     self, Accept, Control, ControlMsg, DataHello, ReceiverDone, SOFTWARE, TestParams,
 };
 use crate::report::interval::IntervalCutter;
-use crate::serverlog;
 use crate::timeouts;
+use allow::Rate;
 use crossbeam_channel::{Receiver, Sender};
 
 /// Server log lines go to stderr (text, or JSON `message` events with `--log-format
