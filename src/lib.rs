@@ -26,22 +26,17 @@ macro_rules! stderrln {
 pub(crate) mod choices;
 pub(crate) mod cli;
 pub(crate) mod client;
-pub mod compare;
+pub mod commands;
 pub(crate) mod config;
 pub mod data;
 pub mod error;
-pub(crate) mod html;
 pub(crate) mod iperf3;
-pub(crate) mod lab;
 pub mod measure;
 pub(crate) mod os;
 pub(crate) mod params;
-pub(crate) mod plot;
 pub(crate) mod prefix;
 pub mod protocol;
-pub(crate) mod render;
 pub mod report;
-pub(crate) mod saved;
 pub mod server;
 pub(crate) mod signals;
 pub(crate) mod timeouts;
@@ -85,23 +80,23 @@ pub fn run_from_env() -> Result<()> {
 pub(crate) fn run(args: &cli::Args) -> Result<()> {
     if let Some(cli::Command::Compare(c)) = &args.command {
         signals::take_over()?;
-        return compare::run(c);
+        return commands::compare::run(c);
     }
     match &args.command {
-        Some(cli::Command::Plot(a)) => return render::run_plot(a),
-        Some(cli::Command::Report(a)) => return render::run_report(a),
-        Some(cli::Command::Completions(a)) => return render::run_completions(a),
-        Some(cli::Command::Man) => return render::run_man(),
+        Some(cli::Command::Plot(a)) => return commands::render::run_plot(a),
+        Some(cli::Command::Report(a)) => return commands::render::run_report(a),
+        Some(cli::Command::Completions(a)) => return commands::render::run_completions(a),
+        Some(cli::Command::Man) => return commands::render::run_man(),
         _ => {}
     }
     if let Some(cli::Command::Lab(l)) = &args.command {
-        return lab::run(l);
+        return commands::lab::run(l);
     }
     match config::from_args(args)? {
         config::Mode::Server(cfg) => server::serve(cfg),
         config::Mode::Client(cfg) => {
             signals::take_over()?;
-            render::run_client(cfg, &args.output)
+            commands::render::run_client(cfg, &args.output)
         }
     }
 }

@@ -1281,7 +1281,7 @@ fn cpu_flag_prints_per_core_lines_and_the_end_block_lists_threads() {
 
 #[test]
 fn compare_runs_one_row_per_configuration_in_text_and_json() {
-    use pinperf::compare::CompareDoc;
+    use pinperf::commands::compare::CompareDoc;
     let args = [
         "compare",
         "--loopback",
@@ -1339,7 +1339,7 @@ fn compare_runs_one_row_per_configuration_in_text_and_json() {
 /// refused); a matrix with nothing runnable is refused, exit 2.
 #[test]
 fn compare_skips_what_the_engine_cannot_run_and_runs_the_rest() {
-    use pinperf::compare::CompareDoc;
+    use pinperf::commands::compare::CompareDoc;
     let args = [
         "compare",
         "--loopback",
@@ -1418,7 +1418,7 @@ fn the_seed_shell_loop_prints_one_total_line_per_size() {
 /// with its CPU-seconds per GB.
 #[test]
 fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
-    use pinperf::compare::CompareDoc;
+    use pinperf::commands::compare::CompareDoc;
     use pinperf::report::json::Document;
     for (extra, method) in [
         (&["-Z"][..], Some("sendfile")),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// Directories of `src/` whose modules are layers of their own, each counted apart:
 /// `src/os/net.rs` is `os_net` (the parser's spelling of `os::net`), `src/data/stream/`
 /// `data_stream`; the directory's own `mod.rs` is the directory's name (`server`).
-const GROUPS: &[&str] = &["os", "data", "server"];
+const GROUPS: &[&str] = &["os", "data", "server", "commands"];
 
 /// The submodules of `group` (its files and directories but `mod.rs`).
 fn submodules(group: &str) -> Vec<String> {

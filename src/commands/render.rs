@@ -12,6 +12,7 @@ use clap::CommandFactory;
 
 use crate::choices::Format;
 use crate::cli::{Args, CompletionsArgs, OutputArgs, PlotArgs, ReportArgs, ReportFormat, TextArgs};
+use crate::commands::saved::{self, Saved, SavedTest};
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
 use crate::report::iperf3_json::Iperf3JsonFormatter;
@@ -19,8 +20,7 @@ use crate::report::json::{Document, JsonFormatter};
 use crate::report::model::{Header, IntervalReport, Summary};
 use crate::report::text::{TextFormatter, TextOptions};
 use crate::report::{self, Formatter};
-use crate::saved::{self, Saved, SavedTest};
-use crate::{html, plot};
+use crate::{commands::html, commands::plot};
 
 impl TextArgs {
     fn options(&self) -> TextOptions {
@@ -380,7 +380,7 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
         .map_err(|e| Error::io(format!("-o {}: write", a.output.display()), e))
 }
 
-fn compare_title(c: &crate::compare::CompareDoc) -> String {
+fn compare_title(c: &crate::commands::compare::CompareDoc) -> String {
     format!(
         "pinperf compare against {}: {} configurations, {} s each",
         c.target,
@@ -480,8 +480,12 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
                 .unwrap_or_else(|| default_title(&t.doc.start));
             html::test_page(t, &title, a.text.options())?.into_bytes()
         }
-        (Saved::Compare(c), ReportFormat::Text) => crate::compare::text_table(c).into_bytes(),
-        (Saved::Compare(c), ReportFormat::Csv) => crate::compare::csv_table(c).into_bytes(),
+        (Saved::Compare(c), ReportFormat::Text) => {
+            crate::commands::compare::text_table(c).into_bytes()
+        }
+        (Saved::Compare(c), ReportFormat::Csv) => {
+            crate::commands::compare::csv_table(c).into_bytes()
+        }
         (Saved::Compare(c), ReportFormat::Json) => json(c)?,
         (Saved::Compare(_), ReportFormat::Iperf3Json) => {
             return Err(Error::Usage(format!(

@@ -7,7 +7,7 @@ use std::path::Path;
 
 pub mod lab;
 
-use crate::compare::CompareDoc;
+use crate::commands::compare::CompareDoc;
 use crate::error::{Error, Result};
 use crate::report::Formatter;
 use crate::report::json::Document;

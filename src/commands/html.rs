@@ -5,11 +5,11 @@
 
 use std::fmt::Write as _;
 
-use crate::compare::{self, CompareDoc};
+use crate::commands::compare::{self, CompareDoc};
+use crate::commands::plot;
+use crate::commands::saved::{self, SavedTest};
 use crate::error::Result;
-use crate::plot;
 use crate::report::text::{TextFormatter, TextOptions};
-use crate::saved::{self, SavedTest};
 
 /// `&`, `<`, `>` and quotes as entities.
 pub(crate) fn escape(text: &str) -> String {

@@ -11,7 +11,7 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::compare::{CompareDoc, CompareRow};
+use crate::commands::compare::{CompareDoc, CompareRow};
 use crate::error::{Error, Result};
 use crate::report::json::Document;
 use crate::report::model::LeftOut;

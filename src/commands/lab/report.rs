@@ -23,9 +23,9 @@ use serde::Serialize;
 use super::relay::{self, RelayStats};
 use super::{PathSpec, note};
 use crate::choices::Format;
+pub use crate::commands::saved::lab::{Direction, Ends, LabEnd, LabPath, LabRelay, RelayCpus};
+use crate::commands::saved::lab::{rate_text, tun_text};
 use crate::report::Formatter;
-pub use crate::saved::lab::{Direction, Ends, LabEnd, LabPath, LabRelay, RelayCpus};
-use crate::saved::lab::{rate_text, tun_text};
 
 /// Late deliveries are scheduling noise up to one packet in this many, or fewer than
 /// [`LATE_FEW`].
@@ -283,7 +283,7 @@ pub struct LabOut {
     sink: Sink,
     /// `--plot`, `--html`, `--json-file`: written once the lab's figures are in, from the
     /// client's document (`doc`) with them added.
-    files: Option<crate::render::SideFiles>,
+    files: Option<crate::commands::render::SideFiles>,
     doc: Captured,
     /// Writing a side file failed.
     files_error: Option<crate::error::Error>,
@@ -308,8 +308,10 @@ impl LabOut {
         Ok(LabOut {
             format,
             text: o.text.clone(),
-            sink: Sink(Arc::new(Mutex::new(crate::render::report_writer(o)?))),
-            files: crate::render::SideFiles::create(o)?,
+            sink: Sink(Arc::new(Mutex::new(
+                crate::commands::render::report_writer(o)?,
+            ))),
+            files: crate::commands::render::SideFiles::create(o)?,
             doc: Captured::default(),
             files_error: None,
             output: crate::report::Output::default(),
@@ -329,14 +331,14 @@ impl LabOut {
             Format::Json => Box::new(self.captured.clone()),
             _ => Box::new(self.sink.clone()),
         };
-        let display = crate::render::display(self.format, &self.text, out);
+        let display = crate::commands::render::display(self.format, &self.text, out);
         match self.files {
             None => display,
             Some(_) => {
                 let doc = Box::new(self.doc.clone());
                 Box::new(Tee(
                     display,
-                    crate::render::display(Format::Json, &self.text, doc),
+                    crate::commands::render::display(Format::Json, &self.text, doc),
                 ))
             }
         }
@@ -360,10 +362,12 @@ impl LabOut {
         };
         let captured = std::mem::take(&mut *self.doc.0.lock());
         let text = with_lab(&captured, &self.member());
-        let test = text.as_deref().and_then(|t| match crate::saved::parse(t) {
-            Ok(crate::saved::Saved::Test(test)) => Some(test),
-            _ => None,
-        });
+        let test = text
+            .as_deref()
+            .and_then(|t| match crate::commands::saved::parse(t) {
+                Ok(crate::commands::saved::Saved::Test(test)) => Some(test),
+                _ => None,
+            });
         let (Some(test), Some(text)) = (test, text) else {
             files.discard();
             return;
@@ -557,7 +561,7 @@ fn with_lab(doc: &[u8], lab: &impl Serialize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::saved::lab::SavedLab;
+    use crate::commands::saved::lab::SavedLab;
 
     /// A part an older lab wrote without a later field is left out, not the rest; a
     /// document without `removed` says nothing of teardown (it said "removed nothing").
