@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::choices::{Engine, Format, RateUnit, TableFormat};
-use crate::params::{TestParams, Transport};
 use crate::units;
+use crate::wire::params::{TestParams, Transport};
 
 /// Subcommands.
 #[derive(Debug, clap::Subcommand)]

@@ -17,13 +17,13 @@ use crate::data::stream::{StreamSocks, spawn_named};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::CpuMark;
 use crate::os::net;
-use crate::params::TestParams;
-use crate::protocol::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
 use crate::timeouts;
+use crate::wire::params::TestParams;
+use crate::wire::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 
 /// Runs one test, printing through `out`; returns the summary. A failure is also handed
 /// to `out` (by the reporter once it runs, by this function before that).
@@ -76,7 +76,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         Peer::Iperf3 => return crate::iperf3::client::run(cfg, out, stream, local_plan, &[]),
         Peer::Pinperf | Peer::Auto => {
             stream
-                .write_all(protocol::PREAMBLE)
+                .write_all(wire::PREAMBLE)
                 .op(|| format!("write to {peer}"))?;
         }
     }
@@ -99,7 +99,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
              server does (it waits for a cookie): speaking iperf3 (--peer iperf3 skips this \
              wait; --peer pinperf expects a pinperf server)"
         );
-        return crate::iperf3::client::run(cfg, out, stream, local_plan, protocol::PREAMBLE);
+        return crate::iperf3::client::run(cfg, out, stream, local_plan, wire::PREAMBLE);
     }
     await_answer(&stream)?;
     // A busy iperf3 server answers any connection with ACCESS_DENIED and closes it unread
@@ -111,13 +111,13 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         return Err(crate::iperf3::client::busy(peer));
     }
     let _ = stream.set_read_timeout(Some(timeouts::HANDSHAKE));
-    protocol::check_preamble(&mut stream, peer)?;
+    wire::check_preamble(&mut stream, peer)?;
     let ctl = Control::new(stream, peer)?;
     // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
     let mut cfg = cfg;
     if cfg.test.udp && cfg.test.len.is_none() {
         let mtu = net::path_info(&ctl.socket()).mtu;
-        cfg.test.len = Some(crate::params::datagram_for_mtu(mtu, peer.is_ipv6()));
+        cfg.test.len = Some(crate::wire::params::datagram_for_mtu(mtu, peer.is_ipv6()));
     }
     let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
     // Both ends on this host, whatever their addresses and namespaces: its cores are counted
@@ -183,10 +183,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
         started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
         local_host: crate::os::sys::hostname(),
-        remote_host: accept
-            .host_name
-            .as_deref()
-            .map(|h| protocol::printable(h, 255)),
+        remote_host: accept.host_name.as_deref().map(|h| wire::printable(h, 255)),
         ..Header::of_test(&cfg.test)
     };
 
@@ -307,7 +304,7 @@ fn negotiate(
     let remote_software = match recv_step(ctl)? {
         ControlMsg::Welcome { software, .. } => software,
         ControlMsg::Refuse { reason } => {
-            let reason = crate::protocol::printable(&reason, usize::MAX);
+            let reason = crate::wire::printable(&reason, usize::MAX);
             return Err(Error::Refused { peer, reason });
         }
         // Our own hello back: an echo service on that port ("expected welcome,
@@ -327,7 +324,7 @@ fn negotiate(
     let accept = match recv_step(ctl)? {
         ControlMsg::Accept(a) => a,
         ControlMsg::Refuse { reason } => {
-            let reason = crate::protocol::printable(&reason, usize::MAX);
+            let reason = crate::wire::printable(&reason, usize::MAX);
             return Err(Error::Refused { peer, reason });
         }
         other => return Err(other.unexpected(peer, "accept")),
@@ -544,7 +541,7 @@ fn recv_step(ctl: &Control) -> Result<ControlMsg> {
             return Ok(msg);
         }
         if Instant::now() >= deadline {
-            return Err(protocol::no_answer(ctl.peer));
+            return Err(wire::no_answer(ctl.peer));
         }
     }
 }

@@ -12,8 +12,8 @@ use crate::cli::{Args, DEFAULT_PORT, TargetArgs};
 use crate::data::pin::Affinity;
 use crate::error::{Error, Result};
 use crate::os::net::Family;
-use crate::params::{Limits, MAX_WINDOW, MIN_INTERVAL, MIN_WINDOW, TestParams};
 use crate::units::format_size;
+use crate::wire::params::{Limits, MAX_WINDOW, MIN_INTERVAL, MIN_WINDOW, TestParams};
 
 /// What this invocation does.
 #[derive(Debug)]
@@ -319,7 +319,7 @@ impl ClientConfig {
             ));
         }
         if self.engine == Engine::Single
-            && self.test.direction() != crate::params::Direction::Forward
+            && self.test.direction() != crate::wire::params::Direction::Forward
         {
             return Err(Error::Usage(
                 "--engine single drives the client's senders; with -R or --bidir the server sends \

@@ -31,17 +31,15 @@ pub(crate) mod config;
 pub mod data;
 pub mod error;
 pub(crate) mod iperf3;
-pub mod measure;
 pub(crate) mod os;
-pub(crate) mod params;
 pub(crate) mod prefix;
-pub mod protocol;
 pub mod report;
 pub mod server;
 pub(crate) mod signals;
 pub(crate) mod timeouts;
 pub(crate) mod udp_link;
 pub(crate) mod units;
+pub mod wire;
 
 use clap::{CommandFactory, FromArgMatches};
 

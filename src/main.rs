@@ -20,7 +20,7 @@ fn main() -> ExitCode {
             // A closed stderr loses the message, not the exit code. An error may carry a
             // peer's words (a server's refusal): control characters other than newlines
             // and tabs are escaped, so no escape sequence reaches the terminal.
-            let text = pinperf::protocol::printable_lines(&err.to_string());
+            let text = pinperf::wire::printable_lines(&err.to_string());
             let _ = std::io::stderr().write_all(format!("pinperf: {text}\n").as_bytes());
             if let Some(sig) = pinperf::stop_signal() {
                 let _ = std::io::stdout().flush();

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
 use crate::os::netinfo::WindowGrant;
-use crate::params::TestParams;
-use crate::protocol::{Control, ControlMsg, DataHello};
 use crate::timeouts;
+use crate::wire::params::TestParams;
+use crate::wire::{Control, ControlMsg, DataHello};
 
 /// How often the client resends a hello that has no answer yet.
 const RESEND: Duration = Duration::from_millis(100);
@@ -297,7 +297,7 @@ pub(crate) fn connect(
             .op(|| format!("bind a UDP socket on {local}"))?;
         sock.connect(to)
             .op(|| format!("connect a UDP socket to {to}"))?;
-        grant.get_or_insert(configure(&sock, test, crate::params::MAX_WINDOW)?);
+        grant.get_or_insert(configure(&sock, test, crate::wire::params::MAX_WINDOW)?);
         sock.set_nonblocking(true)
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;
         socks.push(sock);

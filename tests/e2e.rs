@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use pinperf::protocol::{self, ControlMsg};
+use pinperf::wire::{self, ControlMsg};
 use util::{Row, Server, Spawned, byte_totals, free_port, is_interval_row, pinperf, rows, threads};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -667,8 +667,8 @@ fn server_vanishes(way: &[&str]) {
 
 #[test]
 fn a_failed_json_test_keeps_its_intervals_and_says_why() {
-    use pinperf::protocol::ReceiverRow;
     use pinperf::report::json::Document;
+    use pinperf::wire::ReceiverRow;
     let mut server = Server::start(&[]);
     // -J prints nothing until the end, so the moment to wait for is on the control
     // connection, seen through a tap: the server's interval rows on their way to the client.
@@ -815,8 +815,8 @@ fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
     // A future client: preamble, then a Hello with another protocol version.
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(protocol::PREAMBLE).unwrap();
-    s.write_all(&protocol::encode(&ControlMsg::Hello {
+    s.write_all(wire::PREAMBLE).unwrap();
+    s.write_all(&wire::encode(&ControlMsg::Hello {
         version: 99,
         software: "pinperf 9".into(),
     }))
@@ -824,14 +824,14 @@ fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
     let mut pre = [0u8; 8];
     s.read_exact(&mut pre).unwrap();
     let peer = s.peer_addr().unwrap();
-    match protocol::read_frame(&mut s, peer).unwrap() {
+    match wire::read_frame(&mut s, peer).unwrap() {
         ControlMsg::Refuse { reason } => {
             assert_eq!(
                 reason,
                 format!(
                     "pinperf 9 speaks protocol 99; this server ({}) speaks {}",
-                    protocol::SOFTWARE,
-                    protocol::PROTOCOL_VERSION
+                    wire::SOFTWARE,
+                    wire::PROTOCOL_VERSION
                 )
             )
         }
@@ -843,7 +843,7 @@ fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
     );
     // A frame claiming 4 GiB.
     let mut s = TcpStream::connect(&addr).unwrap();
-    s.write_all(protocol::PREAMBLE).unwrap();
+    s.write_all(wire::PREAMBLE).unwrap();
     s.write_all(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).unwrap();
     drop(s);
     server.wait_for_log("control frame of 4294967295 bytes", EVENT);

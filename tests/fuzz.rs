@@ -22,9 +22,9 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pinperf::protocol::{self, ControlMsg, MAX_FRAME, PROTOCOL_VERSION, TestParams};
 use pinperf::server::admission::{Handshake, Step};
 use pinperf::server::auth::{self, Keys};
+use pinperf::wire::{self, ControlMsg, MAX_FRAME, PROTOCOL_VERSION, TestParams};
 use serde_json::{Value, json};
 
 struct Counting;
@@ -222,7 +222,7 @@ fn fuzzed_frames_through_the_decoder_and_the_handshake() {
         frames += 1;
         let base = LIVE.load(Ordering::Relaxed);
         PEAK.store(base, Ordering::Relaxed);
-        let result = protocol::read_frame_raw(&mut &bytes[..], peer);
+        let result = wire::read_frame_raw(&mut &bytes[..], peer);
         worst_extra = worst_extra.max(PEAK.load(Ordering::Relaxed) - base);
         let (msg, body) = match result {
             Ok(pair) => pair,
@@ -309,9 +309,9 @@ fn fuzzed_frames_through_the_decoder_and_the_handshake() {
     const CONNECTIONS: usize = 300;
     for _ in 0..CONNECTIONS {
         let mut s = TcpStream::connect(addr).unwrap();
-        let mut out = protocol::PREAMBLE.to_vec();
+        let mut out = wire::PREAMBLE.to_vec();
         if rng.chance(2) {
-            out.extend(protocol::encode(&valid_hello()));
+            out.extend(wire::encode(&valid_hello()));
         }
         for _ in 0..1 + rng.below(3) {
             out.extend(frame(&mut rng, &defaults));

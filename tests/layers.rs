@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// Directories of `src/` whose modules are layers of their own, each counted apart:
 /// `src/os/net.rs` is `os_net` (the parser's spelling of `os::net`), `src/data/stream/`
 /// `data_stream`; the directory's own `mod.rs` is the directory's name (`server`).
-const GROUPS: &[&str] = &["os", "data", "server", "commands"];
+const GROUPS: &[&str] = &["os", "data", "server", "commands", "wire"];
 
 /// The submodules of `group` (its files and directories but `mod.rs`).
 fn submodules(group: &str) -> Vec<String> {
@@ -260,7 +260,7 @@ fn the_leaves_stay_leaves() {
         assert!(deps.is_empty(), "{leaf} imports {deps:?}");
     }
     // What the wire and the reports carry is plain data: neither needs the socket layer.
-    for module in ["protocol", "report"] {
+    for module in ["wire", "wire_measure", "wire_params", "report"] {
         let deps = graph.get(module).cloned().unwrap_or_default();
         for below in ["os_net", "os_sys"] {
             assert!(!deps.contains(below), "{module} imports {below}: {deps:?}");
@@ -269,8 +269,8 @@ fn the_leaves_stay_leaves() {
     // The parameter table and the flags sit just above them: no sockets, no threads.
     for (module, allowed) in [
         ("os_netinfo", &["units"][..]),
-        ("params", &["units", "data_pin", "choices"][..]),
-        ("cli", &["units", "choices", "params"][..]),
+        ("wire_params", &["units", "data_pin", "choices"][..]),
+        ("cli", &["units", "choices", "wire_params"][..]),
     ] {
         let deps = graph.get(module).cloned().unwrap_or_default();
         let extra: Vec<_> = deps

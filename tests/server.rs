@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pinperf::protocol::{self, Accept, ControlMsg, PROTOCOL_VERSION, TestParams};
+use pinperf::wire::{self, Accept, ControlMsg, PROTOCOL_VERSION, TestParams};
 use util::{Run, Server, pinperf, spawn};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -144,23 +144,23 @@ fn client(host: &str, port: &str, extra: &[&str]) -> Run {
 fn handshake(addr: SocketAddr, params: TestParams) -> (TcpStream, Accept) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(protocol::PREAMBLE).unwrap();
-    s.write_all(&protocol::encode(&ControlMsg::Hello {
+    s.write_all(wire::PREAMBLE).unwrap();
+    s.write_all(&wire::encode(&ControlMsg::Hello {
         version: PROTOCOL_VERSION,
         software: "a raw test client".into(),
     }))
     .unwrap();
-    s.write_all(&protocol::encode(&ControlMsg::Params(params)))
+    s.write_all(&wire::encode(&ControlMsg::Params(params)))
         .unwrap();
     let mut pre = [0u8; 8];
     s.read_exact(&mut pre).unwrap();
-    assert_eq!(&pre, protocol::PREAMBLE);
+    assert_eq!(&pre, wire::PREAMBLE);
     let peer = s.peer_addr().unwrap();
-    match protocol::read_frame(&mut s, peer).unwrap() {
+    match wire::read_frame(&mut s, peer).unwrap() {
         ControlMsg::Welcome { .. } => {}
         other => panic!("expected welcome, got {other:?}"),
     }
-    match protocol::read_frame(&mut s, peer).unwrap() {
+    match wire::read_frame(&mut s, peer).unwrap() {
         ControlMsg::Accept(accept) => (s, accept),
         other => panic!("expected accept, got {other:?}"),
     }
@@ -172,7 +172,7 @@ fn refusal(mut s: TcpStream) -> Option<String> {
     let mut pre = [0u8; 8];
     s.read_exact(&mut pre).ok()?;
     let peer = s.peer_addr().ok()?;
-    match protocol::read_frame(&mut s, peer).ok()? {
+    match wire::read_frame(&mut s, peer).ok()? {
         ControlMsg::Refuse { reason } => Some(reason),
         _ => None,
     }
@@ -211,7 +211,7 @@ fn a_client_gone_after_accept_frees_the_server_at_once() {
     ctl.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     ctl.shutdown(Shutdown::Write).unwrap();
     let closed = Instant::now();
-    match protocol::read_frame(&mut ctl, peer) {
+    match wire::read_frame(&mut ctl, peer) {
         Ok(ControlMsg::Error { reason }) => assert!(
             reason.starts_with("the client gave up while connecting its streams (0 of 4"),
             "{reason}"
@@ -263,7 +263,7 @@ fn relay(server: SocketAddr, idle: usize) -> (SocketAddr, JoinHandle<Vec<TcpStre
         let mut pre = [0u8; 8];
         if up.read_exact(&mut pre).is_ok() && to_client.write_all(&pre).is_ok() {
             let peer = up.peer_addr().unwrap();
-            while let Ok(msg) = protocol::read_frame(&mut up, peer) {
+            while let Ok(msg) = wire::read_frame(&mut up, peer) {
                 if let ControlMsg::Accept(a) = &msg {
                     let data = SocketAddr::new(server.ip(), a.data_port);
                     for _ in 0..idle {
@@ -275,7 +275,7 @@ fn relay(server: SocketAddr, idle: usize) -> (SocketAddr, JoinHandle<Vec<TcpStre
                         extra.push(garbage);
                     }
                 }
-                if to_client.write_all(&protocol::encode(&msg)).is_err() {
+                if to_client.write_all(&wire::encode(&msg)).is_err() {
                     break;
                 }
             }
@@ -687,8 +687,8 @@ fn crafted_parameters_are_refused_and_the_server_serves_on() {
     let body = serde_json::to_vec(&params).unwrap();
     let mut s = TcpStream::connect(server.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(protocol::PREAMBLE).unwrap();
-    s.write_all(&protocol::encode(&ControlMsg::Hello {
+    s.write_all(wire::PREAMBLE).unwrap();
+    s.write_all(&wire::encode(&ControlMsg::Hello {
         version: PROTOCOL_VERSION,
         software: "a crafted client".into(),
     }))
@@ -699,10 +699,10 @@ fn crafted_parameters_are_refused_and_the_server_serves_on() {
     s.read_exact(&mut pre).unwrap();
     let peer = s.peer_addr().unwrap();
     assert!(matches!(
-        protocol::read_frame(&mut s, peer).unwrap(),
+        wire::read_frame(&mut s, peer).unwrap(),
         ControlMsg::Welcome { .. }
     ));
-    match protocol::read_frame(&mut s, peer).unwrap() {
+    match wire::read_frame(&mut s, peer).unwrap() {
         ControlMsg::Refuse { reason } => assert!(reason.contains("CPU list"), "{reason}"),
         other => panic!("expected a refusal, got {other:?}\n{}", server.log()),
     }
@@ -800,10 +800,10 @@ fn a_thousand_idle_and_half_open_connections_do_not_keep_a_real_client_out() {
         match i % 4 {
             0 | 1 => {}
             2 => {
-                let _ = s.write_all(&protocol::PREAMBLE[..4]);
+                let _ = s.write_all(&wire::PREAMBLE[..4]);
             }
             _ => {
-                let _ = s.write_all(protocol::PREAMBLE);
+                let _ = s.write_all(wire::PREAMBLE);
                 let _ = s.write_all(&[0, 0, 1]);
                 let _ = s.shutdown(Shutdown::Write);
             }
@@ -1056,8 +1056,7 @@ fn a_replayed_handshake_is_refused() {
         s.read_exact(&mut pre).unwrap();
         let peer = server.addr;
         loop {
-            match protocol::read_frame(&mut s, peer)
-                .unwrap_or_else(|e| panic!("{e}\n{}", server.log()))
+            match wire::read_frame(&mut s, peer).unwrap_or_else(|e| panic!("{e}\n{}", server.log()))
             {
                 ControlMsg::Welcome { .. } | ControlMsg::Challenge { .. } => {}
                 ControlMsg::Refuse { reason } => return reason,
@@ -1376,7 +1375,7 @@ fn start_stream(ctl: &mut TcpStream, accept: &Accept) -> TcpStream {
     hello.extend([0, 0, 0]);
     data.write_all(&hello).unwrap();
     let peer = ctl.peer_addr().unwrap();
-    match protocol::read_frame(ctl, peer).unwrap() {
+    match wire::read_frame(ctl, peer).unwrap() {
         ControlMsg::Start => data,
         other => panic!("expected start, got {other:?}"),
     }
@@ -1399,7 +1398,7 @@ fn servers_error(ctl: &mut TcpStream, since: Instant) -> (String, Duration) {
     let peer = ctl.peer_addr().unwrap();
     ctl.set_read_timeout(Some(LIMIT)).unwrap();
     loop {
-        match protocol::read_frame(ctl, peer) {
+        match wire::read_frame(ctl, peer) {
             Ok(ControlMsg::Error { reason }) => return (reason, since.elapsed()),
             Ok(_) => {}
             Err(e) => panic!("no error from the server: {e}"),
@@ -1682,19 +1681,19 @@ fn a_pinperf_clients_words_cannot_forge_a_log_line() {
     params.transport.congestion = Some(forged.into());
     let mut s = TcpStream::connect(server.addr).unwrap();
     s.set_read_timeout(Some(LIMIT)).unwrap();
-    s.write_all(protocol::PREAMBLE).unwrap();
-    s.write_all(&protocol::encode(&ControlMsg::Hello {
+    s.write_all(wire::PREAMBLE).unwrap();
+    s.write_all(&wire::encode(&ControlMsg::Hello {
         version: PROTOCOL_VERSION,
         software: "a raw test client".into(),
     }))
     .unwrap();
-    s.write_all(&protocol::encode(&ControlMsg::Params(params)))
+    s.write_all(&wire::encode(&ControlMsg::Params(params)))
         .unwrap();
     let mut pre = [0u8; 8];
     s.read_exact(&mut pre).unwrap();
     let peer = s.peer_addr().unwrap();
     loop {
-        match protocol::read_frame(&mut s, peer).unwrap() {
+        match wire::read_frame(&mut s, peer).unwrap() {
             ControlMsg::Refuse { reason } => {
                 assert!(
                     reason.starts_with("-C 'x\npinperf"),
@@ -1721,9 +1720,9 @@ fn a_servers_words_reach_the_clients_terminal_escaped() {
     let port = listener.local_addr().unwrap().port().to_string();
     let fake = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        s.write_all(protocol::PREAMBLE).unwrap();
+        s.write_all(wire::PREAMBLE).unwrap();
         let reason = "busy\npinperf: test passed\u{1b}]0;owned\u{7}".to_string();
-        s.write_all(&protocol::encode(&ControlMsg::Refuse { reason }))
+        s.write_all(&wire::encode(&ControlMsg::Refuse { reason }))
             .unwrap();
         let _ = s.read(&mut [0u8; 4096]);
     });

@@ -15,7 +15,7 @@ use crate::choices::{Engine, Peer, ZeroCopy};
 use crate::cli::CompareArgs;
 use crate::config::{ClientConfig, Target};
 use crate::error::{Error, Result};
-use crate::params::TestParams;
+use crate::wire::params::TestParams;
 
 use crate::data::pin::Affinity;
 use crate::report::Formatter;
@@ -775,7 +775,10 @@ mod tests {
         let blocks: Vec<_> = pts.iter().map(|p| (p.udp, p.block_bytes)).collect();
         assert_eq!(
             blocks,
-            [(false, 128 << 10), (true, crate::params::DEFAULT_DATAGRAM)]
+            [
+                (false, 128 << 10),
+                (true, crate::wire::params::DEFAULT_DATAGRAM)
+            ]
         );
         let target = Target::from_args(&a.target).unwrap();
         assert!(pts.iter().all(|p| config_for(&a, &target, p).is_ok()));

@@ -133,7 +133,7 @@ fn rate_unit(max_bps: f64) -> (f64, &'static str) {
 /// the time axis and their fairness means nothing across both).
 pub(crate) fn test_svg(doc: &Document, lab_rate_bps: Option<u64>, title: &str) -> Result<String> {
     let ways: Vec<(Document, String)> = match doc.start.direction {
-        crate::params::Direction::Bidir => {
+        crate::wire::params::Direction::Bidir => {
             [(false, "client to server"), (true, "server to client")]
                 .into_iter()
                 .map(|(reverse, way)| {

@@ -18,7 +18,7 @@ use crate::data::stream::{
 use crate::data::udp;
 use crate::error::{Error, Result};
 use crate::os::cpu::{CpuTime, SendPath};
-use crate::params::TestParams;
+use crate::wire::params::TestParams;
 
 /// Data sockets on this end: a direction's, or (before [`Socks::take`]) every direction's
 /// in order.

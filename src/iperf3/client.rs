@@ -45,16 +45,16 @@ use crate::data::stream::Failure;
 use crate::data::stream::UdpSnapshot;
 use crate::data::stream::{Batch, StreamSocks, spawn_named};
 use crate::error::{Error, IoContext, Result};
-use crate::measure::UdpSlice;
 use crate::os::cpu::CpuMark;
 use crate::os::net::{self, TcpInfo};
-use crate::params::Direction;
-use crate::protocol::{ReceiverDone, SOFTWARE};
 use crate::report::interval::ClosedInterval;
 use crate::report::interval::IntervalCutter;
 use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::timeouts;
+use crate::wire::measure::UdpSlice;
+use crate::wire::params::Direction;
+use crate::wire::{ReceiverDone, SOFTWARE};
 
 /// What the remote end is said to be in the header: plain about which figures are whose,
 /// and what it never tells (its window, its threads and their pinning).
@@ -89,7 +89,7 @@ pub(crate) fn run(
     // it (as against a pinperf server).
     if cfg.test.udp && cfg.test.len.is_none() {
         let mtu = net::path_info(&stream).mtu;
-        cfg.test.len = Some(crate::params::datagram_for_mtu(mtu, peer.is_ipv6()));
+        cfg.test.len = Some(crate::wire::params::datagram_for_mtu(mtu, peer.is_ipv6()));
     }
     let mut ctl = Ctl { sock: stream, peer };
     // The cookie: random, after whatever was already sent (detection sends pinperf's
@@ -329,7 +329,7 @@ struct Ending {
 }
 
 impl Ending {
-    fn of(test: &crate::params::TestParams, rtt: Duration) -> Ending {
+    fn of(test: &crate::wire::params::TestParams, rtt: Duration) -> Ending {
         let settle = timeouts::udp_settle(rtt);
         let sends = test.direction() != Direction::Reverse;
         let udp_wait = match test.udp && sends {
@@ -983,7 +983,7 @@ impl Mirrored {
         n: usize,
         theirs: Option<&Results>,
         datagram: u64,
-    ) -> Vec<crate::protocol::ReceiverRow> {
+    ) -> Vec<crate::wire::ReceiverRow> {
         let held = std::mem::take(&mut self.held);
         let last = held.len().saturating_sub(1);
         held.iter()

@@ -40,7 +40,7 @@ use serde_json::Value;
 
 use crate::data::stream::UdpSnapshot;
 use crate::error::{Error, Result};
-use crate::params::TestParams;
+use crate::wire::params::TestParams;
 
 /// The cookie's size on the wire: 36 characters and a NUL.
 pub const COOKIE_SIZE: usize = 37;
@@ -417,10 +417,7 @@ impl Params {
                 "burst" => "-b RATE/BURST (a burst)".into(),
                 "authtoken" => "--username (authentication)".into(),
                 "dont_fragment" => "--dont-fragment".into(),
-                other => format!(
-                    "iperf3 parameter '{}'",
-                    crate::protocol::printable(other, 64)
-                ),
+                other => format!("iperf3 parameter '{}'", crate::wire::printable(other, 64)),
             };
             return Err(match key.as_str() {
                 "sctp" => Unsupported {
@@ -848,10 +845,13 @@ mod tests {
             theirs(r#"{"udp":true,"time":1,"parallel":1,"MSS":1000,"nodelay":true}"#).unwrap();
         assert_eq!((udp.transport.mss, udp.transport.no_delay), (None, false));
         assert!(
-            udp.validate(&crate::params::Limits::PROTOCOL.iperf3())
+            udp.validate(&crate::wire::params::Limits::PROTOCOL.iperf3())
                 .is_ok()
         );
-        assert!(test.validate(&crate::params::Limits::PROTOCOL).is_ok());
+        assert!(
+            test.validate(&crate::wire::params::Limits::PROTOCOL)
+                .is_ok()
+        );
         let sent = serde_json::to_value(Params::from_test(&test)).unwrap();
         assert_eq!(
             (&sent["MSS"], &sent["nodelay"]),

@@ -34,11 +34,11 @@ use crate::data::pin::{self, Affinity, PinPlan};
 use crate::data::stream::{StreamSocks, UdpSnapshot, spawn_named};
 use crate::data::udp::wire::Format;
 use crate::error::{Error, Result};
-use crate::measure::TcpSample;
 use crate::os::cpu::CpuMark;
-use crate::params::{Limits, TestParams};
 use crate::server::bounds::Bounds;
 use crate::timeouts;
+use crate::wire::measure::TcpSample;
+use crate::wire::params::{Limits, TestParams};
 
 /// An iperf3 test that may run here: pinperf's parameters, the pin plan, the header its
 /// UDP datagrams carry and whether the client wants the server's report.

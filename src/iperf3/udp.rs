@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
 use crate::os::netinfo::WindowGrant;
-use crate::params::TestParams;
+use crate::wire::params::TestParams;
 
 /// The client's datagram: "6789" as a number in iperf3's `iperf.h`.
 pub const CONNECT_MSG: u32 = 0x3637_3839;
@@ -66,7 +66,7 @@ pub(crate) fn connect(
         grant.get_or_insert(crate::udp_link::configure(
             &sock,
             test,
-            crate::params::MAX_WINDOW,
+            crate::wire::params::MAX_WINDOW,
         )?);
         sock.send(&CONNECT_MSG.to_ne_bytes())
             .op(|| format!("{name}: send iperf3's UDP connect datagram to {server}"))?;
@@ -254,7 +254,7 @@ mod tests {
                 3,
                 local.ip(),
                 &t,
-                crate::params::MAX_WINDOW,
+                crate::wire::params::MAX_WINDOW,
                 ctl_b.as_raw_fd(),
                 deadline,
             )

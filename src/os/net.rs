@@ -10,8 +10,8 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::error::{Error, IoContext, Result};
 use crate::os::netinfo::{PathInfo, WindowGrant};
-use crate::params::TestParams;
 use crate::timeouts;
+use crate::wire::params::TestParams;
 
 pub use crate::os::sys::TcpInfo;
 

@@ -701,7 +701,7 @@ mod tests {
     use crate::report::model::RttSummary;
 
     fn header(sndbuf: u64) -> Header {
-        let mut test = crate::params::TestParams::defaults();
+        let mut test = crate::wire::params::TestParams::defaults();
         test.streams = 2;
         Header {
             local_window: crate::os::netinfo::WindowGrant {

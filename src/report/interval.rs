@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::data::stream::{Batch, TcpSample, UdpSnapshot};
-pub use crate::measure::{ClosedInterval, RttStats, StreamSlice, UdpSlice};
+pub use crate::wire::measure::{ClosedInterval, RttStats, StreamSlice, UdpSlice};
 
 #[derive(Debug, Clone, Default)]
 struct StreamAcc {
@@ -104,7 +104,7 @@ impl IntervalCutter {
     }
 
     /// The cutter for a test's parameters.
-    pub fn for_test(streams: usize, p: &crate::params::TestParams) -> Self {
+    pub fn for_test(streams: usize, p: &crate::wire::params::TestParams) -> Self {
         Self::new(streams, p.duration(), p.interval(), p.omit())
     }
 

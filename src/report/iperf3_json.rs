@@ -740,7 +740,7 @@ fn failed_early<'a>(title: Option<&'a str>, error: &'a str, facts: &RunFacts) ->
     Iperf3Doc {
         start: Start {
             connected: Vec::new(),
-            version: crate::protocol::SOFTWARE.to_string(),
+            version: crate::wire::SOFTWARE.to_string(),
             system_info: facts.system_info.clone(),
             test: None,
         },

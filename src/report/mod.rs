@@ -27,7 +27,7 @@ use crate::data::stream::TcpSample;
 use crate::error::{Error, Result};
 use crate::os::cpu::{self, CpuReport};
 use crate::os::kstat::KernelReport;
-use crate::protocol::{ReceiverDone, ReceiverRow};
+use crate::wire::{ReceiverDone, ReceiverRow};
 use interval::{ClosedInterval, IntervalCutter, RttStats, StreamSlice};
 use model::{
     CpuSummary, CpuUtilization, Header, IntervalReport, KernelSummary, RttSummary, SideTotal,
@@ -1454,9 +1454,9 @@ mod tests {
     /// an interval ended with (omitted intervals left out, as from the other totals).
     #[test]
     fn totals_carry_the_sender_s_rate_and_largest_cwnd() {
-        let sample = |cwnd_bytes| crate::measure::TcpSample {
+        let sample = |cwnd_bytes| crate::wire::measure::TcpSample {
             cwnd_bytes,
-            ..crate::measure::TcpSample::default()
+            ..crate::wire::measure::TcpSample::default()
         };
         let interval = |index: u32, omitted: bool, cwnd: Option<u64>| {
             let local = ClosedInterval {
@@ -1512,7 +1512,7 @@ mod tests {
     /// counts stay with their streams (review: a filter shifted stream 1's to stream 0).
     #[test]
     fn udp_rows_keep_every_stream_in_order() {
-        use crate::measure::{StreamSlice, UdpSlice};
+        use crate::wire::measure::{StreamSlice, UdpSlice};
         let slice = |udp: Option<UdpSlice>| StreamSlice {
             bytes: 0,
             srtt: None,
@@ -1523,7 +1523,7 @@ mod tests {
         };
         let got = UdpSlice {
             packets: 7,
-            ..crate::measure::UdpSlice::default()
+            ..crate::wire::measure::UdpSlice::default()
         };
         let iv = ClosedInterval {
             index: 0,
@@ -1551,10 +1551,10 @@ mod tests {
             bytes: vec![bytes, bytes],
             udp: match udp {
                 true => vec![
-                    crate::measure::UdpSlice {
+                    crate::wire::measure::UdpSlice {
                         packets: bytes / 10,
                         lost: u64::from(index) + 1,
-                        ..crate::measure::UdpSlice::default()
+                        ..crate::wire::measure::UdpSlice::default()
                     };
                     2
                 ],
@@ -1579,7 +1579,7 @@ mod tests {
             ],
         };
         let receiving = |udp: bool| {
-            let mut params = crate::params::TestParams::defaults();
+            let mut params = crate::wire::params::TestParams::defaults();
             params.udp = udp;
             Direction::new(true, IntervalCutter::for_test(2, &params), 2, udp)
         };
@@ -1691,7 +1691,7 @@ mod tests {
         // This end's own sending direction never needs it.
         let mut forward = Direction::new(
             false,
-            IntervalCutter::for_test(2, &crate::params::TestParams::defaults()),
+            IntervalCutter::for_test(2, &crate::wire::params::TestParams::defaults()),
             2,
             false,
         );
@@ -1717,14 +1717,14 @@ mod tests {
         omitted: bool,
         sent: u64,
         got: u64,
-        udp: Option<crate::measure::UdpSlice>,
+        udp: Option<crate::wire::measure::UdpSlice>,
     ) -> (ClosedInterval, ReceiverRow) {
         let local = ClosedInterval {
             index,
             begin_ns: u64::from(index) * 1_000_000_000,
             end_ns: u64::from(index + 1) * 1_000_000_000,
             omitted,
-            streams: vec![crate::measure::StreamSlice {
+            streams: vec![crate::wire::measure::StreamSlice {
                 bytes: sent,
                 ..Default::default()
             }],
@@ -1744,7 +1744,7 @@ mod tests {
     /// hiding that much loss).
     #[test]
     fn udp_omit_ends_at_the_receivers_sequence() {
-        use crate::measure::UdpSlice;
+        use crate::wire::measure::UdpSlice;
         let datagram = 1000u64;
         let mut totals = no_totals(1);
         let iv = |index: u32, omitted: bool, sent: u64, got: UdpSlice| {
@@ -1760,12 +1760,12 @@ mod tests {
         // still in flight at the receiver's boundary, and 5 of the rest were lost.
         let omitted = UdpSlice {
             packets: 90,
-            ..crate::measure::UdpSlice::default()
+            ..crate::wire::measure::UdpSlice::default()
         };
         let counted = UdpSlice {
             packets: 105,
             lost: 5,
-            ..crate::measure::UdpSlice::default()
+            ..crate::wire::measure::UdpSlice::default()
         };
         for (l, r) in [iv(0, true, 100, omitted), iv(1, false, 100, counted)] {
             join(&l, &r, &mut totals);
@@ -1799,7 +1799,7 @@ mod tests {
     /// "sender wrote" 301 datagrams beside "sender sent 300, lost 0").
     #[test]
     fn udp_cut_short_sends_what_the_receivers_sequences_say() {
-        use crate::measure::UdpSlice;
+        use crate::wire::measure::UdpSlice;
         let datagram = 1000u64;
         let mut totals = no_totals(1);
         let got = UdpSlice {

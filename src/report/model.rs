@@ -11,7 +11,7 @@ use crate::choices::Engine;
 use crate::data::pin::PinPlan;
 use crate::os::cpu::{CoreLoad, CpuReport};
 use crate::os::netinfo::{PathInfo, WindowGrant};
-pub use crate::params::Direction;
+pub use crate::wire::params::Direction;
 
 /// Everything known before the first byte moves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,7 +88,7 @@ impl Header {
     /// What the header says of the test's parameters, the one place they are copied in;
     /// each end fills in the rest (addresses, windows, path, pinning, engine) by struct
     /// update.
-    pub fn of_test(test: &crate::params::TestParams) -> Header {
+    pub fn of_test(test: &crate::wire::params::TestParams) -> Header {
         Header {
             software: String::new(),
             local: String::new(),
@@ -666,7 +666,7 @@ pub(crate) mod sample {
 
     /// One stream over loopback, two seconds, no `-w`.
     pub(crate) fn header() -> Header {
-        let mut test = crate::params::TestParams::defaults();
+        let mut test = crate::wire::params::TestParams::defaults();
         test.duration = std::time::Duration::from_secs(2);
         Header {
             software: "pinperf test".into(),

@@ -631,7 +631,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     fn failed(&mut self, error: &str) -> io::Result<()> {
         if self.started && !self.said_failure {
             // The error may carry a peer's words: no control character reaches the report.
-            let error = crate::protocol::printable_lines(error);
+            let error = crate::wire::printable_lines(error);
             writeln!(self.out, "# failed: {error}")?;
         }
         self.out.flush()
@@ -879,7 +879,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 writeln!(self.out, "# server output (--get-server-output):")?;
                 // The server's words, each line escaped: none drives the terminal.
                 for line in text.lines() {
-                    let line = crate::protocol::printable(line, usize::MAX);
+                    let line = crate::wire::printable(line, usize::MAX);
                     writeln!(self.out, "#   {line}")?;
                 }
             }

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::data::pin::{self, Affinity, PinPlan};
-use crate::params::{Limits, TestParams};
-use crate::protocol::{ControlMsg, PROTOCOL_VERSION, SOFTWARE};
 use crate::server::auth::{self, FAILED, Keys, NONCE_LEN};
 use crate::timeouts;
+use crate::wire::params::{Limits, TestParams};
+use crate::wire::{ControlMsg, PROTOCOL_VERSION, SOFTWARE};
 
 /// What the server does with one message of the handshake.
 // One per handshake message, moved once: its size costs nothing worth a box.
@@ -169,7 +169,7 @@ impl Handshake {
                 self.state = State::Done;
                 let reason = format!(
                     "{} speaks protocol {version}; this server ({SOFTWARE}) speaks {PROTOCOL_VERSION}",
-                    crate::protocol::printable(&software, 64)
+                    crate::wire::printable(&software, 64)
                 );
                 Step::Refuse(Refusal::plain("version", reason, None))
             }
@@ -370,7 +370,7 @@ impl Handshakes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::params_body;
+    use crate::wire::params_body;
 
     fn hello() -> ControlMsg {
         ControlMsg::Hello {

@@ -18,7 +18,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::error::{Error, Result};
-use crate::protocol::{Control, ControlMsg, TestParams};
+use crate::wire::{Control, ControlMsg, TestParams};
 
 /// What a client hears on any authentication failure, whatever the cause.
 pub const FAILED: &str = "authentication failed";
@@ -276,12 +276,12 @@ pub(crate) fn client_step(
             })?
         }
         ControlMsg::Refuse { reason } => {
-            let reason = crate::protocol::printable(&reason, usize::MAX);
+            let reason = crate::wire::printable(&reason, usize::MAX);
             return Err(Error::Refused { peer, reason });
         }
         other => return Err(other.unexpected(peer, "challenge")),
     };
-    let body = crate::protocol::params_body(test);
+    let body = crate::wire::params_body(test);
     let proof = mac(
         &auth.secret,
         &auth.user,

@@ -62,7 +62,7 @@ pub(crate) struct Bounds {
 impl Bounds {
     pub(crate) fn new(
         t0: Instant,
-        test: &crate::params::TestParams,
+        test: &crate::wire::params::TestParams,
         rtt: Duration,
         max_rate_bps: Option<u64>,
         sockets: Vec<OwnedFd>,
@@ -151,7 +151,7 @@ mod tests {
     use super::*;
 
     fn bounds(max_rate: Option<u64>, secs: f64) -> Bounds {
-        let mut test = crate::params::TestParams::defaults();
+        let mut test = crate::wire::params::TestParams::defaults();
         test.duration = Duration::from_secs_f64(secs);
         test.len = Some(1000);
         Bounds::new(Instant::now(), &test, Duration::ZERO, max_rate, Vec::new())

@@ -40,11 +40,11 @@ use crate::error::{Error, IoContext, Result};
 use crate::iperf3::server::Phases;
 use crate::os::cpu::CpuMark;
 use crate::os::net::{self, Family};
-use crate::protocol::{
-    self, Accept, Control, ControlMsg, DataHello, ReceiverDone, SOFTWARE, TestParams,
-};
 use crate::report::interval::IntervalCutter;
 use crate::timeouts;
+use crate::wire::{
+    self, Accept, Control, ControlMsg, DataHello, ReceiverDone, SOFTWARE, TestParams,
+};
 use allow::Rate;
 use crossbeam_channel::{Receiver, Sender};
 
@@ -747,8 +747,8 @@ fn refuse_with(mut stream: TcpStream, reason: String, refusers: &Arc<AtomicUsize
             // Answer and drain within BUSY_ANSWER in all, even from a client that trickles.
             let deadline = Instant::now() + timeouts::BUSY_ANSWER;
             let _ = stream.set_write_timeout(Some(timeouts::BUSY_ANSWER));
-            let mut msg = protocol::PREAMBLE.to_vec();
-            msg.extend(protocol::encode(&ControlMsg::Refuse { reason }));
+            let mut msg = wire::PREAMBLE.to_vec();
+            msg.extend(wire::encode(&ControlMsg::Refuse { reason }));
             if stream.write_all(&msg).is_ok() {
                 let _ = stream.shutdown(std::net::Shutdown::Write);
                 let mut sink = [0u8; 512];
@@ -810,9 +810,7 @@ fn session(
         Opener::Pinperf => {}
     }
     let left = deadline.saturating_duration_since(Instant::now());
-    if let Err(e) =
-        protocol::exchange_preamble(&mut stream, peer, left.max(Duration::from_millis(1)))
-    {
+    if let Err(e) = wire::exchange_preamble(&mut stream, peer, left.max(Duration::from_millis(1))) {
         failed("handshake", &e);
         return None;
     }
@@ -968,7 +966,7 @@ enum Opener {
     Pinperf,
     /// An iperf3 cookie: an iperf3 client, or a stream of the running iperf3 test.
     Iperf3,
-    /// A byte with [`protocol::STREAM_MARK`]: a data or echo connection of the running
+    /// A byte with [`wire::STREAM_MARK`]: a data or echo connection of the running
     /// pinperf test.
     Stream,
 }
@@ -984,9 +982,9 @@ fn opener(stream: &TcpStream, deadline: Instant) -> Opener {
         }
         match stream.peek(&mut first) {
             Ok(0) => return Opener::Pinperf,
-            Ok(_) if protocol::opens_a_stream(first[0]) => return Opener::Stream,
-            Ok(n) if n == first.len() || !protocol::PREAMBLE.starts_with(&first[..n]) => {
-                let iperf3 = first[..n] != protocol::PREAMBLE[..n]
+            Ok(_) if wire::opens_a_stream(first[0]) => return Opener::Stream,
+            Ok(n) if n == first.len() || !wire::PREAMBLE.starts_with(&first[..n]) => {
+                let iperf3 = first[..n] != wire::PREAMBLE[..n]
                     && crate::iperf3::looks_like_cookie(&first[..n]);
                 return if iperf3 {
                     Opener::Iperf3
@@ -1213,7 +1211,7 @@ fn handshake(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Turned::Broken(protocol::no_answer(peer)));
+            return Err(Turned::Broken(wire::no_answer(peer)));
         }
         let (msg, body) = ctl.recv_raw(left).map_err(Turned::Broken)?;
         match machine.input(msg, &body) {
@@ -1223,7 +1221,7 @@ fn handshake(
             Step::Broken(what) => return Err(Turned::Broken(Error::Protocol { peer, what })),
             Step::Admit(ticket) => {
                 let Ticket { params, plan, user } = *ticket;
-                let cookie = protocol::new_cookie().map_err(Turned::Broken)?;
+                let cookie = wire::new_cookie().map_err(Turned::Broken)?;
                 return Ok((
                     Admitted {
                         params,
@@ -1493,7 +1491,7 @@ fn run_test(
     // and the last byte (a sparse UDP test's last datagram may come at 0.7 ms).
     let secs = (done.elapsed_us as f64 / 1e6).max(params.run_time().as_secs_f64());
     let mut what = Vec::new();
-    if params.direction() != crate::params::Direction::Reverse {
+    if params.direction() != crate::wire::params::Direction::Reverse {
         let omit = match params.omit().is_zero() {
             true => String::new(),
             false => format!(", -O's {} s included", params.omit().as_secs_f64()),
@@ -1503,7 +1501,7 @@ fn run_test(
             crate::units::mbps(received, secs)
         ));
     }
-    if params.direction() != crate::params::Direction::Forward {
+    if params.direction() != crate::wire::params::Direction::Forward {
         what.push(format!("sent {sent} bytes"));
     }
     let ended = format!("pinperf: test from {peer}: done, {}", what.join(", "));

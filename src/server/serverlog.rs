@@ -104,7 +104,7 @@ fn emit(event: &str, fields: Value, text: impl FnOnce() -> Option<String>) {
         // control name, a user name): their control characters are escaped here, once for
         // every line, so a peer can neither forge a line nor drive a terminal. JSON lines
         // are serde's, whose escapes are JSON's.
-        write_line(&crate::protocol::printable(&line, usize::MAX));
+        write_line(&crate::wire::printable(&line, usize::MAX));
     }
 }
 
@@ -189,7 +189,7 @@ pub fn refused(peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
     );
 }
 
-pub fn test_start(peer: SocketAddr, user: Option<&str>, params: &crate::params::TestParams) {
+pub fn test_start(peer: SocketAddr, user: Option<&str>, params: &crate::wire::params::TestParams) {
     let params = serde_json::to_value(params).unwrap_or(Value::Null);
     emit(
         "test_start",

@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pinperf::protocol::ControlMsg;
+use pinperf::wire::ControlMsg;
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_pinperf")
@@ -467,7 +467,7 @@ impl ControlTap {
                         inner: &mut server,
                         copy: Vec::new(),
                     };
-                    let msg = pinperf::protocol::read_frame(&mut tee, peer);
+                    let msg = pinperf::wire::read_frame(&mut tee, peer);
                     if client.write_all(&tee.copy).is_err() {
                         break;
                     }

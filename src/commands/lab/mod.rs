@@ -476,7 +476,7 @@ fn run_lab(
 
 /// What the run could reach over `spec`'s path, and what else held it back (see
 /// [`report::late_warning`]).
-fn ceiling(spec: &PathSpec, test: &crate::params::TestParams) -> report::Ceiling {
+fn ceiling(spec: &PathSpec, test: &crate::wire::params::TestParams) -> report::Ceiling {
     // -b (UDP's default rate without it) or --fq-rate, per stream, whichever is lower.
     let per_stream = match (test.rate(), test.fq_rate_bps) {
         (Some(b), Some(fq)) if fq < b => Some((fq, "--fq-rate")),
@@ -832,7 +832,7 @@ mod tests {
             mtu: 9000,
             blackout: None,
         };
-        let mut test = crate::params::TestParams::defaults();
+        let mut test = crate::wire::params::TestParams::defaults();
         test.duration = Duration::from_secs(2);
         let c = ceiling(&spec, &test);
         assert_eq!((c.bps, c.set_by, c.other), (100_000_000, None, None));

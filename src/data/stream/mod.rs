@@ -29,8 +29,8 @@ use std::io::Read;
 use std::net::TcpStream;
 
 use crate::error::{Error, Result};
-pub use crate::measure::{TcpSample, UdpSnapshot};
 use crate::timeouts::{self, Progress};
+pub use crate::wire::measure::{TcpSample, UdpSnapshot};
 pub use clock::BlockClock;
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).

@@ -28,8 +28,8 @@ use crate::os::netinfo::WindowGrant;
 pub use receiver::{UdpRecvOutcome, receive};
 pub use sender::{UdpSend, UdpSendOutcome, send};
 
-/// The largest datagram is the parameter table's ([`crate::params`]).
-pub const MAX_DATAGRAM: usize = crate::params::MAX_DATAGRAM as usize;
+/// The largest datagram is the parameter table's ([`crate::wire::params`]).
+pub const MAX_DATAGRAM: usize = crate::wire::params::MAX_DATAGRAM as usize;
 
 /// What [`configure_with`] set on a UDP socket.
 #[derive(Debug, Clone, PartialEq, Eq)]

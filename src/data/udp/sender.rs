@@ -24,7 +24,7 @@ use crate::os::sys;
 pub struct UdpSend {
     /// Bits/s of UDP payload; `None`: as fast as the socket takes them.
     pub rate_bps: Option<u64>,
-    /// Payload bytes per datagram (`-l`, or [`crate::params::datagram_for_mtu`]).
+    /// Payload bytes per datagram (`-l`, or [`crate::wire::params::datagram_for_mtu`]).
     pub datagram: usize,
     /// Stop sending this long after the start.
     pub run_time: Duration,

@@ -204,12 +204,12 @@ fn the_path_datagram_fills_the_mtu() {
     // MTU (an unconnected socket has none) the size is the table's default.
     let datagram = |sock: &UdpSocket| {
         let mtu = crate::os::sys::path_mtu(std::os::fd::AsFd::as_fd(sock), false).ok();
-        crate::params::datagram_for_mtu(mtu, false) as usize
+        crate::wire::params::datagram_for_mtu(mtu, false) as usize
     };
     assert_eq!(datagram(&tx), MAX_DATAGRAM);
     let unconnected = UdpSocket::bind("127.0.0.1:0").unwrap();
     assert_eq!(
         datagram(&unconnected),
-        crate::params::DEFAULT_DATAGRAM as usize
+        crate::wire::params::DEFAULT_DATAGRAM as usize
     );
 }

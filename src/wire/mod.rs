@@ -12,6 +12,9 @@
 //! (the server's totals); Bye. Either side may send
 //! Error{reason} at any time to abort.
 
+pub mod measure;
+pub(crate) mod params;
+
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -21,11 +24,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::pin::PinPlan;
 use crate::error::{Error, Result};
-use crate::measure::{ClosedInterval, UdpSlice};
 use crate::os::cpu::CpuReport;
 use crate::os::netinfo::{PathInfo, WindowGrant};
-pub use crate::params::TestParams;
 use crate::timeouts;
+use crate::wire::measure::{ClosedInterval, UdpSlice};
+pub use crate::wire::params::TestParams;
 
 /// Bumped on any incompatible change; a mismatch is refused with both versions named.
 /// 4: the parameters carry `-S` (a version-3 server would ignore it and send unmarked).
