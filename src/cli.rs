@@ -640,7 +640,8 @@ pub struct Args {
     #[arg(long, help_heading = "Server")]
     pub no_udp: bool,
 
-    /// Fixed port for data connections (default: an ephemeral port per test).
+    /// A port of its own for data connections (default: none, they come to -p; 0: an
+    /// ephemeral port per test).
     #[arg(
         long,
         value_name = "PORT",

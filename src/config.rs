@@ -206,6 +206,15 @@ pub struct ServerConfig {
     pub log: LogOutput,
 }
 
+impl ServerConfig {
+    /// A `-s` server, which others reach: it bounds what a test does and counts failures
+    /// per source. An in-process one (`--loopback`, `compare`, the lab) serves its own
+    /// client only.
+    pub fn public(&self) -> bool {
+        self.signals
+    }
+}
+
 /// The server's log (`serverlog`): JSON lines or text, on stderr or appended to
 /// `--logfile`'s file; text lines start with `--timestamps`'s time and `-T`'s title, as
 /// iperf3 -s's do (JSON lines carry `time` already).

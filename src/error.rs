@@ -22,6 +22,9 @@ pub enum Error {
     /// The server cut a running test for what its client did, not what it asked: past its
     /// end and drain, or over `--max-rate`. Logged among refusals.
     Exceeded(String),
+    /// A client took the test slot and connected no streams (or left while they
+    /// connected): counted against its source by a server.
+    Abandoned(String),
     /// This part (a stream) stopped because the test was called off: never a cause.
     Aborted(String),
     /// Nobody reads the output any more (a closed pipe, `| head`): stop quietly.
@@ -43,6 +46,15 @@ pub fn closed_by_peer(e: &io::Error) -> bool {
 }
 
 impl Error {
+    /// A test's failure while its streams connected, as [`Error::Abandoned`] (an error of
+    /// this end's own, a socket call, stays what it is).
+    pub fn abandoned(self) -> Error {
+        match self {
+            Error::Test(msg) => Error::Abandoned(msg),
+            e => e,
+        }
+    }
+
     /// Process exit code: 2 for usage, 128 + the signal when one stopped the run (130 for
     /// SIGINT, as a shell reports a process it killed), 1 for a failed test.
     pub fn exit_code(&self) -> u8 {
@@ -78,7 +90,7 @@ impl fmt::Display for Error {
                 write!(f, "server {peer} refused the test: {reason}")
             }
             Error::Protocol { peer, what } => write!(f, "protocol error with {peer}: {what}"),
-            Error::Test(msg) | Error::Exceeded(msg) => write!(f, "{msg}"),
+            Error::Test(msg) | Error::Exceeded(msg) | Error::Abandoned(msg) => write!(f, "{msg}"),
             Error::OutputClosed => write!(f, "the output was closed"),
             Error::Aborted(who) => write!(f, "{who}: stopped because the test was aborted"),
             Error::Interrupted { signal, when } => {

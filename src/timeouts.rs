@@ -60,6 +60,13 @@ pub const DRAIN_BASE: Duration = Duration::from_secs(1);
 /// The slowest rate [`drain`] counts a test's queue to drain at: 10 Mbit/s.
 pub const DRAIN_RATE_FLOOR: u64 = 10_000_000;
 
+/// Past [`drain`], a test whose data connections still move at least this fast (bytes
+/// read and acknowledged), and have delivered no more than their buffers could hold, is
+/// given another [`DRAIN_STEP`]: a path slower than [`DRAIN_RATE_FLOOR`] drains its honest
+/// queue; a trickle below 100 kbit/s, or a client that kept sending, is cut.
+pub const DRAIN_MOVING: u64 = 100_000;
+pub const DRAIN_STEP: Duration = Duration::from_secs(1);
+
 /// How often an end looks at its control connection, its streams and the stop signals
 /// while it waits: how soon it reacts to a failure, a peer's word or a Ctrl-C.
 pub const POLL: Duration = Duration::from_millis(100);

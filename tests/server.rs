@@ -1645,9 +1645,10 @@ fn a_source_that_guesses_secrets_is_locked_out_and_told_for_how_long() {
     let after = client_with_secret(&port, Some("correct horse"), &["--auth", "alice"]);
     assert_eq!(after.status.code(), Some(0), "{}", explain(&after));
     assert!(
-        server
-            .log()
-            .contains("2 connection(s) closed unanswered while it was locked out"),
+        server.wait_for(
+            "2 connection(s) from 127.0.0.1 closed unanswered while it was locked out",
+            Duration::from_secs(2)
+        ),
         "{}",
         server.log()
     );

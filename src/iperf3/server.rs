@@ -116,11 +116,12 @@ pub(crate) fn run_test(
         false => {
             ctl.send_state(super::CREATE_STREAMS)?;
             let wait = timeouts::StreamsArrive::new(test.threads(), rtt);
-            let (socks, dups) = tcp_streams(ctl, test, streams, wait)?;
+            let (socks, dups) = tcp_streams(ctl, test, streams, wait).map_err(Error::abandoned)?;
             (Socks::TcpIperf3(socks), dups)
         }
         true => {
-            let socks = udp_streams(ctl, test, cfg.limits.max_window_bytes, deadline)?;
+            let socks = udp_streams(ctl, test, cfg.limits.max_window_bytes, deadline)
+                .map_err(Error::abandoned)?;
             (Socks::UdpAs(socks, wire), Vec::new())
         }
     };
@@ -471,9 +472,6 @@ fn watch(
     let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + test.run_time());
     let ends = watched.ends;
     loop {
-        if let Some(cut) = watched.exceeded(ctl) {
-            return Err(cut);
-        }
         // A stop signal: iperf3's own server says SERVER_TERMINATE ("the server has
         // terminated", its client prints).
         if let Some(stopped) = crate::signals::server_stopped(cfg.signals, t0) {
@@ -524,7 +522,13 @@ fn watch(
                     what: format!("expected TEST_END, got {}", super::state_name(other)),
                 });
             }
-            Err(Error::Test(e)) if e.contains("sent nothing") => {}
+            // Nothing from the client this poll (its TEST_END would have been read first):
+            // the server's bounds.
+            Err(Error::Test(e)) if e.contains("sent nothing") => {
+                if let Some(cut) = watched.exceeded(ctl) {
+                    return Err(cut);
+                }
+            }
             Err(e) => return Err(e),
         }
     }

@@ -360,11 +360,11 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
     }
 
     /// `--get-server-output`: a `server_output` row per line of the server's, the line in
-    /// `text`.
+    /// `text`, escaped (the server's words reach whatever shows the file).
     fn server_output(&mut self, text: &str) -> io::Result<()> {
         self.write(text.lines().map(|line| Record {
             kind: "server_output".into(),
-            text: line.into(),
+            text: crate::wire::printable(line, usize::MAX),
             ..Record::default()
         }))?;
         self.out.flush()

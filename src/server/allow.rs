@@ -202,50 +202,78 @@ pub struct Penalties {
     by_source: HashMap<u128, Penalty>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 struct Penalty {
-    failures: u32,
-    last: Instant,
+    /// Its failures within the last [`PENALTY_WINDOW`], oldest first.
+    failures: VecDeque<Instant>,
     until: Option<Instant>,
     /// Connections closed during the current lockout.
     closed: u64,
 }
 
+impl Penalty {
+    fn locked(&self, now: Instant) -> bool {
+        self.until.is_some_and(|u| now < u)
+    }
+
+    fn last(&self) -> Option<Instant> {
+        self.failures.back().copied()
+    }
+}
+
 impl Penalties {
     /// A failure of `ip` at `now`: the lockout it now serves, if this failure began one,
-    /// and the failures within the window that led to it.
+    /// and the failures within the window before it.
     pub fn failed(&mut self, ip: IpAddr, now: Instant) -> Option<(Duration, u32)> {
-        if self.by_source.len() >= MAX_SOURCES {
-            self.by_source
-                .retain(|_, p| now.saturating_duration_since(p.last) < PENALTY_WINDOW);
-            if self.by_source.len() >= MAX_SOURCES {
-                self.by_source.clear();
-            }
+        let source = Rate::source(ip);
+        if self.by_source.len() >= MAX_SOURCES && !self.by_source.contains_key(&source) {
+            self.evict(now);
         }
-        let p = self.by_source.entry(Rate::source(ip)).or_insert(Penalty {
-            failures: 0,
-            last: now,
-            until: None,
-            closed: 0,
-        });
-        if now.saturating_duration_since(p.last) >= PENALTY_WINDOW {
-            p.failures = 0;
+        let p = self.by_source.entry(source).or_default();
+        while p
+            .failures
+            .front()
+            .is_some_and(|&t| now.saturating_duration_since(t) >= PENALTY_WINDOW)
+        {
+            p.failures.pop_front();
         }
-        p.failures += 1;
-        p.last = now;
-        let past = p.failures.checked_sub(FREE_FAILURES + 1)?;
+        p.failures.push_back(now);
+        let before = u32::try_from(p.failures.len() - 1).unwrap_or(u32::MAX);
+        let past = before.checked_sub(FREE_FAILURES)?;
         let lockout = LOCKOUT_FIRST
             .saturating_mul(1u32 << past.min(16))
             .min(LOCKOUT_MAX);
         p.until = Some(now + lockout);
         p.closed = 0;
-        Some((lockout, p.failures - 1))
+        Some((lockout, before))
+    }
+
+    /// Room for a new source: those neither locked out nor failed within the window go
+    /// first, then the one whose last failure is oldest (never a source locked out now,
+    /// unless every one is).
+    fn evict(&mut self, now: Instant) {
+        self.by_source.retain(|_, p| {
+            p.locked(now)
+                || p.last()
+                    .is_some_and(|t| now.saturating_duration_since(t) < PENALTY_WINDOW)
+        });
+        while self.by_source.len() >= MAX_SOURCES {
+            let oldest = self
+                .by_source
+                .iter()
+                .min_by_key(|(_, p)| (p.locked(now), p.last()))
+                .map(|(&k, _)| k);
+            match oldest {
+                Some(k) => self.by_source.remove(&k),
+                None => break,
+            };
+        }
     }
 
     /// Whether `ip` is locked out at `now` (its connection is then counted as closed).
     pub fn locked(&mut self, ip: IpAddr, now: Instant) -> bool {
         match self.by_source.get_mut(&Rate::source(ip)) {
-            Some(p) if p.until.is_some_and(|u| now < u) => {
+            Some(p) if p.locked(now) => {
                 p.closed += 1;
                 true
             }
@@ -256,12 +284,9 @@ impl Penalties {
     /// Connections of `ip` closed during its lockout, once it is over (taken: said once).
     pub fn closed_while_locked(&mut self, ip: IpAddr, now: Instant) -> Option<u64> {
         let p = self.by_source.get_mut(&Rate::source(ip))?;
-        match p.until {
-            Some(u) if now >= u && p.closed > 0 => {
-                let n = std::mem::take(&mut p.closed);
-                Some(n)
-            }
-            _ => None,
+        match p.locked(now) || p.closed == 0 {
+            true => None,
+            false => Some(std::mem::take(&mut p.closed)),
         }
     }
 }
@@ -390,5 +415,10 @@ mod tests {
         assert_eq!(p.failed(a, s(1)), Some((Duration::from_secs(2), 4)));
         assert_eq!(p.failed(a, s(2)), Some((Duration::from_secs(4), 5)));
         assert_eq!(p.failed(a, s(200)), None, "a minute later, free again");
+        // Failures 50 s apart never pile up: the window slides.
+        let b = ip("192.0.2.3");
+        for k in 0..8 {
+            assert_eq!(p.failed(b, s(1000 + 50 * k)), None, "failure {k}");
+        }
     }
 }

@@ -55,8 +55,20 @@ pub(crate) struct Bounds {
     /// The test's data sockets (duplicates): their buffers, read at the run time's end,
     /// are what may still be queued.
     sockets: Vec<OwnedFd>,
+    /// `--fq-rate`: the kernel's bursts may come this far apart.
+    paced: bool,
     /// Set at the run time's end: when the test must be over, and why that long.
     end: Option<(Instant, String)>,
+    /// The drain so far: what the sockets may hold, and their progress (bytes read and
+    /// acknowledged) at the run time's end and at the last look.
+    drain: Option<Drain>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Drain {
+    queued: u64,
+    at_end: u64,
+    last: (Instant, u64),
 }
 
 impl Bounds {
@@ -74,8 +86,10 @@ impl Bounds {
             max_rate_bps,
             block: test.block_bytes(),
             window: test.window_bytes,
+            paced: test.fq_rate_bps.is_some(),
             sockets,
             end: None,
+            drain: None,
         }
     }
 
@@ -105,14 +119,24 @@ impl Bounds {
         if elapsed < self.run_time {
             return None;
         }
-        let (end, why) = self.end.get_or_insert_with(|| {
+        if self.end.is_none() {
             let queued: u64 = self
                 .sockets
                 .iter()
                 .map(|s| queue_bound(s.as_fd(), self.window))
                 .sum();
             let rate = (moved as f64 * 8.0 / self.run_time.as_secs_f64().max(1e-3)) as u64;
-            let drain = timeouts::drain(queued, rate, self.rtt);
+            // The data connections' round trip now, queues included, when longer.
+            let rtt = self
+                .sockets
+                .iter()
+                .map(|s| data_rtt(s.as_fd()))
+                .fold(self.rtt, Duration::max);
+            let paced = match self.paced {
+                true => timeouts::PACED_BURST_MAX,
+                false => Duration::ZERO,
+            };
+            let drain = timeouts::drain(queued, rate, rtt) + paced;
             let why = format!(
                 "{:.2} s to run and {:.2} s to drain ({} KiB its sockets may hold, at {:.1} \
                  Mbit/s)",
@@ -121,15 +145,56 @@ impl Bounds {
                 queued >> 10,
                 rate.max(timeouts::DRAIN_RATE_FLOOR) as f64 / 1e6
             );
-            (self.t0 + self.run_time + drain, why)
-        });
-        (now >= *end).then(|| {
-            Error::Exceeded(format!(
-                "the test ran past its end: it was given {why}; cut {:.2} s in",
-                elapsed.as_secs_f64()
-            ))
-        })
+            let progress = self.progress();
+            self.end = Some((self.t0 + self.run_time + drain, why));
+            self.drain = Some(Drain {
+                queued,
+                at_end: progress,
+                last: (now, progress),
+            });
+        }
+        if self.end.as_ref().is_none_or(|(end, _)| now < *end) {
+            return None;
+        }
+        // A drain still moving at a real rate, and no more than the sockets could hold,
+        // is given another step: a slow path's honest queue is not cut, a trickle or a
+        // sender that kept writing is.
+        let progress = self.progress();
+        let (end, why) = self.end.as_mut()?;
+        if let Some(d) = self.drain.as_mut() {
+            let secs = now
+                .saturating_duration_since(d.last.0)
+                .as_secs_f64()
+                .max(1e-3);
+            let bps = progress.saturating_sub(d.last.1) as f64 * 8.0 / secs;
+            let drained = progress.saturating_sub(d.at_end);
+            if bps >= timeouts::DRAIN_MOVING as f64 && drained <= d.queued {
+                d.last = (now, progress);
+                *end = now + timeouts::DRAIN_STEP;
+                return None;
+            }
+        }
+        Some(Error::Exceeded(format!(
+            "the test ran past its end: it was given {why}; cut {:.2} s in",
+            elapsed.as_secs_f64()
+        )))
     }
+
+    /// Bytes read and acknowledged on the TCP data sockets so far (UDP's end on their own).
+    fn progress(&self) -> u64 {
+        self.sockets
+            .iter()
+            .filter_map(|s| crate::os::sys::tcp_info(s.as_fd()).ok())
+            .map(|(i, _)| i.bytes_received + i.bytes_acked)
+            .sum()
+    }
+}
+
+/// A data connection's smoothed round trip (zero for UDP).
+fn data_rtt(fd: std::os::fd::BorrowedFd) -> Duration {
+    crate::os::sys::tcp_info(fd).map_or(Duration::ZERO, |(i, _)| {
+        Duration::from_micros(u64::from(i.rtt_us))
+    })
 }
 
 /// The most a data socket and its peer's may still hold queued: twice the buffer on the
@@ -189,5 +254,49 @@ mod tests {
                 .contains("given 1.00 s to run and 1.00 s to drain (0 KiB"),
             "{e}"
         );
+    }
+
+    /// Past its drain, a test whose connection still moves at 800 kbit/s (a slow path's
+    /// queue) is given more time, one that trickles a byte per 100 ms is cut: both over
+    /// real loopback connections, watched as the server watches them.
+    #[test]
+    fn a_moving_drain_is_given_time_and_a_trickle_is_cut() {
+        use std::io::{Read, Write};
+        let pair = |chunk: usize| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (mut rx, _) = l.accept().unwrap();
+            let dup = std::os::fd::AsFd::as_fd(&rx).try_clone_to_owned().unwrap();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while rx.read(&mut buf).is_ok_and(|n| n > 0) {}
+            });
+            std::thread::spawn(move || {
+                let block = vec![7u8; chunk];
+                while tx.write_all(&block).is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+            dup
+        };
+        let mut test = crate::wire::params::TestParams::defaults();
+        test.duration = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let mut moving = Bounds::new(t0, &test, Duration::ZERO, None, vec![pair(10_000)]);
+        let mut trickle = Bounds::new(t0, &test, Duration::ZERO, None, vec![pair(1)]);
+        let (mut moving_cut, mut trickle_cut) = (None, None);
+        while t0.elapsed() < Duration::from_millis(2200) {
+            let now = Instant::now();
+            if moving.check(now, &[], 0).is_some() {
+                moving_cut.get_or_insert(t0.elapsed());
+            }
+            if trickle.check(now, &[], 0).is_some() {
+                trickle_cut.get_or_insert(t0.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(moving_cut, None, "a drain at 800 kbit/s");
+        let cut = trickle_cut.expect("the trickle is cut");
+        assert!(cut < Duration::from_millis(1800), "cut {cut:?} in");
     }
 }

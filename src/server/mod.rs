@@ -360,12 +360,10 @@ impl Server {
             match closed {
                 // Locked out: closed unanswered, counted, said once the lockout is over.
                 None => continue,
-                Some(Some(n)) => log_refused(
-                    &cfg,
-                    peer,
-                    None,
-                    "lockout",
-                    &format!("{n} connection(s) closed unanswered while it was locked out"),
+                Some(Some(n)) => log!(
+                    cfg.quiet,
+                    "pinperf: {n} connection(s) from {} closed unanswered while it was locked out",
+                    peer.ip()
                 ),
                 Some(None) => {}
             }
@@ -674,18 +672,21 @@ fn penalize(shared: &Shared, peer: SocketAddr) -> Option<(Duration, u32)> {
     shared.penalties.lock().failed(peer.ip(), Instant::now())
 }
 
-/// A test that failed before its streams started (its client took the slot and ran
-/// nothing: connected no streams, or went away) counts against its source; the error then
-/// says the lockout it began.
-fn took_the_slot_for_nothing(shared: &Shared, peer: SocketAddr, e: Error) -> Error {
-    if shared.slot.started.load(Ordering::Acquire) {
+/// A test whose client took the slot and connected no streams (or left while they
+/// connected) counts against its source on a public server; the error then says the
+/// lockout it began. Anything else (a refusal of this server's, its own failure) does not.
+fn took_the_slot_for_nothing(
+    cfg: &ServerConfig,
+    shared: &Shared,
+    peer: SocketAddr,
+    e: Error,
+) -> Error {
+    let Error::Abandoned(why) = e else {
         return e;
-    }
-    match (penalize(shared, peer), e) {
-        (Some(lockout), Error::Test(why)) => {
-            Error::Test(format!("{why}; {}", allow::lockout_words(lockout)))
-        }
-        (_, e) => e,
+    };
+    match cfg.public().then(|| penalize(shared, peer)).flatten() {
+        Some(lockout) => Error::Abandoned(format!("{why}; {}", allow::lockout_words(lockout))),
+        None => Error::Abandoned(why),
     }
 }
 
@@ -836,7 +837,12 @@ fn session(
         Ok(pair) => pair,
         Err(Turned::Refused(mut r)) => {
             if shared.pending.remove(id) {
+                // Credentials that failed, on a server with keys: not a client that gave
+                // none, nor one that gave some to a server without keys.
                 if r.why == "auth"
+                    && r.to_client == auth::FAILED
+                    && cfg.auth.is_some()
+                    && cfg.public()
                     && let Some(lockout) = penalize(shared, peer)
                 {
                     let words = allow::lockout_words(lockout);
@@ -888,7 +894,7 @@ fn session(
         listen_after(shared, listening, cfg.quiet);
     }
     shared.slot.finishing();
-    let result = result.map_err(|e| took_the_slot_for_nothing(shared, peer, e));
+    let result = result.map_err(|e| took_the_slot_for_nothing(cfg, shared, peer, e));
     match &result {
         Err(e @ Error::Exceeded(why)) => {
             ctl.abort(&e.to_string());
@@ -1120,7 +1126,7 @@ fn iperf3_session(
     }
     let t0 = Instant::now();
     let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &shared.slot)
-        .map_err(|e| took_the_slot_for_nothing(shared, peer, e));
+        .map_err(|e| took_the_slot_for_nothing(cfg, shared, peer, e));
     *shared.iperf3.lock() = None;
     listen_after(shared, listening, cfg.quiet);
     shared.slot.finishing();
@@ -1323,13 +1329,15 @@ fn run_test(
     let (mut socks, path) = match data {
         Data::Tcp(listener) => {
             let from = Arrivals::Listener(&listener);
-            let socks = accept_streams(from, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
+            let socks = accept_streams(from, ctl, ctl_fd, cookie, &params, cfg.quiet)
+                .map_err(Error::abandoned)?;
             let path = net::path_info(&socks[0].data);
             (Socks::Tcp(socks), path)
         }
         Data::ControlPort(rx) => {
             let from = Arrivals::ControlPort(rx);
-            let socks = accept_streams(from, ctl, ctl_fd, cookie, &params, cfg.quiet)?;
+            let socks = accept_streams(from, ctl, ctl_fd, cookie, &params, cfg.quiet)
+                .map_err(Error::abandoned)?;
             // What a data listener's sockets would have inherited.
             let opts = net::SocketOpts::of(&params);
             for s in &socks {
@@ -1346,7 +1354,8 @@ fn run_test(
         Data::Udp(bound) => {
             let cap = cfg.limits.max_window_bytes;
             let socks =
-                crate::udp_link::await_hellos(bound, ctl, ctl_fd, (cookie, &params), (rtt, cap))?;
+                crate::udp_link::await_hellos(bound, ctl, ctl_fd, (cookie, &params), (rtt, cap))
+                    .map_err(Error::abandoned)?;
             (Socks::Udp(socks), net::path_info(&ctl.socket()))
         }
     };
@@ -1396,16 +1405,6 @@ fn run_test(
     let mut failure: Option<Error> = None;
     loop {
         kernel_mark.sample();
-        let received: Vec<u64> = arrived
-            .iter()
-            .filter(|(sends, _)| !sends)
-            .flat_map(|(_, a)| a.bytes())
-            .collect();
-        let moved = arrived.iter().flat_map(|(_, a)| a.bytes()).sum();
-        if let Some(cut) = bounds.check(Instant::now(), &received, moved) {
-            failure = Some(cut);
-            break;
-        }
         // A failure is looked for once more after the streams ended: reset by a client
         // that failed, they all end at once.
         let ended = reporters.iter().all(|r| r.is_finished());
@@ -1420,6 +1419,21 @@ fn run_test(
             break;
         }
         if ended {
+            break;
+        }
+        // Looked at once the streams are known not to have ended: a test that ended
+        // during the last poll is never cut.
+        let received: Vec<u64> = arrived
+            .iter()
+            .filter(|(sends, _)| !sends)
+            .flat_map(|(_, a)| a.bytes())
+            .collect();
+        let moved = arrived.iter().flat_map(|(_, a)| a.bytes()).sum();
+        if let Some(cut) = bounds
+            .check(Instant::now(), &received, moved)
+            .filter(|_| cfg.public())
+        {
+            failure = Some(cut);
             break;
         }
         if let Some(stopped) = crate::signals::server_stopped(cfg.signals, t0) {

@@ -2,8 +2,8 @@
 //! (`pinperf: …`, the default) or, with `--log-format json`, one JSON object per line for
 //! journald and fail2ban. Every line has `time` (Unix seconds) and `event`: `listening`,
 //! `refused` (with `why`, a fixed word a filter can match: `allow`, `rate`, `busy`,
-//! `auth`, `params`, `version`, `handshake`, `fds`, `stranger`, `cookie`, `exceeded`,
-//! `lockout`; repeats from one source are summed up, see [`Repeats`]), `test_start` (peer, user,
+//! `auth`, `params`, `version`, `handshake`, `fds`, `stranger`, `cookie`, `exceeded`;
+//! repeats from one source are summed up, see [`Repeats`]), `test_start` (peer, user,
 //! parameters), `test_end` (peer, user, totals), `error`, and `message` for anything else.
 //! Text lines start with `--timestamps`'s time and `-T`'s title, as iperf3 -s's do. Any
 //! thread may log; each line is written whole, and a log nobody reads any more (a closed
@@ -136,14 +136,34 @@ static REPEATS: Mutex<Option<Repeats>> = Mutex::new(None);
 
 #[derive(Default)]
 struct Repeats {
-    by: std::collections::HashMap<(std::net::IpAddr, String), (f64, std::time::Instant, u64)>,
+    /// Per source (as `--max-tests-per-minute` counts them) and `why`: tokens, when they
+    /// were counted, and the lines left out since the last written.
+    by: std::collections::HashMap<(u128, String), (f64, std::time::Instant, u64)>,
 }
 
 impl Repeats {
     /// Whether to write a line for `key` now, and how many were left out before it.
-    fn admit(&mut self, key: (std::net::IpAddr, String), now: std::time::Instant) -> Option<u64> {
+    fn admit(
+        &mut self,
+        (ip, why): (std::net::IpAddr, String),
+        now: std::time::Instant,
+    ) -> Option<u64> {
+        let key = (super::allow::Rate::source(ip), why);
         if self.by.len() >= REPEAT_SOURCES && !self.by.contains_key(&key) {
-            self.by.clear();
+            // A full bucket is a forgotten one: sources quiet for a while go first.
+            let idle = std::time::Duration::from_secs_f64(REPEAT_BURST / REPEAT_PER_SEC);
+            self.by.retain(|_, (_, at, skipped)| {
+                *skipped > 0 || now.saturating_duration_since(*at) < idle
+            });
+            if self.by.len() >= REPEAT_SOURCES
+                && let Some(oldest) = self
+                    .by
+                    .iter()
+                    .min_by_key(|(_, (_, at, _))| *at)
+                    .map(|(k, _)| k.clone())
+            {
+                self.by.remove(&oldest);
+            }
         }
         let (tokens, at, skipped) = self.by.entry(key).or_insert((REPEAT_BURST, now, 0));
         let refill = now.saturating_duration_since(*at).as_secs_f64() * REPEAT_PER_SEC;
@@ -160,7 +180,7 @@ impl Repeats {
 
 /// A connection or a test the server turned away; `why` is one fixed word.
 pub fn refused(peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
-    let key = (peer.ip().to_canonical(), why.to_string());
+    let key = (peer.ip(), why.to_string());
     let Some(skipped) = REPEATS
         .lock()
         .get_or_insert_with(Repeats::default)

@@ -563,7 +563,8 @@ pub(crate) enum Drain {
 
 /// After `shutdown(SHUT_WR)`: reads until the receiver closes (it does once it has read
 /// our EOF), so closing our end never resets data still in flight. As long as the receiver
-/// keeps acknowledging data this waits (a large buffer on a slow path drains for minutes);
+/// keeps acknowledging data this waits (a large buffer on a slow path drains for minutes;
+/// a `-s` server bounds how long, see `server::bounds`);
 /// it fails after [`timeouts::STALL`] without an acknowledged byte, or on abort.
 pub(crate) fn drain_to_eof(
     id: u16,
