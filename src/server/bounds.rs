@@ -55,7 +55,7 @@ pub(crate) struct Bounds {
     /// The test's data sockets (duplicates): their buffers, read at the run time's end,
     /// are what may still be queued.
     sockets: Vec<OwnedFd>,
-    /// `--fq-rate`: the kernel's bursts may come this far apart.
+    /// `--fq-rate` is set: the kernel's bursts may come up to `PACED_BURST_MAX` apart.
     paced: bool,
     /// Set at the run time's end: when the test must be over, and why that long.
     end: Option<(Instant, String)>,
