@@ -120,38 +120,7 @@ impl Bounds {
             return None;
         }
         if self.end.is_none() {
-            let queued: u64 = self
-                .sockets
-                .iter()
-                .map(|s| queue_bound(s.as_fd(), self.window))
-                .sum();
-            let rate = (moved as f64 * 8.0 / self.run_time.as_secs_f64().max(1e-3)) as u64;
-            // The data connections' round trip now, queues included, when longer.
-            let rtt = self
-                .sockets
-                .iter()
-                .map(|s| data_rtt(s.as_fd()))
-                .fold(self.rtt, Duration::max);
-            let paced = match self.paced {
-                true => timeouts::PACED_BURST_MAX,
-                false => Duration::ZERO,
-            };
-            let drain = timeouts::drain(queued, rate, rtt) + paced;
-            let why = format!(
-                "{:.2} s to run and {:.2} s to drain ({} KiB its sockets may hold, at {:.1} \
-                 Mbit/s)",
-                self.run_time.as_secs_f64(),
-                drain.as_secs_f64(),
-                queued >> 10,
-                rate.max(timeouts::DRAIN_RATE_FLOOR) as f64 / 1e6
-            );
-            let progress = self.progress();
-            self.end = Some((self.t0 + self.run_time + drain, why));
-            self.drain = Some(Drain {
-                queued,
-                at_end: progress,
-                last: (now, progress),
-            });
+            self.begin_drain(now, moved);
         }
         if self.end.as_ref().is_none_or(|(end, _)| now < *end) {
             return None;
@@ -178,6 +147,43 @@ impl Bounds {
             "the test ran past its end: it was given {why}; cut {:.2} s in",
             elapsed.as_secs_f64()
         )))
+    }
+
+    /// At the run time's end: the drain the test is given, from its sockets' buffers, the
+    /// rate it ran (`moved` bytes over the run time) and its round trips.
+    fn begin_drain(&mut self, now: Instant, moved: u64) {
+        let queued: u64 = self
+            .sockets
+            .iter()
+            .map(|s| queue_bound(s.as_fd(), self.window))
+            .sum();
+        let rate = (moved as f64 * 8.0 / self.run_time.as_secs_f64().max(1e-3)) as u64;
+        // The data connections' round trip now, queues included, when longer.
+        let rtt = self
+            .sockets
+            .iter()
+            .map(|s| data_rtt(s.as_fd()))
+            .fold(self.rtt, Duration::max);
+        let paced = match self.paced {
+            true => timeouts::PACED_BURST_MAX,
+            false => Duration::ZERO,
+        };
+        let drain = timeouts::drain(queued, rate, rtt) + paced;
+        let why = format!(
+            "{:.2} s to run and {:.2} s to drain ({} KiB its sockets may hold, at {:.1} \
+             Mbit/s)",
+            self.run_time.as_secs_f64(),
+            drain.as_secs_f64(),
+            queued >> 10,
+            rate.max(timeouts::DRAIN_RATE_FLOOR) as f64 / 1e6
+        );
+        let progress = self.progress();
+        self.end = Some((self.t0 + self.run_time + drain, why));
+        self.drain = Some(Drain {
+            queued,
+            at_end: progress,
+            last: (now, progress),
+        });
     }
 
     /// Bytes read and acknowledged on the TCP data sockets so far (UDP's end on their own).
