@@ -135,6 +135,9 @@ pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOut
                 Ok(n) => off = (off + n * msg_len).min(buf.len()),
                 Err(e) => {
                     let t_ns = clock.ns(Instant::now());
+                    // A socket that refuses for a while (ENOBUFS, a full buffer) is this
+                    // thread running, not paused: its readings count.
+                    awake.check(id, t_ns)?;
                     match (e.kind(), e.raw_os_error()) {
                         (ErrorKind::ConnectionRefused, _) => out.refused += 1,
                         (_, Some(libc::ENOBUFS)) => {
