@@ -166,7 +166,7 @@ pub(crate) fn run_test(
         reversed,
         bounds: &mut bounds,
     };
-    let result = watch(ctl, &mut watched, &dups, test, cfg, t0)
+    let result = watch(ctl, &mut watched, test, cfg, t0)
         .and_then(|()| finish(ctl, test, &mut watched, &dups, &cpu, t0, told, slot));
     if result.is_err() {
         // The test is over for its client (it terminated, closed, or was told why): the
@@ -458,11 +458,10 @@ fn udp_streams(
 /// Until the client's `TEST_END`: a stream failure is `SERVER_ERROR`, a stop signal
 /// `SERVER_TERMINATE`; the client closing or terminating ends the test. Past the run time
 /// a client may wait for its data to drain (pinperf's does): given up only when nothing
-/// moved on the TCP streams (`dups`) for `timeouts::STALL`.
+/// moved on the TCP streams for `timeouts::STALL`, and cut at the server's bounds.
 fn watch(
     ctl: &mut Ctl,
     watched: &mut Watched,
-    dups: &[TcpStream],
     test: &TestParams,
     cfg: &crate::config::ServerConfig,
     t0: Instant,
@@ -498,13 +497,8 @@ fn watch(
                 f.at.saturating_duration_since(t0).as_secs_f64()
             )));
         }
-        let moved = || -> u64 {
-            dups.iter()
-                .filter_map(crate::os::net::tcp_info)
-                .map(|i| i.bytes_received + i.bytes_acked)
-                .sum()
-        };
-        if t0.elapsed() > test.run_time() && progress.stalled(moved(), Instant::now()) {
+        let moved = watched.bounds.progress();
+        if t0.elapsed() > test.run_time() && progress.stalled(moved, Instant::now()) {
             return Err(Error::Test(format!(
                 "the iperf3 client {} sent no TEST_END, and nothing moved on its streams, for \
                  {} s past the test's end",

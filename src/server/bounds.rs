@@ -20,8 +20,8 @@ const RATE_MARGIN: f64 = 1.10;
 /// more, for a paced sender's first writes).
 const RATE_BURST: Duration = Duration::from_millis(500);
 
-/// Each receiving stream's bytes so far, added by its reporter batch by batch: what the
-/// watcher checks `--max-rate` and the drain's rate against.
+/// Each stream's bytes so far, as its reporter's cutter counted them, set batch by batch:
+/// what the watcher checks `--max-rate` and the drain's rate against.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Arrived(Arc<Vec<AtomicU64>>);
 
@@ -30,9 +30,9 @@ impl Arrived {
         Arrived(Arc::new((0..streams).map(|_| AtomicU64::new(0)).collect()))
     }
 
-    pub(crate) fn add(&self, stream: usize, bytes: u64) {
+    pub(crate) fn set(&self, stream: usize, bytes: u64) {
         if let Some(b) = self.0.get(stream) {
-            b.fetch_add(bytes, Ordering::Relaxed);
+            b.store(bytes, Ordering::Relaxed);
         }
     }
 
@@ -187,7 +187,7 @@ impl Bounds {
     }
 
     /// Bytes read and acknowledged on the TCP data sockets so far (UDP's end on their own).
-    fn progress(&self) -> u64 {
+    pub(crate) fn progress(&self) -> u64 {
         self.sockets
             .iter()
             .filter_map(|s| crate::os::sys::tcp_info(s.as_fd()).ok())

@@ -611,8 +611,6 @@ impl Drop for SlotGuard<'_> {
 struct Slot {
     state: AtomicU8,
     ends: Mutex<Option<Instant>>,
-    /// The holder's streams started: a test ran (else its client took the slot for nothing).
-    started: std::sync::atomic::AtomicBool,
 }
 
 impl Slot {
@@ -620,10 +618,7 @@ impl Slot {
     fn try_take(&self, run_time: Duration) -> std::result::Result<(), u8> {
         self.state
             .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| {
-                self.started.store(false, Ordering::Release);
-                *self.ends.lock() = Some(Instant::now() + run_time)
-            })
+            .map(|_| *self.ends.lock() = Some(Instant::now() + run_time))
     }
 
     /// Waits while the current test is starting or finishing, then takes the slot.
@@ -650,7 +645,6 @@ impl Slot {
 impl Phases for Slot {
     /// The test's streams run (unless it is already finishing).
     fn running(&self) {
-        self.started.store(true, Ordering::Release);
         let _ = self
             .state
             .compare_exchange(STARTING, RUNNING, Ordering::AcqRel, Ordering::Acquire);
@@ -1587,9 +1581,11 @@ fn run_reporter(
         Ok(())
     };
     for batch in rx {
-        let bytes = batch.records.iter().map(|r| u64::from(r.bytes)).sum();
-        arrived.add(usize::from(batch.stream), bytes);
         cutter.add(&batch);
+        let stream = usize::from(batch.stream);
+        if let Some(&total) = cutter.totals().get(stream) {
+            arrived.set(stream, total);
+        }
         let _ = free.try_send(batch);
         send_ready(&mut cutter)?;
     }
