@@ -241,3 +241,42 @@ fn the_single_engine_reports_its_one_thread() {
         "{local}"
     );
 }
+
+/// `pinperf report` of the saved documents in `tests/fixtures/saved/` renders each format
+/// exactly as recorded in `expected/`, so a refactor of the reporter or its formatters that
+/// changes one byte fails here. `PINPERF_BLESS=1` records the current output instead.
+#[test]
+fn saved_documents_render_byte_for_byte_as_recorded() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/saved");
+    let bless = std::env::var_os("PINPERF_BLESS").is_some();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_owned))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 9, "saved documents: {names:?}");
+    let mut differ = Vec::new();
+    for name in &names {
+        for format in ["text", "csv", "json", "iperf3-json"] {
+            if name == "compare" && format == "iperf3-json" {
+                continue; // a comparison has no iperf3 shape
+            }
+            let doc = dir.join(format!("{name}.json"));
+            let doc = doc.to_str().expect("utf-8 path");
+            let run = pinperf(&["report", "--format", format, doc], LIMIT);
+            run.assert_ok();
+            let expected = dir.join("expected").join(format!("{name}.{format}"));
+            if bless {
+                std::fs::write(&expected, &run.output.stdout).expect("bless");
+            } else if std::fs::read(&expected).ok().as_deref() != Some(&run.output.stdout[..]) {
+                differ.push(format!("{name}.{format}"));
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "these renderings differ from tests/fixtures/saved/expected/ (diff them with \
+         `pinperf report --format F tests/fixtures/saved/NAME.json`): {differ:?}"
+    );
+}
