@@ -32,12 +32,10 @@ pub mod data;
 pub mod error;
 pub(crate) mod iperf3;
 pub(crate) mod os;
-pub(crate) mod prefix;
 pub mod report;
 pub mod server;
 pub(crate) mod signals;
 pub(crate) mod timeouts;
-pub(crate) mod udp_link;
 pub(crate) mod units;
 pub mod wire;
 

@@ -667,7 +667,7 @@ fn server_vanishes(way: &[&str]) {
 
 #[test]
 fn a_failed_json_test_keeps_its_intervals_and_says_why() {
-    use pinperf::report::json::Document;
+    use pinperf::report::format::json::Document;
     use pinperf::wire::ReceiverRow;
     let mut server = Server::start(&[]);
     // -J prints nothing until the end, so the moment to wait for is on the control
@@ -877,7 +877,7 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn json_document_adds_up_and_reconciles() {
-    use pinperf::report::json::Document;
+    use pinperf::report::format::json::Document;
     let run = pinperf(
         &["--loopback", "-P", "4", "-t", "1.5", "-i", "0.5", "-J"],
         LIMIT,
@@ -947,7 +947,7 @@ fn json_document_adds_up_and_reconciles() {
 
 #[test]
 fn json_lines_stream_events_and_no_echo_drops_block_rtt() {
-    use pinperf::report::json::Event;
+    use pinperf::report::format::json::Event;
     let run = pinperf(
         &[
             "--loopback",
@@ -1021,7 +1021,7 @@ fn csv_stream_rows_sum_to_the_sum_rows() {
     let text = run.stdout();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().expect("header").split(',').collect();
-    assert_eq!(header.join(","), pinperf::report::csv::COLUMNS);
+    assert_eq!(header.join(","), pinperf::report::format::csv::COLUMNS);
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let (kind, interval, bytes, sent) = (
         col("kind"),
@@ -1096,7 +1096,7 @@ fn clk_tck() -> f64 {
 
 #[test]
 fn cpu_figures_agree_with_proc_stat_sampled_from_outside() {
-    use pinperf::report::json::Document;
+    use pinperf::report::format::json::Document;
     let mut server = Server::start(&[]);
     let port = server.port_arg();
     let tck = clk_tck();
@@ -1419,7 +1419,7 @@ fn the_seed_shell_loop_prints_one_total_line_per_size() {
 #[test]
 fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
     use pinperf::commands::compare::CompareDoc;
-    use pinperf::report::json::Document;
+    use pinperf::report::format::json::Document;
     for (extra, method) in [
         (&["-Z"][..], Some("sendfile")),
         (&["--zerocopy=msg"], Some("msg")),

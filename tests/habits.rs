@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pinperf::report::json::Document;
+use pinperf::report::format::json::Document;
 use util::{Spawned, arg, pinperf, saved, scratch, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(30);

@@ -1,7 +1,7 @@
-//! The module graph has no cycles: lists every `crate::` edge between top-level modules of
-//! `src/` (test modules excluded: they may reach across layers) and fails, naming the
-//! cycle, if one module can reach itself. Run `cargo test --test layers -- --nocapture` to
-//! print the edges.
+//! The module graph has no cycles and every edge points down the fixed order of
+//! [`LAYERS`]: lists every `crate::` edge between the modules of `src/` (test modules and
+//! `tests.rs` files excluded: they may reach across layers) and fails naming the cycle or
+//! the upward edge. Run `cargo test --test layers -- --nocapture` to print the edges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 /// Directories of `src/` whose modules are layers of their own, each counted apart:
 /// `src/os/net.rs` is `os_net` (the parser's spelling of `os::net`), `src/data/stream/`
 /// `data_stream`; the directory's own `mod.rs` is the directory's name (`server`).
-const GROUPS: &[&str] = &["os", "data", "server", "commands", "wire"];
+const GROUPS: &[&str] = &[
+    "os", "data", "server", "commands", "wire", "report", "client", "cli", "iperf3",
+];
 
 /// The submodules of `group` (its files and directories but `mod.rs`).
 fn submodules(group: &str) -> Vec<String> {
@@ -79,7 +81,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.expect("dir entry").path();
         if path.is_dir() {
             rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+        } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs") {
             out.push(path);
         }
     }
@@ -282,4 +284,66 @@ fn the_leaves_stay_leaves() {
             "{module} imports {extra:?} beyond {allowed:?}"
         );
     }
+}
+
+/// The layers, lowest first; a module may use its own layer and those below. A module is
+/// in the first layer whose entry names it or its group (`report_format` is in `report`).
+/// What a test *is* (its parameters, pin plan, pacing, the samples that cross the wire)
+/// sits below the sockets and threads that carry it out; the messages that carry it sit
+/// above the stream threads, since they name the threads' pin plans and UDP sockets.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("base", &["error", "units", "timeouts", "choices"]),
+    (
+        "types",
+        &["wire_params", "wire_measure", "data_pin", "data_pace"],
+    ),
+    ("os", &["os"]),
+    ("data", &["data"]),
+    ("wire", &["wire", "signals"]),
+    ("report", &["report"]),
+    ("cli", &["cli"]),
+    ("peers", &["client", "server", "iperf3", "config"]),
+    ("commands", &["commands"]),
+];
+
+/// The layer of `module`: its own entry, else its group's (`os_net` -> `os`).
+fn layer_of(module: &str) -> Option<usize> {
+    let group = module.split('_').next().unwrap_or(module);
+    let find = |name: &str| LAYERS.iter().position(|(_, m)| m.contains(&name));
+    find(module).or_else(|| find(group))
+}
+
+/// Edges from a lower layer to a higher one, as `from -> to (layer -> layer)`.
+fn upward(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (from, tos) in graph {
+        let Some(low) = layer_of(from) else { continue };
+        for to in tos {
+            if let Some(high) = layer_of(to).filter(|high| *high > low) {
+                out.push(format!(
+                    "{from} -> {to} ({} -> {})",
+                    LAYERS[low].0, LAYERS[high].0
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_edge_points_down_the_layers() {
+    let graph = edges();
+    let unplaced: Vec<&String> = graph.keys().filter(|m| layer_of(m).is_none()).collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules in no layer of LAYERS: {unplaced:?}"
+    );
+    let up = upward(&graph);
+    assert!(up.is_empty(), "edges up the layers:\n{}", up.join("\n"));
+    // The check itself: an edge from the socket layer up to the reporter is caught.
+    let mut bad = graph.clone();
+    bad.entry("os_net".into())
+        .or_default()
+        .insert("report".into());
+    assert_eq!(upward(&bad), ["os_net -> report (os -> report)"]);
 }

@@ -60,7 +60,7 @@ fn texts(svg: &str) -> Vec<String> {
 
 /// Runs a test with `args` (and `-t 1 -i 0.25 -J`), saves its document and plots it: the
 /// saved document (at least four intervals per direction) and the SVG's text.
-fn plotted(name: &str, args: &[&str]) -> (pinperf::report::json::Document, String) {
+fn plotted(name: &str, args: &[&str]) -> (pinperf::report::format::json::Document, String) {
     let dir = scratch(name);
     let json = dir.join("r.json");
     let mut argv = args.to_vec();

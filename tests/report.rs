@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use pinperf::report::json::{Document, Event};
+use pinperf::report::format::json::{Document, Event};
 use pinperf::report::model::{SideTotal, StreamRow, Summary};
 use util::{Server, pinperf};
 

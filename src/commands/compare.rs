@@ -449,7 +449,7 @@ fn text_row(r: &CompareRow) -> String {
     }
 }
 
-crate::report::csv::csv_record! {
+crate::report::format::csv::csv_record! {
     /// One row of `compare --csv`: the columns, declared once.
     struct CsvRow {
         block_bytes,
@@ -852,7 +852,7 @@ mod tests {
     /// comma, quotes and a line break stays one cell, as written.
     #[test]
     fn csv_rows_have_one_cell_per_column() {
-        use crate::report::csv::parse;
+        use crate::report::format::csv::parse;
         let point = Point {
             block_bytes: 65536,
             streams: 4,

@@ -9,7 +9,7 @@ use crate::commands::compare::{self, CompareDoc};
 use crate::commands::plot;
 use crate::commands::saved::{self, SavedTest};
 use crate::error::Result;
-use crate::report::text::{TextFormatter, TextOptions};
+use crate::report::format::text::{TextFormatter, TextOptions};
 
 /// `&`, `<`, `>` and quotes as entities.
 pub(crate) fn escape(text: &str) -> String {

@@ -13,7 +13,7 @@ use plotters::prelude::*;
 
 use crate::commands::compare::{CompareDoc, CompareRow};
 use crate::error::{Error, Result};
-use crate::report::json::Document;
+use crate::report::format::json::Document;
 use crate::report::model::LeftOut;
 use crate::units::format_size;
 

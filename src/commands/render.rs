@@ -15,10 +15,10 @@ use crate::cli::{Args, CompletionsArgs, OutputArgs, PlotArgs, ReportArgs, Report
 use crate::commands::saved::{self, Saved, SavedTest};
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
+use crate::report::format::json::{Document, JsonFormatter};
+use crate::report::format::text::{TextFormatter, TextOptions};
 use crate::report::iperf3_json::Iperf3JsonFormatter;
-use crate::report::json::{Document, JsonFormatter};
 use crate::report::model::{Header, IntervalReport, Summary};
-use crate::report::text::{TextFormatter, TextOptions};
 use crate::report::{self, Formatter};
 use crate::{commands::html, commands::plot};
 
@@ -112,7 +112,7 @@ pub(crate) fn display(
 ) -> Box<dyn Formatter> {
     match format {
         Format::Text => Box::new(TextFormatter::with_options(
-            crate::prefix::Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
+            crate::report::prefix::Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
             t.options(),
         )),
         Format::Json => Box::new(JsonFormatter::new(out).titled(t.title.clone())),
@@ -445,7 +445,7 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
             // The run's -T is in the document: its lines had the prefix.
             let title = t_args.title.clone().or_else(|| t.doc.title.clone());
             let mut f = TextFormatter::with_options(
-                crate::prefix::Prefixed::new(&mut buf, t_args.timestamps.clone(), title),
+                crate::report::prefix::Prefixed::new(&mut buf, t_args.timestamps.clone(), title),
                 t_args.options(),
             );
             saved::replay(&t.doc, &mut f).map_err(|e| Error::io("render the report", e))?;
@@ -458,8 +458,11 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
         }
         (Saved::Test(t), ReportFormat::Csv) => {
             let mut buf = Vec::new();
-            saved::replay(&t.doc, &mut report::csv::CsvFormatter::new(&mut buf))
-                .map_err(|e| Error::io("render the report", e))?;
+            saved::replay(
+                &t.doc,
+                &mut report::format::csv::CsvFormatter::new(&mut buf),
+            )
+            .map_err(|e| Error::io("render the report", e))?;
             buf
         }
         (Saved::Test(t), ReportFormat::Json) => json(&t.doc)?,
@@ -501,7 +504,7 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
         // As the live --csv wrote it: the header, then the error row.
         (Saved::Failed(e), ReportFormat::Csv) => {
             let mut buf = Vec::new();
-            report::csv::CsvFormatter::new(&mut buf)
+            report::format::csv::CsvFormatter::new(&mut buf)
                 .failed(e)
                 .map_err(|e| Error::io("render the report", e))?;
             buf

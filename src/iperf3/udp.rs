@@ -63,7 +63,7 @@ pub(crate) fn connect(
             .op(|| format!("{name}: bind a UDP socket on {local}"))?;
         sock.connect(server)
             .op(|| format!("{name}: connect a UDP socket to {server}"))?;
-        grant.get_or_insert(crate::udp_link::configure(
+        grant.get_or_insert(crate::wire::udp_rendezvous::configure(
             &sock,
             test,
             crate::wire::params::MAX_WINDOW,
@@ -132,7 +132,7 @@ pub(crate) struct Listener {
 impl Listener {
     pub(crate) fn bind(local: SocketAddr) -> std::io::Result<Listener> {
         Ok(Listener {
-            sock: crate::udp_link::reusable(local)?,
+            sock: crate::wire::udp_rendezvous::reusable(local)?,
             local,
         })
     }
@@ -201,9 +201,9 @@ impl Listener {
                 .op(|| "clear O_NONBLOCK on a UDP socket".into())?;
             sock.connect(from)
                 .op(|| format!("connect a UDP socket to {from}"))?;
-            crate::udp_link::configure(&sock, test, cap)?;
+            crate::wire::udp_rendezvous::configure(&sock, test, cap)?;
             // The fresh listener first: the client's next stream may follow the answer at once.
-            self.sock = crate::udp_link::reusable(self.local)
+            self.sock = crate::wire::udp_rendezvous::reusable(self.local)
                 .op(|| format!("bind a UDP listener on {} again", self.local))?;
             let reply = match big_endian {
                 true => CONNECT_REPLY.to_be_bytes(),

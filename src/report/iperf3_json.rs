@@ -59,7 +59,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::json::{Document, Printer, WholeDocument};
+use super::format::json::{Document, Printer, WholeDocument};
 use super::model::{Direction, Header, SideTotal, StreamRow, SumRow, Summary, UdpFigures};
 
 /// When and on what the test ran, as iperf3's `start` says it.

@@ -3,17 +3,16 @@
 //! writer of stdout. (The server's reporter, which sends receiver rows, lives with the
 //! server.) Formatters (one per format) print the model and compute nothing.
 
-pub mod csv;
 pub(crate) mod diagnosis;
 pub(crate) mod fairness;
+pub mod format;
 pub(crate) mod interval;
 pub mod iperf3_json;
-pub mod json;
 pub mod model;
+pub(crate) mod prefix;
 
 /// How a header's `started_at` is written: local time with its offset from UTC.
 pub const STARTED_AT: &str = "%Y-%m-%dT%H:%M:%S%z";
-pub(crate) mod text;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -99,10 +98,10 @@ pub(crate) fn formatter(
     out: impl io::Write + Send + 'static,
 ) -> Box<dyn Formatter> {
     match format {
-        Format::Text => Box::new(text::TextFormatter::new(out)),
-        Format::Json => Box::new(json::JsonFormatter::new(out)),
-        Format::JsonLines => Box::new(json::JsonLinesFormatter::new(out)),
-        Format::Csv => Box::new(csv::CsvFormatter::new(out)),
+        Format::Text => Box::new(format::text::TextFormatter::new(out)),
+        Format::Json => Box::new(format::json::JsonFormatter::new(out)),
+        Format::JsonLines => Box::new(format::json::JsonLinesFormatter::new(out)),
+        Format::Csv => Box::new(format::csv::CsvFormatter::new(out)),
         Format::Iperf3Json => Box::new(iperf3_json::Iperf3JsonFormatter::new(out)),
     }
 }
@@ -1257,16 +1256,25 @@ mod tests {
         let mut s = model::sample::summary();
         s.cpu.as_mut().unwrap().local = mux;
         let mut text = Vec::new();
-        text::TextFormatter::new(&mut text).summary(&s).unwrap();
+        format::text::TextFormatter::new(&mut text)
+            .summary(&s)
+            .unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(
             text.contains("# CPU local threads (senders): stream-mux 50.0% (user 1.0, sys 49.0)\n"),
             "{text}"
         );
         let mut out = Vec::new();
-        csv::CsvFormatter::new(&mut out).summary(&s).unwrap();
-        let rows = csv::parse(&String::from_utf8(out).unwrap());
-        let col = |name: &str| csv::Record::NAMES.iter().position(|c| *c == name).unwrap();
+        format::csv::CsvFormatter::new(&mut out)
+            .summary(&s)
+            .unwrap();
+        let rows = format::csv::parse(&String::from_utf8(out).unwrap());
+        let col = |name: &str| {
+            format::csv::Record::NAMES
+                .iter()
+                .position(|c| *c == name)
+                .unwrap()
+        };
         let threads: Vec<_> = rows
             .iter()
             .filter(|r| r[0] == "cpu_thread" && r[col("side")] == "local")

@@ -1258,9 +1258,13 @@ fn run_test(
     let (data, window) = if params.udp {
         // A socket option the host refuses (-S, -w) is a refusal naming the flag, as TCP's.
         let one_port = cfg.data_port.is_none().then_some(local.port());
-        let bound =
-            crate::udp_link::bind(local.ip(), one_port, &params, cfg.limits.max_window_bytes)
-                .map_err(|e| refuse(ctl, slot, e.to_string()))?;
+        let bound = crate::wire::udp_rendezvous::bind(
+            local.ip(),
+            one_port,
+            &params,
+            cfg.limits.max_window_bytes,
+        )
+        .map_err(|e| refuse(ctl, slot, e.to_string()))?;
         let window = bound.window.clone();
         (Data::Udp(bound), window)
     } else if let Some(rx) = on_control_port {
@@ -1347,9 +1351,14 @@ fn run_test(
         }
         Data::Udp(bound) => {
             let cap = cfg.limits.max_window_bytes;
-            let socks =
-                crate::udp_link::await_hellos(bound, ctl, ctl_fd, (cookie, &params), (rtt, cap))
-                    .map_err(Error::abandoned)?;
+            let socks = crate::wire::udp_rendezvous::await_hellos(
+                bound,
+                ctl,
+                ctl_fd,
+                (cookie, &params),
+                (rtt, cap),
+            )
+            .map_err(Error::abandoned)?;
             (Socks::Udp(socks), net::path_info(&ctl.socket()))
         }
     };
@@ -1535,7 +1544,7 @@ enum Data<'a> {
     Tcp(TcpListener),
     /// The control port's: the acceptor passes the streams on.
     ControlPort(&'a Receiver<Arrival>),
-    Udp(crate::udp_link::Bound),
+    Udp(crate::wire::udp_rendezvous::Bound),
 }
 
 /// What a server reporter found once every stream of its direction ended.

@@ -69,9 +69,11 @@ pub fn set_output(log: &LogOutput) -> Result<()> {
 fn write_line(line: &str) {
     match OUT.lock().as_mut() {
         Some(sink) => {
-            let prefix =
-                crate::prefix::line_prefix(sink.timestamps.as_deref(), sink.title.as_deref())
-                    .unwrap_or_default();
+            let prefix = crate::report::prefix::line_prefix(
+                sink.timestamps.as_deref(),
+                sink.title.as_deref(),
+            )
+            .unwrap_or_default();
             let _ = sink.out.write_all(format!("{prefix}{line}\n").as_bytes());
         }
         None => stderrln!("{line}"),

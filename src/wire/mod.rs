@@ -14,6 +14,7 @@
 
 pub mod measure;
 pub(crate) mod params;
+pub(crate) mod udp_rendezvous;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -690,7 +690,7 @@ pub fn arg(p: &std::path::Path) -> &str {
 }
 
 /// A saved `-J` document, parsed into the report's own types.
-pub fn saved(path: &std::path::Path) -> pinperf::report::json::Document {
+pub fn saved(path: &std::path::Path) -> pinperf::report::format::json::Document {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_json::from_str(&text)

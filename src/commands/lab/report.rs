@@ -464,7 +464,7 @@ impl LabOut {
         match self.format {
             // With the client's prefixes (`--timestamps`, `-T`), as its own lines.
             Format::Text => {
-                let prefix = crate::prefix::line_prefix(
+                let prefix = crate::report::prefix::line_prefix(
                     self.text.timestamps.as_deref(),
                     self.text.title.as_deref(),
                 )

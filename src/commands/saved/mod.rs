@@ -10,7 +10,7 @@ pub mod lab;
 use crate::commands::compare::CompareDoc;
 use crate::error::{Error, Result};
 use crate::report::Formatter;
-use crate::report::json::Document;
+use crate::report::format::json::Document;
 
 /// A saved test: the client's document, and the lab's bottleneck rate and own figures
 /// when a `pinperf lab` run wrote it.

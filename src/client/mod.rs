@@ -141,7 +141,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
 
     let (mut socks, local_window) = match cfg.test.udp {
         false => connect_streams(&cfg, peer, &accept).map(|(s, w)| (Socks::Tcp(s), w)),
-        true => crate::udp_link::connect(
+        true => crate::wire::udp_rendezvous::connect(
             &ctl,
             cfg.target.bind,
             &accept.udp_ports,

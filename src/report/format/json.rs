@@ -8,8 +8,8 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::Formatter;
-use super::model::{Direction, Header, IntervalReport, Summary};
+use crate::report::Formatter;
+use crate::report::model::{Direction, Header, IntervalReport, Summary};
 
 /// The whole-test document of `-J`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

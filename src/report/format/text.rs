@@ -9,14 +9,14 @@
 
 use std::io::{self, Write};
 
-use super::Formatter;
-use super::model::{
-    CpuSummary, Direction, Header, IntervalReport, KernelSummary, LeftOut, RttSummary, StreamRow,
-    Summary, ThreadCpu, UdpFigures,
-};
 use crate::choices::{Engine, RateUnit, ZeroCopy};
 use crate::os::cpu::{CoreLoad, CpuReport, SendPath};
 use crate::os::netinfo::{Buffer, Grant, WindowGrant};
+use crate::report::Formatter;
+use crate::report::model::{
+    CpuSummary, Direction, Header, IntervalReport, KernelSummary, LeftOut, RttSummary, StreamRow,
+    Summary, ThreadCpu, UdpFigures,
+};
 use crate::units::format_rate;
 use crate::units::format_size;
 

@@ -17,12 +17,12 @@
 use std::borrow::Cow;
 use std::io::{self, Write};
 
-use super::Formatter;
-use super::model::{
+use crate::os::cpu::{CoreLoad, CpuReport};
+use crate::report::Formatter;
+use crate::report::model::{
     Fairness, Header, IntervalReport, LeftOut, RttSummary, StreamRow, SumRow, Summary, ThreadCpu,
     UdpFigures,
 };
-use crate::os::cpu::{CoreLoad, CpuReport};
 
 /// Declares a CSV table: a struct with one `String` field per column, in column order (an
 /// unset field is an empty cell), its column names `NAMES`, the header line `HEADER`
@@ -49,10 +49,10 @@ macro_rules! csv_record {
 
             /// The row as one CSV line (without the line end).
             $vis fn line(&self) -> String {
-                let mut line = String::from($crate::report::csv::escape(&self.$first));
+                let mut line = String::from($crate::report::format::csv::escape(&self.$first));
                 $(
                     line.push(',');
-                    line.push_str(&$crate::report::csv::escape(&self.$rest));
+                    line.push_str(&$crate::report::format::csv::escape(&self.$rest));
                 )*
                 line
             }
