@@ -39,234 +39,323 @@ pub struct SendOutcome {
 /// Runs one sending stream (call on its own `stream-N` thread).
 pub fn run(
     ctx: StreamCtx,
-    mut sock: TcpStream,
+    sock: TcpStream,
     run_time: Duration,
     copy: Copying,
     drain: Drain,
 ) -> Result<SendOutcome> {
-    let id = ctx.id;
     let mut reset = crate::os::net::ResetOnDrop::new(&sock);
     ctx.pin()?;
-    sock.set_write_timeout(Some(WAKE))
-        .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
-    sock.set_read_timeout(Some(WAKE))
-        .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
-    let mut block = vec![0x5au8; ctx.block_bytes];
-    // -Z sendfile: blocks from a memfd ring instead of `block` (super::sendfile).
-    let mut files = match copy.zerocopy {
-        Some(crate::choices::ZeroCopy::Sendfile) => Some(
-            super::sendfile::SendfileRing::for_socket(&sock, ctx.block_bytes)
-                .map_err(|e| Error::io(format!("stream-{id}"), e))?,
-        ),
-        _ => None,
-    };
-    let mut ring = if copy.zerocopy == Some(crate::choices::ZeroCopy::Msg) {
-        crate::os::sys::set_zerocopy(sock.as_fd())
-            .op(|| format!("stream-{id}: set SO_ZEROCOPY (-Z)"))?;
-        let sndbuf = socket2::SockRef::from(&sock)
-            .send_buffer_size()
-            .unwrap_or(0);
-        Some(ZcRing::new(ctx.block_bytes, sndbuf, 0x5a))
-    } else {
-        None
-    };
-    let mut at = Blocks::new(ctx.block_bytes);
-    // Each block is stamped with the time the previous write() returned: the moment this
-    // block starts into the socket, without a second clock reading per block.
-    let mut stamp_ns = 0u64;
-    let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+    let mut sender = Sender::new(ctx, sock, run_time, copy)?;
+    let cpu_start = cpu::thread();
+    sender.send_until_end()?;
+    let outcome = sender.finish(cpu_start, drain)?;
+    reset.disarm();
+    Ok(outcome)
+}
 
-    // Bytes per write: a whole block, or the rate's quantum when that is less.
-    let piece = ctx.rate_bps.map_or(block.len(), |r| {
-        (Pacer::bytes_in(r, pace::QUANTUM) as usize).clamp(1, block.len())
-    });
-    if ctx.rate_bps.is_some() {
-        crate::os::sys::set_timer_slack(1_000);
+/// Where a write attempt left the loop.
+enum Step {
+    /// `write()`'s answer: bytes taken, a timeout, an error.
+    Wrote(std::io::Result<usize>),
+    /// Nothing to write yet (a zerocopy buffer still in flight): try again.
+    Again,
+    /// The test's time is up.
+    Done,
+}
+
+/// One sending stream's state from its start to its last write.
+struct Sender {
+    ctx: StreamCtx,
+    sock: TcpStream,
+    block: Vec<u8>,
+    /// `-Z sendfile`: blocks from a memfd ring instead of `block` (super::sendfile).
+    files: Option<super::sendfile::SendfileRing>,
+    /// `-Z`: `MSG_ZEROCOPY` buffers and their completions.
+    ring: Option<ZcRing>,
+    at: Blocks,
+    /// Each block is stamped with the time the previous write() returned: the moment this
+    /// block starts into the socket, without a second clock reading per block.
+    stamp_ns: u64,
+    batcher: Batcher,
+    /// Bytes per write: a whole block, or the rate's quantum when that is less.
+    piece: usize,
+    pacer: Option<Pacer>,
+    /// Per-block stamps from the cheap clock; every flush's watermark from an anchor.
+    stamps: BlockClock,
+    clock: super::TestClock,
+    /// Echoes are read as they arrive by the echo thread, never after a blocked write().
+    echoes: Option<EchoReader>,
+    end_ns: u64,
+    bytes: u64,
+    writes: u64,
+}
+
+impl Sender {
+    /// Sets the socket up for `copy` and waits for the test's start.
+    fn new(ctx: StreamCtx, sock: TcpStream, run_time: Duration, copy: Copying) -> Result<Sender> {
+        let id = ctx.id;
+        sock.set_write_timeout(Some(WAKE))
+            .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
+        sock.set_read_timeout(Some(WAKE))
+            .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
+        let block = vec![0x5au8; ctx.block_bytes];
+        let files = match copy.zerocopy {
+            Some(crate::choices::ZeroCopy::Sendfile) => Some(
+                super::sendfile::SendfileRing::for_socket(&sock, ctx.block_bytes)
+                    .map_err(|e| Error::io(format!("stream-{id}"), e))?,
+            ),
+            _ => None,
+        };
+        let ring = if copy.zerocopy == Some(crate::choices::ZeroCopy::Msg) {
+            crate::os::sys::set_zerocopy(sock.as_fd())
+                .op(|| format!("stream-{id}: set SO_ZEROCOPY (-Z)"))?;
+            let sndbuf = socket2::SockRef::from(&sock)
+                .send_buffer_size()
+                .unwrap_or(0);
+            Some(ZcRing::new(ctx.block_bytes, sndbuf, 0x5a))
+        } else {
+            None
+        };
+        let piece = ctx.rate_bps.map_or(block.len(), |r| {
+            (Pacer::bytes_in(r, pace::QUANTUM) as usize).clamp(1, block.len())
+        });
+        if ctx.rate_bps.is_some() {
+            crate::os::sys::set_timer_slack(1_000);
+        }
+        let batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+        let clock = ctx.wait_start()?;
+        let echoes = match &ctx.echo {
+            Some(echo_sock) => Some(EchoReader::start(id, echo_sock, clock)?),
+            None => None,
+        };
+        let pacer = ctx.rate_bps.map(|r| Pacer::new(r, clock.t0));
+        let stamps = match pacer.is_some() {
+            true => BlockClock::monotonic(clock),
+            false => BlockClock::new(clock),
+        };
+        Ok(Sender {
+            at: Blocks::new(ctx.block_bytes),
+            ctx,
+            sock,
+            block,
+            files,
+            ring,
+            stamp_ns: 0,
+            batcher,
+            piece,
+            pacer,
+            stamps,
+            clock,
+            echoes,
+            end_ns: run_time.as_nanos() as u64,
+            bytes: 0,
+            writes: 0,
+        })
     }
 
-    let clock = ctx.wait_start()?;
-    // Echoes are read as they arrive by the echo thread, never after a blocked write().
-    let mut echoes = match &ctx.echo {
-        Some(echo_sock) => Some(EchoReader::start(id, echo_sock, clock)?),
-        None => None,
-    };
-    let cpu_start = cpu::thread();
-    let mut pacer = ctx.rate_bps.map(|r| Pacer::new(r, clock.t0));
-    // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
-    let mut stamps = if pacer.is_some() {
-        BlockClock::monotonic(clock)
-    } else {
-        BlockClock::new(clock)
-    };
-    let end_ns = run_time.as_nanos() as u64;
-    let mut bytes: u64 = 0;
-    let mut writes: u64 = 0;
-    loop {
-        if pacer.is_some() {
-            let sample = |t_ns| TcpSample::read(&sock, t_ns);
-            if !super::wait_paced(pacer.as_mut(), &ctx, &clock, end_ns, &mut batcher, sample)? {
-                break;
+    /// Writes until the test's time is up.
+    fn send_until_end(&mut self) -> Result<()> {
+        loop {
+            if self.pacer.is_some() {
+                let sample = |t_ns| TcpSample::read(&self.sock, t_ns);
+                let (ctx, clock, end_ns) = (&self.ctx, &self.clock, self.end_ns);
+                if !super::wait_paced(
+                    self.pacer.as_mut(),
+                    ctx,
+                    clock,
+                    end_ns,
+                    &mut self.batcher,
+                    sample,
+                )? {
+                    return Ok(());
+                }
+                if self.at.unbegun() {
+                    // The block starts into the socket now, not when the previous write returned.
+                    self.stamp_ns = self.stamps.now_ns();
+                }
             }
-            if at.unbegun() {
-                // The block starts into the socket now, not when the previous write returned.
-                stamp_ns = stamps.now_ns();
+            let step = match self.ring.is_some() {
+                true => self.write_zerocopy()?,
+                false => Step::Wrote(self.write_copied()),
+            };
+            let past_end = match step {
+                Step::Wrote(Ok(0)) => {
+                    return Err(Error::Test(format!(
+                        "stream-{}: the connection accepted no more data",
+                        self.ctx.id
+                    )));
+                }
+                Step::Wrote(Ok(n)) => self.wrote(n)?,
+                Step::Wrote(Err(e)) if is_timeout(&e) => self.timed_out()?,
+                Step::Wrote(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => false,
+                Step::Wrote(Err(e)) => return Err(self.write_failed(e)),
+                Step::Again => false,
+                Step::Done => true,
+            };
+            if past_end {
+                return Ok(());
             }
         }
-        let (seq, offset) = (at.seq, at.offset);
-        let upto = (offset + piece).min(block.len());
-        let written = match ring.as_mut() {
-            None => {
-                if at.unbegun() {
-                    match files.as_mut() {
-                        Some(f) => f.stamp(seq, stamp_ns),
-                        None => echo::stamp(&mut block, seq, stamp_ns),
-                    }
-                    at.begin();
+    }
+
+    /// The next piece from `block` (stamped at its first write) or the sendfile ring.
+    fn write_copied(&mut self) -> std::io::Result<usize> {
+        let (seq, offset) = (self.at.seq, self.at.offset);
+        let upto = (offset + self.piece).min(self.block.len());
+        if self.at.unbegun() {
+            match self.files.as_mut() {
+                Some(f) => f.stamp(seq, self.stamp_ns),
+                None => echo::stamp(&mut self.block, seq, self.stamp_ns),
+            }
+            self.at.begin();
+        }
+        match self.files.as_mut() {
+            Some(f) => f.send(&self.sock, seq, offset, upto),
+            None => self.sock.write(&self.block[offset..upto]),
+        }
+    }
+
+    /// `-Z`: the next piece from the ring, once its buffer's previous sends completed.
+    fn write_zerocopy(&mut self) -> Result<Step> {
+        let id = self.ctx.id;
+        let lost = |e| Error::io(format!("stream-{id}: zerocopy completions"), e);
+        let (seq, offset) = (self.at.seq, self.at.offset);
+        let upto = (offset + self.piece).min(self.block.len());
+        let ring = self.ring.as_mut().expect("a zerocopy sender has its ring");
+        if self.at.unbegun() {
+            match ring.slot(&self.sock, seq, WAKE).map_err(lost)? {
+                Some(buf) => {
+                    echo::stamp(buf, seq, self.stamp_ns);
+                    self.at.begin();
                 }
-                match files.as_mut() {
-                    Some(f) => f.send(&sock, seq, offset, upto),
-                    None => sock.write(&block[offset..upto]),
+                None => {
+                    let t_ns = self.stamps.anchor();
+                    self.flush(t_ns)?;
+                    return Ok(if t_ns >= self.end_ns {
+                        Step::Done
+                    } else {
+                        Step::Again
+                    });
                 }
             }
-            Some(ring) => {
-                if at.unbegun() {
-                    // The next block's buffer, once its previous sends completed.
-                    match ring.slot(&sock, seq, WAKE) {
-                        Ok(Some(buf)) => {
-                            echo::stamp(buf, seq, stamp_ns);
-                            at.begin();
-                        }
-                        Ok(None) => {
-                            let t_ns = stamps.anchor();
-                            if ctx.aborted() {
-                                return Err(aborted(id));
-                            }
-                            batcher.flush(t_ns, TcpSample::read(&sock, t_ns), false)?;
-                            if t_ns >= end_ns {
-                                break;
-                            }
-                            continue;
-                        }
-                        Err(e) => {
-                            return Err(Error::io(format!("stream-{id}: zerocopy completions"), e));
-                        }
-                    }
-                }
-                // Out of option memory for the pinned pages: reap, and send the same piece
-                // again.
-                loop {
-                    match ring.send(&sock, seq, offset, upto) {
-                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                            if ctx.aborted() {
-                                return Err(aborted(id));
-                            }
-                            let lost =
-                                |e| Error::io(format!("stream-{id}: zerocopy completions"), e);
-                            ring.reap(&sock).map_err(lost)?;
-                            crate::os::sys::wait_error_queue(
-                                sock.as_fd(),
-                                Duration::from_millis(1),
-                            )
-                            .map_err(lost)?;
-                        }
-                        r => break r,
-                    }
-                }
-            }
-        };
-        match written {
-            Ok(0) => {
-                return Err(Error::Test(format!(
-                    "stream-{id}: the connection accepted no more data"
-                )));
-            }
-            Ok(n) => {
-                let t_ns = stamps.now_ns();
-                stamp_ns = t_ns;
-                if let Some(echoes) = echoes.as_mut()
-                    && echoes.due(t_ns)
-                {
-                    echoes
-                        .take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
-                        .map_err(|e| echo_failed(id, e, &sock, ctx.echo.as_ref()))?;
-                }
-                bytes += n as u64;
-                writes += 1;
-                if let Some(p) = pacer.as_mut() {
-                    p.sent(n as u64);
-                }
-                at.wrote(n);
-                let past_end = t_ns >= end_ns;
-                if batcher.push(t_ns, n as u32) || past_end {
-                    if ctx.aborted() {
+        }
+        // Out of option memory for the pinned pages: reap, and send the same piece again.
+        loop {
+            match ring.send(&self.sock, seq, offset, upto) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    if self.ctx.aborted() {
                         return Err(aborted(id));
                     }
-                    let w_ns = stamps.anchor();
-                    batcher.flush(w_ns, TcpSample::read(&sock, w_ns), false)?;
+                    ring.reap(&self.sock).map_err(lost)?;
+                    crate::os::sys::wait_error_queue(self.sock.as_fd(), Duration::from_millis(1))
+                        .map_err(lost)?;
                 }
-                if past_end {
-                    break;
-                }
-            }
-            Err(e) if is_timeout(&e) => {
-                let t_ns = stamps.anchor();
-                stamp_ns = t_ns;
-                if let Some(echoes) = echoes.as_mut() {
-                    echoes
-                        .take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
-                        .map_err(|e| echo_failed(id, e, &sock, ctx.echo.as_ref()))?;
-                }
-                if ctx.aborted() {
-                    return Err(aborted(id));
-                }
-                batcher.flush(t_ns, TcpSample::read(&sock, t_ns), false)?;
-                if t_ns >= end_ns {
-                    break;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let write = Error::io(format!("stream-{id}: write"), e);
-                return Err(echo::cause_of(
-                    id,
-                    write,
-                    (&sock, "write"),
-                    ctx.echo.as_ref(),
-                    echoes.as_mut(),
-                ));
+                r => return Ok(Step::Wrote(r)),
             }
         }
     }
-    let t_ns = stamps.anchor();
-    if let Some(mut echoes) = echoes.take() {
-        // The last echoes, then no more: the receiver may close the connection from now on.
-        let took = echoes.take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
-        echoes.stop();
-        took.map_err(|e| echo_failed(id, e, &sock, ctx.echo.as_ref()))?;
-    }
-    batcher.flush(t_ns, TcpSample::read(&sock, t_ns), true)?;
-    let cpu = cpu::thread_since(cpu_start);
-    sock.shutdown(Shutdown::Write)
-        .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
-    super::drain_to_eof(id, &mut sock, &ctx.abort, drain)?;
-    // Every byte is acknowledged: every zerocopy send has completed, or completes now.
-    let (zerocopy_sends, zerocopy_copied) = match ring.as_mut() {
-        Some(r) => {
-            r.finish(&sock, Duration::from_secs(1))
-                .map_err(|e| Error::io(format!("stream-{id}: zerocopy completions"), e))?;
-            (r.sends, r.copied)
+
+    /// `n` bytes went into the socket: count them, take due echoes, flush a full batch.
+    /// Whether the test's time is up.
+    fn wrote(&mut self, n: usize) -> Result<bool> {
+        let t_ns = self.stamps.now_ns();
+        self.stamp_ns = t_ns;
+        if self.echoes.as_ref().is_some_and(|e| e.due(t_ns)) {
+            self.take_echoes(t_ns)?;
         }
-        None => (files.map_or(0, |f| f.calls), 0),
-    };
-    reset.disarm();
-    Ok(SendOutcome {
-        id,
-        bytes,
-        writes,
-        cpu,
-        zerocopy_sends,
-        zerocopy_copied,
-    })
+        self.bytes += n as u64;
+        self.writes += 1;
+        if let Some(p) = self.pacer.as_mut() {
+            p.sent(n as u64);
+        }
+        self.at.wrote(n);
+        let past_end = t_ns >= self.end_ns;
+        if self.batcher.push(t_ns, n as u32) || past_end {
+            let w_ns = self.stamps.anchor();
+            self.flush(w_ns)?;
+        }
+        Ok(past_end)
+    }
+
+    /// `write()` waited [`WAKE`] without taking a byte: echoes, a flush, the clock.
+    fn timed_out(&mut self) -> Result<bool> {
+        let t_ns = self.stamps.anchor();
+        self.stamp_ns = t_ns;
+        self.take_echoes(t_ns)?;
+        self.flush(t_ns)?;
+        Ok(t_ns >= self.end_ns)
+    }
+
+    /// The batch so far, with a `TCP_INFO` sample, unless the test was aborted.
+    fn flush(&mut self, t_ns: u64) -> Result<()> {
+        if self.ctx.aborted() {
+            return Err(aborted(self.ctx.id));
+        }
+        self.batcher
+            .flush(t_ns, TcpSample::read(&self.sock, t_ns), false)
+    }
+
+    /// The RTTs of the echoes that arrived by `t_ns`.
+    fn take_echoes(&mut self, t_ns: u64) -> Result<()> {
+        let Some(echoes) = self.echoes.as_mut() else {
+            return Ok(());
+        };
+        let batcher = &mut self.batcher;
+        echoes
+            .take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns))
+            .map_err(|e| echo_failed(self.ctx.id, e, &self.sock, self.ctx.echo.as_ref()))
+    }
+
+    /// A failed write, or what failed before it (the echo connection, the peer).
+    fn write_failed(&mut self, e: std::io::Error) -> Error {
+        let id = self.ctx.id;
+        let write = Error::io(format!("stream-{id}: write"), e);
+        echo::cause_of(
+            id,
+            write,
+            (&self.sock, "write"),
+            self.ctx.echo.as_ref(),
+            self.echoes.as_mut(),
+        )
+    }
+
+    /// The last echoes and batch, then `shutdown(SHUT_WR)` and a drain to EOF.
+    fn finish(mut self, cpu_start: CpuTime, drain: Drain) -> Result<SendOutcome> {
+        let id = self.ctx.id;
+        let t_ns = self.stamps.anchor();
+        if let Some(mut echoes) = self.echoes.take() {
+            // The last echoes, then no more: the receiver may close the connection from now on.
+            let batcher = &mut self.batcher;
+            let took = echoes.take(t_ns, |rtt_ns| batcher.push_rtt(t_ns, rtt_ns));
+            echoes.stop();
+            took.map_err(|e| echo_failed(id, e, &self.sock, self.ctx.echo.as_ref()))?;
+        }
+        self.batcher
+            .flush(t_ns, TcpSample::read(&self.sock, t_ns), true)?;
+        let cpu = cpu::thread_since(cpu_start);
+        self.sock
+            .shutdown(Shutdown::Write)
+            .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
+        super::drain_to_eof(id, &mut self.sock, &self.ctx.abort, drain)?;
+        // Every byte is acknowledged: every zerocopy send has completed, or completes now.
+        let (zerocopy_sends, zerocopy_copied) = match self.ring.as_mut() {
+            Some(r) => {
+                r.finish(&self.sock, Duration::from_secs(1))
+                    .map_err(|e| Error::io(format!("stream-{id}: zerocopy completions"), e))?;
+                (r.sends, r.copied)
+            }
+            None => (self.files.as_ref().map_or(0, |f| f.calls), 0),
+        };
+        Ok(SendOutcome {
+            id,
+            bytes: self.bytes,
+            writes: self.writes,
+            cpu,
+            zerocopy_sends,
+            zerocopy_copied,
+        })
+    }
 }
 
 /// Where a sender is in its stream of blocks: block `seq`, `offset` bytes written. A block
