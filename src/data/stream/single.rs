@@ -7,9 +7,8 @@
 //! So is the send buffer: a socket `poll()` found writable is *filling*, and gets a block
 //! every turn until the kernel takes less than a block, the way a blocking `write()` fills
 //! it. `poll()` says writable only while at most 2/3 of the buffer is queued, so writing
-//! only then kept a third of every buffer empty: in the lab (60 ms, 1 Gbit/s, `-P 8 -w
-//! BDP/8`) 232 KiB unsent per stream against the threads engine's 484, and a block-RTT
-//! median 12 ms lower for a queue the user's `-w` did not ask for.
+//! only then would keep a third of every buffer empty: a smaller queue, and a lower block
+//! RTT, than the user's `-w` asked for.
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
@@ -18,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::echo::{self, EchoCollector};
 use super::sender::SendOutcome;
-use super::{Batcher, FLUSH_EVERY_NS, StreamCtx, TcpSample, is_timeout};
+use super::{Batcher, FLUSH_EVERY_NS, StreamCtx, TcpSample, TestClock, is_timeout};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu;
 use crate::os::sys;
@@ -44,28 +43,8 @@ struct Lane {
 }
 
 impl Lane {
-    /// Stream `id`'s error: `write`'s, or this end's own error held by its other
-    /// connection (`echo::cause_of`).
-    fn cause(&self, id: usize, write: Error) -> Error {
-        echo::cause_of(
-            id as u16,
-            write,
-            (&self.sock, "write"),
-            self.echo.as_ref(),
-            None,
-        )
-    }
-}
-
-/// Runs all sending streams on the calling thread (pinned to the first stream's core).
-pub fn run(
-    mut ctxs: Vec<StreamCtx>,
-    socks: Vec<TcpStream>,
-    duration: Duration,
-    drain: super::Drain,
-) -> Result<Vec<SendOutcome>> {
-    let mut lanes = Vec::with_capacity(socks.len());
-    for (ctx, sock) in ctxs.iter_mut().zip(socks) {
+    /// Stream `ctx.id`'s lane over `sock`, both connections non-blocking.
+    fn new(ctx: &mut StreamCtx, sock: TcpStream) -> Result<Lane> {
         sock.set_nonblocking(true)
             .op(|| format!("stream-{}: set O_NONBLOCK", ctx.id))?;
         let echo = ctx.echo.take();
@@ -75,7 +54,7 @@ pub fn run(
                 .op(|| format!("stream-{}: set O_NONBLOCK on the echo connection", ctx.id))?;
             let _ = echoes.stamp_arrivals(e);
         }
-        lanes.push(Lane {
+        Ok(Lane {
             reset: crate::os::net::ResetOnDrop::new(&sock),
             sock,
             echo,
@@ -89,7 +68,95 @@ pub fn run(
             last_flush_ns: 0,
             bytes: 0,
             writes: 0,
-        });
+        })
+    }
+
+    /// Stream `id`'s error: `write`'s, or this end's own error held by its other
+    /// connection (`echo::cause_of`).
+    fn cause(&self, id: usize, write: Error) -> Error {
+        echo::cause_of(
+            id as u16,
+            write,
+            (&self.sock, "write"),
+            self.echo.as_ref(),
+            None,
+        )
+    }
+
+    /// The RTTs of the echoes waiting on the echo connection.
+    fn take_echoes(&mut self, id: usize, clock: &TestClock) -> Result<()> {
+        let Some(echo_sock) = &self.echo else {
+            return Ok(());
+        };
+        let t_ns = clock.ns(Instant::now());
+        let batcher = &mut self.batcher;
+        self.echoes
+            .drain(
+                echo_sock,
+                || clock.ns(Instant::now()),
+                |rtt_ns| batcher.push_rtt(t_ns, rtt_ns),
+            )
+            .map_err(|e| {
+                let lost = echo::lost(id as u16, e);
+                echo::cause_of(
+                    id as u16,
+                    lost,
+                    (&self.sock, "write"),
+                    Some(echo_sock),
+                    None,
+                )
+            })
+    }
+
+    /// One non-blocking write of the rest of the current block.
+    fn write(&mut self, id: usize, clock: &TestClock) -> Result<()> {
+        if self.offset == 0 {
+            echo::stamp(&mut self.block, self.seq, self.stamp_ns);
+        }
+        let want = self.block.len() - self.offset;
+        match self.sock.write(&self.block[self.offset..]) {
+            Ok(n) => {
+                if self.offset == 0 {
+                    self.seq += 1;
+                }
+                self.filling = n == want;
+                let t_ns = clock.ns(Instant::now());
+                self.stamp_ns = t_ns;
+                self.bytes += n as u64;
+                self.writes += 1;
+                self.offset = (self.offset + n) % self.block.len();
+                if self.batcher.push(t_ns, n as u32) {
+                    self.flush(t_ns, false)?;
+                }
+                Ok(())
+            }
+            Err(e) if is_timeout(&e) => {
+                self.filling = false;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(self.cause(id, Error::io(format!("stream-{id}: write"), e))),
+        }
+    }
+
+    fn flush(&mut self, t_ns: u64, last: bool) -> Result<()> {
+        self.batcher
+            .flush(t_ns, TcpSample::read(&self.sock, t_ns), last)?;
+        self.last_flush_ns = t_ns;
+        Ok(())
+    }
+}
+
+/// Runs all sending streams on the calling thread (pinned to the first stream's core).
+pub fn run(
+    mut ctxs: Vec<StreamCtx>,
+    socks: Vec<TcpStream>,
+    duration: Duration,
+    drain: super::Drain,
+) -> Result<Vec<SendOutcome>> {
+    let mut lanes = Vec::with_capacity(socks.len());
+    for (ctx, sock) in ctxs.iter_mut().zip(socks) {
+        lanes.push(Lane::new(ctx, sock)?);
     }
     let Some(first) = ctxs.first() else {
         return Ok(Vec::new());
@@ -97,121 +164,12 @@ pub fn run(
     first.pin()?;
     let clock = first.wait_start()?;
     let cpu_start = cpu::thread();
-    let end_ns = duration.as_nanos() as u64;
-    // Data sockets for writing, then echo sockets for reading (-1: none; poll skips it).
-    let n = lanes.len();
-    let mut fds: Vec<libc::pollfd> = lanes
-        .iter()
-        .map(|l| crate::os::sys::pollfd(l.sock.as_raw_fd(), libc::POLLOUT))
-        .chain(lanes.iter().map(|l| {
-            crate::os::sys::pollfd(l.echo.as_ref().map_or(-1, |e| e.as_raw_fd()), libc::POLLIN)
-        }))
-        .collect();
-    loop {
-        let now_ns = clock.ns(Instant::now());
-        if now_ns >= end_ns {
-            break;
-        }
-        if first.aborted() {
-            return Err(Error::Aborted("stream-mux".into()));
-        }
-        // A filling lane is written this turn whatever poll() says: poll only looks.
-        let wait_ms = if lanes.iter().any(|l| l.filling) {
-            0
-        } else {
-            50
-        };
-        match sys::poll(&mut fds, wait_ms) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("stream-mux: poll", e)),
-        }
-        let (data_fds, echo_fds) = fds.split_at(n);
-        // A connection poll() found failed is named before any this turn's writes find
-        // failed, whose errors came later (a receiver that lost one connection closes the
-        // others, and a write to one of those met its reset, in CI, ahead of the cause).
-        // Several found failed by one poll() have no order: the lowest is named.
-        let hung_up = |fd: &libc::pollfd| fd.revents & (libc::POLLERR | libc::POLLHUP) != 0;
-        if let Some(id) = data_fds.iter().position(hung_up) {
-            let lane = &lanes[id];
-            // The socket's own error (SO_ERROR), as the threads engine's write returns
-            // it; a hang-up without one is the receiver closing the connection.
-            let e = match lane.sock.take_error() {
-                Ok(Some(e)) => e,
-                Ok(None) | Err(_) => std::io::Error::new(
-                    std::io::ErrorKind::BrokenPipe,
-                    "the receiver closed the connection",
-                ),
-            };
-            return Err(lane.cause(id, Error::io(format!("stream-{id}: write"), e)));
-        }
-        for (id, ((lane, fd), efd)) in lanes.iter_mut().zip(data_fds).zip(echo_fds).enumerate() {
-            if let (Some(echo_sock), true) = (&lane.echo, efd.revents & libc::POLLIN != 0) {
-                let t_ns = clock.ns(Instant::now());
-                let batcher = &mut lane.batcher;
-                lane.echoes
-                    .drain(
-                        echo_sock,
-                        || clock.ns(Instant::now()),
-                        |rtt_ns| batcher.push_rtt(t_ns, rtt_ns),
-                    )
-                    .map_err(|e| {
-                        let lost = echo::lost(id as u16, e);
-                        echo::cause_of(
-                            id as u16,
-                            lost,
-                            (&lane.sock, "write"),
-                            Some(echo_sock),
-                            None,
-                        )
-                    })?;
-            }
-            if lane.filling || fd.revents & libc::POLLOUT != 0 {
-                if lane.offset == 0 {
-                    echo::stamp(&mut lane.block, lane.seq, lane.stamp_ns);
-                }
-                let want = lane.block.len() - lane.offset;
-                match lane.sock.write(&lane.block[lane.offset..]) {
-                    Ok(n) => {
-                        if lane.offset == 0 {
-                            lane.seq += 1;
-                        }
-                        lane.filling = n == want;
-                        let t_ns = clock.ns(Instant::now());
-                        lane.stamp_ns = t_ns;
-                        lane.bytes += n as u64;
-                        lane.writes += 1;
-                        lane.offset = (lane.offset + n) % lane.block.len();
-                        if lane.batcher.push(t_ns, n as u32) {
-                            lane.batcher
-                                .flush(t_ns, TcpSample::read(&lane.sock, t_ns), false)?;
-                            lane.last_flush_ns = t_ns;
-                        }
-                    }
-                    Err(e) if is_timeout(&e) => lane.filling = false,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        return Err(lane.cause(id, Error::io(format!("stream-{id}: write"), e)));
-                    }
-                }
-            }
-        }
-        // Starved lanes still advance their watermark, so intervals close on time.
-        let t_ns = clock.ns(Instant::now());
-        for lane in &mut lanes {
-            if t_ns.saturating_sub(lane.last_flush_ns) >= FLUSH_EVERY_NS {
-                lane.batcher
-                    .flush(t_ns, TcpSample::read(&lane.sock, t_ns), false)?;
-                lane.last_flush_ns = t_ns;
-            }
-        }
-    }
+    send_until(first, &clock, &mut lanes, duration.as_nanos() as u64)?;
     let t_ns = clock.ns(Instant::now());
     let thread_cpu = cpu::thread_since(cpu_start);
     let mut outcomes = Vec::with_capacity(lanes.len());
     for (id, lane) in lanes.iter_mut().enumerate() {
-        lane.batcher
-            .flush(t_ns, TcpSample::read(&lane.sock, t_ns), true)?;
+        lane.flush(t_ns, true)?;
         lane.sock
             .shutdown(Shutdown::Write)
             .op(|| format!("stream-{id}: shutdown(SHUT_WR)"))?;
@@ -232,6 +190,78 @@ pub fn run(
     }
     drain_all(first, &mut lanes, drain)?;
     Ok(outcomes)
+}
+
+/// The `poll()` loop: each turn, echoes read and a block written to each writable or
+/// filling lane, until `end_ns`.
+fn send_until(first: &StreamCtx, clock: &TestClock, lanes: &mut [Lane], end_ns: u64) -> Result<()> {
+    // Data sockets for writing, then echo sockets for reading (-1: none; poll skips it).
+    let n = lanes.len();
+    let mut fds: Vec<libc::pollfd> = lanes
+        .iter()
+        .map(|l| crate::os::sys::pollfd(l.sock.as_raw_fd(), libc::POLLOUT))
+        .chain(lanes.iter().map(|l| {
+            crate::os::sys::pollfd(l.echo.as_ref().map_or(-1, |e| e.as_raw_fd()), libc::POLLIN)
+        }))
+        .collect();
+    loop {
+        if clock.ns(Instant::now()) >= end_ns {
+            return Ok(());
+        }
+        if first.aborted() {
+            return Err(Error::Aborted("stream-mux".into()));
+        }
+        // A filling lane is written this turn whatever poll() says: poll only looks.
+        let wait_ms = if lanes.iter().any(|l| l.filling) {
+            0
+        } else {
+            50
+        };
+        match sys::poll(&mut fds, wait_ms) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("stream-mux: poll", e)),
+        }
+        let (data_fds, echo_fds) = fds.split_at(n);
+        if let Some(e) = hung_up(lanes, data_fds) {
+            return Err(e);
+        }
+        for (id, ((lane, fd), efd)) in lanes.iter_mut().zip(data_fds).zip(echo_fds).enumerate() {
+            if efd.revents & libc::POLLIN != 0 {
+                lane.take_echoes(id, clock)?;
+            }
+            if lane.filling || fd.revents & libc::POLLOUT != 0 {
+                lane.write(id, clock)?;
+            }
+        }
+        // Starved lanes still advance their watermark, so intervals close on time.
+        let t_ns = clock.ns(Instant::now());
+        for lane in lanes.iter_mut() {
+            if t_ns.saturating_sub(lane.last_flush_ns) >= FLUSH_EVERY_NS {
+                lane.flush(t_ns, false)?;
+            }
+        }
+    }
+}
+
+/// The error of the first connection `poll()` found failed, if any. It is named before
+/// any error this turn's writes would find, which came later (a receiver that lost one
+/// connection closes the others, and a write to one of those meets its reset ahead of
+/// the cause). Several found failed by one `poll()` have no order: the lowest is named.
+fn hung_up(lanes: &[Lane], data_fds: &[libc::pollfd]) -> Option<Error> {
+    let failed = |fd: &libc::pollfd| fd.revents & (libc::POLLERR | libc::POLLHUP) != 0;
+    let id = data_fds.iter().position(failed)?;
+    let lane = &lanes[id];
+    // The socket's own error (SO_ERROR), as the threads engine's write returns it; a
+    // hang-up without one is the receiver closing the connection.
+    let e = match lane.sock.take_error() {
+        Ok(Some(e)) => e,
+        Ok(None) | Err(_) => std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "the receiver closed the connection",
+        ),
+    };
+    Some(lane.cause(id, Error::io(format!("stream-{id}: write"), e)))
 }
 
 /// Reads every socket until the receiver closes it (see [`super::drain_to_eof`]).
