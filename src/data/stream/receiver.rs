@@ -54,17 +54,7 @@ pub fn run(
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
     let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
-    let mut echo = match &ctx.echo {
-        Some(echo_sock) => {
-            // An echo must leave inside send(), not wait behind Nagle for the sender's
-            // (possibly delayed) ACK of the previous echo: that wait would count as RTT.
-            echo_sock
-                .set_nodelay(true)
-                .op(|| format!("stream-{id}: set TCP_NODELAY on the echo connection"))?;
-            Some((echo_sock, HeaderEcho::new(ctx.block_bytes)))
-        }
-        None => None,
-    };
+    let mut echo = echo_of(&ctx)?;
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
@@ -76,17 +66,8 @@ pub fn run(
     let mut last_read_ns = 0;
     let read_len = buf.len();
     loop {
-        // What this read does: copy out (`Some(len)`), or have the kernel discard (`None`
-        // copy, up to `len`) under --skip-rx-copy, stopping at a header an echo needs.
-        let (copy_len, len) = match (copy.skip_rx_copy, echo.as_ref()) {
-            (false, _) => (true, read_len),
-            (true, None) => (false, read_len),
-            (true, Some((_, e))) => match e.header_read(last_read_ns) {
-                Some(h) => (true, h),
-                None if e.due(last_read_ns) => (false, e.to_next_block().min(read_len)),
-                None => (false, read_len),
-            },
-        };
+        let echoing = echo.as_ref().map(|(_, e)| e);
+        let (copy_len, len) = read_plan(copy, echoing, last_read_ns, read_len);
         let got = if copy_len {
             sock.read(&mut buf[..len])
         } else {
@@ -104,18 +85,8 @@ pub fn run(
                 bytes += n as u64;
                 last_read_ns = t_ns;
                 if let Some((echo_sock, echo)) = echo.as_mut() {
-                    if copy_len {
-                        echo.feed(&buf[..n]);
-                    } else {
-                        echo.skip(n);
-                    }
-                    if let Some(e) = echo.changed_in_flight(id) {
-                        return Err(e);
-                    }
-                    echo.maybe_echo(*echo_sock, t_ns).map_err(|e| {
-                        let lost = super::echo::lost(id, e);
-                        super::echo::cause_of(id, lost, (&sock, "read"), Some(echo_sock), None)
-                    })?;
+                    let read = copy_len.then(|| &buf[..n]);
+                    echo_block(id, &sock, echo_sock, echo, read, n, t_ns)?;
                 }
                 if batcher.push(t_ns, n as u32) {
                     if ctx.aborted() {
@@ -130,11 +101,7 @@ pub fn run(
                     return Err(aborted(id));
                 }
                 if t_ns >= end_ns.max(last_read_ns) + stall_ns {
-                    return Err(Error::Test(format!(
-                        "stream-{id}: nothing arrived for {} s past the test's end and the \
-                         sender did not close: it stopped answering or the path is down",
-                        timeouts::STALL.as_secs()
-                    )));
+                    return Err(stalled(id));
                 }
                 batcher.flush(t_ns, None, false)?;
             }
@@ -164,4 +131,71 @@ pub fn run(
         eof_ns,
         cpu: cpu::thread_since(cpu_start),
     })
+}
+
+/// The echo connection and its header tracker, the connection set to send at once: an
+/// echo must leave inside send(), not wait behind Nagle for the sender's (possibly
+/// delayed) ACK of the previous echo: that wait would count as RTT.
+fn echo_of(ctx: &StreamCtx) -> Result<Option<(&TcpStream, HeaderEcho)>> {
+    let Some(echo_sock) = &ctx.echo else {
+        return Ok(None);
+    };
+    echo_sock
+        .set_nodelay(true)
+        .op(|| format!("stream-{}: set TCP_NODELAY on the echo connection", ctx.id))?;
+    Ok(Some((echo_sock, HeaderEcho::new(ctx.block_bytes))))
+}
+
+/// What the next read does: copy out up to `len` bytes (`true`), or have the kernel
+/// discard up to `len` (`false`, under --skip-rx-copy), stopping at a header an echo needs.
+#[inline]
+fn read_plan(
+    copy: Copying,
+    echo: Option<&HeaderEcho>,
+    last_read_ns: u64,
+    read_len: usize,
+) -> (bool, usize) {
+    match (copy.skip_rx_copy, echo) {
+        (false, _) => (true, read_len),
+        (true, None) => (false, read_len),
+        (true, Some(e)) => match e.header_read(last_read_ns) {
+            Some(h) => (true, h),
+            None if e.due(last_read_ns) => (false, e.to_next_block().min(read_len)),
+            None => (false, read_len),
+        },
+    }
+}
+
+/// `n` bytes arrived (`read`: the bytes, when they were copied out): the echo tracker
+/// follows the block headers and echoes one when due.
+#[inline]
+fn echo_block(
+    id: u16,
+    sock: &TcpStream,
+    echo_sock: &TcpStream,
+    echo: &mut HeaderEcho,
+    read: Option<&[u8]>,
+    n: usize,
+    t_ns: u64,
+) -> Result<()> {
+    match read {
+        Some(bytes) => echo.feed(bytes),
+        None => echo.skip(n),
+    }
+    if let Some(e) = echo.changed_in_flight(id) {
+        return Err(e);
+    }
+    echo.maybe_echo(echo_sock, t_ns).map_err(|e| {
+        let lost = super::echo::lost(id, e);
+        super::echo::cause_of(id, lost, (sock, "read"), Some(echo_sock), None)
+    })
+}
+
+/// Nothing arrived for [`timeouts::STALL`] past the test's end or the last read.
+fn stalled(id: u16) -> Error {
+    Error::Test(format!(
+        "stream-{id}: nothing arrived for {} s past the test's end and the sender did not \
+         close: it stopped answering or the path is down",
+        timeouts::STALL.as_secs()
+    ))
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::MAX_DATAGRAM;
 use super::wire::{Format, Header};
 use crate::data::pace::{self, Pacer};
-use crate::data::stream::{Awake, Batcher, StreamCtx, WAKE, aborted, wait_paced};
+use crate::data::stream::{Awake, Batcher, StreamCtx, TestClock, WAKE, aborted, wait_paced};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
 use crate::os::sys;
@@ -60,7 +60,6 @@ const NO_BUFFER_PAUSE: Duration = Duration::from_micros(50);
 
 /// Runs one sending UDP stream (call on its own `stream-N` thread).
 pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOutcome> {
-    let id = ctx.id;
     let dg = plan.datagram;
     let least = plan.wire.header_bytes();
     if !(least..=MAX_DATAGRAM).contains(&dg) {
@@ -69,133 +68,204 @@ pub fn send(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSendOut
         )));
     }
     ctx.pin()?;
-    sock.set_write_timeout(Some(WAKE))
-        .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
-    if plan.rate_bps.is_some() {
-        sys::set_timer_slack(1_000);
-    }
-    // GSO: as many datagrams per message as fit 64 segments and one IP packet.
-    let segs = (MAX_DATAGRAM / dg).min(64);
-    let mut gso = plan.gso && segs > 1 && sys::udp_gso_supported(sock.as_fd());
-    let per_batch = match plan.rate_bps {
-        Some(r) => (Pacer::bytes_in(r, pace::QUANTUM) as usize / dg).max(1),
-        None => (UNPACED_BATCH_BYTES / dg).max(1),
-    }
-    .min(sys::MAX_MSGS * segs);
-    let mut buf = vec![0x5au8; per_batch * dg];
-    let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
-
-    let clock = ctx.wait_start()?;
+    let mut sender = UdpSender::new(ctx, sock, plan)?;
     let cpu_start = cpu::thread();
-    let mut pacer = plan.rate_bps.map(|r| Pacer::new(r, clock.t0));
-    let end_ns = plan.run_time.as_nanos() as u64;
-    let mut out = UdpSendOutcome {
-        id,
-        datagrams: 0,
-        bytes: 0,
-        cpu: CpuTime::default(),
-        gso,
-        refused: 0,
-        no_buffer: 0,
-        forgiven: Duration::ZERO,
-    };
-    // Every clock reading, the pacer's wake-ups included, is looked at for a stretch in
-    // which this thread did not run: a sender paused past the stall limit fails the test.
-    let mut awake = Awake::new(clock.ns(Instant::now()));
-    let mut paused = None;
-    loop {
-        let waited = wait_paced(pacer.as_mut(), &ctx, &clock, end_ns, &mut batcher, |t| {
-            if let Err(e) = awake.check(id, t) {
-                paused.get_or_insert(e);
+    sender.send_until_end()?;
+    let t_ns = sender.clock.ns(Instant::now());
+    sender.batcher.flush(t_ns, None, true)?;
+    let mut out = sender.out;
+    out.cpu = cpu::thread_since(cpu_start);
+    out.forgiven = sender.pacer.map_or(Duration::ZERO, |p| p.forgiven());
+    Ok(out)
+}
+
+/// One sending UDP stream's state from its start to its last batch.
+struct UdpSender {
+    ctx: StreamCtx,
+    sock: UdpSocket,
+    plan: UdpSend,
+    /// Datagrams per GSO message: as many as fit 64 segments and one IP packet.
+    segs: usize,
+    /// Each batch's datagrams, headers rewritten per batch.
+    buf: Vec<u8>,
+    batcher: Batcher,
+    clock: TestClock,
+    pacer: Option<Pacer>,
+    end_ns: u64,
+    /// Every clock reading, the pacer's wake-ups included, is looked at for a stretch in
+    /// which this thread did not run: a sender paused past the stall limit fails the test.
+    awake: Awake,
+    out: UdpSendOutcome,
+}
+
+impl UdpSender {
+    /// Sets the socket up, sizes the batch and waits for the test's start.
+    fn new(ctx: StreamCtx, sock: UdpSocket, plan: UdpSend) -> Result<UdpSender> {
+        let (id, dg) = (ctx.id, plan.datagram);
+        sock.set_write_timeout(Some(WAKE))
+            .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
+        if plan.rate_bps.is_some() {
+            sys::set_timer_slack(1_000);
+        }
+        let segs = (MAX_DATAGRAM / dg).min(64);
+        let gso = plan.gso && segs > 1 && sys::udp_gso_supported(sock.as_fd());
+        let per_batch = match plan.rate_bps {
+            Some(r) => (Pacer::bytes_in(r, pace::QUANTUM) as usize / dg).max(1),
+            None => (UNPACED_BATCH_BYTES / dg).max(1),
+        }
+        .min(sys::MAX_MSGS * segs);
+        let batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+        let clock = ctx.wait_start()?;
+        Ok(UdpSender {
+            pacer: plan.rate_bps.map(|r| Pacer::new(r, clock.t0)),
+            end_ns: plan.run_time.as_nanos() as u64,
+            awake: Awake::new(clock.ns(Instant::now())),
+            out: UdpSendOutcome {
+                id,
+                datagrams: 0,
+                bytes: 0,
+                cpu: CpuTime::default(),
+                gso,
+                refused: 0,
+                no_buffer: 0,
+                forgiven: Duration::ZERO,
+            },
+            ctx,
+            sock,
+            plan,
+            segs,
+            buf: vec![0x5au8; per_batch * dg],
+            batcher,
+            clock,
+        })
+    }
+
+    /// Paced batches until the test's time is up.
+    fn send_until_end(&mut self) -> Result<()> {
+        let id = self.ctx.id;
+        loop {
+            let mut paused = None;
+            let awake = &mut self.awake;
+            let (ctx, clock, end_ns) = (&self.ctx, &self.clock, self.end_ns);
+            let waited = wait_paced(
+                self.pacer.as_mut(),
+                ctx,
+                clock,
+                end_ns,
+                &mut self.batcher,
+                |t| {
+                    if let Err(e) = awake.check(id, t) {
+                        paused.get_or_insert(e);
+                    }
+                    None
+                },
+            )?;
+            let stamp_ns = self.clock.ns(Instant::now());
+            self.awake.check(id, stamp_ns)?;
+            if let Some(e) = paused.take() {
+                return Err(e);
             }
-            None
-        })?;
-        let stamp_ns = clock.ns(Instant::now());
-        awake.check(id, stamp_ns)?;
-        if let Some(e) = paused.take() {
-            return Err(e);
+            if !waited || stamp_ns >= self.end_ns {
+                return Ok(());
+            }
+            self.stamp(stamp_ns);
+            let off = self.send_batch()?;
+            self.count(off)?;
+            if off < self.buf.len() {
+                return Ok(()); // the end came while the batch waited for the socket
+            }
         }
-        if !waited || stamp_ns >= end_ns {
-            break;
-        }
-        for (k, d) in buf.chunks_mut(dg).enumerate() {
+    }
+
+    /// The batch's headers: the next sequences, stamped `stamp_ns`.
+    fn stamp(&mut self, stamp_ns: u64) {
+        let dg = self.plan.datagram;
+        for (k, d) in self.buf.chunks_mut(dg).enumerate() {
             let h = Header {
-                stream: id,
-                seq: out.datagrams + k as u64,
+                stream: self.ctx.id,
+                seq: self.out.datagrams + k as u64,
                 send_ns: stamp_ns,
             };
-            plan.wire.write(&h, d);
+            self.plan.wire.write(&h, d);
         }
-        // Send the batch; what a refusal or a timeout leaves is sent again.
+    }
+
+    /// Sends the batch; what a refusal or a timeout leaves is sent again until the end.
+    /// The bytes that left.
+    fn send_batch(&mut self) -> Result<usize> {
+        let dg = self.plan.datagram;
         let mut off = 0;
-        while off < buf.len() {
-            let msg_len = if gso { segs * dg } else { dg };
-            let seg = gso.then_some(dg as u16);
-            match sys::send_datagrams(sock.as_fd(), &buf[off..], msg_len, seg) {
-                Ok(n) => off = (off + n * msg_len).min(buf.len()),
+        while off < self.buf.len() {
+            let msg_len = if self.out.gso { self.segs * dg } else { dg };
+            let seg = self.out.gso.then_some(dg as u16);
+            match sys::send_datagrams(self.sock.as_fd(), &self.buf[off..], msg_len, seg) {
+                Ok(n) => off = (off + n * msg_len).min(self.buf.len()),
                 Err(e) => {
-                    let t_ns = clock.ns(Instant::now());
-                    // A socket that refuses for a while (ENOBUFS, a full buffer) is this
-                    // thread running, not paused: its readings count.
-                    awake.check(id, t_ns)?;
-                    match (e.kind(), e.raw_os_error()) {
-                        (ErrorKind::ConnectionRefused, _) => out.refused += 1,
-                        (_, Some(libc::ENOBUFS)) => {
-                            out.no_buffer += 1;
-                            std::thread::sleep(NO_BUFFER_PAUSE);
-                        }
-                        (_, Some(libc::EINVAL | libc::EIO)) if gso => {
-                            // The path or the device takes no GSO (a datagram above the
-                            // path MTU, no checksum offload): send them one by one.
-                            gso = false;
-                            out.gso = false;
-                        }
-                        (ErrorKind::WouldBlock | ErrorKind::TimedOut, _) => {
-                            batcher.flush(t_ns, None, false)?;
-                        }
-                        (ErrorKind::Interrupted, _) => {}
-                        (_, Some(libc::EMSGSIZE)) => {
-                            return Err(Error::io(
-                                format!(
-                                    "stream-{id}: send a {dg}-byte datagram (too large for \
-                                     this path: a smaller -l)"
-                                ),
-                                e,
-                            ));
-                        }
-                        _ => return Err(Error::io(format!("stream-{id}: send"), e)),
-                    }
-                    if ctx.aborted() {
-                        return Err(aborted(id));
-                    }
-                    if t_ns >= end_ns {
+                    if self.send_failed(e)? {
                         break;
                     }
                 }
             }
         }
+        Ok(off)
+    }
+
+    /// A send that took nothing: counted and retried, or the test's error. Whether the
+    /// test's time is up.
+    fn send_failed(&mut self, e: std::io::Error) -> Result<bool> {
+        let (id, dg) = (self.ctx.id, self.plan.datagram);
+        let t_ns = self.clock.ns(Instant::now());
+        // A socket that refuses for a while (ENOBUFS, a full buffer) is this thread
+        // running, not paused: its readings count.
+        self.awake.check(id, t_ns)?;
+        match (e.kind(), e.raw_os_error()) {
+            (ErrorKind::ConnectionRefused, _) => self.out.refused += 1,
+            (_, Some(libc::ENOBUFS)) => {
+                self.out.no_buffer += 1;
+                std::thread::sleep(NO_BUFFER_PAUSE);
+            }
+            // The path or the device takes no GSO (a datagram above the path MTU, no
+            // checksum offload): send them one by one.
+            (_, Some(libc::EINVAL | libc::EIO)) if self.out.gso => self.out.gso = false,
+            (ErrorKind::WouldBlock | ErrorKind::TimedOut, _) => {
+                self.batcher.flush(t_ns, None, false)?;
+            }
+            (ErrorKind::Interrupted, _) => {}
+            (_, Some(libc::EMSGSIZE)) => {
+                return Err(Error::io(
+                    format!(
+                        "stream-{id}: send a {dg}-byte datagram (too large for this path: a \
+                         smaller -l)"
+                    ),
+                    e,
+                ));
+            }
+            _ => return Err(Error::io(format!("stream-{id}: send"), e)),
+        }
+        if self.ctx.aborted() {
+            return Err(aborted(id));
+        }
+        Ok(t_ns >= self.end_ns)
+    }
+
+    /// The `off` bytes that left: counted, paced, and recorded.
+    fn count(&mut self, off: usize) -> Result<()> {
+        let dg = self.plan.datagram;
         let sent = off / dg;
         let bytes = (sent * dg) as u64;
-        out.datagrams += sent as u64;
-        out.bytes += bytes;
-        if let Some(p) = pacer.as_mut() {
+        self.out.datagrams += sent as u64;
+        self.out.bytes += bytes;
+        if let Some(p) = self.pacer.as_mut() {
             p.sent(bytes);
         }
-        let t_ns = clock.ns(Instant::now());
-        awake.check(id, t_ns)?;
-        if bytes > 0 && batcher.push(t_ns, bytes as u32) || t_ns >= end_ns {
-            if ctx.aborted() {
-                return Err(aborted(id));
+        let t_ns = self.clock.ns(Instant::now());
+        self.awake.check(self.ctx.id, t_ns)?;
+        if bytes > 0 && self.batcher.push(t_ns, bytes as u32) || t_ns >= self.end_ns {
+            if self.ctx.aborted() {
+                return Err(aborted(self.ctx.id));
             }
-            batcher.flush(t_ns, None, false)?;
+            self.batcher.flush(t_ns, None, false)?;
         }
-        if off < buf.len() {
-            break; // the end came while the batch waited for the socket
-        }
+        Ok(())
     }
-    let t_ns = clock.ns(Instant::now());
-    batcher.flush(t_ns, None, true)?;
-    out.cpu = cpu::thread_since(cpu_start);
-    out.forgiven = pacer.map_or(Duration::ZERO, |p| p.forgiven());
-    Ok(out)
 }
