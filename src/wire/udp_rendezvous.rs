@@ -153,11 +153,8 @@ pub(crate) fn await_hellos(
     (cookie, test): (u64, &TestParams),
     (rtt, cap): (Duration, u64),
 ) -> Result<Vec<UdpSocket>> {
-    let peer = ctl.peer;
     let Bound {
-        mut socks,
-        listener,
-        ..
+        socks, listener, ..
     } = bound;
     for s in socks
         .iter()
@@ -167,41 +164,32 @@ pub(crate) fn await_hellos(
         s.set_nonblocking(true)
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;
     }
-    let hellos: Vec<_> = (0..socks.len())
-        .map(|i| hello_of(test, cookie, i).to_bytes())
-        .collect();
-    let allowed = timeouts::streams_arrive(socks.len(), rtt);
+    let mut meeting = Meeting {
+        hellos: (0..socks.len())
+            .map(|i| hello_of(test, cookie, i).to_bytes())
+            .collect(),
+        arrived: vec![false; socks.len()],
+        socks,
+        listener,
+        peer: ctl.peer,
+        test,
+        cap,
+        buf: [0u8; 64],
+    };
+    let allowed = timeouts::streams_arrive(meeting.socks.len(), rtt);
     let deadline = Instant::now() + allowed;
-    let mut arrived = vec![false; socks.len()];
     let mut ready = false;
-    let mut buf = [0u8; 64];
-    while !(ready && arrived.iter().all(|a| *a)) {
+    while !(ready && meeting.arrived.iter().all(|a| *a)) {
         let now = Instant::now();
         if now >= deadline {
-            let got = arrived.iter().filter(|a| **a).count();
-            return Err(Error::Test(format!(
-                "only {got} of {} UDP streams' hellos from {peer} arrived within {:.1} s \
-                 (a path that drops everything from the start?)",
-                socks.len(),
-                allowed.as_secs_f64()
-            )));
+            return Err(meeting.missing(allowed));
         }
         let wait_ms = deadline
             .saturating_duration_since(now)
             .min(timeouts::POLL)
             .as_millis()
             .max(1) as i32;
-        // The control connection, the listener and each stream's socket (-1: none yet).
-        let listen_fd = listener.as_ref().map_or(-1, |(l, _)| l.as_raw_fd());
-        let mut fds: Vec<libc::pollfd> = [ctl_fd, listen_fd]
-            .into_iter()
-            .chain(
-                socks
-                    .iter()
-                    .map(|s| s.as_ref().map_or(-1, |s| s.as_raw_fd())),
-            )
-            .map(|fd| crate::os::sys::pollfd(fd, libc::POLLIN))
-            .collect();
+        let mut fds = meeting.pollfds(ctl_fd);
         match crate::os::sys::poll(&mut fds, wait_ms) {
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -211,57 +199,116 @@ pub(crate) fn await_hellos(
             match ctl.poll(Duration::ZERO)? {
                 None => {}
                 Some(ControlMsg::UdpReady) => ready = true,
-                Some(other) => return Err(other.unexpected(peer, "udp_ready")),
+                Some(other) => return Err(other.unexpected(ctl.peer, "udp_ready")),
             }
         }
-        if let Some((l, at)) = &listener
-            && fds[1].revents != 0
-        {
-            while let Some((len, from)) = receive(l, &mut buf) {
-                let Some(i) = hellos.iter().position(|h| h[..] == buf[..len]) else {
-                    continue;
-                };
-                if from.ip() != peer.ip() {
-                    continue;
-                }
-                if socks[i].is_none() {
-                    let sock = reusable(*at).op(|| format!("bind a UDP socket on {at}"))?;
-                    sock.connect(from)
-                        .op(|| format!("connect a UDP socket to {from}"))?;
-                    configure(&sock, test, cap)?;
-                    sock.set_nonblocking(true)
-                        .op(|| "set O_NONBLOCK on a UDP socket".into())?;
-                    socks[i] = Some(sock);
-                    arrived[i] = true;
-                }
-                if let Some(s) = &socks[i] {
-                    let _ = s.send(&hellos[i]);
-                }
-            }
+        if fds[1].revents != 0 {
+            meeting.answer_listener()?;
         }
-        for (i, sock) in socks.iter().enumerate() {
-            let Some(sock) = sock.as_ref().filter(|_| fds[i + 2].revents != 0) else {
-                continue;
-            };
-            while let Some((len, from)) = receive(sock, &mut buf) {
-                if buf[..len] != hellos[i] || from.ip() != peer.ip() {
-                    continue;
-                }
-                if !arrived[i] {
-                    sock.connect(from)
-                        .op(|| format!("connect a UDP socket to {from}"))?;
-                    arrived[i] = true;
-                }
-                let _ = sock.send(&hellos[i]);
-            }
-        }
+        meeting.answer_streams(&fds[2..])?;
     }
-    let socks: Vec<UdpSocket> = socks.into_iter().flatten().collect();
+    let socks: Vec<UdpSocket> = meeting.socks.into_iter().flatten().collect();
     for s in &socks {
         s.set_nonblocking(false)
             .op(|| "clear O_NONBLOCK on a UDP socket".into())?;
     }
     Ok(socks)
+}
+
+/// The server's sockets while the client's hellos arrive.
+struct Meeting<'a> {
+    /// Each stream's socket (none: its hello has not reached the listener yet).
+    socks: Vec<Option<UdpSocket>>,
+    listener: Option<(UdpSocket, SocketAddr)>,
+    /// Each stream's hello, as it must arrive.
+    hellos: Vec<[u8; DataHello::LEN]>,
+    arrived: Vec<bool>,
+    /// The client's address: hellos from elsewhere are ignored.
+    peer: SocketAddr,
+    test: &'a TestParams,
+    /// The most buffer a socket made for a hello gets.
+    cap: u64,
+    buf: [u8; 64],
+}
+
+impl Meeting<'_> {
+    /// The control connection, the listener and each stream's socket (-1: none yet).
+    fn pollfds(&self, ctl_fd: RawFd) -> Vec<libc::pollfd> {
+        let listen_fd = self.listener.as_ref().map_or(-1, |(l, _)| l.as_raw_fd());
+        [ctl_fd, listen_fd]
+            .into_iter()
+            .chain(
+                self.socks
+                    .iter()
+                    .map(|s| s.as_ref().map_or(-1, |s| s.as_raw_fd())),
+            )
+            .map(|fd| crate::os::sys::pollfd(fd, libc::POLLIN))
+            .collect()
+    }
+
+    /// Hellos on the control port's number: a stream's first makes its socket, connected
+    /// to where it came from; every copy is answered.
+    fn answer_listener(&mut self) -> Result<()> {
+        let Some((l, at)) = &self.listener else {
+            return Ok(());
+        };
+        while let Some((len, from)) = receive(l, &mut self.buf) {
+            let Some(i) = self.hellos.iter().position(|h| h[..] == self.buf[..len]) else {
+                continue;
+            };
+            if from.ip() != self.peer.ip() {
+                continue;
+            }
+            if self.socks[i].is_none() {
+                let sock = reusable(*at).op(|| format!("bind a UDP socket on {at}"))?;
+                sock.connect(from)
+                    .op(|| format!("connect a UDP socket to {from}"))?;
+                configure(&sock, self.test, self.cap)?;
+                sock.set_nonblocking(true)
+                    .op(|| "set O_NONBLOCK on a UDP socket".into())?;
+                self.socks[i] = Some(sock);
+                self.arrived[i] = true;
+            }
+            if let Some(s) = &self.socks[i] {
+                let _ = s.send(&self.hellos[i]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hellos on the streams' own sockets (`fds`, in stream order): the first connects
+    /// the socket to where it came from; every copy is answered.
+    fn answer_streams(&mut self, fds: &[libc::pollfd]) -> Result<()> {
+        for (i, sock) in self.socks.iter().enumerate() {
+            let Some(sock) = sock.as_ref().filter(|_| fds[i].revents != 0) else {
+                continue;
+            };
+            while let Some((len, from)) = receive(sock, &mut self.buf) {
+                if self.buf[..len] != self.hellos[i] || from.ip() != self.peer.ip() {
+                    continue;
+                }
+                if !self.arrived[i] {
+                    sock.connect(from)
+                        .op(|| format!("connect a UDP socket to {from}"))?;
+                    self.arrived[i] = true;
+                }
+                let _ = sock.send(&self.hellos[i]);
+            }
+        }
+        Ok(())
+    }
+
+    /// The error when not every hello arrived within `allowed`.
+    fn missing(&self, allowed: Duration) -> Error {
+        let got = self.arrived.iter().filter(|a| **a).count();
+        Error::Test(format!(
+            "only {got} of {} UDP streams' hellos from {} arrived within {:.1} s (a path \
+             that drops everything from the start?)",
+            self.socks.len(),
+            self.peer,
+            allowed.as_secs_f64()
+        ))
+    }
 }
 
 /// The client's side: one socket per port, connected to the server's, with `-w`; each

@@ -327,8 +327,8 @@ impl EchoCollector {
     ) -> io::Result<()> {
         // The look's time on the test clock and on CLOCK_REALTIME, read together once the
         // first echo is in ([`read_together`]; a stamp `d` ns before the second arrived `d` ns
-        // before the first). Read apart, a thread preempted between them placed arrivals
-        // early by the preemption, and short RTTs read 0 (found at -P 2 on 2 cores).
+        // before the first). Read apart, a thread preempted between them would place
+        // arrivals early by the preemption, and short RTTs would read 0.
         let mut look: Option<(u64, u64)> = None; // (realtime, test clock)
         // The newest kernel-stamped echo (its segment's stamp, its RTT), held until a read
         // shows that no later echo shares its segment's stamp.
@@ -341,24 +341,11 @@ impl EchoCollector {
             } else {
                 self.buf.len()
             };
-            let (n, stamp) = if self.kernel_stamps {
-                sys::recv_stamped_nowait(sock.as_fd(), &mut self.buf[..want])
-            } else {
-                sys::recv_nowait(sock.as_fd(), &mut self.buf[..want]).map(|n| (n, None))
-            }
-            .or_else(|e| full_or(e).map(|()| (usize::MAX, None)))?;
-            if n == usize::MAX {
+            let Some((n, stamp)) = self.read(sock, want)? else {
                 break;
-            }
+            };
             if n == 0 {
-                // A socket destroyed here reads as EOF before its error.
-                return Err(socket2::SockRef::from(sock)
-                    .take_error()
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| {
-                        io::Error::new(io::ErrorKind::UnexpectedEof, "the receiver closed it")
-                    }));
+                return Err(closed(sock));
             }
             // Echoes that waited unread in the receive queue were merged into one buffer,
             // which carries the newest one's arrival: only that one's stamp is its own.
@@ -375,30 +362,7 @@ impl EchoCollector {
                 Some(k) => mono.saturating_sub(real.saturating_sub(k)),
                 None => mono,
             };
-            let mut chunk = &self.buf[..n];
-            while !chunk.is_empty() {
-                let take = (HEADER_LEN - self.have).min(chunk.len());
-                self.partial[self.have..self.have + take].copy_from_slice(&chunk[..take]);
-                self.have += take;
-                chunk = &chunk[take..];
-                if self.have == HEADER_LEN {
-                    self.have = 0;
-                    let (_seq, stamp_ns) = decode(&self.partial);
-                    let rtt_ns = arrival_ns.saturating_sub(stamp_ns);
-                    match stamp {
-                        Some(k) => {
-                            self.stamped += 1;
-                            if let Some((_, r)) = held.replace((k, rtt_ns)) {
-                                on_rtt(r);
-                            }
-                        }
-                        None => {
-                            self.unstamped += 1;
-                            on_rtt(rtt_ns);
-                        }
-                    }
-                }
-            }
+            self.headers(n, arrival_ns, stamp, &mut held, &mut on_rtt);
             if n < want {
                 break;
             }
@@ -408,6 +372,68 @@ impl EchoCollector {
         }
         Ok(())
     }
+
+    /// One non-blocking read of up to `want` bytes, with the kernel's stamp when asked
+    /// for; `None` when nothing is queued.
+    fn read(&mut self, sock: &impl AsFd, want: usize) -> io::Result<Option<(usize, Option<u64>)>> {
+        let got = if self.kernel_stamps {
+            sys::recv_stamped_nowait(sock.as_fd(), &mut self.buf[..want])
+        } else {
+            sys::recv_nowait(sock.as_fd(), &mut self.buf[..want]).map(|n| (n, None))
+        };
+        match got {
+            Ok(read) => Ok(Some(read)),
+            Err(e) => full_or(e).map(|()| None),
+        }
+    }
+
+    /// The `n` bytes just read, joined to the partial header before them: each whole
+    /// header's RTT to `on_rtt`, a kernel-stamped one held in `held` until a later read
+    /// shows no echo after it shares its stamp.
+    fn headers(
+        &mut self,
+        n: usize,
+        arrival_ns: u64,
+        stamp: Option<u64>,
+        held: &mut Option<(u64, u64)>,
+        on_rtt: &mut impl FnMut(u64),
+    ) {
+        let mut chunk = &self.buf[..n];
+        while !chunk.is_empty() {
+            let take = (HEADER_LEN - self.have).min(chunk.len());
+            self.partial[self.have..self.have + take].copy_from_slice(&chunk[..take]);
+            self.have += take;
+            chunk = &chunk[take..];
+            if self.have < HEADER_LEN {
+                continue;
+            }
+            self.have = 0;
+            let (_seq, stamp_ns) = decode(&self.partial);
+            let rtt_ns = arrival_ns.saturating_sub(stamp_ns);
+            match stamp {
+                Some(k) => {
+                    self.stamped += 1;
+                    if let Some((_, r)) = held.replace((k, rtt_ns)) {
+                        on_rtt(r);
+                    }
+                }
+                None => {
+                    self.unstamped += 1;
+                    on_rtt(rtt_ns);
+                }
+            }
+        }
+    }
+}
+
+/// The error of an echo connection that read EOF: a socket destroyed here reads as EOF
+/// before its error.
+fn closed(sock: &impl AsFd) -> io::Error {
+    socket2::SockRef::from(sock)
+        .take_error()
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the receiver closed it"))
 }
 
 /// How long the `echo` thread waits in `poll()` before it looks for streams that came or

@@ -58,26 +58,7 @@ pub fn receive(
         match sys::recv_datagrams(sock.as_fd(), &mut bufs, SLOT_BYTES, &mut meta) {
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
-                let mut bytes = 0u64;
-                for (m, slot) in meta[..n].iter().zip(bufs.chunks(SLOT_BYTES)) {
-                    if let Some(drops) = m.rxq_drops {
-                        acc.rxq_drops(drops);
-                    }
-                    if m.truncated {
-                        acc.truncated();
-                        continue;
-                    }
-                    let data = &slot[..m.len.min(slot.len())];
-                    match m.gro_size {
-                        Some(seg) if (seg as usize) < data.len() => {
-                            gro_seen = true;
-                            for d in data.chunks(seg as usize) {
-                                bytes += acc.datagram(d, t_ns);
-                            }
-                        }
-                        _ => bytes += acc.datagram(data, t_ns),
-                    }
-                }
+                let bytes = account(&mut acc, &meta[..n], &bufs, t_ns, &mut gro_seen);
                 batcher.push_udp(acc.counters.snapshot(t_ns));
                 let full = batcher.push(t_ns, u32::try_from(bytes).unwrap_or(u32::MAX));
                 if full || t_ns >= until_ns {
@@ -119,4 +100,37 @@ pub fn receive(
         cpu: cpu::thread_since(cpu_start),
         gro_seen,
     })
+}
+
+/// Counts the `meta.len()` messages one `recvmmsg` filled (each a datagram, or several
+/// coalesced by GRO) into `acc`; the payload bytes they held.
+#[inline]
+fn account(
+    acc: &mut Accounting,
+    meta: &[RecvMeta],
+    bufs: &[u8],
+    t_ns: u64,
+    gro_seen: &mut bool,
+) -> u64 {
+    let mut bytes = 0u64;
+    for (m, slot) in meta.iter().zip(bufs.chunks(SLOT_BYTES)) {
+        if let Some(drops) = m.rxq_drops {
+            acc.rxq_drops(drops);
+        }
+        if m.truncated {
+            acc.truncated();
+            continue;
+        }
+        let data = &slot[..m.len.min(slot.len())];
+        match m.gro_size {
+            Some(seg) if (seg as usize) < data.len() => {
+                *gro_seen = true;
+                for d in data.chunks(seg as usize) {
+                    bytes += acc.datagram(d, t_ns);
+                }
+            }
+            _ => bytes += acc.datagram(data, t_ns),
+        }
+    }
+    bytes
 }
