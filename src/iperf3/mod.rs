@@ -406,33 +406,65 @@ impl Params {
     /// The pinperf test an iperf3 client asks for (server side), or why it cannot run:
     /// anything this server does not do is refused by name rather than run differently.
     pub fn to_test(&self) -> std::result::Result<TestParams, Unsupported> {
-        let unimp = |what: String| Unsupported {
-            code: IEUNIMP,
-            reason: format!("{what}: not supported by this pinperf server"),
+        self.refuse_unknown()?;
+        self.refuse_unsupported()?;
+        self.check_counts()?;
+        let mut test = TestParams::defaults();
+        test.udp = self.udp;
+        test.streams = self.parallel as u16;
+        test.len = size(self.len, "-l", IEBLOCKSIZE)?;
+        test.window_bytes = size(self.window, "-w", IEBUFSIZE)?;
+        test.duration = Duration::from_secs_f64(self.time);
+        test.omit = Duration::from_secs_f64(self.omit);
+        test.interval = None;
+        test.reverse = self.reverse && !self.bidirectional;
+        test.bidir = self.bidirectional;
+        test.rate_bps = self.rate()?;
+        test.get_server_output = self.get_server_output.is_some();
+        test.tos = self.tos_byte()?;
+        test.fq_rate_bps = match self.fqrate {
+            Some(f) if finite(f, u64::MAX as f64) && f > 0.0 => Some(f as u64),
+            _ => None,
         };
-        if let Some(key) = self.other.keys().find(|k| !HARMLESS.contains(&k.as_str())) {
-            let name = match key.as_str() {
-                "sctp" => "--sctp".to_string(),
-                "flowlabel" => "-L (flow label)".into(),
-                "burst" => "-b RATE/BURST (a burst)".into(),
-                "authtoken" => "--username (authentication)".into(),
-                "dont_fragment" => "--dont-fragment".into(),
-                other => format!("iperf3 parameter '{}'", crate::wire::printable(other, 64)),
-            };
-            return Err(match key.as_str() {
-                "sctp" => Unsupported {
-                    code: IEPROTOCOL,
-                    reason: "--sctp: this pinperf server runs TCP tests for iperf3 clients".into(),
-                },
-                "authtoken" => Unsupported {
-                    code: IEAUTHTEST,
-                    reason: "--username: this pinperf server does not take iperf3's RSA \
-                             authentication"
-                        .into(),
-                },
-                _ => unimp(name),
-            });
-        }
+        test.transport.congestion = self.congestion.clone();
+        // Both are TCP's: with -u an iperf3 server leaves them alone, and so does this one.
+        test.transport.no_delay = self.nodelay.is_some() && !self.udp;
+        test.transport.mss = self.segment()?;
+        // iperf3 has no echo connections: kernel RTT only.
+        test.transport.no_echo = true;
+        Ok(test)
+    }
+
+    /// A parameter this server does not know or does not take, refused by its flag.
+    fn refuse_unknown(&self) -> std::result::Result<(), Unsupported> {
+        let Some(key) = self.other.keys().find(|k| !HARMLESS.contains(&k.as_str())) else {
+            return Ok(());
+        };
+        let name = match key.as_str() {
+            "sctp" => "--sctp".to_string(),
+            "flowlabel" => "-L (flow label)".into(),
+            "burst" => "-b RATE/BURST (a burst)".into(),
+            "authtoken" => "--username (authentication)".into(),
+            "dont_fragment" => "--dont-fragment".into(),
+            other => format!("iperf3 parameter '{}'", crate::wire::printable(other, 64)),
+        };
+        Err(match key.as_str() {
+            "sctp" => Unsupported {
+                code: IEPROTOCOL,
+                reason: "--sctp: this pinperf server runs TCP tests for iperf3 clients".into(),
+            },
+            "authtoken" => Unsupported {
+                code: IEAUTHTEST,
+                reason: "--username: this pinperf server does not take iperf3's RSA \
+                         authentication"
+                    .into(),
+            },
+            _ => unimp(name),
+        })
+    }
+
+    /// Known parameters whose tests this server does not run.
+    fn refuse_unsupported(&self) -> std::result::Result<(), Unsupported> {
         if self.num > 0.0 || self.blockcount > 0.0 {
             return Err(unimp("-n/-k (a byte or block count instead of -t)".into()));
         }
@@ -443,12 +475,11 @@ impl Params {
                     .into(),
             ));
         }
-        let finite = |v: f64, max: f64| v.is_finite() && v >= 0.0 && v <= max;
-        // A number as the log shows it: `1e300`, not its 301 digits.
-        let shown = |v: f64| match v.abs() < 1e15 {
-            true => format!("{v}"),
-            false => format!("{v:e}"),
-        };
+        Ok(())
+    }
+
+    /// The stream count and the durations, in range.
+    fn check_counts(&self) -> std::result::Result<(), Unsupported> {
         if !finite(self.parallel, 65_535.0) || self.parallel < 1.0 {
             return Err(Unsupported {
                 code: IENUMSTREAMS,
@@ -468,25 +499,12 @@ impl Params {
                 ),
             });
         }
-        let size = |v: Option<f64>, flag: &str, code: i32| match v {
-            Some(v) if !finite(v, u32::MAX as f64) => Err(Unsupported {
-                code,
-                reason: format!("{flag} {}: out of range", shown(v)),
-            }),
-            Some(v) if v > 0.0 => Ok(Some(v as u64)),
-            _ => Ok(None),
-        };
-        let mut test = TestParams::defaults();
-        test.udp = self.udp;
-        test.streams = self.parallel as u16;
-        test.len = size(self.len, "-l", IEBLOCKSIZE)?;
-        test.window_bytes = size(self.window, "-w", IEBUFSIZE)?;
-        test.duration = Duration::from_secs_f64(self.time);
-        test.omit = Duration::from_secs_f64(self.omit);
-        test.interval = None;
-        test.reverse = self.reverse && !self.bidirectional;
-        test.bidir = self.bidirectional;
-        test.rate_bps = match self.bandwidth {
+        Ok(())
+    }
+
+    /// `-b`: the rate, or as fast as it goes for UDP without one.
+    fn rate(&self) -> std::result::Result<Option<u64>, Unsupported> {
+        Ok(match self.bandwidth {
             Some(b) if finite(b, u64::MAX as f64) && b > 0.0 => Some(b as u64),
             Some(b) if !finite(b, u64::MAX as f64) => {
                 return Err(Unsupported {
@@ -498,42 +516,68 @@ impl Params {
             // always names one; pinperf's UDP default would be a different test).
             _ if self.udp => Some(0),
             _ => None,
-        };
-        test.get_server_output = self.get_server_output.is_some();
-        test.tos = match self.tos {
-            Some(t) if finite(t, 255.0) && t.fract() == 0.0 => (t > 0.0).then_some(t as u8),
-            Some(t) => {
-                return Err(Unsupported {
-                    code: IESETTOS,
-                    reason: format!("-S {}: the TOS byte is 0 to 255", shown(t)),
-                });
-            }
-            None => None,
-        };
-        test.fq_rate_bps = match self.fqrate {
-            Some(f) if finite(f, u64::MAX as f64) && f > 0.0 => Some(f as u64),
-            _ => None,
-        };
-        test.transport.congestion = self.congestion.clone();
-        // Both are TCP's: with -u an iperf3 server leaves them alone, and so does this one.
-        test.transport.no_delay = self.nodelay.is_some() && !self.udp;
-        // The range is `TestParams::validate`'s (IEMSS or IESETMSS by `code_for`).
-        test.transport.mss = match self.mss {
-            _ if self.udp => None,
+        })
+    }
+
+    /// `-S`: the TOS byte, 0 to 255.
+    fn tos_byte(&self) -> std::result::Result<Option<u8>, Unsupported> {
+        match self.tos {
+            Some(t) if finite(t, 255.0) && t.fract() == 0.0 => Ok((t > 0.0).then_some(t as u8)),
+            Some(t) => Err(Unsupported {
+                code: IESETTOS,
+                reason: format!("-S {}: the TOS byte is 0 to 255", shown(t)),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// `-M`, TCP's only. The range is `TestParams::validate`'s (IEMSS or IESETMSS by
+    /// `code_for`).
+    fn segment(&self) -> std::result::Result<Option<u32>, Unsupported> {
+        match self.mss {
+            _ if self.udp => Ok(None),
             Some(m) if finite(m, f64::from(u32::MAX)) && m.fract() == 0.0 => {
-                (m > 0.0).then_some(m as u32)
+                Ok((m > 0.0).then_some(m as u32))
             }
-            Some(m) => {
-                return Err(Unsupported {
-                    code: IEMSS,
-                    reason: format!("-M {}: not a segment size", shown(m)),
-                });
-            }
-            None => None,
-        };
-        // iperf3 has no echo connections: kernel RTT only.
-        test.transport.no_echo = true;
-        Ok(test)
+            Some(m) => Err(Unsupported {
+                code: IEMSS,
+                reason: format!("-M {}: not a segment size", shown(m)),
+            }),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A refusal of what this server does not do.
+fn unimp(what: String) -> Unsupported {
+    Unsupported {
+        code: IEUNIMP,
+        reason: format!("{what}: not supported by this pinperf server"),
+    }
+}
+
+/// `v` is a number from 0 to `max`.
+fn finite(v: f64, max: f64) -> bool {
+    v.is_finite() && v >= 0.0 && v <= max
+}
+
+/// A number as the log shows it: `1e300`, not its 301 digits.
+fn shown(v: f64) -> String {
+    match v.abs() < 1e15 {
+        true => format!("{v}"),
+        false => format!("{v:e}"),
+    }
+}
+
+/// A size parameter (`-l`, `-w`): none when absent or 0, refused with `code` out of range.
+fn size(v: Option<f64>, flag: &str, code: i32) -> std::result::Result<Option<u64>, Unsupported> {
+    match v {
+        Some(v) if !finite(v, u32::MAX as f64) => Err(Unsupported {
+            code,
+            reason: format!("{flag} {}: out of range", shown(v)),
+        }),
+        Some(v) if v > 0.0 => Ok(Some(v as u64)),
+        _ => Ok(None),
     }
 }
 
