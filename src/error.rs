@@ -2,35 +2,44 @@
 //! line and maps the kind to an exit code (2 for usage, 128 + the signal for a run stopped
 //! by SIGINT/SIGTERM/SIGHUP, 1 for everything else).
 
-use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 
 /// Everything that can stop a pinperf run.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The command line is wrong; the message names the flag, the value and the fix.
+    #[error("{0}")]
     Usage(String),
     /// A system call failed: `op` says which and on what, e.g. "connect to 10.0.0.2:5301".
+    #[error("{op}: {source}")]
     Io { op: String, source: io::Error },
     /// The server said no, with its reason (busy, a limit, a version mismatch).
+    #[error("server {peer} refused the test: {reason}")]
     Refused { peer: SocketAddr, reason: String },
     /// The peer sent something that is not the pinperf protocol, or broke its rules.
+    #[error("protocol error with {peer}: {what}")]
     Protocol { peer: SocketAddr, what: String },
     /// The test ran but failed (a stream died, the peer vanished, a deadline passed).
+    #[error("{0}")]
     Test(String),
     /// The server cut a running test for what its client did, not what it asked: past its
     /// end and drain, or over `--max-rate`. Logged among refusals.
+    #[error("{0}")]
     Exceeded(String),
     /// A client took the test slot and connected no streams (or left while they
     /// connected): counted against its source by a server.
+    #[error("{0}")]
     Abandoned(String),
     /// This part (a stream) stopped because the test was called off: never a cause.
+    #[error("{0}: stopped because the test was aborted")]
     Aborted(String),
     /// Nobody reads the output any more (a closed pipe, `| head`): stop quietly.
+    #[error("the output was closed")]
     OutputClosed,
     /// A stop signal (SIGINT, SIGTERM, SIGHUP) ended the run; `when` says at what point,
     /// e.g. "2.5 s into the test". What was measured before it has been printed.
+    #[error("interrupted by {} {when}", signal_name(*signal))]
     Interrupted { signal: i32, when: String },
 }
 
@@ -77,34 +86,6 @@ impl Error {
         Error::Io {
             op: op.into(),
             source,
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Usage(msg) => write!(f, "{msg}"),
-            Error::Io { op, source } => write!(f, "{op}: {source}"),
-            Error::Refused { peer, reason } => {
-                write!(f, "server {peer} refused the test: {reason}")
-            }
-            Error::Protocol { peer, what } => write!(f, "protocol error with {peer}: {what}"),
-            Error::Test(msg) | Error::Exceeded(msg) | Error::Abandoned(msg) => write!(f, "{msg}"),
-            Error::OutputClosed => write!(f, "the output was closed"),
-            Error::Aborted(who) => write!(f, "{who}: stopped because the test was aborted"),
-            Error::Interrupted { signal, when } => {
-                write!(f, "interrupted by {} {when}", signal_name(*signal))
-            }
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Io { source, .. } => Some(source),
-            _ => None,
         }
     }
 }
