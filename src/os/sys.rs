@@ -1,14 +1,17 @@
-//! The crate's only `unsafe`: thin wrappers over the socket options socket2 lacks
-//! (TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE,
-//! SO_MAX_PACING_RATE), UDP batching (`sendmmsg` with GSO, `recvmmsg` with GRO and
-//! SO_RXQ_OVFL control messages), and for `pinperf lab` TUN devices, `setns()`, `ppoll()` with a nanosecond timeout, timer
-//! slack and signal masks; `MSG_ZEROCOPY` sends and their completions, `sendfile` from a
-//! shared mapping of a `memfd`, `MSG_TRUNC` receives, and `SO_TIMESTAMPNS` receive stamps.
-//! Each returns `io::Error::last_os_error()` on -1. Linux only, as the crate is.
+//! The crate's only `unsafe`, and its only system calls: nix's safe wrappers where nix
+//! has them (setns, ppoll, signal masks and waits, timer slack, getrusage, memfd,
+//! sendfile), and by hand what nix and socket2 lack or what the data path calls per batch:
+//! TCP_INFO with the modern fields, IP_MTU/IPV6_MTU, SO_SNDBUFFORCE/SO_RCVBUFFORCE,
+//! SO_MAX_PACING_RATE; `sendmmsg` with GSO and `recvmmsg` with GRO and SO_RXQ_OVFL control
+//! messages over fixed arrays; `MSG_ZEROCOPY` sends and their completions, `MSG_TRUNC`
+//! receives, `SO_TIMESTAMPNS` receive stamps, TUN devices, `sigtimedwait`, strftime.
+//! Each hand-written call returns `io::Error::last_os_error()` on -1. Linux only.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::sys::signal::{SigSet, Signal};
 
 /// Linux `struct tcp_info` up to `tcpi_rcv_wnd` (kernel 6.x). Older kernels fill a prefix;
 /// [`tcp_info`] reports how many bytes were filled so callers can treat the rest as absent.
@@ -179,16 +182,16 @@ pub enum Who {
 /// `getrusage()`: user and system CPU time in µs; zeroes if the call fails (it cannot
 /// with valid arguments).
 pub fn cpu_time_us(who: Who) -> (u64, u64) {
+    use nix::sys::resource::{UsageWho, getrusage};
     let who = match who {
-        Who::Process => libc::RUSAGE_SELF,
-        Who::Thread => libc::RUSAGE_THREAD,
+        Who::Process => UsageWho::RUSAGE_SELF,
+        Who::Thread => UsageWho::RUSAGE_THREAD,
     };
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a live, writable rusage; the kernel fills it.
-    let _ = unsafe { libc::getrusage(who, &mut usage) };
-    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
-    (us(usage.ru_utime), us(usage.ru_stime))
+    let Ok(usage) = getrusage(who) else {
+        return (0, 0);
+    };
+    let us = |tv: nix::sys::time::TimeVal| tv.tv_sec() as u64 * 1_000_000 + tv.tv_usec() as u64;
+    (us(usage.user_time()), us(usage.system_time()))
 }
 
 /// One entry for [`poll`]: `fd`, watched for `events`.
@@ -209,9 +212,10 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
 
 /// The memory page size in bytes (what net.ipv4.tcp_mem counts in).
 pub fn page_size() -> u64 {
-    // SAFETY: sysconf takes a constant and has no other effect.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 { n as u64 } else { 4096 }
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
+        Ok(Some(n)) if n > 0 => n as u64,
+        _ => 4096,
+    }
 }
 
 /// The local time now, formatted by strftime(3)'s `format` (`--timestamps`: `"%c "`).
@@ -262,8 +266,7 @@ pub fn host_mark(cookie: u64) -> Option<u64> {
 
 /// True when the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 /// Opens the TUN device `name` (created if absent) in the calling thread's network
@@ -300,39 +303,25 @@ pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {
 /// Moves the calling thread into the network namespace `ns` (an open /run/netns/NAME).
 /// Threads it starts afterwards, and sockets it creates, belong to that namespace.
 pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: setns takes a descriptor and a namespace type; `ns` is a live descriptor.
-    cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })?;
-    Ok(())
+    Ok(nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)?)
 }
 
 /// Waits until `fd` is readable or `timeout` passes (nanosecond resolution, unlike
 /// `poll()`); true when readable.
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut pfd = pollfd(fd.as_raw_fd(), libc::POLLIN);
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: one live pollfd, a live timespec, no signal mask change (null).
-    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    match n {
-        n if n > 0 => Ok(true),
-        0 => Ok(false),
-        _ => {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            }
-        }
+    use nix::poll::{PollFd, PollFlags, ppoll};
+    let mut pfd = [PollFd::new(fd, PollFlags::POLLIN)];
+    match ppoll(&mut pfd, Some(timeout.into()), None) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Sets the calling thread's timer slack (how late the kernel may wake it), in ns.
 pub fn set_timer_slack(ns: u64) {
-    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long; failure leaves the default.
-    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    // Failure leaves the default.
+    let _ = nix::sys::prctl::set_timerslack(ns as libc::c_ulong);
 }
 
 /// Gives the calling thread real-time priority `prio` (SCHED_FIFO), so it preempts
@@ -350,59 +339,50 @@ pub fn set_realtime(prio: i32) -> io::Result<()> {
 /// those this process was started ignoring: `nohup` ignores SIGHUP and a non-interactive
 /// shell's background job SIGINT, and they must stay ignored (a blocked signal is queued
 /// even when its disposition is to ignore it, so taking it would undo theirs).
-fn stop_signals() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t; sigaction with a
-    // null new action only reads the current one into a live, zeroed sigaction.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            let ignored = libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                && old.sa_sigaction == libc::SIG_IGN;
-            if !ignored {
-                libc::sigaddset(&mut set, sig);
-            }
+fn stop_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        if !ignored(sig) {
+            set.add(sig);
         }
-        set
+    }
+    set
+}
+
+/// `sig`'s disposition is to ignore it (nix's `sigaction` only sets one).
+fn ignored(sig: Signal) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into a live,
+    // zeroed sigaction.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig as libc::c_int, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
     }
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and every thread it starts
 /// afterwards, so that one thread can take them with [`wait_stop_signal`].
 pub fn block_stop_signals() -> io::Result<()> {
-    let set = stop_signals();
-    // SAFETY: `set` is an initialised sigset_t; the old mask is not wanted (null).
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    Ok(())
+    Ok(stop_signals().thread_block()?)
 }
 
 /// Waits for SIGINT, SIGTERM or SIGHUP (blocked by [`block_stop_signals`]); returns it.
 pub fn wait_stop_signal() -> i32 {
-    let set = stop_signals();
-    let mut sig: libc::c_int = 0;
-    // SAFETY: `set` is initialised and `sig` is a live int the call writes.
-    let _ = unsafe { libc::sigwait(&set, &mut sig) };
-    sig
+    stop_signals().wait().map_or(0, |sig| sig as i32)
 }
 
 /// Ends the process by `sig`'s default action, once the run has printed what it measured:
 /// a shell running pinperf in a loop then sees that the signal killed it and stops the loop
 /// as well (bash goes on with the loop when the child only exits 128 + sig).
 pub fn die_by(sig: i32) -> ! {
-    // SAFETY: signal() resets one valid signal's disposition; the set is a local,
-    // initialised sigset_t; raise() sends `sig` to this thread, where it is now unblocked
-    // and takes its default action (the process ends).
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
+    if let Ok(signal) = Signal::try_from(sig) {
+        // SAFETY: SIG_DFL installs no handler of ours, so no handler can run unsafely.
+        let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl) };
+        let mut set = SigSet::empty();
+        set.add(signal);
+        let _ = set.thread_unblock();
+        // Unblocked now, the signal takes its default action here: the process ends.
+        let _ = nix::sys::signal::raise(signal);
     }
     std::process::exit(128 + sig)
 }
@@ -420,7 +400,7 @@ pub fn wait_stop_signal_for(timeout: std::time::Duration) -> Option<i32> {
         };
         // SAFETY: `set` is initialised, the siginfo pointer may be null, `ts` is a live
         // timespec.
-        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+        let sig = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
         if sig > 0 {
             return Some(sig);
         }
@@ -744,12 +724,8 @@ pub fn reap_zerocopy(fd: BorrowedFd<'_>) -> io::Result<Option<ZcDone>> {
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file in memory, empty (size it with
 /// `File::set_len`, which is `ftruncate`). Kernels before 3.17 answer `ENOSYS`.
 pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: `name` is a live NUL-terminated string; the call touches no other memory.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    cvt(fd)?;
-    // SAFETY: `fd` was just opened by the kernel for us and nothing else owns it.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    Ok(memfd_create(name, MFdFlags::MFD_CLOEXEC)?)
 }
 
 /// A writable `MAP_SHARED` mapping of a whole file, unmapped on drop: stores into it are
@@ -813,9 +789,12 @@ pub fn sendfile(
 ) -> io::Result<usize> {
     let mut off =
         libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `off` is a live off_t the kernel may update; both descriptors are open.
-    let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
-    cvt(n)
+    Ok(nix::sys::sendfile::sendfile(
+        sock,
+        file,
+        Some(&mut off),
+        len,
+    )?)
 }
 
 /// `recv(MSG_TRUNC)` on TCP: the kernel consumes up to `len` queued bytes without copying
