@@ -1,12 +1,28 @@
-//! Plain-words findings at the end of a test, each only when the numbers show it: stalls
-//! (the whole test or a stream reading nothing for whole intervals), a standing queue in
-//! the socket buffers (block RTT far above the path's RTT once a block's own write time is
-//! taken out, with the window that would avoid it), many retransmits, retransmits
-//! concentrated in a few streams, and streams starved while others ran. Pure functions of
-//! the report model; the client's reporter calls them once, at the end.
+//! Findings at the end of a test, each only when the numbers show it: stalls (the whole
+//! test or a stream reading nothing for whole intervals), a standing queue in the socket
+//! buffers (block RTT far above the path's RTT once a block's own write time is taken out,
+//! with the window that would avoid it), many retransmits, retransmits concentrated in a
+//! few streams, streams starved while others ran, drops inside the hosts' kernels, UDP
+//! senders short of `-b`, a long drain past `-t` and uneven shares.
+//!
+//! Each check returns [`Finding`]s (`report::finding`: the figures, advice and words).
+//! Pure functions of the report model; the client's reporter calls them once, at the end.
+//! One file per family of checks.
 
-use super::model::{Fairness, Header, KernelSummary, StreamRow, UdpFigures};
-use crate::data::stream::echo::HEADER_LEN;
+use super::finding::Finding;
+use super::model::{Header, StreamRow, Summary};
+
+mod drops;
+mod queue;
+mod retransmits;
+mod senders;
+mod shares;
+mod stalls;
+
+pub use drops::{kernel_drops, udp_kernel_drops, udp_receiver_drops};
+pub use senders::{long_drain, udp_sender_short};
+pub use shares::unfair_shares;
+pub use stalls::StallLog;
 
 /// What the diagnosis looks at.
 pub struct Evidence<'a> {
@@ -24,387 +40,23 @@ pub struct Evidence<'a> {
     pub stream_stalls: &'a [StallLog],
 }
 
-/// A queue counts as "standing" when blocks wait this many times the path RTT…
-const QUEUE_FACTOR: f64 = 4.0;
-/// …and at least this long, microseconds.
-const QUEUE_MIN_US: f64 = 1000.0;
-
-/// The findings, one `String` per line (without the leading `# `).
-pub fn diagnose(e: &Evidence) -> Vec<String> {
+/// The findings of the checks on the whole test's rows, in the order text prints them.
+pub fn diagnose(e: &Evidence) -> Vec<Finding> {
     let mut out = Vec::new();
-    stalls(e, &mut out);
-    standing_queue(e, &mut out);
-    retransmit_share(e, &mut out);
-    concentrated_retransmits(e, &mut out);
-    starvation(e, &mut out);
+    stalls::stalls(e, &mut out);
+    queue::standing_queue(e, &mut out);
+    out.extend(retransmits::retransmit_share(e));
+    out.extend(retransmits::concentrated_retransmits(e));
+    out.extend(stalls::starvation(e));
     out
 }
 
-/// Binary size in the largest whole unit with one decimal: 3.1 MiB.
-pub fn human_bytes(bytes: f64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
-}
-
-/// A rate in words that never rounds a real rate to nothing: `27896 Mb/s`, `2.50 Mb/s`,
-/// `250 kb/s`, `12 b/s`.
-pub fn human_rate(bps: f64) -> String {
-    if bps >= 10e6 {
-        format!("{:.0} Mb/s", bps / 1e6)
-    } else if bps >= 1e6 {
-        format!("{:.2} Mb/s", bps / 1e6)
-    } else if bps >= 1e3 {
-        format!("{:.0} kb/s", bps / 1e3)
-    } else {
-        format!("{bps:.0} b/s")
-    }
-}
-
-/// Seconds into the test as a person writes them: `1.5`, `1.25`, `3.0`.
-fn secs(v: f64) -> String {
-    let text = format!("{v:.3}");
-    let text = text.trim_end_matches('0');
-    if text.ends_with('.') {
-        format!("{text}0")
-    } else {
-        text.to_string()
-    }
-}
-
-/// A run of consecutive intervals in which nothing was read.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Stall {
-    /// Seconds into the test: the first empty interval's begin, the last one's end.
-    pub start: f64,
-    pub end: f64,
-    pub intervals: u32,
-    /// Some other stream read data during it.
-    pub others_read: bool,
-}
-
-/// The stalls of the whole test or of one stream, fed interval by interval (O(1) state, so
-/// any test length is fine). A stream's stall counts only when other streams read data
-/// during it: when nothing moved, the whole test's stall says so once.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StallLog {
-    /// The whole test's log (every stall counts), not a stream's.
-    whole_test: bool,
-    open: Option<Stall>,
-    /// Stalls that count: how many, their intervals in all, and the longest.
-    pub count: u32,
-    pub intervals: u32,
-    pub longest: Option<Stall>,
-}
-
-impl StallLog {
-    /// The log of the whole test (all streams together).
-    pub fn whole_test() -> StallLog {
-        StallLog {
-            whole_test: true,
-            ..StallLog::default()
-        }
-    }
-
-    /// One more interval, `start..end` seconds: whether this log read nothing in it, and
-    /// whether any other stream read something.
-    pub fn step(&mut self, start: f64, end: f64, read_nothing: bool, others_read: bool) {
-        if !read_nothing {
-            self.finish();
-            return;
-        }
-        let run = self.open.get_or_insert(Stall {
-            start,
-            end,
-            intervals: 0,
-            others_read: false,
-        });
-        run.end = end;
-        run.intervals += 1;
-        run.others_read |= others_read;
-    }
-
-    /// Closes the open stall, if any (at the end of the test).
-    pub fn finish(&mut self) {
-        let Some(run) = self.open.take() else { return };
-        if !(self.whole_test || run.others_read) {
-            return;
-        }
-        self.count += 1;
-        self.intervals += run.intervals;
-        if self.longest.is_none_or(|l| run.intervals > l.intervals) {
-            self.longest = Some(run);
-        }
-    }
-
-    /// "from 1.5 s to 3.0 s (3 intervals)", or with several stalls "in 3 stretches of 5
-    /// intervals in all, the longest from … (3 intervals)".
-    fn describe(&self) -> Option<String> {
-        let l = self.longest?;
-        let plural = |n: u32| if n == 1 { "" } else { "s" };
-        let longest = format!(
-            "from {} s to {} s ({} interval{})",
-            secs(l.start),
-            secs(l.end),
-            l.intervals,
-            plural(l.intervals)
-        );
-        Some(if self.count == 1 {
-            longest
-        } else {
-            format!(
-                "in {} stretches of {} intervals in all, the longest {longest}",
-                self.count, self.intervals
-            )
-        })
-    }
-}
-
-/// Stream stall lines beyond this many are summed up in one.
-const STALLED_STREAM_LINES: usize = 4;
-
-/// The whole test, or single streams while others ran, reading nothing for whole
-/// intervals: a paused process, a stalled path, a stream stuck in loss recovery.
-fn stalls(e: &Evidence, out: &mut Vec<String>) {
-    // On a path whose round trip is longer than an interval, the first intervals are empty
-    // because the first bytes are still on their way, not because anything stalled.
-    let path_s = e
-        .streams
-        .iter()
-        .filter_map(|r| r.min_rtt)
-        .min()
-        .map_or(0.0, |us| f64::from(us) / 1e6);
-    let log = e.test_stalls;
-    let only_the_first_trip = log.count == 1
-        && log
-            .longest
-            .as_ref()
-            .is_some_and(|l| l.start == 0.0 && l.end <= 2.0 * path_s);
-    // A sender paced (-b) below a block per interval leaves intervals empty by design: a
-    // stretch no longer than its blocks' spacing (and an interval) is the pacing's.
-    let spacing_s = e
-        .header
-        .rate_bps
-        .filter(|&r| r > 0)
-        .map_or(0.0, |r| e.header.block_bytes as f64 * 8.0 / r as f64);
-    let paced = spacing_s >= e.header.interval_s
-        && log
-            .longest
-            .as_ref()
-            .is_some_and(|l| l.end - l.start <= spacing_s + e.header.interval_s);
-    if let Some(when) = log.describe().filter(|_| !only_the_first_trip && !paced) {
-        out.push(format!(
-            "diagnosis: no data moved {when}: a sender or receiver was stopped (paused, or \
-             not scheduled) or the path stalled."
-        ));
-    }
-    let mut stalled: Vec<(u16, &StallLog)> = e
-        .streams
-        .iter()
-        .zip(e.stream_stalls)
-        .filter(|(_, log)| log.count > 0)
-        .map(|(s, log)| (s.stream, log))
-        .collect();
-    stalled.sort_by_key(|(id, log)| (std::cmp::Reverse(log.intervals), *id));
-    for (id, log) in stalled.iter().take(STALLED_STREAM_LINES) {
-        if let Some(when) = log.describe() {
-            out.push(format!(
-                "diagnosis: stream {id} read nothing {when} while others moved data: its \
-                 connection waited out a retransmission timeout, or the other streams held \
-                 the shared queue."
-            ));
-        }
-    }
-    if stalled.len() > STALLED_STREAM_LINES {
-        let mut rest: Vec<u16> = stalled[STALLED_STREAM_LINES..]
-            .iter()
-            .map(|(id, _)| *id)
-            .collect();
-        rest.sort_unstable();
-        out.push(format!(
-            "diagnosis: streams {} also read nothing for whole intervals while others moved \
-             data.",
-            list(&rest)
-        ));
-    }
-}
-
-/// Block RTT far above the path's: blocks queued somewhere. A block's own write time at
-/// the measured rate is in every sample (the sender reads echoes between writes), so it is
-/// taken out before anything is called a queue; a queue larger than the buffers that were
-/// set (`-w`) is not in those buffers; and the advice never repeats the window in use, nor
-/// asks for a larger one to cure a queue.
-fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
-    let path_us = e
-        .streams
-        .iter()
-        .filter_map(|s| s.min_rtt)
-        .filter(|&v| v > 0)
-        .min();
-    let (sum, n) = e
-        .streams
-        .iter()
-        .filter_map(|s| s.block_rtt)
-        .fold((0.0, 0u64), |(sum, n), r| {
-            (sum + r.avg_us * r.samples as f64, n + r.samples)
-        });
-    let streams = e.streams.len().max(1) as f64;
-    let per_stream_bps = e.rate_bps / streams;
-    // No rate, no queue to size and no bandwidth-delay product: a stall says the rest.
-    let (Some(path_us), true, true) = (path_us, n > 0, per_stream_bps >= 1.0) else {
-        return;
-    };
-    let path_us = f64::from(path_us);
-    let block_us = sum / n as f64;
-    if block_us < QUEUE_FACTOR * path_us || block_us - path_us < QUEUE_MIN_US {
-        return;
-    }
-    let block_bytes = e.header.block_bytes as f64;
-    let write_us = block_bytes * 8.0 / per_stream_bps * 1e6;
-    // A sender paced by -b writes a block in pieces of pace::QUANTUM of its rate (at least
-    // a byte) and reads echoes between them: a sample holds the pacing of the header's
-    // bytes after the first piece (at -b 10k, 15 more one-byte pieces: 12 ms), not the
-    // whole block's write.
-    let paced = e.header.rate_bps.filter(|_| !e.header.udp).map(|rate| {
-        let rate = rate.max(1) as f64;
-        let piece = (rate * crate::data::pace::QUANTUM.as_secs_f64() / 8.0).max(1.0);
-        let header_us = (HEADER_LEN as f64 - piece).max(0.0) * 8.0 / rate * 1e6;
-        (rate as u64, header_us.min(write_us))
-    });
-    let write_us = paced.map_or(write_us, |(_, us)| us);
-    let queue_us = block_us - path_us - write_us;
-    let waited = format!(
-        "diagnosis: blocks waited {:.2} ms on average against a path RTT of {:.3} ms (kernel \
-         min_rtt)",
-        block_us / 1e3,
-        path_us / 1e3
-    );
-    let block = match paced {
-        Some((rate, _)) => format!(
-            "-b {} paces out each block's {HEADER_LEN}-byte header in {:.2} ms",
-            human_rate(rate as f64),
-            write_us / 1e3
-        ),
-        None => format!(
-            "-l {} takes {:.2} ms to write at {} per stream",
-            crate::units::format_size(e.header.block_bytes),
-            write_us / 1e3,
-            human_rate(per_stream_bps)
-        ),
-    };
-    if queue_us < QUEUE_MIN_US || queue_us + path_us < QUEUE_FACTOR * path_us {
-        if write_us < 0.5 * (block_us - path_us) {
-            return;
-        }
-        out.push(match paced {
-            Some(_) => format!(
-                "{waited}: that is the pacing of each block's header ({block}), not a queue."
-            ),
-            None => format!(
-                "{waited}: that is each block's own write time ({block}; the sender reads \
-                 echoes between writes), not a queue. A smaller -l gives a finer block RTT."
-            ),
-        });
-        return;
-    }
-    // A sender that -b held below the path's rate: its socket buffer empties between
-    // pieces (nothing unsent beyond a block at the end), and the wait is elsewhere (the
-    // receiver waking to read and echo, delayed ACKs between paced pieces), which no -w
-    // shortens (-b 100M on loopback was told of a standing queue and -w 64k,
-    // which changed nothing). Paced at about the bottleneck's rate a queue does stand
-    // (lab --rate 100M -b 100M, 1.5 MiB unsent and growing): the rate alone
-    // does not tell the two apart.
-    let emptied = e.streams.iter().all(|s| {
-        s.notsent_bytes
-            .is_none_or(|b| u64::from(b) <= e.header.block_bytes)
-    });
-    let held = |&(rate, _): &(u64, f64)| {
-        per_stream_bps >= KEPT_RATE * rate as f64 && emptied && queue_us < PACED_WAIT_US
-    };
-    if let Some((rate, _)) = paced.filter(held) {
-        out.push(format!(
-            "{waited}: -b {} paced the sender below what the path takes, so the {:.2} ms \
-             beyond the path's RTT and the header's pacing are not a queue in its socket \
-             buffers and a smaller -w would not shorten them: they are the receiver waking to \
-             read and echo, or acknowledgements delayed between paced pieces.",
-            human_rate(rate as f64),
-            queue_us / 1e3
-        ));
-        return;
-    }
-    let queue = per_stream_bps * queue_us / 1e6 / 8.0;
-    let sndbuf = e
-        .streams
-        .iter()
-        .filter_map(|s| s.sndbuf)
-        .max()
-        .unwrap_or(e.header.local_window.sndbuf);
-    let window = e.header.local_window.requested;
-    // With -w the buffers are fixed: the sender's and the receiver's are all a block can
-    // queue in on the hosts. Autotuned receive buffers grow unseen, so no bound then.
-    let buffers = window.map(|_| sndbuf + e.header.remote_window.rcvbuf);
-    let own_write = if write_us >= 0.1 * (block_us - path_us) {
-        match paced {
-            Some(_) => format!(" beyond the pacing of each block's header ({block})"),
-            None => format!(" beyond each block's own write time ({block})"),
-        }
-    } else {
-        String::new()
-    };
-    if let Some(b) = buffers.filter(|&b| queue > 1.25 * b as f64) {
-        out.push(format!(
-            "{waited}: {:.2} ms{own_write} would be a queue of {} per stream, more than the \
-             socket buffers hold ({} sent + received): the blocks waited elsewhere (a receiver \
-             slow to read, a thread not scheduled), not in a too-large window.",
-            queue_us / 1e3,
-            human_bytes(queue),
-            human_bytes(b as f64)
-        ));
-        return;
-    }
-    out.push(format!(
-        "{waited}: a standing queue of about {} per stream in the socket buffers{own_write}.",
-        human_bytes(queue)
-    ));
-    let bdp = per_stream_bps * path_us / 1e6 / 8.0;
-    // The per-stream BDP rounded up to a power of two: Linux doubles the request, which is
-    // the headroom. On the lab's 60 ms path these windows kept 95-98 % of the bottleneck at
-    // 1 to 16 streams with Jain >= 0.999 and no retransmits (bench-scripts/wan-lab.sh).
-    let suggest = (bdp.max(65536.0) as u64).next_power_of_two();
-    let how = if window.is_some() {
-        "granted"
-    } else {
-        "autotuned"
-    };
-    let product = format!(
-        "({} x {:.3} ms = {} per stream)",
-        human_rate(per_stream_bps),
-        path_us / 1e3,
-        human_bytes(bdp)
-    );
-    match window {
-        Some(w) if w <= suggest => out.push(format!(
-            "diagnosis: the window (-w {}, {} granted) is already at or below what the path \
-             needs {product}, so a smaller one would cost rate: the queue is not the window's. \
-             Look at the block size ({block}) and at the receiver keeping up (its CPU).",
-            crate::units::format_size(w),
-            human_bytes(sndbuf as f64)
-        )),
-        _ => out.push(format!(
-            "diagnosis: the send buffer ({} {how}) is far above the bandwidth-delay product \
-             {product}; -w {} should keep the rate without the queue.",
-            human_bytes(sndbuf as f64),
-            crate::units::format_size(suggest)
-        )),
+/// Files findings in a summary: their words in `diagnosis` (what text prints), the
+/// findings themselves in `findings`, so the two never disagree.
+pub fn file(s: &mut Summary, found: impl IntoIterator<Item = Finding>) {
+    for f in found {
+        s.diagnosis.push(f.words.clone());
+        s.findings.get_or_insert_with(Vec::new).push(f);
     }
 }
 
@@ -412,293 +64,40 @@ fn standing_queue(e: &Evidence, out: &mut Vec<String>) {
 /// with no standing queue to advise on; UDP: not short of the load it was to offer).
 const KEPT_RATE: f64 = 0.95;
 
-/// The longest wait a paced sender's blocks are put down to the receiver's wake-up and
-/// delayed ACKs (Linux delays an ACK up to 40 ms) rather than a queue.
-const PACED_WAIT_US: f64 = 40_000.0;
-
-/// Retransmitted segments at least this share of the segments sent…
-const RETRANSMIT_SHARE: f64 = 0.01;
-/// …and at least this many, get a line.
-const RETRANSMIT_MIN: u64 = 10;
-
-/// Many retransmits: segments lost on the path or in a queue that overflowed.
-fn retransmit_share(e: &Evidence, out: &mut Vec<String>) {
-    let retransmits: u64 = e.streams.iter().filter_map(|s| s.retransmits).sum();
-    let sent: u64 = e.streams.iter().map(|s| s.sent_bytes).sum();
-    let Some(mss) = e.header.path.mss.filter(|&m| m > 0) else {
-        return;
-    };
-    let segments = sent as f64 / f64::from(mss);
-    if retransmits < RETRANSMIT_MIN || segments < 1.0 {
-        return;
-    }
-    let share = retransmits as f64 / segments;
-    if share < RETRANSMIT_SHARE {
-        return;
-    }
-    let bbr = if e.header.congestion == "bbr" {
-        "; bbr also retransmits by design while it probes for bandwidth (compare with -C cubic)"
-    } else {
-        ""
-    };
-    out.push(format!(
-        "diagnosis: {retransmits} segments retransmitted, {:.1}% of the about {:.0} sent \
-         (MSS {mss} B, {} of {}): segments were lost, on the path, or in a bottleneck queue \
-         that overflows when the windows exceed what it holds (try a smaller -w){bbr}.",
-        share * 100.0,
-        segments,
-        human_bytes(retransmits as f64 * f64::from(mss)),
-        human_bytes(sent as f64)
-    ));
-}
-
-fn list(ids: &[u16]) -> String {
-    ids.iter()
-        .map(u16::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn concentrated_retransmits(e: &Evidence, out: &mut Vec<String>) {
-    let mut retr: Vec<(u16, u64)> = e
-        .streams
-        .iter()
-        .map(|s| (s.stream, s.retransmits.unwrap_or(0)))
-        .collect();
-    let total: u64 = retr.iter().map(|r| r.1).sum();
-    if retr.len() < 2 || total < 10 {
-        return;
-    }
-    retr.sort_by_key(|r| std::cmp::Reverse(r.1));
-    let k = (retr.len() / 4).max(1);
-    let top: u64 = retr[..k].iter().map(|r| r.1).sum();
-    let share = top as f64 / total as f64;
-    if share < 0.75 {
-        return;
-    }
-    let mut ids: Vec<u16> = retr[..k].iter().map(|r| r.0).collect();
-    ids.sort_unstable();
-    out.push(format!(
-        "diagnosis: {:.0}% of the {total} retransmits were in stream{} {} of {}: look at what \
-         they do not share with the others (path, queue, core).",
-        share * 100.0,
-        if k == 1 { "" } else { "s" },
-        list(&ids),
-        retr.len()
-    ));
-}
-
-/// Streams that read nothing in intervals in which others did. Intervals in which no
-/// stream read anything are the whole test's stalls (said by [`stalls`]), not starvation.
-fn starvation(e: &Evidence, out: &mut Vec<String>) {
-    let alone: Vec<u32> = e
-        .starved_intervals
-        .iter()
-        .map(|n| n.saturating_sub(e.test_stalls.intervals))
-        .collect();
-    let starved: Vec<u16> = e
-        .streams
-        .iter()
-        .zip(&alone)
-        .filter(|(_, n)| **n > 0)
-        .map(|(s, _)| s.stream)
-        .collect();
-    let total_bytes: u64 = e.streams.iter().map(|s| s.bytes).sum();
-    if starved.is_empty() || total_bytes == 0 || e.streams.len() < 2 {
-        return;
-    }
-    let count: u32 = alone.iter().sum();
-    out.push(format!(
-        "diagnosis: stream{} {} read nothing in {count} of {} stream-intervals (starved) while \
-         others ran.",
-        if starved.len() == 1 { "" } else { "s" },
-        list(&starved),
-        e.intervals * e.streams.len() as u32
-    ));
-}
-
-/// Drops and memory limits inside the hosts' kernels: segments the receiver threw away
-/// after the path had delivered them, TCP memory pressure, and the host's TCP memory near
-/// net.ipv4.tcp_mem (also when the pressure began before the test: other sockets, such as
-/// an earlier test's, held the memory). One line, only when something shows.
-pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Option<String> {
-    let receiver = k.receiver.unwrap_or(k.sender).drops;
-    let ends = [Some(k.sender), k.receiver];
-    let ends = ends.iter().flatten();
-    let pressures: u64 = ends.clone().map(|e| e.drops.memory_pressures).sum();
-    let peak = ends.clone().filter_map(|e| e.tcp_pages_peak).max();
-    let start = ends.clone().filter_map(|e| e.tcp_pages_start).max();
-    let limits = ends.clone().find_map(|e| e.tcp_mem_pages);
-    let dropped = receiver.receiver_drops();
-    let near_limit = matches!((peak, limits), (Some(p), Some(m)) if p >= m[1]);
-    if dropped == 0 && pressures == 0 && !near_limit {
-        return None;
-    }
-    let mut parts = Vec::new();
-    if dropped > 0 {
-        parts.push(format!(
-            "the receiving kernel discarded {dropped} segments the path had delivered \
-             (TCPRcvQDrop {}, TCPOFODrop {}, pruned {})",
-            receiver.rcvq_drops,
-            receiver.ofo_drops,
-            receiver.rcv_pruned + receiver.ofo_pruned
-        ));
-    }
-    if pressures > 0 {
-        parts.push(format!("TCP entered memory pressure {pressures} times"));
-    }
-    if let (Some(p), Some(m)) = (peak, limits) {
-        let mut text = format!(
-            "the host's TCP memory peaked at {p} pages (net.ipv4.tcp_mem = {} {} {}: from {} \
-             on, Linux shrinks every receive window to a few segments until TCP uses less than \
-             {}; at {} every socket waits for memory)",
-            m[0], m[1], m[2], m[1], m[0], m[2]
-        );
-        if let Some(s) = start.filter(|&s| s >= m[0]) {
-            text.push_str(&format!(
-                "; other sockets already held {s} pages when the test started"
-            ));
-        }
-        parts.push(text);
-    }
-    let retr = if retransmits > 0 {
-        format!(", against {retransmits} retransmits")
-    } else {
-        String::new()
-    };
-    Some(format!(
-        "diagnosis: {}{retr}: the {streams} streams' socket buffers together ask for more memory \
-         than the kernel lets TCP use; ask for smaller windows (-w) or raise net.ipv4.tcp_mem.",
-        parts.join(", and ")
-    ))
-}
-
-/// The receivers kept reading this long past `-t` (and at least this share of it) before
-/// a line says why.
-const DRAIN_MIN_S: f64 = 1.0;
-const DRAIN_SHARE: f64 = 0.1;
-
-/// A UDP receiver whose own socket buffer overflowed (`SO_RXQ_OVFL`): the datagrams
-/// reached its host and were dropped there because its thread did not read them fast
-/// enough, not on the path. The remedy is a larger buffer (`-w`) or a lower rate.
-/// `reverse`: the data went from the server to the client (`-R`, or `--bidir`'s second
-/// direction), whose buffer it names.
-pub fn udp_receiver_drops(u: &UdpFigures, header: &Header, reverse: bool) -> Option<String> {
-    if u.rxq_drops == 0 {
-        return None;
-    }
-    // A server's buffer is as large as its --max-window lets a client ask for.
-    let (window, cap) = match reverse {
-        true => (header.local_window.rcvbuf, ""),
-        false => (
-            header.remote_window.rcvbuf,
-            ", up to the server's --max-window",
-        ),
-    };
-    Some(format!(
-        "diagnosis: the receiver's own socket buffer overflowed {} time(s) (SO_RXQ_OVFL; \
-         with GRO one drop may hold up to 64 datagrams): {} of the {} datagrams lost were \
-         dropped on the receiving host, not on the path; its thread did not keep up: a \
-         larger -w (its buffer is {}{cap}) or a lower -b.",
-        u.rxq_drops,
-        if u.rxq_drops >= u.lost_packets {
-            "all"
-        } else {
-            "some"
-        },
-        u.lost_packets,
-        crate::units::format_size(window)
-    ))
-}
-
-/// UDP senders that wrote less than `-b` asked: the sending end could not keep up (its
-/// CPU, its socket, or datagrams too small for the rate), so the test did not offer the
-/// path the load it was asked to. `sent_bps` is per stream, over the test's span.
-pub fn udp_sender_short(sent_bps: f64, header: &Header) -> Option<String> {
-    let asked = header.rate_bps? as f64;
-    (sent_bps < KEPT_RATE * asked).then(|| {
-        format!(
-            "diagnosis: the senders wrote {:.1} Mb/s per stream, {:.0}% of the -b {} asked: \
-             the sending host could not keep up (CPU, or -l {} too small for the rate); the \
-             loss figures are for the load actually offered.",
-            sent_bps / 1e6,
-            sent_bps * 100.0 / asked,
-            crate::units::format_rate(asked as u64),
-            header.block_bytes
-        )
-    })
-}
-
-/// The receiving end's kernel counted UDP datagrams it dropped for full socket buffers
-/// (`RcvbufErrors` of `/proc/net/snmp`, for its whole namespace: other programs' sockets
-/// count too).
-pub fn udp_kernel_drops(k: &KernelSummary) -> Option<String> {
-    let udp = k.receiver.unwrap_or(k.sender).udp?;
-    (udp.rcvbuf_errors > 0).then(|| {
-        format!(
-            "diagnosis: the receiving host's kernel dropped {} UDP datagrams for full socket \
-             buffers during the test (RcvbufErrors, {} in errors in all; namespace-wide).",
-            udp.rcvbuf_errors, udp.in_errors
-        )
-    })
-}
-
-/// A test that ended well after `-t`: the senders stopped writing on time, and the rest was
-/// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
-/// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
-/// `omit_s` and `duration_s` are `-O` and `-t` as given: the planned end is their sum.
-/// `senders_rows`: the rows are the senders' counts (a client sending to an iperf3
-/// server), which end on time, so only the totals cover the drain.
-pub fn long_drain(
-    omit_s: f64,
-    duration_s: f64,
-    end_s: f64,
-    queued_bytes: u64,
-    senders_rows: bool,
-) -> Option<String> {
-    let late = end_s - omit_s - duration_s;
-    if late < DRAIN_MIN_S.max(DRAIN_SHARE * duration_s) {
-        return None;
-    }
-    let omit = if omit_s > 0.0 {
-        format!(" -O {omit_s}")
-    } else {
-        String::new()
-    };
-    let covers = match senders_rows {
-        true => "the totals cover that drain (the rows are this end's writes, which ended on time)",
-        false => "the last row covers that drain",
-    };
-    Some(format!(
-        "diagnosis: the test ran {late:.1} s past -t {duration_s}{omit}: the senders stopped \
-         writing on time with {} still unsent in their socket buffers, which the receivers \
-         read afterwards; {covers}. A window near the bandwidth-delay product ends on time.",
-        human_bytes(queued_bytes as f64)
-    ))
-}
-
-/// Jain's index below this over the whole test is worth a line.
-const UNFAIR_JAIN: f64 = 0.9;
-
-/// Streams that did not share the path evenly over the whole test.
-pub fn unfair_shares(f: &Fairness) -> Option<String> {
-    let (jain, lo, hi) = (f.jain?, f.min_share?, f.max_share?);
-    if f.streams < 2 || jain >= UNFAIR_JAIN {
-        return None;
-    }
-    Some(format!(
-        "diagnosis: the streams did not share the path evenly: Jain {jain:.3}, shares from \
-         {:.1}% to {:.1}% (equal would be {:.1}% each).",
-        lo * 100.0,
-        hi * 100.0,
-        100.0 / f64::from(f.streams)
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::RttSummary;
+    use crate::report::finding::human_rate;
+    use crate::report::model::{Fairness, Header, KernelSummary, RttSummary, UdpFigures};
+
+    // The checks' words, as text prints them: the tests below read those.
+    fn diagnose(e: &Evidence) -> Vec<String> {
+        super::diagnose(e).into_iter().map(|f| f.words).collect()
+    }
+
+    fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Option<String> {
+        super::kernel_drops(k, retransmits, streams).map(|f| f.words)
+    }
+
+    fn udp_kernel_drops(k: &KernelSummary) -> Option<String> {
+        super::udp_kernel_drops(k).map(|f| f.words)
+    }
+
+    fn udp_receiver_drops(u: &UdpFigures, h: &Header, reverse: bool) -> Option<String> {
+        super::udp_receiver_drops(u, h, reverse).map(|f| f.words)
+    }
+
+    fn udp_sender_short(sent_bps: f64, h: &Header) -> Option<String> {
+        super::udp_sender_short(sent_bps, h).map(|f| f.words)
+    }
+
+    fn long_drain(omit: f64, duration: f64, end: f64, queued: u64, rows: bool) -> Option<String> {
+        super::long_drain(omit, duration, end, queued, rows).map(|f| f.words)
+    }
+
+    fn unfair_shares(f: &Fairness) -> Option<String> {
+        super::unfair_shares(f).map(|f| f.words)
+    }
 
     fn header(sndbuf: u64) -> Header {
         let mut test = crate::wire::params::TestParams::defaults();
