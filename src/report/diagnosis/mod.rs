@@ -174,6 +174,104 @@ mod tests {
         );
     }
 
+    /// The standing queue above as data: its kind, the figures the words rest on, the
+    /// window advised, and words equal to the prose text prints.
+    #[test]
+    fn a_standing_queue_is_data_with_its_figures_and_advice() {
+        use crate::report::finding::{
+            Bdp, BlockWait, BlockWrite, Change, Kind, StandingQueue, WindowAboveBdp,
+        };
+        let h = header(8 << 20);
+        let streams = [
+            row(0, 1000, 60_000, 900_000.0, 0),
+            row(1, 1000, 60_000, 900_000.0, 0),
+        ];
+        let found = super::diagnose(&Evidence {
+            header: &h,
+            streams: &streams,
+            starved_intervals: &[0, 0],
+            intervals: 10,
+            rate_bps: 1e9,
+            test_stalls: &StallLog::whole_test(),
+            stream_stalls: &[],
+        });
+        assert_eq!(found.len(), 2, "{found:?}");
+        // 128 KiB blocks at 500 Mb/s per stream take 2.10 ms: the rest of the 840 ms
+        // beyond the path's RTT is the queue.
+        let wait = BlockWait {
+            block_rtt_ms: 900.0,
+            path_rtt_ms: 60.0,
+            write: BlockWrite::Writing {
+                block_bytes: 128 << 10,
+                per_stream_bps: 5e8,
+                write_ms: 2.097152,
+            },
+        };
+        let Kind::StandingQueue(q) = found[0].kind else {
+            panic!("{:?}", found[0].kind)
+        };
+        assert_eq!(q.wait, wait);
+        assert!((q.queue_bytes - 52_368_928.0).abs() < 1.0, "{q:?}");
+        assert_eq!(
+            q,
+            StandingQueue {
+                wait,
+                queue_bytes: q.queue_bytes,
+                write_named: false
+            }
+        );
+        assert!(found[0].advice.flags.is_empty() && found[0].advice.sysctls.is_empty());
+        assert_eq!(
+            found[0].words,
+            "diagnosis: blocks waited 900.00 ms on average against a path RTT of 60.000 ms \
+             (kernel min_rtt): a standing queue of about 49.9 MiB per stream in the socket \
+             buffers."
+        );
+        assert_eq!(
+            found[1].kind,
+            Kind::WindowAboveBdp(WindowAboveBdp {
+                sndbuf_bytes: 8 << 20,
+                autotuned: true,
+                bdp: Bdp {
+                    per_stream_bps: 5e8,
+                    path_rtt_ms: 60.0,
+                    bdp_bytes: 3_750_000.0,
+                },
+                window_bytes: 4 << 20,
+            })
+        );
+        let advised = &found[1].advice.flags;
+        assert_eq!(advised.len(), 1, "{advised:?}");
+        assert_eq!(
+            (
+                advised[0].name.as_str(),
+                advised[0].change,
+                advised[0].value.as_deref()
+            ),
+            ("-w", Change::Set, Some("4M"))
+        );
+        assert_eq!(
+            found[1].words,
+            "diagnosis: the send buffer (8.0 MiB autotuned) is far above the bandwidth-delay \
+             product (500 Mb/s x 60.000 ms = 3.6 MiB per stream); -w 4M should keep the rate \
+             without the queue."
+        );
+        assert_eq!(found[1].to_string(), found[1].words);
+        // In JSON: the kind, its figures and advice by name, and the words.
+        let json = serde_json::to_value(&found[1]).unwrap();
+        assert_eq!(json["kind"], "window_above_bdp");
+        assert_eq!(json["figures"]["window_bytes"], 4 << 20);
+        assert_eq!(json["figures"]["path_rtt_ms"], 60.0);
+        assert_eq!(
+            json["advice"],
+            serde_json::json!({"flags": [{"name": "-w", "change": "set", "value": "4M"}],
+                               "sysctls": []})
+        );
+        assert_eq!(json["words"], found[1].words.as_str());
+        let back: crate::report::finding::Finding = serde_json::from_value(json).unwrap();
+        assert_eq!(back, found[1]);
+    }
+
     #[test]
     fn no_finding_when_the_numbers_are_healthy() {
         let h = header(8 << 20);
