@@ -413,8 +413,8 @@ mod tests {
         );
         assert_eq!(long_drain(0.0, 15.0, 15.3, 1 << 20, false), None);
         assert!(line.contains("the last row covers that drain"), "{line}");
-        // Against an iperf3 server the rows are this end's writes: none covers the drain
-        // (`-l 1` said the last row did, and it ended at 2.0 of 3.6 s).
+        // Against an iperf3 server the rows are this end's writes, which end on time:
+        // none of them covers the drain.
         let line = long_drain(0.0, 2.0, 3.6, 1 << 20, true).unwrap();
         assert!(
             line.contains("; the totals cover that drain (the rows are this end's writes"),
@@ -470,9 +470,9 @@ mod tests {
         h
     }
 
-    /// `-l 64M -w 64k` on loopback (27896 Mb/s, path 4 µs, block RTT 19.241 ms)
-    /// reported a 64 MiB standing queue and advised `-w 64k`, the window in use. 64 MiB
-    /// take 19.24 ms to write at that rate: the wait is the block's own write time.
+    /// `-l 64M -w 64k` at 27896 Mb/s, path 4 µs, block RTT 19.241 ms: 64 MiB take
+    /// 19.24 ms to write at that rate, so the wait is the block's own write time, not a
+    /// queue, and no window is advised.
     #[test]
     fn a_blocks_own_write_time_is_not_a_queue() {
         let h = windowed(64 << 20, 64 << 10, 128 << 10, 128 << 10);
@@ -492,10 +492,10 @@ mod tests {
         );
     }
 
-    /// `-b 10k` on loopback: block RTT 11.85 ms was called each 128 KiB block's write time
-    /// at the measured rate (104807 ms, longer than the test). A paced sender writes
-    /// one-byte pieces at that rate and reads echoes between them: the wait is the pacing
-    /// of the 16-byte header after its first byte (12 ms), and no advice about -l.
+    /// `-b 10k`, block RTT 11.85 ms: a paced sender writes one-byte pieces at that rate
+    /// and reads echoes between them, so the wait is the pacing of the 16-byte header
+    /// after its first byte (12 ms), not a 128 KiB block's write time, and no advice
+    /// about -l.
     #[test]
     fn a_paced_senders_wait_is_its_header_s_pacing() {
         let mut h = windowed(128 << 10, 64 << 10, 128 << 10, 128 << 10);
@@ -511,10 +511,9 @@ mod tests {
         );
     }
 
-    /// `-b 100M` on loopback (block RTT 1.07 ms, path 6 us, 4 MiB autotuned) was
-    /// told of a 13 KiB standing queue in the socket buffers and `-w 64k`, which changed
-    /// nothing. A sender held to -b leaves no queue in them; one that fell short of -b
-    /// (the path took less) still gets the queue and the advice.
+    /// `-b 100M` (block RTT 1.07 ms, path 6 us, 4 MiB autotuned): a sender held to -b
+    /// leaves no queue in its socket buffers, so no -w is advised; one that fell short of
+    /// -b (the path took less) still gets the queue and the advice.
     #[test]
     fn a_sender_held_to_its_rate_has_no_standing_queue_to_advise_on() {
         let mut h = header(4 << 20);
@@ -534,7 +533,7 @@ mod tests {
             "{d:?}"
         );
         // At about the bottleneck's rate a queue stands: 1.5 MiB unsent at the end, or a
-        // wait past any delayed ACK (a lab run: 75 to 122 ms on a 10 ms path).
+        // wait past any delayed ACK (90 ms on a 10 ms path).
         let mut queued = row(0, 1000, 10_000, 90_000.0, 0);
         queued.notsent_bytes = Some(1_560_000);
         let d = one_stream(&h, queued.clone(), 95.4e6);
@@ -544,9 +543,9 @@ mod tests {
         assert!(d[0].contains("a standing queue of about"), "{d:?}");
     }
 
-    /// `-w 1k` (granted 4608 and 2304 B) at 160 Mb/s with a block RTT of 7.46 ms
-    /// reported a 145.6 KiB queue in 4.5 KiB buffers and advised `-w 64k`. A 128 KiB block
-    /// takes 6.55 ms to write: the rest is under a millisecond, no queue, no advice.
+    /// `-w 1k` (granted 4608 and 2304 B) at 160 Mb/s with a block RTT of 7.46 ms: a
+    /// 128 KiB block takes 6.55 ms to write, the rest is under a millisecond: no queue,
+    /// no advice.
     #[test]
     fn a_tiny_window_is_not_blamed_for_the_block_size() {
         let h = windowed(128 << 10, 1 << 10, 4608, 2304);
@@ -594,8 +593,8 @@ mod tests {
         assert!(d[1].contains("; -w 64k should keep the rate"), "{d:?}");
     }
 
-    /// A 1 Mb/s lab test printed `0 Mb/s x 21.182 ms`. Small rates keep their
-    /// figures; no rate at all sizes nothing.
+    /// Rates below 10 Mb/s keep their figures (not `0 Mb/s`); no rate at all sizes
+    /// nothing.
     #[test]
     fn small_rates_are_worded_and_no_rate_sizes_nothing() {
         assert_eq!(human_rate(27_896.226e6), "27896 Mb/s");
@@ -759,8 +758,8 @@ mod tests {
             "{d:?}"
         );
         assert!(d[2].contains("stream 1 read nothing in 1 of 8"), "{d:?}");
-        // Both streams read nothing in the 3 stalled intervals: not starved "while others
-        // ran" (a paused client printed that too).
+        // Both streams read nothing in the 3 stalled intervals: the test's stall, not
+        // starvation "while others ran".
         let d = diagnose(&Evidence {
             header: &h,
             streams: &streams,
@@ -802,7 +801,7 @@ mod tests {
         );
     }
 
-    /// A lab run with 44 220 retransmits had no line about them.
+    /// Retransmits of 1 % of the segments or more (and at least 10) get a line.
     #[test]
     fn many_retransmits_get_a_line() {
         let mut h = header(1 << 20);
@@ -915,7 +914,7 @@ mod tests {
             forward.contains("its buffer is 128k, up to the server's --max-window"),
             "{forward}"
         );
-        // -R, and --bidir's server-to-client direction (it named the server's).
+        // -R, and --bidir's server-to-client direction: the client's buffer.
         let reverse = udp_receiver_drops(&u, &h, true).unwrap();
         assert!(reverse.contains("(its buffer is 4M)"), "{reverse}");
         assert_eq!(
