@@ -5,6 +5,7 @@
 
 pub(crate) mod diagnosis;
 pub(crate) mod fairness;
+pub mod finding;
 pub mod format;
 pub(crate) mod interval;
 pub mod iperf3_json;
@@ -926,10 +927,10 @@ fn add_kernel(s: &mut Summary, local: KernelReport, remote: Option<KernelReport>
         shared_namespace: shared,
     };
     let retransmits = s.sum_sent.retransmits.unwrap_or(0);
-    s.diagnosis
-        .extend(diagnosis::kernel_drops(&k, retransmits, s.streams.len()));
+    let streams = s.streams.len();
+    diagnosis::file(s, diagnosis::kernel_drops(&k, retransmits, streams));
     if s.sum.udp.is_some() {
-        s.diagnosis.extend(diagnosis::udp_kernel_drops(&k));
+        diagnosis::file(s, diagnosis::udp_kernel_drops(&k));
     }
     s.kernel = Some(k);
 }
@@ -1098,7 +1099,8 @@ fn summarize(
         },
         streams: rows,
         sum,
-        diagnosis,
+        diagnosis: diagnosis.iter().map(|f| f.words.clone()).collect(),
+        findings: Some(diagnosis),
         cpu_utilization_percent: None,
         cpu: None,
         kernel: None,

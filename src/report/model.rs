@@ -414,6 +414,10 @@ pub struct Summary {
     pub fairness: TestFairness,
     /// Plain-words findings, only when the numbers show them.
     pub diagnosis: Vec<String>,
+    /// The same findings as data, one per line of `diagnosis`: kind, figures, advice and
+    /// words. Absent (not empty) in documents saved before findings were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<Vec<crate::report::finding::Finding>>,
     /// iperf3's summary figures: percent of one core, local and remote.
     pub cpu_utilization_percent: Option<CpuUtilization>,
     /// Both ends' CPU in full, and what the throughput cost.
@@ -715,6 +719,7 @@ pub(crate) mod sample {
             },
             sum,
             diagnosis: vec!["one stream starved".into()],
+            findings: None,
             cpu_utilization_percent: Some(CpuUtilization {
                 host_total: 91.2468,
                 host_user: 12.3456,

@@ -275,3 +275,53 @@ impl<W: Write + Send> Formatter for JsonLinesFormatter<W> {
         self.emit(&Event::ServerOutput(text.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::diagnosis;
+    use crate::report::finding::{Finding, UnfairShares};
+    use crate::report::model::sample;
+
+    fn unfair() -> Finding {
+        Finding::new(UnfairShares {
+            jain: 0.865,
+            min_share_percent: 2.8,
+            max_share_percent: 19.0,
+            equal_share_percent: 12.5,
+        })
+    }
+
+    /// A document saved before findings were recorded loads without them, and writes
+    /// out again without the key (not as an empty list: nothing says none were found).
+    #[test]
+    fn a_document_without_findings_loads_and_keeps_its_shape() {
+        let mut doc = Document::new(None, sample::header());
+        doc.end = Some(sample::summary());
+        let text = serde_json::to_string(&doc).unwrap();
+        assert!(!text.contains("\"findings\""), "{text}");
+        let back: Document = serde_json::from_str(&text).unwrap();
+        let end = back.end.unwrap();
+        assert_eq!(end.findings, None);
+        assert_eq!(end.diagnosis, sample::summary().diagnosis);
+    }
+
+    /// Findings are written next to the words of `diagnosis`, as data, and read back.
+    #[test]
+    fn findings_are_written_as_data_beside_the_words() {
+        let mut s = sample::summary();
+        s.diagnosis.clear();
+        diagnosis::file(&mut s, [unfair()]);
+        assert_eq!(s.diagnosis, vec![unfair().words]);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["diagnosis"][0], unfair().words.as_str());
+        let f = &json["findings"][0];
+        assert_eq!(f["kind"], "unfair_shares");
+        assert_eq!(f["figures"]["jain"], 0.865);
+        assert_eq!(f["figures"]["equal_share_percent"], 12.5);
+        assert_eq!(f["advice"]["flags"], serde_json::json!([]));
+        assert_eq!(f["words"], json["diagnosis"][0]);
+        let back: Summary = serde_json::from_value(json).unwrap();
+        assert_eq!(back.findings, Some(vec![unfair()]));
+    }
+}
