@@ -760,8 +760,8 @@ mod tests {
         );
     }
 
-    /// Without --blocks each protocol runs at its own -l default (UDP's 128k default was
-    /// refused: "--blocks 128k: a UDP datagram must be 32 to 65507 bytes").
+    /// Without --blocks each protocol runs at its own -l default (TCP's 128k is no UDP
+    /// datagram size).
     #[test]
     fn without_blocks_each_protocol_has_its_own_default() {
         use clap::Parser;
@@ -785,7 +785,7 @@ mod tests {
     }
 
     /// What `--engine single` cannot do is refused for compare's rows as for a single test,
-    /// before anything connects (review: it failed the row after connecting).
+    /// before anything connects.
     #[test]
     fn the_single_engine_s_rules_hold_for_every_row() {
         use clap::Parser;

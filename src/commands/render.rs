@@ -236,7 +236,7 @@ fn create(path: &Path, flag: &'static str) -> Result<Made> {
 
 /// Runs one test as configured; prints the report on stdout (or `--logfile`), and in the
 /// machine formats a failure too (`-J` prints what it has with an `error` field, as iperf3
-/// -J does). (Was `client::run`; it lives here so `client` does not depend on the plots.)
+/// -J does). It lives here, not in `client`, so `client` does not depend on the plots.
 pub(crate) fn run_client(cfg: ClientConfig, o: &OutputArgs) -> Result<()> {
     let out = client_output(cfg.format, o)?;
     crate::client::run_with(cfg, out).map(|_| ())
@@ -398,7 +398,7 @@ fn report_format(a: &ReportArgs) -> Result<ReportFormat> {
         .and_then(|p| p.extension())
         .and_then(|e| e.to_str())
         .map(str::to_lowercase);
-    // A run's own output flags, taken here too (they were "unexpected argument").
+    // A run's own output flags (`--csv`, `-J`, `--html`) are taken here too.
     match (a.format, a.csv, a.json, &a.html) {
         (Some(f), ..) => return Ok(f),
         (_, true, ..) => return Ok(ReportFormat::Csv),

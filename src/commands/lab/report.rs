@@ -610,8 +610,7 @@ mod tests {
     }
 
     /// A run held below the path by its own -b, by --loss, a blackout or slow start is not
-    /// the relay's doing (`-b 20M` over a 100M path was blamed on the relay,
-    /// and so was one late packet in 160).
+    /// the relay's doing: its late deliveries get a note (or nothing), not a warning.
     #[test]
     fn late_deliveries_in_a_run_held_back_by_something_else_only_get_a_note() {
         assert_eq!(
