@@ -283,7 +283,7 @@ pub struct LabOut {
     sink: Sink,
     /// `--plot`, `--html`, `--json-file`: written once the lab's figures are in, from the
     /// client's document (`doc`) with them added.
-    files: Option<crate::commands::render::SideFiles>,
+    files: Option<crate::commands::output::SideFiles>,
     doc: Captured,
     /// Writing a side file failed.
     files_error: Option<crate::error::Error>,
@@ -309,9 +309,9 @@ impl LabOut {
             format,
             text: o.text.clone(),
             sink: Sink(Arc::new(Mutex::new(
-                crate::commands::render::report_writer(o)?,
+                crate::commands::output::report_writer(o)?,
             ))),
-            files: crate::commands::render::SideFiles::create(o)?,
+            files: crate::commands::output::SideFiles::create(o)?,
             doc: Captured::default(),
             files_error: None,
             output: crate::report::Output::default(),
@@ -331,14 +331,14 @@ impl LabOut {
             Format::Json => Box::new(self.captured.clone()),
             _ => Box::new(self.sink.clone()),
         };
-        let display = crate::commands::render::display(self.format, &self.text, out);
+        let display = crate::commands::output::display(self.format, &self.text, out);
         match self.files {
             None => display,
             Some(_) => {
                 let doc = Box::new(self.doc.clone());
                 Box::new(Tee(
                     display,
-                    crate::commands::render::display(Format::Json, &self.text, doc),
+                    crate::commands::output::display(Format::Json, &self.text, doc),
                 ))
             }
         }
