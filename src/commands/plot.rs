@@ -728,40 +728,67 @@ pub(crate) fn compare_svg(doc: &CompareDoc, title: &str) -> Result<String> {
     Ok(svg)
 }
 
-fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
-    let rows = &doc.rows;
-    let varying: Vec<Dim> = Dim::ALL
-        .into_iter()
-        .filter(|d| d.values(rows).len() > 1)
-        .collect();
-    // The x axis: the first swept size or count, else the first swept choice.
-    let x_dim = varying.first().copied().unwrap_or(Dim::Block);
-    let others: Vec<Dim> = varying.iter().copied().filter(|d| *d != x_dim).collect();
-    let xs = x_dim.values(rows);
-    let x_of = |r: &CompareRow| xs.iter().position(|v| *v == x_dim.of(r)).unwrap_or(0);
-    let curve_of = |r: &CompareRow| -> String {
-        let parts: Vec<String> = others
-            .iter()
+/// A comparison's axes: the swept dimension along x, and one curve per combination of the
+/// other swept dimensions, in the order the rows first show them.
+struct CompareAxes {
+    x_dim: Dim,
+    xs: Vec<(String, u64)>,
+    others: Vec<Dim>,
+    curves: Vec<String>,
+}
+
+impl CompareAxes {
+    fn of(rows: &[CompareRow]) -> CompareAxes {
+        let varying: Vec<Dim> = Dim::ALL
+            .into_iter()
+            .filter(|d| d.values(rows).len() > 1)
+            .collect();
+        // The x axis: the first swept size or count, else the first swept choice.
+        let x_dim = varying.first().copied().unwrap_or(Dim::Block);
+        let others: Vec<Dim> = varying.iter().copied().filter(|d| *d != x_dim).collect();
+        let mut axes = CompareAxes {
+            x_dim,
+            xs: x_dim.values(rows),
+            others,
+            curves: Vec::new(),
+        };
+        for r in rows {
+            let c = axes.curve_of(r);
+            if !axes.curves.contains(&c) {
+                axes.curves.push(c);
+            }
+        }
+        axes
+    }
+
+    /// The row's place along the x axis.
+    fn x_of(&self, r: &CompareRow) -> usize {
+        let x = self.x_dim.of(r);
+        self.xs.iter().position(|v| *v == x).unwrap_or(0)
+    }
+
+    /// The name of the row's curve: its values of the other swept dimensions.
+    fn curve_of(&self, r: &CompareRow) -> String {
+        let parts: Vec<String> = (self.others.iter())
             .map(|d| format!("{} {}", d.name(), d.of(r).0))
             .collect();
         match parts.is_empty() {
             true => "pinperf".into(),
             false => parts.join(", "),
         }
-    };
-    let mut curves: Vec<String> = Vec::new();
-    for r in rows {
-        let c = curve_of(r);
-        if !curves.contains(&c) {
-            curves.push(c);
-        }
     }
+}
+
+/// What a comparison's panel draws of each row (none: the run has no value).
+type Metric = fn(&CompareRow) -> Option<f64>;
+
+fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
+    let axes = CompareAxes::of(&doc.rows);
     let legend_w = 260;
     let root = SVGBackend::with_string(svg, (820 + legend_w, 760)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(title, (FONT, 20))?;
     let (top, bottom) = root.split_vertically(360);
-    type Metric = fn(&CompareRow) -> Option<f64>;
     let panels: [(&DrawingArea<SVGBackend<'_>, Shift>, &str, &str, Metric); 2] = [
         (&top, "Throughput (receiver)", "Gbit/s", |r| {
             r.bits_per_second.map(|b| b / 1e9)
@@ -771,57 +798,70 @@ fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
         }),
     ];
     for (area, caption, unit, metric) in panels {
-        let (chart_area, legend_area) = area.split_horizontally(820);
-        let max = rows.iter().filter_map(metric).fold(0.0, f64::max).max(1e-3);
-        let mut chart = ChartBuilder::on(&chart_area)
-            .caption(format!("{caption} against {}", x_dim.name()), (FONT, 16))
-            .margin(8)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(
-                (0..xs.len().saturating_sub(1)).into_segmented(),
-                0.0..max * 1.15,
-            )?;
-        chart
-            .configure_mesh()
-            .x_desc(x_dim.name())
-            .y_desc(unit)
-            .x_labels(xs.len() + 1)
-            .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => xs.get(*i).map_or(String::new(), |x| x.0.clone()),
-                _ => String::new(),
-            })
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
-        let mut entries = Vec::new();
-        for (k, name) in curves.iter().enumerate() {
-            let c = colour(k, curves.len());
-            let mut points: Vec<(usize, f64)> = rows
-                .iter()
-                .filter(|r| curve_of(r) == *name)
-                .filter_map(|r| metric(r).map(|v| (x_of(r), v)))
-                .collect();
-            points.sort_by_key(|p| p.0);
-            let points: Vec<(SegmentValue<usize>, f64)> = points
-                .into_iter()
-                .map(|(i, v)| (SegmentValue::CenterOf(i), v))
-                .collect();
-            chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
-            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
-            entries.push(entry(name.clone(), c, Mark::Line(2)));
-        }
-        let failed = rows.iter().filter(|r| metric(r).is_none()).count();
-        if failed > 0 {
-            entries.push(entry(
-                format!("{failed} run(s) without a value"),
-                RED.to_rgba(),
-                Mark::Cross,
-            ));
-        }
-        legend(&legend_area, &entries, &[])?;
+        compare_panel(area, &axes, &doc.rows, (caption, unit), metric)?;
     }
     root.present()?;
     Ok(())
+}
+
+/// One metric of every row against the x axis, a curve per combination; the legend
+/// counts the rows without a value.
+fn compare_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    axes: &CompareAxes,
+    rows: &[CompareRow],
+    (caption, unit): (&str, &str),
+    metric: Metric,
+) -> Drawn {
+    let (x_dim, xs) = (axes.x_dim, &axes.xs);
+    let (chart_area, legend_area) = area.split_horizontally(820);
+    let max = rows.iter().filter_map(metric).fold(0.0, f64::max).max(1e-3);
+    let mut chart = ChartBuilder::on(&chart_area)
+        .caption(format!("{caption} against {}", x_dim.name()), (FONT, 16))
+        .margin(8)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (0..xs.len().saturating_sub(1)).into_segmented(),
+            0.0..max * 1.15,
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc(x_dim.name())
+        .y_desc(unit)
+        .x_labels(xs.len() + 1)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => xs.get(*i).map_or(String::new(), |x| x.0.clone()),
+            _ => String::new(),
+        })
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    let mut entries = Vec::new();
+    for (k, name) in axes.curves.iter().enumerate() {
+        let c = colour(k, axes.curves.len());
+        let mut points: Vec<(usize, f64)> = rows
+            .iter()
+            .filter(|r| axes.curve_of(r) == *name)
+            .filter_map(|r| metric(r).map(|v| (axes.x_of(r), v)))
+            .collect();
+        points.sort_by_key(|p| p.0);
+        let points: Vec<(SegmentValue<usize>, f64)> = points
+            .into_iter()
+            .map(|(i, v)| (SegmentValue::CenterOf(i), v))
+            .collect();
+        chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
+        chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
+        entries.push(entry(name.clone(), c, Mark::Line(2)));
+    }
+    let failed = rows.iter().filter(|r| metric(r).is_none()).count();
+    if failed > 0 {
+        entries.push(entry(
+            format!("{failed} run(s) without a value"),
+            RED.to_rgba(),
+            Mark::Cross,
+        ));
+    }
+    legend(&legend_area, &entries, &[])
 }
 
 /// The bytes of `svg` as `path`'s extension asks: as it is for `.svg`, rasterised for `.png`.
