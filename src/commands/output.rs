@@ -1,7 +1,7 @@
 //! Where a client run's report goes and what it leaves behind: the chosen format with
 //! iperf3's text flags (`-f`, `-T`, `--timestamps`, `-V`, `--logfile`, `--forceflush`), and
 //! the side files written from the whole document when the test ends (`--plot`, `--html`,
-//! `--json-file`). [`Capture`] runs on the client's `reporter` thread; the rest on the
+//! `--json-file`). `Capture` runs on the client's `reporter` thread; the rest on the
 //! main thread.
 
 use std::fs::File;

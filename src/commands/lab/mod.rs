@@ -1067,8 +1067,8 @@ mod tests {
         assert!(matches!(e, Error::Usage(_)));
         let e = path_spec(&lab_args(&["--queue", "100"])).unwrap_err();
         assert!(e.to_string().contains("--queue"), "{e}");
-        // Past the longest round trip the handshake's deadlines hold (--rtt 6s timed out
-        // connecting), which the client's default --connect-timeout is above.
+        // Past the longest round trip the handshake's deadlines hold (the client's default
+        // --connect-timeout is above it).
         let e = path_spec(&lab_args(&["--rtt", "4.5s"])).unwrap_err();
         assert!(e.to_string().starts_with("--rtt 4.5s: use 0.1ms"), "{e}");
         assert!(
