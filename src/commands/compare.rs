@@ -598,21 +598,7 @@ const TEXT_HEADING: &str = "#  block streams  window   pin  engine        Mb/s  
 /// `#` line with the reason; the error (stderr, exit 128 + the signal) follows.
 pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     let matrix = points(a)?;
-    // Every configuration through the one constructor, so each is checked as a single
-    // test would be before the first one runs.
-    let target = Target::from_args(&a.target)?;
-    let configs = matrix
-        .iter()
-        .map(|p| config_for(a, &target, p))
-        .collect::<Result<Vec<_>>>()?;
-    // What the engine cannot run is skipped (said in its row); nothing runnable is refused.
-    let skips: Vec<Option<String>> = configs
-        .iter()
-        .map(|c| c.check_engine().err().map(|e| e.to_string()))
-        .collect();
-    if let (true, Some(Some(why))) = (skips.iter().all(Option::is_some), skips.first()) {
-        return Err(Error::Usage(why.clone()));
-    }
+    let (configs, skips) = configs(a, &matrix)?;
     let format = match (a.json, a.csv) {
         (true, _) => Format::Json,
         (_, true) => Format::Csv,
@@ -657,6 +643,25 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Every point's client configuration, through the one constructor so each is checked
+/// as a single test would be before the first one runs; and why the engine cannot run a
+/// point (a skipped row), refusing only a matrix with nothing runnable.
+fn configs(a: &CompareArgs, matrix: &[Point]) -> Result<(Vec<ClientConfig>, Vec<Option<String>>)> {
+    let target = Target::from_args(&a.target)?;
+    let configs = matrix
+        .iter()
+        .map(|p| config_for(a, &target, p))
+        .collect::<Result<Vec<_>>>()?;
+    let skips: Vec<Option<String>> = configs
+        .iter()
+        .map(|c| c.check_engine().err().map(|e| e.to_string()))
+        .collect();
+    if let (true, Some(Some(why))) = (skips.iter().all(Option::is_some), skips.first()) {
+        return Err(Error::Usage(why.clone()));
+    }
+    Ok((configs, skips))
 }
 
 /// The server every run tests against: `-c HOST` (and its `-p`), or with `--loopback` one
