@@ -5,6 +5,7 @@
 //! with `--loopback` one in-process server serves them all.
 
 use std::io::{self, Write};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -199,62 +200,151 @@ impl CompareDoc {
 
 /// Builds the matrix from the axis flags, validating every value as a single test would.
 pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
-    let blocks = a
-        .blocks
-        .as_deref()
-        .map(|b| parse_size_list("--blocks", b))
-        .transpose()?;
-    let streams = parse_count_list("--streams", &a.streams)?;
-    let windows: Vec<Option<u64>> = a
-        .windows
-        .split(',')
+    let out = Axes::parse(a)?.matrix();
+    if out.len() > MAX_RUNS {
+        return Err(Error::Usage(format!(
+            "{} configurations; at most {MAX_RUNS}",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// The matrix's axes, each parsed from its flag.
+struct Axes {
+    /// None: each protocol's own -l.
+    blocks: Option<Vec<u64>>,
+    streams: Vec<u64>,
+    windows: Vec<Option<u64>>,
+    pins: Vec<String>,
+    engines: Vec<Engine>,
+    /// `-u` or not.
+    protocols: Vec<bool>,
+    rates: Vec<Option<u64>>,
+    copies: Vec<String>,
+}
+
+impl Axes {
+    /// Every axis from its flag, in this order, so the first bad flag is the one named.
+    fn parse(a: &CompareArgs) -> Result<Axes> {
+        Ok(Axes {
+            blocks: (a.blocks.as_deref())
+                .map(|b| parse_size_list("--blocks", b))
+                .transpose()?,
+            streams: parse_count_list("--streams", &a.streams)?,
+            windows: parse_windows(&a.windows)?,
+            pins: parse_words(
+                "--pins",
+                &a.pins,
+                |w| ["auto", "none"].contains(&w).then(|| w.to_string()),
+                "auto, none",
+            )?,
+            engines: parse_words(
+                "--engines",
+                &a.engines,
+                |w| match w {
+                    "threads" => Some(Engine::Threads),
+                    "single" => Some(Engine::Single),
+                    _ => None,
+                },
+                "threads, single",
+            )?,
+            protocols: parse_words(
+                "--protocols",
+                &a.protocols,
+                |w| match w {
+                    "tcp" => Some(false),
+                    "udp" => Some(true),
+                    _ => None,
+                },
+                "tcp, udp",
+            )?,
+            rates: parse_rates(a.rates.as_deref())?,
+            copies: parse_copies(&a.copy)?,
+        })
+    }
+
+    /// Every combination, protocols outermost and copy methods innermost.
+    fn matrix(&self) -> Vec<Point> {
+        let mut out = Vec::new();
+        for &udp in &self.protocols {
+            // Without --blocks, each protocol's own -l default.
+            let default = TestParams {
+                udp,
+                ..TestParams::defaults()
+            }
+            .block_bytes();
+            let blocks = self.blocks.clone().unwrap_or_else(|| vec![default]);
+            for &rate_bps in &self.rates {
+                for &block in &blocks {
+                    for &n in &self.streams {
+                        self.settings(&mut out, (udp, rate_bps, block, n));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The combinations of one protocol, rate, block size and stream count: each
+    /// window, pinning, engine and copy method.
+    fn settings(
+        &self,
+        out: &mut Vec<Point>,
+        (udp, rate_bps, block, n): (bool, Option<u64>, u64, u64),
+    ) {
+        for &window in &self.windows {
+            for pin in &self.pins {
+                for &engine in &self.engines {
+                    for copy in &self.copies {
+                        out.push(Point {
+                            block_bytes: block,
+                            streams: u16::try_from(n).unwrap_or(u16::MAX),
+                            window_bytes: window,
+                            pin: pin.clone(),
+                            engine,
+                            udp,
+                            rate_bps,
+                            copy: copy.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `--windows`: `auto` (kernel autotuning) or sizes.
+fn parse_windows(text: &str) -> Result<Vec<Option<u64>>> {
+    text.split(',')
         .map(|w| match w.trim() {
             "auto" => Ok(None),
             w => parse_size(w)
                 .map(Some)
-                .map_err(|e| Error::Usage(format!("--windows {}: {e}", a.windows))),
+                .map_err(|e| Error::Usage(format!("--windows {text}: {e}"))),
         })
-        .collect::<Result<_>>()?;
-    let pins = parse_words(
-        "--pins",
-        &a.pins,
-        |w| ["auto", "none"].contains(&w).then(|| w.to_string()),
-        "auto, none",
-    )?;
-    let engines = parse_words(
-        "--engines",
-        &a.engines,
-        |w| match w {
-            "threads" => Some(Engine::Threads),
-            "single" => Some(Engine::Single),
-            _ => None,
-        },
-        "threads, single",
-    )?;
-    let protocols = parse_words(
-        "--protocols",
-        &a.protocols,
-        |w| match w {
-            "tcp" => Some(false),
-            "udp" => Some(true),
-            _ => None,
-        },
-        "tcp, udp",
-    )?;
-    let rates: Vec<Option<u64>> = match &a.rates {
-        None => vec![None],
-        Some(text) => text
-            .split(',')
-            .map(|r| match crate::units::parse_rate_or_zero(r) {
-                Ok(0) => Ok(None),
-                Ok(bps) => Ok(Some(bps)),
-                Err(e) => Err(Error::Usage(format!("--rates {text}: {e}"))),
-            })
-            .collect::<Result<_>>()?,
+        .collect()
+}
+
+/// `--rates`: `-b` per stream; 0 (or no flag) is as fast as possible.
+fn parse_rates(text: Option<&str>) -> Result<Vec<Option<u64>>> {
+    let Some(text) = text else {
+        return Ok(vec![None]);
     };
-    let copies = parse_words(
+    text.split(',')
+        .map(|r| match crate::units::parse_rate_or_zero(r) {
+            Ok(0) => Ok(None),
+            Ok(bps) => Ok(Some(bps)),
+            Err(e) => Err(Error::Usage(format!("--rates {text}: {e}"))),
+        })
+        .collect()
+}
+
+/// `--copy`: names from [`COPIES`].
+fn parse_copies(text: &str) -> Result<Vec<String>> {
+    parse_words(
         "--copy",
-        &a.copy,
+        text,
         |w| {
             COPIES
                 .iter()
@@ -266,48 +356,7 @@ pub(crate) fn points(a: &CompareArgs) -> Result<Vec<Point>> {
             .map(|(n, _)| *n)
             .collect::<Vec<_>>()
             .join(", "),
-    )?;
-    let mut out = Vec::new();
-    for &udp in &protocols {
-        // Without --blocks, each protocol's own -l default.
-        let default = TestParams {
-            udp,
-            ..TestParams::defaults()
-        }
-        .block_bytes();
-        let blocks = blocks.clone().unwrap_or_else(|| vec![default]);
-        for &rate_bps in &rates {
-            for &block in &blocks {
-                for &n in &streams {
-                    for &window in &windows {
-                        for pin in &pins {
-                            for &engine in &engines {
-                                for copy in &copies {
-                                    out.push(Point {
-                                        block_bytes: block,
-                                        streams: u16::try_from(n).unwrap_or(u16::MAX),
-                                        window_bytes: window,
-                                        pin: pin.clone(),
-                                        engine,
-                                        udp,
-                                        rate_bps,
-                                        copy: copy.clone(),
-                                    });
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    if out.len() > MAX_RUNS {
-        return Err(Error::Usage(format!(
-            "{} configurations; at most {MAX_RUNS}",
-            out.len()
-        )));
-    }
-    Ok(out)
+    )
 }
 
 /// The client configuration of one point: the axes, and the flags shared by every run.
@@ -549,153 +598,42 @@ const TEXT_HEADING: &str = "#  block streams  window   pin  engine        Mb/s  
 /// `#` line with the reason; the error (stderr, exit 128 + the signal) follows.
 pub(crate) fn run(a: &CompareArgs) -> Result<()> {
     let matrix = points(a)?;
-    // Every configuration through the one constructor, so each is checked as a single
-    // test would be before the first one runs.
-    let target = Target::from_args(&a.target)?;
-    let configs = matrix
-        .iter()
-        .map(|p| config_for(a, &target, p))
-        .collect::<Result<Vec<_>>>()?;
-    // What the engine cannot run is skipped (said in its row); nothing runnable is refused.
-    let skips: Vec<Option<String>> = configs
-        .iter()
-        .map(|c| c.check_engine().err().map(|e| e.to_string()))
-        .collect();
-    if let (true, Some(Some(why))) = (skips.iter().all(Option::is_some), skips.first()) {
-        return Err(Error::Usage(why.clone()));
-    }
+    let (configs, skips) = configs(a, &matrix)?;
     let format = match (a.json, a.csv) {
         (true, _) => Format::Json,
         (_, true) => Format::Csv,
         _ => a.format.into(),
     };
-    let (host, port, same_process) = match (&a.target.client, a.target.loopback) {
-        (Some(_), true) | (None, false) => {
-            return Err(Error::Usage(
-                "compare: give exactly one of -c HOST and --loopback".into(),
-            ));
-        }
-        (Some(h), false) => (h.clone(), a.target.port(), false),
-        (None, true) => (
-            "127.0.0.1".to_string(),
-            Server::spawn_local(false, Affinity::Auto)?.port(),
-            true,
-        ),
+    let server = Endpoint::of(a)?;
+    let mut out = Printer {
+        out: io::stdout().lock(),
+        format,
     };
-    let target = format!(
-        "{host}:{port}{}",
-        if same_process {
-            " (in-process server)"
-        } else {
-            ""
-        }
-    );
-    let mut out = io::stdout().lock();
-    // Nobody reads any more (`| head`): stop quietly, as a single test does.
-    let io_err = |e: io::Error| match e.kind() {
-        io::ErrorKind::BrokenPipe => Error::OutputClosed,
-        _ => Error::io("write the comparison", e),
+    out.heading(a, matrix.len(), &server.label())?;
+    let mut sweep = Sweep {
+        settle: a.settle,
+        server,
+        runs: matrix.len(),
+        ran: 0,
+        iperf3: Arc::new(AtomicBool::new(false)),
+        rows: Vec::with_capacity(matrix.len()),
     };
-    match format {
-        Format::Text => {
-            writeln!(
-                out,
-                "# pinperf compare: {} configurations x {} s against {target}, settle {} s",
-                matrix.len(),
-                a.duration.as_secs_f64(),
-                a.settle.as_secs_f64()
-            )
-            .map_err(io_err)?;
-            writeln!(out, "{TEXT_HEADING}").map_err(io_err)?;
-        }
-        Format::Csv => writeln!(out, "{CSV_HEADER}").map_err(io_err)?,
-        _ => {}
-    }
-    out.flush().map_err(io_err)?;
-    let mut rows = Vec::with_capacity(matrix.len());
-    let runs = matrix.len();
     let mut interrupted = None;
-    // Text and CSV print each row as it is done (JSON prints the document at the end).
-    let print_row = |out: &mut io::StdoutLock, r: &CompareRow| -> Result<()> {
-        match format {
-            Format::Text => writeln!(out, "{}", text_row(r)).map_err(io_err)?,
-            Format::Csv => writeln!(out, "{}", csv_row(r)).map_err(io_err)?,
-            _ => {}
-        }
-        out.flush().map_err(io_err)
-    };
-    let mut ran = 0;
-    let iperf3 = Arc::new(AtomicBool::new(false));
-    for (i, ((point, mut cfg), skip)) in matrix.into_iter().zip(configs).zip(skips).enumerate() {
-        if let Some(why) = skip {
-            let r = CompareRow {
-                skipped: Some(why),
-                ..empty_row(point)
-            };
-            print_row(&mut out, &r)?;
-            rows.push(r);
-            continue;
-        }
-        let settled = if ran > 0 {
-            crate::signals::sleep(a.settle)
-        } else {
-            crate::signals::received()
-        };
-        if let Some(sig) = settled {
-            interrupted = Some(crate::signals::interrupted(
-                sig,
-                format!("before run {} of {runs}", i + 1),
-            ));
+    for (i, ((point, cfg), skip)) in matrix.into_iter().zip(configs).zip(skips).enumerate() {
+        if let ControlFlow::Break(e) = sweep.next(i, point, cfg, skip, &mut out)? {
+            interrupted = Some(e);
             break;
         }
-        cfg.target.host = Some(host.clone());
-        cfg.target.port = port;
-        cfg.target.loopback = false;
-        cfg.same_process = same_process;
-        // `--peer auto` found an iperf3 server once: the rest speak iperf3 at once.
-        if iperf3.load(Ordering::Relaxed) && cfg.peer == Peer::Auto {
-            cfg.peer = Peer::Iperf3;
-        }
-        let result = crate::client::run_with(cfg, Box::new(Quiet(iperf3.clone())));
-        ran += 1;
-        // The run a signal stopped is not a finished row: the comparison ends before it.
-        if let Err(Error::Interrupted { signal, when }) = &result {
-            interrupted = Some(crate::signals::interrupted(
-                *signal,
-                format!("{when}, in run {} of {runs}", i + 1),
-            ));
-            break;
-        }
-        let r = row(point, result);
-        print_row(&mut out, &r)?;
-        rows.push(r);
     }
-    let failed = rows.iter().filter(|r| r.error.is_some()).count();
+    let failed = sweep.rows.iter().filter(|r| r.error.is_some()).count();
     let doc = CompareDoc {
-        target,
+        target: sweep.server.label(),
         seconds: a.duration.as_secs_f64(),
-        configurations: Some(runs),
-        rows,
+        configurations: Some(sweep.runs),
+        rows: sweep.rows,
         error: interrupted.as_ref().map(Error::to_string),
     };
-    // Text and CSV printed their rows; a comparison stopped early says so last in each.
-    match format {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut out, &doc).map_err(|e| io_err(e.into()))?;
-            writeln!(out).map_err(io_err)?;
-        }
-        Format::Text => {
-            if let Some(line) = doc.stopped_line() {
-                writeln!(out, "{line}").map_err(io_err)?;
-            }
-        }
-        _ => {
-            if let Some(row) = doc.stopped_row() {
-                writeln!(out, "{row}").map_err(io_err)?;
-            }
-        }
-    }
-    out.flush().map_err(io_err)?;
+    out.end(&doc)?;
     if let Some(e) = interrupted {
         return Err(e);
     }
@@ -705,6 +643,204 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Every point's client configuration, through the one constructor so each is checked
+/// as a single test would be before the first one runs; and why the engine cannot run a
+/// point (a skipped row), refusing only a matrix with nothing runnable.
+fn configs(a: &CompareArgs, matrix: &[Point]) -> Result<(Vec<ClientConfig>, Vec<Option<String>>)> {
+    let target = Target::from_args(&a.target)?;
+    let configs = matrix
+        .iter()
+        .map(|p| config_for(a, &target, p))
+        .collect::<Result<Vec<_>>>()?;
+    let skips: Vec<Option<String>> = configs
+        .iter()
+        .map(|c| c.check_engine().err().map(|e| e.to_string()))
+        .collect();
+    if let (true, Some(Some(why))) = (skips.iter().all(Option::is_some), skips.first()) {
+        return Err(Error::Usage(why.clone()));
+    }
+    Ok((configs, skips))
+}
+
+/// The server every run tests against: `-c HOST` (and its `-p`), or with `--loopback` one
+/// started in this process.
+struct Endpoint {
+    host: String,
+    port: u16,
+    same_process: bool,
+}
+
+impl Endpoint {
+    fn of(a: &CompareArgs) -> Result<Endpoint> {
+        let (host, port, same_process) = match (&a.target.client, a.target.loopback) {
+            (Some(_), true) | (None, false) => {
+                return Err(Error::Usage(
+                    "compare: give exactly one of -c HOST and --loopback".into(),
+                ));
+            }
+            (Some(h), false) => (h.clone(), a.target.port(), false),
+            (None, true) => (
+                "127.0.0.1".to_string(),
+                Server::spawn_local(false, Affinity::Auto)?.port(),
+                true,
+            ),
+        };
+        Ok(Endpoint {
+            host,
+            port,
+            same_process,
+        })
+    }
+
+    /// `host:port`, and whether the server is this process's.
+    fn label(&self) -> String {
+        format!(
+            "{}:{}{}",
+            self.host,
+            self.port,
+            if self.same_process {
+                " (in-process server)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// A write to stdout failed: nobody reads any more (`| head`) stops quietly, as a single
+/// test does; anything else is an error.
+fn io_err(e: io::Error) -> Error {
+    match e.kind() {
+        io::ErrorKind::BrokenPipe => Error::OutputClosed,
+        _ => Error::io("write the comparison", e),
+    }
+}
+
+/// The comparison on stdout: text and CSV print a heading and each row as it is done,
+/// JSON the whole document at the end.
+struct Printer<'o> {
+    out: io::StdoutLock<'o>,
+    format: Format,
+}
+
+impl Printer<'_> {
+    fn heading(&mut self, a: &CompareArgs, runs: usize, target: &str) -> Result<()> {
+        let out = &mut self.out;
+        match self.format {
+            Format::Text => {
+                writeln!(
+                    out,
+                    "# pinperf compare: {runs} configurations x {} s against {target}, settle {} s",
+                    a.duration.as_secs_f64(),
+                    a.settle.as_secs_f64()
+                )
+                .map_err(io_err)?;
+                writeln!(out, "{TEXT_HEADING}").map_err(io_err)?;
+            }
+            Format::Csv => writeln!(out, "{CSV_HEADER}").map_err(io_err)?,
+            _ => {}
+        }
+        out.flush().map_err(io_err)
+    }
+
+    fn row(&mut self, r: &CompareRow) -> Result<()> {
+        let out = &mut self.out;
+        match self.format {
+            Format::Text => writeln!(out, "{}", text_row(r)).map_err(io_err)?,
+            Format::Csv => writeln!(out, "{}", csv_row(r)).map_err(io_err)?,
+            _ => {}
+        }
+        out.flush().map_err(io_err)
+    }
+
+    /// JSON's document; text and CSV printed their rows, and a comparison stopped early
+    /// says so last in each.
+    fn end(&mut self, doc: &CompareDoc) -> Result<()> {
+        let out = &mut self.out;
+        match self.format {
+            Format::Json => {
+                serde_json::to_writer_pretty(&mut *out, doc).map_err(|e| io_err(e.into()))?;
+                writeln!(out).map_err(io_err)?;
+            }
+            Format::Text => {
+                if let Some(line) = doc.stopped_line() {
+                    writeln!(out, "{line}").map_err(io_err)?;
+                }
+            }
+            _ => {
+                if let Some(row) = doc.stopped_row() {
+                    writeln!(out, "{row}").map_err(io_err)?;
+                }
+            }
+        }
+        out.flush().map_err(io_err)
+    }
+}
+
+/// The runs in order, and what carries from one to the next.
+struct Sweep {
+    settle: std::time::Duration,
+    server: Endpoint,
+    /// Configurations in the matrix, and how many have run (a skipped one has not).
+    runs: usize,
+    ran: usize,
+    /// `--peer auto` found an iperf3 server: the rest speak iperf3 at once.
+    iperf3: Arc<AtomicBool>,
+    rows: Vec<CompareRow>,
+}
+
+impl Sweep {
+    /// Configuration `i`: skipped (its row says why), or run after the settle pause and
+    /// printed. A stop signal breaks off with its error: the run it stopped is no row.
+    fn next(
+        &mut self,
+        i: usize,
+        point: Point,
+        mut cfg: ClientConfig,
+        skip: Option<String>,
+        out: &mut Printer<'_>,
+    ) -> Result<ControlFlow<Error>> {
+        let runs = self.runs;
+        if let Some(why) = skip {
+            let r = CompareRow {
+                skipped: Some(why),
+                ..empty_row(point)
+            };
+            out.row(&r)?;
+            self.rows.push(r);
+            return Ok(ControlFlow::Continue(()));
+        }
+        let settled = if self.ran > 0 {
+            crate::signals::sleep(self.settle)
+        } else {
+            crate::signals::received()
+        };
+        if let Some(sig) = settled {
+            let when = format!("before run {} of {runs}", i + 1);
+            return Ok(ControlFlow::Break(crate::signals::interrupted(sig, when)));
+        }
+        cfg.target.host = Some(self.server.host.clone());
+        cfg.target.port = self.server.port;
+        cfg.target.loopback = false;
+        cfg.same_process = self.server.same_process;
+        if self.iperf3.load(Ordering::Relaxed) && cfg.peer == Peer::Auto {
+            cfg.peer = Peer::Iperf3;
+        }
+        let result = crate::client::run_with(cfg, Box::new(Quiet(self.iperf3.clone())));
+        self.ran += 1;
+        if let Err(Error::Interrupted { signal, when }) = &result {
+            let when = format!("{when}, in run {} of {runs}", i + 1);
+            return Ok(ControlFlow::Break(crate::signals::interrupted(
+                *signal, when,
+            )));
+        }
+        let r = row(point, result);
+        out.row(&r)?;
+        self.rows.push(r);
+        Ok(ControlFlow::Continue(()))
+    }
 }
 
 #[cfg(test)]
@@ -760,8 +896,8 @@ mod tests {
         );
     }
 
-    /// Without --blocks each protocol runs at its own -l default (UDP's 128k default was
-    /// refused: "--blocks 128k: a UDP datagram must be 32 to 65507 bytes").
+    /// Without --blocks each protocol runs at its own -l default (TCP's 128k is no UDP
+    /// datagram size).
     #[test]
     fn without_blocks_each_protocol_has_its_own_default() {
         use clap::Parser;
@@ -785,7 +921,7 @@ mod tests {
     }
 
     /// What `--engine single` cannot do is refused for compare's rows as for a single test,
-    /// before anything connects (review: it failed the row after connecting).
+    /// before anything connects.
     #[test]
     fn the_single_engine_s_rules_hold_for_every_row() {
         use clap::Parser;

@@ -10,6 +10,7 @@ use crate::commands::plot;
 use crate::commands::saved::{self, SavedTest};
 use crate::error::Result;
 use crate::report::format::text::{TextFormatter, TextOptions};
+use crate::report::model::Summary;
 
 /// `&`, `<`, `>` and quotes as entities.
 pub(crate) fn escape(text: &str) -> String {
@@ -91,12 +92,54 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
 
-/// A test's page.
+/// Each of `lines` escaped, one to a line (inside a `<pre>`).
+fn push_lines<'l>(body: &mut String, lines: impl IntoIterator<Item = &'l String>) {
+    for l in lines {
+        let _ = writeln!(body, "{}", escape(l));
+    }
+}
+
+/// A test's page: what ran, the plots, the totals and the text report as printed.
 pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Result<String> {
     let doc = &test.doc;
-    let h = &doc.start;
     let lines = text_lines(test, opts);
     let mut body = String::new();
+    intro(&mut body, test);
+    // The text report's header: after a lab's lines, up to the first row's heading.
+    let header = lines
+        .iter()
+        .skip_while(|l| l.starts_with("# lab"))
+        .take_while(|l| !l.contains("#(ID)"));
+    body.push_str("<h2>Test</h2>\n<pre id=\"header\">");
+    push_lines(&mut body, header);
+    body.push_str("</pre>\n<h2>Plots</h2>\n<div class=\"plot\" id=\"plot\">\n");
+    match doc.intervals.is_empty() {
+        true => body.push_str("<p>No interval was reported, nothing to plot.</p>"),
+        false => body.push_str(&plot::test_svg(doc, test.lab_rate_bps, title)?),
+    }
+    body.push_str("\n</div>\n");
+    match &doc.end {
+        None => body.push_str("<h2>Totals</h2>\n<p>No totals: the test ended before them.</p>\n"),
+        Some(s) => {
+            body.push_str("<h2>Totals</h2>\n");
+            totals_table(&mut body, s);
+            body.push_str("<h2>Streams</h2>\n");
+            streams_table(&mut body, s);
+            body.push_str("<h2>CPU</h2>\n<pre id=\"cpu\">");
+            push_lines(&mut body, lines.iter().filter(|l| l.starts_with("# CPU")));
+            body.push_str("</pre>\n");
+            diagnosis(&mut body, s);
+        }
+    }
+    body.push_str("<h2>Text report</h2>\n<details><summary>as printed</summary><pre id=\"text\">");
+    push_lines(&mut body, &lines);
+    body.push_str("</pre></details>\n");
+    Ok(page(title, &body))
+}
+
+/// What ran, between which ends; the error of a test that failed; a lab's path.
+fn intro(body: &mut String, test: &SavedTest) {
+    let h = &test.doc.start;
     let _ = writeln!(
         body,
         "<p>{} streams, {}, {} s, congestion control {}; {} &rarr; {} ({})</p>",
@@ -108,7 +151,7 @@ pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Res
         escape(&h.remote),
         escape(&h.remote_software)
     );
-    if let Some(e) = &doc.error {
+    if let Some(e) = &test.doc.error {
         let _ = writeln!(
             body,
             "<p class=\"error\" id=\"error\">The test failed: {}</p>",
@@ -117,123 +160,103 @@ pub(crate) fn test_page(test: &SavedTest, title: &str, opts: TextOptions) -> Res
     }
     if let Some(lab) = &test.lab {
         body.push_str("<h2>Emulated path (pinperf lab)</h2>\n<pre id=\"lab\">");
-        for l in lab.before().iter().chain(&lab.after()) {
-            let _ = writeln!(body, "{}", escape(l));
-        }
+        push_lines(body, lab.before().iter().chain(&lab.after()));
         body.push_str("</pre>\n");
     }
-    let header: Vec<&String> = lines
+}
+
+/// Microseconds as milliseconds, 3 decimals, or `-`.
+fn ms(us: Option<f64>) -> String {
+    opt(us.map(|v| v / 1e3), 3)
+}
+
+/// The whole test's totals in one row (a declarative list of columns).
+fn totals_table(body: &mut String, s: &Summary) {
+    let f = &s.fairness;
+    table(
+        body,
+        &[
+            "span, s",
+            "Mb/s (receiver)",
+            "bytes sent",
+            "bytes received",
+            "retransmits",
+            "Jain",
+            "min share %",
+            "max share %",
+            "starved intervals",
+            "block RTT avg, ms",
+            "kernel srtt avg, ms",
+            "path min_rtt, ms",
+        ],
+        &[vec![
+            format!("{:.3} - {:.3}", s.sum.start, s.sum.end),
+            // The rows' rate (as the text's total line) when the received
+            // side is unknown.
+            format!(
+                "{:.3}",
+                match s.sum_received.unknown {
+                    true => s.sum.bits_per_second,
+                    false => s.sum_received.bits_per_second,
+                } / 1e6
+            ),
+            known(&s.sum_sent, s.sent_whole_run()),
+            known(&s.sum_received, s.received_whole_run()),
+            s.sum.retransmits.map_or("-".into(), |v| v.to_string()),
+            opt(f.totals.jain, 3),
+            opt(f.totals.min_share.map(|v| v * 100.0), 1),
+            opt(f.totals.max_share.map(|v| v * 100.0), 1),
+            format!("{} of {}", f.starved_intervals, f.stream_intervals),
+            ms(s.sum.block_rtt.map(|r| r.avg_us)),
+            ms(s.sum.kernel_rtt.map(|r| r.avg_us)),
+            ms(s.sum.min_rtt.map(f64::from)),
+        ]],
+    );
+}
+
+/// One row per stream: its rate, its share of the bytes, retransmits and RTTs.
+fn streams_table(body: &mut String, s: &Summary) {
+    let total = s.sum.bytes.max(1) as f64;
+    let rows: Vec<Vec<String>> = s
+        .streams
         .iter()
-        .skip_while(|l| l.starts_with("# lab"))
-        .take_while(|l| !l.contains("#(ID)"))
+        .map(|r| {
+            vec![
+                format!("stream {}", r.stream),
+                format!("{:.3}", r.bits_per_second / 1e6),
+                format!("{:.1}", r.bytes as f64 / total * 100.0),
+                r.bytes.to_string(),
+                r.retransmits.map_or("-".into(), |v| v.to_string()),
+                ms(r.block_rtt.map(|b| b.avg_us)),
+                ms(r.kernel_rtt.map(|b| b.avg_us)),
+            ]
+        })
         .collect();
-    body.push_str("<h2>Test</h2>\n<pre id=\"header\">");
-    for l in header {
-        let _ = writeln!(body, "{}", escape(l));
+    table(
+        body,
+        &[
+            "stream",
+            "Mb/s",
+            "share %",
+            "bytes",
+            "retransmits",
+            "block RTT avg, ms",
+            "kernel srtt avg, ms",
+        ],
+        &rows,
+    );
+}
+
+/// The diagnosis, one item per finding, or a line saying there was none.
+fn diagnosis(body: &mut String, s: &Summary) {
+    body.push_str("<h2>Diagnosis</h2>\n<ul id=\"diagnosis\">\n");
+    if s.diagnosis.is_empty() {
+        body.push_str("<li>Nothing to report: no queue, stall, starvation or drops.</li>\n");
     }
-    body.push_str("</pre>\n<h2>Plots</h2>\n<div class=\"plot\" id=\"plot\">\n");
-    match doc.intervals.is_empty() {
-        true => body.push_str("<p>No interval was reported, nothing to plot.</p>"),
-        false => body.push_str(&plot::test_svg(doc, test.lab_rate_bps, title)?),
+    for d in &s.diagnosis {
+        let _ = writeln!(body, "<li>{}</li>", escape(d));
     }
-    body.push_str("\n</div>\n");
-    match &doc.end {
-        None => body.push_str("<h2>Totals</h2>\n<p>No totals: the test ended before them.</p>\n"),
-        Some(s) => {
-            body.push_str("<h2>Totals</h2>\n");
-            let f = &s.fairness;
-            let ms = |us: Option<f64>| opt(us.map(|v| v / 1e3), 3);
-            table(
-                &mut body,
-                &[
-                    "span, s",
-                    "Mb/s (receiver)",
-                    "bytes sent",
-                    "bytes received",
-                    "retransmits",
-                    "Jain",
-                    "min share %",
-                    "max share %",
-                    "starved intervals",
-                    "block RTT avg, ms",
-                    "kernel srtt avg, ms",
-                    "path min_rtt, ms",
-                ],
-                &[vec![
-                    format!("{:.3} - {:.3}", s.sum.start, s.sum.end),
-                    // The rows' rate (as the text's total line) when the received
-                    // side is unknown.
-                    format!(
-                        "{:.3}",
-                        match s.sum_received.unknown {
-                            true => s.sum.bits_per_second,
-                            false => s.sum_received.bits_per_second,
-                        } / 1e6
-                    ),
-                    known(&s.sum_sent, s.sent_whole_run()),
-                    known(&s.sum_received, s.received_whole_run()),
-                    s.sum.retransmits.map_or("-".into(), |v| v.to_string()),
-                    opt(f.totals.jain, 3),
-                    opt(f.totals.min_share.map(|v| v * 100.0), 1),
-                    opt(f.totals.max_share.map(|v| v * 100.0), 1),
-                    format!("{} of {}", f.starved_intervals, f.stream_intervals),
-                    ms(s.sum.block_rtt.map(|r| r.avg_us)),
-                    ms(s.sum.kernel_rtt.map(|r| r.avg_us)),
-                    ms(s.sum.min_rtt.map(f64::from)),
-                ]],
-            );
-            body.push_str("<h2>Streams</h2>\n");
-            let total = s.sum.bytes.max(1) as f64;
-            let rows: Vec<Vec<String>> = s
-                .streams
-                .iter()
-                .map(|r| {
-                    vec![
-                        format!("stream {}", r.stream),
-                        format!("{:.3}", r.bits_per_second / 1e6),
-                        format!("{:.1}", r.bytes as f64 / total * 100.0),
-                        r.bytes.to_string(),
-                        r.retransmits.map_or("-".into(), |v| v.to_string()),
-                        ms(r.block_rtt.map(|b| b.avg_us)),
-                        ms(r.kernel_rtt.map(|b| b.avg_us)),
-                    ]
-                })
-                .collect();
-            table(
-                &mut body,
-                &[
-                    "stream",
-                    "Mb/s",
-                    "share %",
-                    "bytes",
-                    "retransmits",
-                    "block RTT avg, ms",
-                    "kernel srtt avg, ms",
-                ],
-                &rows,
-            );
-            body.push_str("<h2>CPU</h2>\n<pre id=\"cpu\">");
-            for l in lines.iter().filter(|l| l.starts_with("# CPU")) {
-                let _ = writeln!(body, "{}", escape(l));
-            }
-            body.push_str("</pre>\n<h2>Diagnosis</h2>\n<ul id=\"diagnosis\">\n");
-            if s.diagnosis.is_empty() {
-                body.push_str(
-                    "<li>Nothing to report: no queue, stall, starvation or drops.</li>\n",
-                );
-            }
-            for d in &s.diagnosis {
-                let _ = writeln!(body, "<li>{}</li>", escape(d));
-            }
-            body.push_str("</ul>\n");
-        }
-    }
-    body.push_str("<h2>Text report</h2>\n<details><summary>as printed</summary><pre id=\"text\">");
-    for l in &lines {
-        let _ = writeln!(body, "{}", escape(l));
-    }
-    body.push_str("</pre></details>\n");
-    Ok(page(title, &body))
+    body.push_str("</ul>\n");
 }
 
 /// A comparison's page: the plots and the table.

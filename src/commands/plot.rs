@@ -8,13 +8,15 @@
 use std::error::Error as StdError;
 use std::path::Path;
 
+use plotters::chart::DualCoordChartContext;
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::commands::compare::{CompareDoc, CompareRow};
 use crate::error::{Error, Result};
 use crate::report::format::json::Document;
-use crate::report::model::LeftOut;
+use crate::report::model::{IntervalReport, LeftOut, SumRow, UdpFigures};
 use crate::units::format_size;
 
 type Drawn = std::result::Result<(), Box<dyn StdError>>;
@@ -166,7 +168,50 @@ pub(crate) fn test_svg(doc: &Document, lab_rate_bps: Option<u64>, title: &str) -
     Ok(svg)
 }
 
-/// One direction's picture in `area`, `n` streams.
+/// What every panel of a direction's picture shares: its rows, the time axis's end, and
+/// whether the points are few enough to mark each one.
+struct Timeline<'d> {
+    ivs: &'d [IntervalReport],
+    t_end: f64,
+    markers: bool,
+}
+
+/// The middle of a row's span, where its point is drawn.
+fn mid_t(start: f64, end: f64) -> f64 {
+    (start + end) / 2.0
+}
+
+/// A panel's chart over the test's time: its caption, and room for both y axes' labels.
+fn time_chart<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: impl AsRef<str>,
+) -> ChartBuilder<'a, 'static, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, (FONT, 16))
+        .margin(8)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .right_y_label_area_size(70);
+    builder
+}
+
+/// A line through `points` on the chart's (left) axes and, with `markers`, a dot at each.
+fn draw_line<CT: CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, CT>,
+    points: &[(f64, f64)],
+    (c, width): (RGBAColor, u32),
+    markers: bool,
+) -> Drawn {
+    chart.draw_series(LineSeries::new(points.to_vec(), c.stroke_width(width)))?;
+    if markers {
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
+    }
+    Ok(())
+}
+
+/// One direction's picture in `area`, `n` streams: rates, then RTT (or UDP's loss and
+/// jitter), then fairness.
 fn draw_test(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     doc: &Document,
@@ -178,168 +223,245 @@ fn draw_test(
     let root = area.titled(title, (FONT, 20))?;
     let (top, rest) = root.split_vertically(440);
     let (mid, bottom) = rest.split_vertically(250);
-
     let t_end = ivs
         .iter()
         .map(|iv| iv.sum.end)
         .fold(doc.start.run_time_s(), f64::max)
         .max(0.1);
-    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
-    let markers = ivs.len() <= 40 && n <= NAMED_STREAMS;
+    let time = Timeline {
+        ivs,
+        t_end,
+        markers: ivs.len() <= 40 && n <= NAMED_STREAMS,
+    };
+    rate_panel(&top, &time, n, lab_rate_bps)?;
+    if doc.start.udp {
+        udp_panel(&mid, &time)?;
+    } else {
+        rtt_panel(&mid, &time)?;
+    }
+    fairness_panel(&bottom, &time)
+}
 
-    // Panel 1: each stream's receiver rate, the sum on the right axis.
-    let (chart_area, legend_area) = top.split_horizontally(900);
-    let max_stream = ivs
-        .iter()
-        .flat_map(|iv| iv.streams.iter().map(|s| s.bits_per_second))
-        .fold(0.0, f64::max);
-    let max_sum = ivs
-        .iter()
-        .map(|iv| iv.sum.bits_per_second)
-        .chain(lab_rate_bps.map(|r| r as f64))
-        .fold(0.0, f64::max);
-    let (sdiv, sunit) = rate_unit(max_stream);
-    let (tdiv, tunit) = rate_unit(max_sum);
-    let mut chart = ChartBuilder::on(&chart_area)
-        .caption(
-            format!("Receiver rate per stream ({n} streams) and their sum"),
-            (FONT, 16),
-        )
-        .margin(8)
-        .x_label_area_size(36)
-        .y_label_area_size(70)
-        .right_y_label_area_size(70)
-        .build_cartesian_2d(0.0..t_end, 0.0..(max_stream / sdiv * 1.1).max(1e-3))?
-        .set_secondary_coord(0.0..t_end, 0.0..(max_sum / tdiv * 1.1).max(1e-3));
-    chart
-        .configure_mesh()
-        .x_desc("time, s")
-        .y_desc(format!("per stream, {sunit}"))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()?;
-    chart
-        .configure_secondary_axes()
-        .y_desc(format!("sum, {tunit}"))
-        .draw()?;
-    let mut entries = Vec::new();
-    // Rows left out of the totals: -O's, and a cut-short test's past the sender's last report.
-    let bands = [
-        (
-            LeftOut::Omitted,
-            "omitted (-O)",
-            RGBColor(225, 225, 225).to_rgba(),
-        ),
-        (
-            LeftOut::Uncounted,
-            "cut short: not in totals",
-            RGBColor(250, 215, 180).to_rgba(),
-        ),
-    ];
-    for (why, label, colour) in bands {
-        let marked: Vec<_> = ivs.iter().filter(|iv| iv.left_out() == Some(why)).collect();
-        if marked.is_empty() {
-            continue;
-        }
-        chart.draw_series(marked.iter().map(|iv| {
-            Rectangle::new(
-                [(iv.sum.start, 0.0), (iv.sum.end, max_stream / sdiv * 1.1)],
-                colour.filled(),
-            )
-        }))?;
-        entries.push(entry(label, colour, Mark::Band));
-    }
-    let mut ids = Vec::new();
-    for s in 0..n {
-        let c = match n {
-            0..=NAMED_STREAMS => colour(s, n),
-            _ => colour(s, n).mix(0.75),
-        };
-        let points: Vec<(f64, f64)> = ivs
-            .iter()
-            .filter_map(|iv| iv.streams.get(s))
-            .map(|r| (mid_t(r.start, r.end), r.bits_per_second / sdiv))
-            .collect();
-        chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(1)))?;
-        if markers {
-            chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
-        }
-        if n <= NAMED_STREAMS {
-            entries.push(entry(format!("stream {s}"), c, Mark::Line(2)));
-        } else {
-            ids.push(entry(format!("{s}"), c, Mark::Line(2)));
-        }
-    }
-    let sum_points: Vec<(f64, f64)> = ivs
-        .iter()
-        .map(|iv| {
-            (
-                mid_t(iv.sum.start, iv.sum.end),
-                iv.sum.bits_per_second / tdiv,
-            )
-        })
-        .collect();
-    let black = BLACK.to_rgba();
-    chart.draw_secondary_series(LineSeries::new(sum_points.clone(), black.stroke_width(3)))?;
-    if markers {
-        chart.draw_secondary_series(
-            sum_points
-                .iter()
-                .map(|&p| Circle::new(p, 3, black.filled())),
-        )?;
-    }
-    entries.insert(0, entry("sum (right axis)", black, Mark::Line(3)));
+/// Panel 1's axes: each stream's rate on the left, the sum (and a lab's bottleneck) on
+/// the right.
+type RateChart<'a, 'b> = DualCoordChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+>;
+
+/// Panel 1, drawn one layer at a time, each adding its legend entries: the wide ones
+/// (`entries`) and, past [`NAMED_STREAMS`], the streams' ids in a grid (`ids`).
+struct RatePanel<'a, 'b, 'd> {
+    chart: RateChart<'a, 'b>,
+    time: &'d Timeline<'d>,
+    /// The fastest stream's rate, b/s, and the left axis's divisor.
+    max_stream: f64,
+    stream_div: f64,
+    /// The right axis's divisor.
+    sum_div: f64,
+    entries: Vec<Entry>,
+    ids: Vec<Entry>,
+}
+
+/// Each stream's receiver rate, the sum on the right axis.
+fn rate_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    time: &Timeline<'_>,
+    n: usize,
+    lab_rate_bps: Option<u64>,
+) -> Drawn {
+    let (chart_area, legend_area) = area.split_horizontally(900);
+    let mut panel = RatePanel::new(&chart_area, time, n, lab_rate_bps)?;
+    panel.left_out_bands()?;
+    panel.streams(n)?;
+    panel.sum()?;
     if let Some(rate) = lab_rate_bps {
-        let red = RGBColor(200, 0, 0).to_rgba();
-        let y = rate as f64 / tdiv;
-        chart.draw_secondary_series(DashedLineSeries::new(
-            [(0.0, y), (t_end, y)],
-            8,
-            5,
-            red.stroke_width(2),
-        ))?;
-        entries.insert(1, entry("lab bottleneck", red, Mark::Dashed));
+        panel.bottleneck(rate)?;
     }
-    // A stream that read nothing while others read: a red cross on the axis.
-    let starved: Vec<(f64, f64)> = ivs
-        .iter()
-        .filter(|iv| iv.sum.bytes > 0)
-        .flat_map(|iv| {
-            iv.streams
-                .iter()
-                .filter(|r| r.bytes == 0)
-                .map(|r| (mid_t(r.start, r.end), 0.0))
-        })
-        .collect();
-    let red = RED.to_rgba();
-    if !starved.is_empty() {
-        chart.draw_series(
-            starved
-                .iter()
-                .map(|&p| Cross::new(p, 5, red.stroke_width(2))),
-        )?;
-        entries.push(entry(
-            format!("starved ({})", starved.len()),
-            red,
-            Mark::Cross,
-        ));
-    }
+    panel.starved()?;
     if n > NAMED_STREAMS {
-        entries.push(entry(
+        panel.entries.push(entry(
             format!("{n} streams, by id:"),
             WHITE.to_rgba(),
             Mark::Line(0),
         ));
     }
-    legend(&legend_area, &entries, &ids)?;
+    legend(&legend_area, &panel.entries, &panel.ids)
+}
 
-    // Panel 2 (UDP): loss and jitter; (TCP) block RTT and kernel RTT.
-    if doc.start.udp {
-        udp_panel(&mid, ivs, t_end, markers)?;
-    } else {
-        rtt_panel(&mid, ivs, t_end, markers)?;
+impl<'a, 'b, 'd> RatePanel<'a, 'b, 'd> {
+    /// The axes, scaled to the fastest stream and the largest sum (or the bottleneck).
+    fn new(
+        chart_area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+        time: &'d Timeline<'d>,
+        n: usize,
+        lab_rate_bps: Option<u64>,
+    ) -> std::result::Result<Self, Box<dyn StdError>> {
+        let ivs = time.ivs;
+        let max_stream = ivs
+            .iter()
+            .flat_map(|iv| iv.streams.iter().map(|s| s.bits_per_second))
+            .fold(0.0, f64::max);
+        let max_sum = ivs
+            .iter()
+            .map(|iv| iv.sum.bits_per_second)
+            .chain(lab_rate_bps.map(|r| r as f64))
+            .fold(0.0, f64::max);
+        let (sdiv, sunit) = rate_unit(max_stream);
+        let (tdiv, tunit) = rate_unit(max_sum);
+        let t_end = time.t_end;
+        let mut chart = time_chart(
+            chart_area,
+            format!("Receiver rate per stream ({n} streams) and their sum"),
+        )
+        .build_cartesian_2d(0.0..t_end, 0.0..(max_stream / sdiv * 1.1).max(1e-3))?
+        .set_secondary_coord(0.0..t_end, 0.0..(max_sum / tdiv * 1.1).max(1e-3));
+        chart
+            .configure_mesh()
+            .x_desc("time, s")
+            .y_desc(format!("per stream, {sunit}"))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        chart
+            .configure_secondary_axes()
+            .y_desc(format!("sum, {tunit}"))
+            .draw()?;
+        Ok(RatePanel {
+            chart,
+            time,
+            max_stream,
+            stream_div: sdiv,
+            sum_div: tdiv,
+            entries: Vec::new(),
+            ids: Vec::new(),
+        })
     }
-    fairness_panel(&bottom, ivs, t_end, markers)?;
-    Ok(())
+
+    /// Rows left out of the totals, as bands: -O's, and a cut-short test's past the
+    /// sender's last report.
+    fn left_out_bands(&mut self) -> Drawn {
+        let bands = [
+            (
+                LeftOut::Omitted,
+                "omitted (-O)",
+                RGBColor(225, 225, 225).to_rgba(),
+            ),
+            (
+                LeftOut::Uncounted,
+                "cut short: not in totals",
+                RGBColor(250, 215, 180).to_rgba(),
+            ),
+        ];
+        let band_top = self.max_stream / self.stream_div * 1.1;
+        for (why, label, colour) in bands {
+            let marked: Vec<_> = (self.time.ivs.iter())
+                .filter(|iv| iv.left_out() == Some(why))
+                .collect();
+            if marked.is_empty() {
+                continue;
+            }
+            self.chart.draw_series(marked.iter().map(|iv| {
+                Rectangle::new(
+                    [(iv.sum.start, 0.0), (iv.sum.end, band_top)],
+                    colour.filled(),
+                )
+            }))?;
+            self.entries.push(entry(label, colour, Mark::Band));
+        }
+        Ok(())
+    }
+
+    /// One line per stream; named in the legend up to [`NAMED_STREAMS`], else by id.
+    fn streams(&mut self, n: usize) -> Drawn {
+        for s in 0..n {
+            let c = match n {
+                0..=NAMED_STREAMS => colour(s, n),
+                _ => colour(s, n).mix(0.75),
+            };
+            let points: Vec<(f64, f64)> = (self.time.ivs.iter())
+                .filter_map(|iv| iv.streams.get(s))
+                .map(|r| (mid_t(r.start, r.end), r.bits_per_second / self.stream_div))
+                .collect();
+            draw_line(&mut self.chart, &points, (c, 1), self.time.markers)?;
+            if n <= NAMED_STREAMS {
+                self.entries
+                    .push(entry(format!("stream {s}"), c, Mark::Line(2)));
+            } else {
+                self.ids.push(entry(format!("{s}"), c, Mark::Line(2)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The sum, thick and black on the right axis; first in the legend.
+    fn sum(&mut self) -> Drawn {
+        let sum_points: Vec<(f64, f64)> = (self.time.ivs.iter())
+            .map(|iv| {
+                (
+                    mid_t(iv.sum.start, iv.sum.end),
+                    iv.sum.bits_per_second / self.sum_div,
+                )
+            })
+            .collect();
+        let black = BLACK.to_rgba();
+        self.chart
+            .draw_secondary_series(LineSeries::new(sum_points.clone(), black.stroke_width(3)))?;
+        if self.time.markers {
+            self.chart.draw_secondary_series(
+                sum_points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, black.filled())),
+            )?;
+        }
+        self.entries
+            .insert(0, entry("sum (right axis)", black, Mark::Line(3)));
+        Ok(())
+    }
+
+    /// A lab's link rate, dashed on the right axis; second in the legend.
+    fn bottleneck(&mut self, rate_bps: u64) -> Drawn {
+        let red = RGBColor(200, 0, 0).to_rgba();
+        let y = rate_bps as f64 / self.sum_div;
+        self.chart.draw_secondary_series(DashedLineSeries::new(
+            [(0.0, y), (self.time.t_end, y)],
+            8,
+            5,
+            red.stroke_width(2),
+        ))?;
+        self.entries
+            .insert(1, entry("lab bottleneck", red, Mark::Dashed));
+        Ok(())
+    }
+
+    /// A stream that read nothing while others read: a red cross on the axis.
+    fn starved(&mut self) -> Drawn {
+        let starved: Vec<(f64, f64)> = (self.time.ivs.iter())
+            .filter(|iv| iv.sum.bytes > 0)
+            .flat_map(|iv| {
+                iv.streams
+                    .iter()
+                    .filter(|r| r.bytes == 0)
+                    .map(|r| (mid_t(r.start, r.end), 0.0))
+            })
+            .collect();
+        if starved.is_empty() {
+            return Ok(());
+        }
+        let red = RED.to_rgba();
+        self.chart.draw_series(
+            starved
+                .iter()
+                .map(|&p| Cross::new(p, 5, red.stroke_width(2))),
+        )?;
+        self.entries.push(entry(
+            format!("starved ({})", starved.len()),
+            red,
+            Mark::Cross,
+        ));
+        Ok(())
+    }
 }
 
 /// A log axis's ticks from `lo` to `hi`: 1, 2 and 5 of each decade it spans (every
@@ -370,19 +492,14 @@ fn tick_text(v: f64) -> String {
     }
 }
 
-/// Block RTT and kernel RTT per interval (log scale: they can be 1000x apart).
-fn rtt_panel(
-    mid: &DrawingArea<SVGBackend<'_>, Shift>,
-    ivs: &[crate::report::model::IntervalReport],
-    t_end: f64,
-    markers: bool,
-) -> Drawn {
-    let black = BLACK.to_rgba();
-    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
-    let (chart_area, legend_area) = mid.split_horizontally(900);
+/// One line of the RTT panel: its label, colour, width and points (ms).
+type RttSeries = (&'static str, RGBAColor, u32, Vec<(f64, f64)>);
+
+/// The RTT panel's lines: block RTT (max and average), kernel srtt and the path's
+/// min_rtt, each from the rows that have it.
+fn rtt_series(ivs: &[IntervalReport]) -> Vec<RttSeries> {
     let ms = |us: f64| us / 1e3;
-    type Series = (&'static str, RGBAColor, u32, Vec<(f64, f64)>);
-    let pick = |f: &dyn Fn(&crate::report::model::SumRow) -> Option<f64>| -> Vec<(f64, f64)> {
+    let pick = |f: &dyn Fn(&SumRow) -> Option<f64>| -> Vec<(f64, f64)> {
         ivs.iter()
             .filter_map(|iv| {
                 f(&iv.sum)
@@ -391,7 +508,7 @@ fn rtt_panel(
             })
             .collect()
     };
-    let rtts: Vec<Series> = vec![
+    vec![
         (
             "block RTT max",
             colour(1, 4),
@@ -416,7 +533,14 @@ fn rtt_panel(
             1,
             pick(&|s| s.min_rtt.map(f64::from)),
         ),
-    ];
+    ]
+}
+
+/// Block RTT and kernel RTT per interval (log scale: they can be orders of magnitude
+/// apart).
+fn rtt_panel(mid: &DrawingArea<SVGBackend<'_>, Shift>, time: &Timeline<'_>) -> Drawn {
+    let (chart_area, legend_area) = mid.split_horizontally(900);
+    let rtts = rtt_series(time.ivs);
     let all = rtts.iter().flat_map(|s| s.3.iter().map(|p| p.1));
     let (lo, hi) = all.fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let (lo, hi) = if hi > 0.0 {
@@ -424,19 +548,14 @@ fn rtt_panel(
     } else {
         (0.001, 1.0)
     };
-    let mut chart = ChartBuilder::on(&chart_area)
-        .caption(
-            "RTT: block (every queue a block met) and kernel (the path)",
-            (FONT, 16),
-        )
-        .margin(8)
-        .x_label_area_size(36)
-        .y_label_area_size(70)
-        .right_y_label_area_size(70)
-        .build_cartesian_2d(
-            0.0..t_end,
-            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
-        )?;
+    let mut chart = time_chart(
+        &chart_area,
+        "RTT: block (every queue a block met) and kernel (the path)",
+    )
+    .build_cartesian_2d(
+        0.0..time.t_end,
+        (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+    )?;
     chart
         .configure_mesh()
         .x_desc("time, s")
@@ -449,29 +568,21 @@ fn rtt_panel(
         if points.is_empty() {
             continue;
         }
-        chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(width)))?;
-        if markers {
-            chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
-        }
+        draw_line(&mut chart, &points, (c, width), time.markers)?;
         entries.push(entry(label, c, Mark::Line(width)));
     }
     if entries.is_empty() {
-        entries.push(entry("no RTT samples", black, Mark::Line(0)));
+        entries.push(entry("no RTT samples", BLACK.to_rgba(), Mark::Line(0)));
     }
     legend(&legend_area, &entries, &[])
 }
 
 /// `-u`: the datagrams lost per interval, % (left axis), and the receivers' RFC 3550
 /// jitter, ms (right axis): what a UDP test is read for.
-fn udp_panel(
-    mid: &DrawingArea<SVGBackend<'_>, Shift>,
-    ivs: &[crate::report::model::IntervalReport],
-    t_end: f64,
-    markers: bool,
-) -> Drawn {
-    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
-    let pick = |f: fn(&crate::report::model::UdpFigures) -> f64| -> Vec<(f64, f64)> {
-        ivs.iter()
+fn udp_panel(mid: &DrawingArea<SVGBackend<'_>, Shift>, time: &Timeline<'_>) -> Drawn {
+    let (t_end, markers) = (time.t_end, time.markers);
+    let pick = |f: fn(&UdpFigures) -> f64| -> Vec<(f64, f64)> {
+        (time.ivs.iter())
             .filter_map(|iv| {
                 iv.sum
                     .udp
@@ -484,17 +595,12 @@ fn udp_panel(
     let jitter = pick(|u| u.jitter_ms);
     let top = |p: &[(f64, f64)], floor: f64| p.iter().map(|q| q.1).fold(floor, f64::max) * 1.1;
     let (chart_area, legend_area) = mid.split_horizontally(900);
-    let mut chart = ChartBuilder::on(&chart_area)
-        .caption(
-            "UDP: datagrams lost per interval and jitter (RFC 3550)",
-            (FONT, 16),
-        )
-        .margin(8)
-        .x_label_area_size(36)
-        .y_label_area_size(70)
-        .right_y_label_area_size(70)
-        .build_cartesian_2d(0.0..t_end, 0.0..top(&loss, 1.0))?
-        .set_secondary_coord(0.0..t_end, 0.0..top(&jitter, 0.01));
+    let mut chart = time_chart(
+        &chart_area,
+        "UDP: datagrams lost per interval and jitter (RFC 3550)",
+    )
+    .build_cartesian_2d(0.0..t_end, 0.0..top(&loss, 1.0))?
+    .set_secondary_coord(0.0..t_end, 0.0..top(&jitter, 0.01));
     chart
         .configure_mesh()
         .x_desc("time, s")
@@ -520,25 +626,14 @@ fn udp_panel(
 }
 
 /// Jain's index per interval; intervals with a starved stream marked.
-fn fairness_panel(
-    bottom: &DrawingArea<SVGBackend<'_>, Shift>,
-    ivs: &[crate::report::model::IntervalReport],
-    t_end: f64,
-    markers: bool,
-) -> Drawn {
-    let red = RED.to_rgba();
-    let mid_t = |start: f64, end: f64| (start + end) / 2.0;
+fn fairness_panel(bottom: &DrawingArea<SVGBackend<'_>, Shift>, time: &Timeline<'_>) -> Drawn {
+    let ivs = time.ivs;
     let (chart_area, legend_area) = bottom.split_horizontally(900);
-    let mut chart = ChartBuilder::on(&chart_area)
-        .caption(
-            "Fairness per interval (Jain's index: 1 = equal shares)",
-            (FONT, 16),
-        )
-        .margin(8)
-        .x_label_area_size(36)
-        .y_label_area_size(70)
-        .right_y_label_area_size(70)
-        .build_cartesian_2d(0.0..t_end, 0.0..1.05)?;
+    let mut chart = time_chart(
+        &chart_area,
+        "Fairness per interval (Jain's index: 1 = equal shares)",
+    )
+    .build_cartesian_2d(0.0..time.t_end, 0.0..1.05)?;
     chart
         .configure_mesh()
         .x_desc("time, s")
@@ -555,10 +650,7 @@ fn fairness_panel(
         })
         .collect();
     let blue = colour(0, 1);
-    chart.draw_series(LineSeries::new(jain.clone(), blue.stroke_width(2)))?;
-    if markers {
-        chart.draw_series(jain.iter().map(|&p| Circle::new(p, 2, blue.filled())))?;
-    }
+    draw_line(&mut chart, &jain, (blue, 2), time.markers)?;
     let mut entries = vec![entry("Jain's index", blue, Mark::Line(2))];
     let hungry: Vec<(f64, f64)> = ivs
         .iter()
@@ -569,6 +661,7 @@ fn fairness_panel(
         })
         .collect();
     if !hungry.is_empty() {
+        let red = RED.to_rgba();
         chart.draw_series(
             hungry
                 .iter()
@@ -635,40 +728,67 @@ pub(crate) fn compare_svg(doc: &CompareDoc, title: &str) -> Result<String> {
     Ok(svg)
 }
 
-fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
-    let rows = &doc.rows;
-    let varying: Vec<Dim> = Dim::ALL
-        .into_iter()
-        .filter(|d| d.values(rows).len() > 1)
-        .collect();
-    // The x axis: the first swept size or count, else the first swept choice.
-    let x_dim = varying.first().copied().unwrap_or(Dim::Block);
-    let others: Vec<Dim> = varying.iter().copied().filter(|d| *d != x_dim).collect();
-    let xs = x_dim.values(rows);
-    let x_of = |r: &CompareRow| xs.iter().position(|v| *v == x_dim.of(r)).unwrap_or(0);
-    let curve_of = |r: &CompareRow| -> String {
-        let parts: Vec<String> = others
-            .iter()
+/// A comparison's axes: the swept dimension along x, and one curve per combination of the
+/// other swept dimensions, in the order the rows first show them.
+struct CompareAxes {
+    x_dim: Dim,
+    xs: Vec<(String, u64)>,
+    others: Vec<Dim>,
+    curves: Vec<String>,
+}
+
+impl CompareAxes {
+    fn of(rows: &[CompareRow]) -> CompareAxes {
+        let varying: Vec<Dim> = Dim::ALL
+            .into_iter()
+            .filter(|d| d.values(rows).len() > 1)
+            .collect();
+        // The x axis: the first swept size or count, else the first swept choice.
+        let x_dim = varying.first().copied().unwrap_or(Dim::Block);
+        let others: Vec<Dim> = varying.iter().copied().filter(|d| *d != x_dim).collect();
+        let mut axes = CompareAxes {
+            x_dim,
+            xs: x_dim.values(rows),
+            others,
+            curves: Vec::new(),
+        };
+        for r in rows {
+            let c = axes.curve_of(r);
+            if !axes.curves.contains(&c) {
+                axes.curves.push(c);
+            }
+        }
+        axes
+    }
+
+    /// The row's place along the x axis.
+    fn x_of(&self, r: &CompareRow) -> usize {
+        let x = self.x_dim.of(r);
+        self.xs.iter().position(|v| *v == x).unwrap_or(0)
+    }
+
+    /// The name of the row's curve: its values of the other swept dimensions.
+    fn curve_of(&self, r: &CompareRow) -> String {
+        let parts: Vec<String> = (self.others.iter())
             .map(|d| format!("{} {}", d.name(), d.of(r).0))
             .collect();
         match parts.is_empty() {
             true => "pinperf".into(),
             false => parts.join(", "),
         }
-    };
-    let mut curves: Vec<String> = Vec::new();
-    for r in rows {
-        let c = curve_of(r);
-        if !curves.contains(&c) {
-            curves.push(c);
-        }
     }
+}
+
+/// What a comparison's panel draws of each row (none: the run has no value).
+type Metric = fn(&CompareRow) -> Option<f64>;
+
+fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
+    let axes = CompareAxes::of(&doc.rows);
     let legend_w = 260;
     let root = SVGBackend::with_string(svg, (820 + legend_w, 760)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(title, (FONT, 20))?;
     let (top, bottom) = root.split_vertically(360);
-    type Metric = fn(&CompareRow) -> Option<f64>;
     let panels: [(&DrawingArea<SVGBackend<'_>, Shift>, &str, &str, Metric); 2] = [
         (&top, "Throughput (receiver)", "Gbit/s", |r| {
             r.bits_per_second.map(|b| b / 1e9)
@@ -678,57 +798,70 @@ fn draw_compare(svg: &mut String, doc: &CompareDoc, title: &str) -> Drawn {
         }),
     ];
     for (area, caption, unit, metric) in panels {
-        let (chart_area, legend_area) = area.split_horizontally(820);
-        let max = rows.iter().filter_map(metric).fold(0.0, f64::max).max(1e-3);
-        let mut chart = ChartBuilder::on(&chart_area)
-            .caption(format!("{caption} against {}", x_dim.name()), (FONT, 16))
-            .margin(8)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(
-                (0..xs.len().saturating_sub(1)).into_segmented(),
-                0.0..max * 1.15,
-            )?;
-        chart
-            .configure_mesh()
-            .x_desc(x_dim.name())
-            .y_desc(unit)
-            .x_labels(xs.len() + 1)
-            .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => xs.get(*i).map_or(String::new(), |x| x.0.clone()),
-                _ => String::new(),
-            })
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
-        let mut entries = Vec::new();
-        for (k, name) in curves.iter().enumerate() {
-            let c = colour(k, curves.len());
-            let mut points: Vec<(usize, f64)> = rows
-                .iter()
-                .filter(|r| curve_of(r) == *name)
-                .filter_map(|r| metric(r).map(|v| (x_of(r), v)))
-                .collect();
-            points.sort_by_key(|p| p.0);
-            let points: Vec<(SegmentValue<usize>, f64)> = points
-                .into_iter()
-                .map(|(i, v)| (SegmentValue::CenterOf(i), v))
-                .collect();
-            chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
-            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
-            entries.push(entry(name.clone(), c, Mark::Line(2)));
-        }
-        let failed = rows.iter().filter(|r| metric(r).is_none()).count();
-        if failed > 0 {
-            entries.push(entry(
-                format!("{failed} run(s) without a value"),
-                RED.to_rgba(),
-                Mark::Cross,
-            ));
-        }
-        legend(&legend_area, &entries, &[])?;
+        compare_panel(area, &axes, &doc.rows, (caption, unit), metric)?;
     }
     root.present()?;
     Ok(())
+}
+
+/// One metric of every row against the x axis, a curve per combination; the legend
+/// counts the rows without a value.
+fn compare_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    axes: &CompareAxes,
+    rows: &[CompareRow],
+    (caption, unit): (&str, &str),
+    metric: Metric,
+) -> Drawn {
+    let (x_dim, xs) = (axes.x_dim, &axes.xs);
+    let (chart_area, legend_area) = area.split_horizontally(820);
+    let max = rows.iter().filter_map(metric).fold(0.0, f64::max).max(1e-3);
+    let mut chart = ChartBuilder::on(&chart_area)
+        .caption(format!("{caption} against {}", x_dim.name()), (FONT, 16))
+        .margin(8)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (0..xs.len().saturating_sub(1)).into_segmented(),
+            0.0..max * 1.15,
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc(x_dim.name())
+        .y_desc(unit)
+        .x_labels(xs.len() + 1)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => xs.get(*i).map_or(String::new(), |x| x.0.clone()),
+            _ => String::new(),
+        })
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    let mut entries = Vec::new();
+    for (k, name) in axes.curves.iter().enumerate() {
+        let c = colour(k, axes.curves.len());
+        let mut points: Vec<(usize, f64)> = rows
+            .iter()
+            .filter(|r| axes.curve_of(r) == *name)
+            .filter_map(|r| metric(r).map(|v| (axes.x_of(r), v)))
+            .collect();
+        points.sort_by_key(|p| p.0);
+        let points: Vec<(SegmentValue<usize>, f64)> = points
+            .into_iter()
+            .map(|(i, v)| (SegmentValue::CenterOf(i), v))
+            .collect();
+        chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
+        chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
+        entries.push(entry(name.clone(), c, Mark::Line(2)));
+    }
+    let failed = rows.iter().filter(|r| metric(r).is_none()).count();
+    if failed > 0 {
+        entries.push(entry(
+            format!("{failed} run(s) without a value"),
+            RED.to_rgba(),
+            Mark::Cross,
+        ));
+    }
+    legend(&legend_area, &entries, &[])
 }
 
 /// The bytes of `svg` as `path`'s extension asks: as it is for `.svg`, rasterised for `.png`.

@@ -270,22 +270,42 @@ pub fn client_options(a: &LabArgs) -> Result<(ClientConfig, crate::cli::OutputAr
 pub fn run(a: &LabArgs) -> Result<()> {
     let spec = path_spec(a)?;
     let (mut cfg, output) = client_options(a)?;
-    if let Some(from) = a.blackout_from {
-        // The path comes up just before the handshake: a blackout past the handshake (a
-        // few round trips, two per data and echo connection) and the test's planned end
-        // (-O and -t) would never be seen.
-        let connections = u32::try_from(2 * cfg.test.threads()).unwrap_or(u32::MAX);
-        let setup = spec.rtt.saturating_mul(4 + 2 * connections);
-        let end = cfg.test.run_time() + setup;
-        if from >= end {
-            return Err(Error::Usage(format!(
-                "--blackout-from {}s: the test ends about {:.1}s after the path comes up (its \
-                 handshake over --rtt, then -O and -t); use less, or a longer -t after --",
-                from.as_secs_f64(),
-                end.as_secs_f64()
-            )));
-        }
+    check_blackout(a, &spec, &cfg)?;
+    check_host()?;
+    // net.ipv4.tcp_mem is visible only here, in the initial namespace: read it once now.
+    let _ = crate::os::kstat::tcp_mem();
+    // Signals are taken by one thread from here on, so teardown runs whatever is running.
+    sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM", e))?;
+    let teardown = TeardownGuard::default();
+    spawn_signal_thread(teardown.shared())?;
+    let mut out = LabOut::new(cfg.format, &output)?;
+    let result = run_lab(&spec, &mut cfg, &teardown, &mut out);
+    finish(result, &teardown, &mut out)
+}
+
+/// A blackout must start while the test still runs. The path comes up just before the
+/// handshake: a blackout past the handshake (a few round trips, two per data and echo
+/// connection) and the test's planned end (-O and -t) would never be seen.
+fn check_blackout(a: &LabArgs, spec: &PathSpec, cfg: &ClientConfig) -> Result<()> {
+    let Some(from) = a.blackout_from else {
+        return Ok(());
+    };
+    let connections = u32::try_from(2 * cfg.test.threads()).unwrap_or(u32::MAX);
+    let setup = spec.rtt.saturating_mul(4 + 2 * connections);
+    let end = cfg.test.run_time() + setup;
+    if from >= end {
+        return Err(Error::Usage(format!(
+            "--blackout-from {}s: the test ends about {:.1}s after the path comes up (its \
+             handshake over --rtt, then -O and -t); use less, or a longer -t after --",
+            from.as_secs_f64(),
+            end.as_secs_f64()
+        )));
     }
+    Ok(())
+}
+
+/// What the lab needs of this host: root, a TUN device and iproute2's `ip`.
+fn check_host() -> Result<()> {
     if !sys::is_root() {
         return Err(Error::Usage(
             "pinperf lab creates network namespaces and TUN devices: run it as root".into(),
@@ -299,12 +319,12 @@ pub fn run(a: &LabArgs) -> Result<()> {
     ip(&["-V"]).map_err(|_| {
         Error::Test("pinperf lab needs iproute2's `ip` (apt-get install iproute2)".into())
     })?;
-    // net.ipv4.tcp_mem is visible only here, in the initial namespace: read it once now.
-    let _ = crate::os::kstat::tcp_mem();
-    // Signals are taken by one thread from here on, so teardown runs whatever is running.
-    sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM", e))?;
-    let teardown = TeardownGuard::default();
-    let on_signal = teardown.shared();
+    Ok(())
+}
+
+/// The `lab-signals` thread: at a stop signal it tears the lab down and exits the process
+/// by that signal, after letting a running test stop and print (see the module's doc).
+fn spawn_signal_thread(on_signal: Arc<Mutex<Teardown>>) -> Result<()> {
     spawn_named("lab-signals".into(), move || -> Result<()> {
         let mut sig = sys::wait_stop_signal();
         let first = std::time::Instant::now();
@@ -329,8 +349,12 @@ pub fn run(a: &LabArgs) -> Result<()> {
         note(&signal_text(sig, &list.removed));
         sys::die_by(sig);
     })?;
-    let mut out = LabOut::new(cfg.format, &output)?;
-    let result = run_lab(&spec, &mut cfg, &teardown, &mut out);
+    Ok(())
+}
+
+/// Tears down, prints what was removed, and gives the run's outcome: a write error of
+/// the lab's output if nothing else failed, and a signal's error if one came.
+fn finish(result: Result<()>, teardown: &TeardownGuard, out: &mut LabOut) -> Result<()> {
     let removed = teardown.finish();
     let gone = removed.iter().filter(|r| r.failure.is_none());
     let failed = removed.iter().filter_map(|r| {
@@ -374,6 +398,8 @@ fn note(line: &str) {
     let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
+/// The lab proper: namespaces and TUN devices, a relay each way, then the test; the
+/// relays' figures and warnings go to `out` once the test has ended.
 fn run_lab(
     spec: &PathSpec,
     cfg: &mut ClientConfig,
@@ -390,88 +416,108 @@ fn run_lab(
     let client_tun = client.tun(CLIENT_ADDR, SERVER_ADDR, spec.mtu)?;
 
     let allowed = pin::allowed_cpus();
-    let forward_cpu = allowed.last().copied();
-    let return_cpu = allowed.first().copied();
-    let path = LabPath::new(
-        spec,
-        Ends {
-            client: client_ns,
-            server: server_ns,
-        },
-        RelayCpus {
-            forward: forward_cpu,
-            back: return_cpu,
-        },
-    );
-    if !out.path(path) {
+    let cpus = RelayCpus {
+        forward: allowed.last().copied(),
+        back: allowed.first().copied(),
+    };
+    let ends = Ends {
+        client: client_ns,
+        server: server_ns,
+    };
+    if !out.path(LabPath::new(spec, ends, cpus)) {
         // Nobody reads the results (stdout closed before the test began): stop quietly;
         // `run` tears down.
         return Ok(());
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let mtu = spec.mtu as usize;
     // The path comes up now: a blackout counts from here.
     let up = (spec.blackout, std::time::Instant::now());
-    let relay = |name: &str, from: &Arc<File>, to: &Arc<File>, path: Path, cpu: Option<usize>| {
-        let (from, to, stop) = (from.clone(), to.clone(), stop.clone());
-        let name = name.to_string();
-        spawn_named(name.clone(), move || {
-            if let Some(cpu) = cpu {
-                pin::pin_current(cpu).map_err(Error::Test)?;
-            }
-            // Real-time priority: a packet's due time must not wait for a stream thread's
-            // time slice on the same core. The relay sleeps between packets, and the
-            // kernel's RT throttling still leaves others 5 % of the core in the worst case.
-            let priority = sys::set_realtime(RELAY_PRIORITY).err().map(|e| {
-                let warning = format!("relay {name} keeps normal priority (SCHED_FIFO: {e})");
-                note(&format!("pinperf lab: {warning}"));
-                Warning::said(warning)
-            });
-            Ok((relay::run(&from, &to, path, mtu, up, &stop), priority))
-        })
-    };
-    let forward = relay(
+    let mtu = spec.mtu as usize;
+    let forward = spawn_relay(
         "lab-forward",
-        &client_tun,
-        &server_tun,
-        spec.direction(0x9e37),
-        forward_cpu,
+        (client_tun.clone(), server_tun.clone()),
+        (spec.direction(0x9e37), mtu, up),
+        cpus.forward,
+        &stop,
     )?;
-    let back = relay(
+    let back = spawn_relay(
         "lab-return",
-        &server_tun,
-        &client_tun,
-        spec.direction(0x7f4a),
-        return_cpu,
+        (server_tun.clone(), client_tun.clone()),
+        (spec.direction(0x7f4a), mtu, up),
+        cpus.back,
+        &stop,
     )?;
 
     let outcome = serve_and_test(&server, &client, cfg, teardown, out.client_formatter());
     stop.store(true, Ordering::Relaxed);
-    let (fwd, fwd_priority) = join_relay(forward)?;
-    let (ret, ret_priority) = join_relay(back)?;
-    out.relay(LabRelay::new(Direction::Forward, &fwd));
-    out.relay(LabRelay::new(Direction::Return, &ret));
-    out.tun_drops(Ends {
-        client: client.tun_drops(),
-        server: server.tun_drops(),
-    });
-    for warning in [fwd_priority, ret_priority].into_iter().flatten() {
-        out.warning(warning);
-    }
+    let relays = (join_relay(forward)?, join_relay(back)?);
     let received_bps = outcome
         .as_ref()
         .ok()
         .map(|s| s.sum_received.bits_per_second);
+    let netns = Ends {
+        client: &client,
+        server: &server,
+    };
+    report_relays(out, relays, netns, received_bps, (spec, &cfg.test));
+    outcome.map(|_| ())
+}
+
+/// What the relays did, once the test has ended: their figures, the TUN devices' drops,
+/// and their warnings (no real-time priority; late deliveries that may have held the
+/// run, which received `received_bps`, below what the path allowed).
+fn report_relays(
+    out: &mut LabOut,
+    ((fwd, fwd_priority), (ret, ret_priority)): (RelayEnd, RelayEnd),
+    netns: Ends<&Netns>,
+    received_bps: Option<f64>,
+    (spec, test): (&PathSpec, &crate::wire::params::TestParams),
+) {
+    out.relay(LabRelay::new(Direction::Forward, &fwd));
+    out.relay(LabRelay::new(Direction::Return, &ret));
+    out.tun_drops(Ends {
+        client: netns.client.tun_drops(),
+        server: netns.server.tun_drops(),
+    });
+    for warning in [fwd_priority, ret_priority].into_iter().flatten() {
+        out.warning(warning);
+    }
     if let Some(warning) = report::late_warning(
         fwd.late + ret.late,
         fwd.path.packets + ret.path.packets,
         fwd.worst_late_ns.max(ret.worst_late_ns),
         received_bps,
-        ceiling(spec, &cfg.test),
+        ceiling(spec, test),
     ) {
         out.warning(warning);
     }
-    outcome.map(|_| ())
+}
+
+/// A relay thread, `name`, pinned to `cpu`: moves packets `from` one TUN device `to` the
+/// other through `path` until `stop` is set.
+fn spawn_relay(
+    name: &str,
+    (from, to): (Arc<File>, Arc<File>),
+    (path, mtu, up): (Path, usize, (Option<path::Blackout>, std::time::Instant)),
+    cpu: Option<usize>,
+    stop: &Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<RelayEnd>>> {
+    let stop = stop.clone();
+    let name = name.to_string();
+    spawn_named(name.clone(), move || {
+        if let Some(cpu) = cpu {
+            pin::pin_current(cpu).map_err(Error::Test)?;
+        }
+        // Real-time priority: a packet's due time must not wait for a stream thread's
+        // time slice on the same core. The relay sleeps between packets, and the
+        // kernel's RT throttling still leaves others 5 % of the core in the worst case.
+        let priority = sys::set_realtime(RELAY_PRIORITY).err().map(|e| {
+            let warning = format!("relay {name} keeps normal priority (SCHED_FIFO: {e})");
+            note(&format!("pinperf lab: {warning}"));
+            Warning::said(warning)
+        });
+        Ok((relay::run(&from, &to, path, mtu, up, &stop), priority))
+    })
 }
 
 /// What the run could reach over `spec`'s path, and what else held it back (see
@@ -1021,8 +1067,8 @@ mod tests {
         assert!(matches!(e, Error::Usage(_)));
         let e = path_spec(&lab_args(&["--queue", "100"])).unwrap_err();
         assert!(e.to_string().contains("--queue"), "{e}");
-        // Past the longest round trip the handshake's deadlines hold (--rtt 6s timed out
-        // connecting), which the client's default --connect-timeout is above.
+        // Past the longest round trip the handshake's deadlines hold (the client's default
+        // --connect-timeout is above it).
         let e = path_spec(&lab_args(&["--rtt", "4.5s"])).unwrap_err();
         assert!(e.to_string().starts_with("--rtt 4.5s: use 0.1ms"), "{e}");
         assert!(

@@ -53,50 +53,93 @@ pub fn run(
     sys::set_timer_slack(1_000);
     let clock = Instant::now();
     let cpu0 = cpu::thread();
-    let ns = || clock.elapsed().as_nanos() as u64;
-    let cap = mtu + 64;
-    let mut queue: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
-    let mut free: Vec<Vec<u8>> = Vec::new();
-    let mut stats = RelayStats::default();
-    let mut from_ref = from;
-    let mut to_ref = to;
+    let mut relay = Relay {
+        clock,
+        cap: mtu + 64,
+        queue: VecDeque::new(),
+        free: Vec::new(),
+        stats: RelayStats::default(),
+    };
     while !stop.load(Ordering::Relaxed) {
-        let now = ns();
-        while let Some(&(due, _)) = queue.front() {
+        relay.deliver_due(to);
+        if relay.read_burst(from, &mut path, (blackout, up), stop) > 0 {
+            continue;
+        }
+        relay.wait(from);
+    }
+    let mut stats = relay.stats;
+    stats.path = path.stats;
+    stats.cpu_us = cpu::thread_since(cpu0).total_us();
+    stats.wall = clock.elapsed();
+    stats
+}
+
+/// One direction's packets in flight, the buffers it reuses, and what it counted.
+struct Relay {
+    /// Due times are nanoseconds since this.
+    clock: Instant,
+    /// A read buffer's size: the MTU and some room.
+    cap: usize,
+    /// Packets waiting for their due time, in the order they are due.
+    queue: VecDeque<(u64, Vec<u8>)>,
+    free: Vec<Vec<u8>>,
+    stats: RelayStats,
+}
+
+impl Relay {
+    fn ns(&self) -> u64 {
+        self.clock.elapsed().as_nanos() as u64
+    }
+
+    /// Writes every packet that is due to `to`, counting the late ones.
+    fn deliver_due(&mut self, mut to: &File) {
+        let now = self.ns();
+        while let Some(&(due, _)) = self.queue.front() {
             if due > now {
                 break;
             }
-            let (_, pkt) = queue.pop_front().expect("front exists");
+            let (_, pkt) = self.queue.pop_front().expect("front exists");
             let late = now - due;
             if late > LATE_NS {
-                stats.late += 1;
+                self.stats.late += 1;
             }
-            stats.worst_late_ns = stats.worst_late_ns.max(late);
-            if to_ref.write(&pkt).is_err() {
-                stats.write_errors += 1;
+            self.stats.worst_late_ns = self.stats.worst_late_ns.max(late);
+            if to.write(&pkt).is_err() {
+                self.stats.write_errors += 1;
             }
-            free.push(pkt);
+            self.free.push(pkt);
         }
+    }
+
+    /// Reads up to [`READ_BURST`] packets from `from` and offers each to `path` (after
+    /// the blackout); how many it read. A device that went away sets `stop`.
+    fn read_burst(
+        &mut self,
+        mut from: &File,
+        path: &mut Path,
+        (blackout, up): (Option<Blackout>, Instant),
+        stop: &AtomicBool,
+    ) -> usize {
         let mut got = 0;
         while got < READ_BURST {
-            let mut buf = free.pop().unwrap_or_default();
-            buf.resize(cap, 0);
-            match from_ref.read(&mut buf) {
+            let mut buf = self.free.pop().unwrap_or_default();
+            buf.resize(self.cap, 0);
+            match from.read(&mut buf) {
                 Ok(n) => {
                     got += 1;
                     buf.truncate(n);
                     if blackout.is_some_and(|b| b.drops(up.elapsed().as_nanos() as u64, &buf)) {
-                        stats.blackout_drops += 1;
-                        free.push(buf);
+                        self.stats.blackout_drops += 1;
+                        self.free.push(buf);
                         continue;
                     }
-                    match path.offer(ns(), n) {
-                        Verdict::Deliver(due) => queue.push_back((due, buf)),
-                        Verdict::QueueFull | Verdict::Lost => free.push(buf),
+                    match path.offer(self.ns(), n) {
+                        Verdict::Deliver(due) => self.queue.push_back((due, buf)),
+                        Verdict::QueueFull | Verdict::Lost => self.free.push(buf),
                     }
                 }
                 Err(e) => {
-                    free.push(buf);
+                    self.free.push(buf);
                     if e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::Interrupted {
                         // The device went away (teardown); nothing more to relay.
                         stop.store(true, Ordering::Relaxed);
@@ -105,13 +148,15 @@ pub fn run(
                 }
             }
         }
-        if got > 0 {
-            continue;
-        }
-        let wait = queue
-            .front()
+        got
+    }
+
+    /// Nothing was read: sleeps until the next packet is due or `from` is readable (at
+    /// most [`MAX_WAIT`]), and gives back spare buffers.
+    fn wait(&mut self, from: &File) {
+        let wait = (self.queue.front())
             .map_or(MAX_WAIT, |&(due, _)| {
-                Duration::from_nanos(due.saturating_sub(ns()))
+                Duration::from_nanos(due.saturating_sub(self.ns()))
             })
             .min(MAX_WAIT);
         if !wait.is_zero() {
@@ -119,10 +164,6 @@ pub fn run(
             let _ = sys::wait_readable(from.as_fd(), wait);
         }
         // Keep only the buffers the pipe can use, so a burst does not pin memory forever.
-        free.truncate(4 * READ_BURST);
+        self.free.truncate(4 * READ_BURST);
     }
-    stats.path = path.stats;
-    stats.cpu_us = cpu::thread_since(cpu0).total_us();
-    stats.wall = clock.elapsed();
-    stats
 }

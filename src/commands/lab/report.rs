@@ -283,7 +283,7 @@ pub struct LabOut {
     sink: Sink,
     /// `--plot`, `--html`, `--json-file`: written once the lab's figures are in, from the
     /// client's document (`doc`) with them added.
-    files: Option<crate::commands::render::SideFiles>,
+    files: Option<crate::commands::output::SideFiles>,
     doc: Captured,
     /// Writing a side file failed.
     files_error: Option<crate::error::Error>,
@@ -309,9 +309,9 @@ impl LabOut {
             format,
             text: o.text.clone(),
             sink: Sink(Arc::new(Mutex::new(
-                crate::commands::render::report_writer(o)?,
+                crate::commands::output::report_writer(o)?,
             ))),
-            files: crate::commands::render::SideFiles::create(o)?,
+            files: crate::commands::output::SideFiles::create(o)?,
             doc: Captured::default(),
             files_error: None,
             output: crate::report::Output::default(),
@@ -331,14 +331,14 @@ impl LabOut {
             Format::Json => Box::new(self.captured.clone()),
             _ => Box::new(self.sink.clone()),
         };
-        let display = crate::commands::render::display(self.format, &self.text, out);
+        let display = crate::commands::output::display(self.format, &self.text, out);
         match self.files {
             None => display,
             Some(_) => {
                 let doc = Box::new(self.doc.clone());
                 Box::new(Tee(
                     display,
-                    crate::commands::render::display(Format::Json, &self.text, doc),
+                    crate::commands::output::display(Format::Json, &self.text, doc),
                 ))
             }
         }
@@ -610,8 +610,7 @@ mod tests {
     }
 
     /// A run held below the path by its own -b, by --loss, a blackout or slow start is not
-    /// the relay's doing (`-b 20M` over a 100M path was blamed on the relay,
-    /// and so was one late packet in 160).
+    /// the relay's doing: its late deliveries get a note (or nothing), not a warning.
     #[test]
     fn late_deliveries_in_a_run_held_back_by_something_else_only_get_a_note() {
         assert_eq!(
