@@ -83,10 +83,86 @@ pub(crate) fn run(
 ) -> Result<Summary> {
     refuse_unsupported(&cfg)?;
     let mut cfg = cfg;
-    let peer = stream.peer_addr().op(|| "read server address".into())?;
     let local = stream.local_addr().op(|| "read local address".into())?;
-    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees
-    // it (as against a pinperf server).
+    let (mut ctl, cookie, params) = negotiate(&mut cfg, stream, sent)?;
+    let rtt = net::rtt(&ctl.sock);
+    let (socks, dups, local_window) = connect_streams(&cfg, &mut ctl, &cookie, &params, rtt)?;
+    for w in local_window.shortfalls("local") {
+        stderrln!("pinperf: {w}");
+    }
+    expect(&mut ctl, super::TEST_START)?;
+    let header = header_of(&cfg, &ctl, local, &socks, local_window, &local_plan);
+    let ending = Ending::of(&cfg.test, rtt);
+    let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
+    let (ends, feeds, mirrors, stopped) =
+        start_threads(&cfg, socks, &local_plan, &ending, &remote_tx)?;
+    let out = out.take().expect("the formatter is handed to one reporter");
+    let output = report::Output::default();
+    let output2 = output.clone();
+    let reporter = spawn_named("reporter".into(), move || {
+        report::run_reporter(header, feeds, remote_rx, out, output2)
+    })?;
+
+    let mut ran = Ran::default();
+    let mut result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending, &mut ran);
+    if let (Err(e), Some(t0)) = (&mut result, ran.started) {
+        // Whatever ended a running test (a signal, a stream, the server), the rows so far
+        // keep their totals, marked cut short; the error follows them.
+        stopped.store(true, Ordering::SeqCst);
+        say_stopped(e, t0, &mut ran, &remote_tx, &cfg);
+    }
+    let cpu_mark = result.as_ref().ok().map(|(mark, _, _, _)| mark);
+    if result.is_err() {
+        ends.abort();
+        // Closing the streams ends threads blocked on the server.
+        for d in &dups {
+            let _ = d.shutdown(std::net::Shutdown::Both);
+        }
+    }
+    let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
+    let local_cpu = cpu_mark.map(|m| m.report(thread_cpu, send_path));
+    let mut counted: Vec<Mirrored> = mirrors.into_iter().filter_map(|m| m.join().ok()).collect();
+    let outcome = match (result, stream_error) {
+        (Err(e), _) | (Ok(_), Some(e)) => Err(e),
+        (Ok((_, t0, acked, told)), None) => {
+            // The congestion control the streams ran with, as an iperf3 end says it.
+            let congestion = dups.first().and_then(net::congestion);
+            let cpu = local_cpu.as_ref();
+            finish(&mut ctl, &cfg, cpu, &counted, (t0, acked, told), congestion)
+        }
+    };
+    if let Some(cpu) = local_cpu {
+        let _ = remote_tx.send(RemoteEvent::LocalCpu(cpu));
+    }
+    let outcome = conclude(&cfg, outcome, &mut counted, &remote_tx);
+    drop(remote_tx);
+    let totals = reporter
+        .join()
+        .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
+    outcome?;
+    if let Some(e) = output.error() {
+        return Err(e);
+    }
+    let totals = totals?;
+    if !cfg.test.udp {
+        reconcile(&totals, &cfg);
+    }
+    totals
+        .summaries
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Test("the report's summary is missing".into()))
+}
+
+/// The cookie and the parameters, up to `CREATE_STREAMS`. UDP without -l gets datagrams
+/// that fit the path's MTU, as the control connection sees it (as against a pinperf
+/// server).
+fn negotiate(
+    cfg: &mut ClientConfig,
+    stream: TcpStream,
+    sent: &[u8],
+) -> Result<(Ctl, [u8; super::COOKIE_SIZE], Params)> {
+    let peer = stream.peer_addr().op(|| "read server address".into())?;
     if cfg.test.udp && cfg.test.len.is_none() {
         let mtu = net::path_info(&stream).mtu;
         cfg.test.len = Some(crate::wire::params::datagram_for_mtu(mtu, peer.is_ipv6()));
@@ -101,28 +177,43 @@ pub(crate) fn run(
     let params = Params::from_test(&cfg.test);
     ctl.send_json(&params, "the test parameters")?;
     expect(&mut ctl, super::CREATE_STREAMS)?;
+    Ok((ctl, cookie, params))
+}
 
+/// The data connections (TCP, with duplicates for watching) or sockets (UDP, by
+/// iperf3's handshake), and the first one's window grant.
+fn connect_streams(
+    cfg: &ClientConfig,
+    ctl: &mut Ctl,
+    cookie: &[u8],
+    params: &Params,
+    rtt: Duration,
+) -> Result<(Socks, Vec<TcpStream>, crate::os::netinfo::WindowGrant)> {
     let test = &cfg.test;
-    let n = test.streams as usize;
-    let rtt = net::rtt(&ctl.sock);
-    let (socks, dups, local_window) = match test.udp {
-        false => {
-            let (socks, dups, window) = tcp_streams(&cfg, peer, &cookie)?;
-            (Socks::TcpIperf3(socks), dups, window)
-        }
-        true => {
-            let allowed = timeouts::streams_arrive(test.threads(), rtt);
-            let spoke = &mut || spoke_first(&mut ctl, test.window_bytes.is_some());
-            let (socks, window) = super::udp::connect(peer, cfg.target.bind, test, allowed, spoke)?;
-            (Socks::UdpAs(socks, params.wire()), Vec::new(), window)
-        }
-    };
-    for w in local_window.shortfalls("local") {
-        stderrln!("pinperf: {w}");
+    if !test.udp {
+        let (socks, dups, window) = tcp_streams(cfg, ctl.peer, cookie)?;
+        return Ok((Socks::TcpIperf3(socks), dups, window));
     }
-    expect(&mut ctl, super::TEST_START)?;
+    let allowed = timeouts::streams_arrive(test.threads(), rtt);
+    let peer = ctl.peer;
+    let spoke = &mut || spoke_first(ctl, test.window_bytes.is_some());
+    let (socks, window) = super::udp::connect(peer, cfg.target.bind, test, allowed, spoke)?;
+    Ok((Socks::UdpAs(socks, params.wire()), Vec::new(), window))
+}
 
-    let header = Header {
+/// The report's header: what this end set up, and the words for what an iperf3 server
+/// does not report.
+fn header_of(
+    cfg: &ClientConfig,
+    ctl: &Ctl,
+    local: std::net::SocketAddr,
+    socks: &Socks,
+    local_window: crate::os::netinfo::WindowGrant,
+    local_plan: &PinPlan,
+) -> Header {
+    let test = &cfg.test;
+    let peer = ctl.peer;
+    Header {
         software: SOFTWARE.into(),
         local: local.to_string(),
         remote: peer.to_string(),
@@ -131,13 +222,13 @@ pub(crate) fn run(
             false => REMOTE_WORDS.into(),
         },
         local_window,
-        path: match &socks {
+        path: match socks {
             Socks::TcpIperf3(s) => net::path_info(&s[0].data),
             _ => net::path_info(&ctl.sock),
         },
         local_pin: local_plan.clone(),
         echo: false,
-        congestion: match &socks {
+        congestion: match socks {
             Socks::TcpIperf3(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
             _ => "- (UDP)".into(),
         },
@@ -149,17 +240,32 @@ pub(crate) fn run(
         started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
         local_host: crate::os::sys::hostname(),
         ..Header::of_test(test)
-    };
+    }
+}
 
-    // Threads per direction, each direction's batches relayed through a `mirror` thread
-    // that cuts them a second time as the remote half of each row.
-    let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
-    let mut socks = socks;
-    let ending = Ending::of(test, rtt);
+/// What [`start_threads`] started: the stream threads, the reporter's feeds, the mirrors
+/// and the flag that stops them making intervals past a stopped test's last record.
+type Started = (
+    Ends,
+    Vec<report::Feed>,
+    Vec<std::thread::JoinHandle<Mirrored>>,
+    Arc<AtomicBool>,
+);
+
+/// Threads per direction, each direction's batches relayed through a `mirror` thread
+/// that cuts them a second time as the remote half of each row.
+fn start_threads(
+    cfg: &ClientConfig,
+    mut socks: Socks,
+    local_plan: &PinPlan,
+    ending: &Ending,
+    remote_tx: &Sender<RemoteEvent>,
+) -> Result<Started> {
+    let test = &cfg.test;
+    let n = test.streams as usize;
     let mut ends = Ends::default();
     let mut feeds = Vec::new();
     let mut mirrors = Vec::new();
-    // Set when the test is stopped early: the mirrors make no interval past its last record.
     let stopped = Arc::new(AtomicBool::new(false));
     for (k, &reverse) in test.direction().reversed().iter().enumerate() {
         let plan = PinPlan(local_plan.0[k * n..(k + 1) * n].to_vec());
@@ -188,76 +294,53 @@ pub(crate) fn run(
             cutter: IntervalCutter::for_test(n, test),
         });
     }
-    let out = out.take().expect("the formatter is handed to one reporter");
-    let output = report::Output::default();
-    let output2 = output.clone();
-    let reporter = spawn_named("reporter".into(), move || {
-        report::run_reporter(header, feeds, remote_rx, out, output2)
-    })?;
+    Ok((ends, feeds, mirrors, stopped))
+}
 
-    let mut ran = Ran::default();
-    let mut result = drive(&mut ctl, &ends, &dups, &cfg, &output, &ending, &mut ran);
-    if let (Err(e), Some(t0)) = (&mut result, ran.started) {
-        // Whatever ended a running test (a signal, a stream, the server), the rows so far
-        // keep their totals, marked cut short; the error follows them.
-        stopped.store(true, Ordering::SeqCst);
-        match ran.failed.take() {
-            Some((at, error)) => {
-                // A failed stream is said live, then the server's word on it (`drive`
-                // waited for one): which came first cannot be told from one end (as
-                // against a pinperf server).
-                let _ = remote_tx.send(RemoteEvent::StreamFailed { at, error });
-                if let Some(theirs) = ran.theirs.take() {
-                    *e = Error::Test(format!("{e}; {theirs}"));
-                }
-            }
-            None => {
-                let signal = matches!(e, Error::Interrupted { .. });
-                let _ = remote_tx.send(RemoteEvent::CutShort {
-                    at: t0.elapsed().as_secs_f64(),
-                    say: (signal && cfg.format == Format::Text).then(|| e.to_string()),
-                });
+/// A running test stopped by `e`: a failed stream is said live, then the server's word on
+/// it (`drive` waited for one): which came first cannot be told from one end (as against
+/// a pinperf server). Anything else cuts the rows short.
+fn say_stopped(
+    e: &mut Error,
+    t0: Instant,
+    ran: &mut Ran,
+    remote_tx: &Sender<RemoteEvent>,
+    cfg: &ClientConfig,
+) {
+    match ran.failed.take() {
+        Some((at, error)) => {
+            let _ = remote_tx.send(RemoteEvent::StreamFailed { at, error });
+            if let Some(theirs) = ran.theirs.take() {
+                *e = Error::Test(format!("{e}; {theirs}"));
             }
         }
-    }
-    let cpu_mark = result.as_ref().ok().map(|(mark, _, _, _)| mark);
-    if result.is_err() {
-        ends.abort();
-        // Closing the streams ends threads blocked on the server.
-        for d in &dups {
-            let _ = d.shutdown(std::net::Shutdown::Both);
+        None => {
+            let signal = matches!(e, Error::Interrupted { .. });
+            let _ = remote_tx.send(RemoteEvent::CutShort {
+                at: t0.elapsed().as_secs_f64(),
+                say: (signal && cfg.format == Format::Text).then(|| e.to_string()),
+            });
         }
     }
-    let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
-    let local_cpu = cpu_mark.map(|m| m.report(thread_cpu, send_path));
-    let mut counted = Vec::new();
-    for m in mirrors {
-        if let Ok(mirrored) = m.join() {
-            counted.push(mirrored);
-        }
-    }
-    let outcome = match (result, stream_error) {
-        (Err(e), _) | (Ok(_), Some(e)) => Err(e),
-        (Ok((_, t0, acked, told)), None) => {
-            // The congestion control the streams ran with, as an iperf3 end says it.
-            let congestion = dups.first().and_then(net::congestion);
-            let cpu = local_cpu.as_ref();
-            finish(&mut ctl, &cfg, cpu, &counted, (t0, acked, told), congestion)
-        }
-    };
-    if let Some(cpu) = local_cpu {
-        let _ = remote_tx.send(RemoteEvent::LocalCpu(cpu));
-    }
-    // The rows held for the server's datagram counts: with them, or (a failed test)
-    // without any.
+}
+
+/// The rows held for the server's datagram counts, with them or (a failed test) without
+/// any; the UDP totals reconciled; the test's end told to the reporter.
+fn conclude(
+    cfg: &ClientConfig,
+    outcome: Result<(ReceiverDone, Results)>,
+    counted: &mut [Mirrored],
+    remote_tx: &Sender<RemoteEvent>,
+) -> Result<ReceiverDone> {
+    let n = cfg.test.streams as usize;
     let theirs = outcome.as_ref().ok().map(|(_, r)| r);
     for (k, m) in counted.iter_mut().enumerate() {
-        for row in m.held_rows(k, n, theirs, test.block_bytes()) {
+        for row in m.held_rows(k, n, theirs, cfg.test.block_bytes()) {
             let _ = remote_tx.send(RemoteEvent::Row(row));
         }
     }
     let outcome = outcome.map(|(done, theirs)| {
-        reconcile_udp(&cfg, &counted, &theirs);
+        reconcile_udp(cfg, counted, &theirs);
         done
     });
     match &outcome {
@@ -268,23 +351,7 @@ pub(crate) fn run(
             let _ = remote_tx.send(RemoteEvent::Failed(e.to_string()));
         }
     }
-    drop(remote_tx);
-    let totals = reporter
-        .join()
-        .unwrap_or_else(|_| Err(Error::Test("reporter thread panicked".into())));
-    outcome?;
-    if let Some(e) = output.error() {
-        return Err(e);
-    }
-    let totals = totals?;
-    if !cfg.test.udp {
-        reconcile(&totals, &cfg);
-    }
-    totals
-        .summaries
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::Test("the report's summary is missing".into()))
+    outcome
 }
 
 /// Each TCP stream's connection (window and congestion control set before `connect()`),
