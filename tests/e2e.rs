@@ -474,7 +474,7 @@ fn no_server_is_a_clear_error_within_seconds() {
             .is_some_and(|m| m.starts_with("connect to 127.0.0.1:")),
         "{doc}"
     );
-    // The document's keys, empty (helper-51: `error` alone, so `d["end"]` raised).
+    // The document's keys, empty (`error` alone, so `d["end"]` raised).
     for key in ["start", "end"] {
         assert!(doc.get(key).is_some_and(|v| v.is_null()), "{key}: {doc}");
     }
@@ -771,7 +771,7 @@ fn a_second_client_during_a_test_is_told_the_server_is_busy() {
 }
 
 /// A client against an echo service is told that is what it met, not "expected welcome,
-/// got hello" (helper-48).
+/// got hello".
 #[test]
 fn a_client_that_meets_an_echo_service_says_so() {
     let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -802,7 +802,7 @@ fn garbage_and_wrong_versions_on_the_control_port_are_refused_and_survived() {
     let mut sink = Vec::new();
     let _ = s.read_to_end(&mut sink);
     server.wait_for_log(r#"not a pinperf peer (it opened with "GET / HT")"#, EVENT);
-    // Binary garbage, in hex (helper-51: Rust's escapes, "\u{1a}��V��").
+    // Binary garbage, in hex (Rust's escapes, "\u{1a}��V��").
     let mut s = TcpStream::connect(&addr).unwrap();
     s.write_all(&[0x1a, 0xc3, 0x56, 0x00, 0xff, 0x12, 0x7d, 0x20])
         .unwrap();
@@ -1335,7 +1335,7 @@ fn compare_runs_one_row_per_configuration_in_text_and_json() {
 }
 
 /// A combination the single engine cannot run (it does not pace) is a skipped row with its
-/// reason, and the rest of the matrix runs, exit 0 (helper-31: the whole comparison was
+/// reason, and the rest of the matrix runs, exit 0 (the whole comparison was
 /// refused); a matrix with nothing runnable is refused, exit 2.
 #[test]
 fn compare_skips_what_the_engine_cannot_run_and_runs_the_rest() {

@@ -1,4 +1,4 @@
-//! Fuzzing the control decoder and the server's handshake (issue 12): a seeded generator
+//! Fuzzing the control decoder and the server's handshake: a seeded generator
 //! makes well-formed frames of every message (with random field values, parameters out of
 //! every range, unknown fields and types), then mutates them (bit flips, cut, inserted and
 //! removed bytes, a rewritten length), plus raw noise and length prefixes up to and past

@@ -1,4 +1,4 @@
-//! End-to-end tests of the habits users bring (issue 14): iperf3's text flags (`-f`,
+//! End-to-end tests of the habits users bring: iperf3's text flags (`-f`,
 //! `-T`, `--timestamps`, `-V`, `--logfile`, `--forceflush`, `--get-server-output`), shell
 //! completions and the man page. The real binary over
 //! loopback; numbers are checked against the run's own saved document.

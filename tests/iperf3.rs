@@ -193,7 +193,7 @@ fn span_with_a_stopped_server(extra: &[&str], stopped: Duration) -> Option<(f64,
 
 /// A drain longer than twice the run time (the iperf3 server stopped for 2 s of a 1 s
 /// test): the totals' span is the server's, not cut at twice -t (4 MB at 20 Mbit/s after
-/// -t 1 was put at 2 s, its rate doubled; helper-53).
+/// -t 1 was put at 2 s, its rate doubled).
 #[test]
 fn a_drain_past_twice_the_run_time_is_timed_as_the_iperf3_server_timed_it() {
     let test = "a_drain_past_twice_the_run_time_is_timed_as_the_iperf3_server_timed_it";
@@ -259,7 +259,7 @@ fn a_server_with_bytes_unread_at_the_end_is_timed_to_its_reading() {
 
 /// An iperf3 client that arrives while the running test's streams connect waits for
 /// that setup's outcome: its client gone, the new one is served (it was told "busy" for a
-/// client killed 15 ms into its `-P 32 --bidir` test; helper-53 #2).
+/// client killed 15 ms into its `-P 32 --bidir` test).
 #[test]
 fn a_client_arriving_while_a_dead_clients_streams_connect_is_served() {
     let test = "a_client_arriving_while_a_dead_clients_streams_connect_is_served";
@@ -288,7 +288,7 @@ fn a_client_arriving_while_a_dead_clients_streams_connect_is_served() {
         || server.log(),
     );
     // Connected is not yet waiting: its parameters must reach the slot first, and a
-    // waiting client logs nothing to wait on (helper-54: without this the first could
+    // waiting client logs nothing to wait on (without this the first could
     // leave before the second asked, and the test pass without the wait).
     std::thread::sleep(Duration::from_millis(200));
     drop(first);
@@ -435,7 +435,7 @@ fn iperf3_client_against_pinperf_server_four_streams_json() {
     };
     assert_eq!(doc["end"]["streams"].as_array().map(Vec::len), Some(4));
     // The server's congestion control, as an iperf3 server's results give it (only the
-    // client's own was there: no receiver_tcp_congestion; helper-48).
+    // client's own was there: no receiver_tcp_congestion).
     assert_eq!(
         doc["end"]["receiver_tcp_congestion"], doc["end"]["sender_tcp_congestion"],
         "{doc}"
@@ -1351,7 +1351,7 @@ fn compare_runs_against_an_iperf3_server_with_its_defaults() {
 }
 
 /// `compare` with `--peer auto` waits out an iperf3 server's silence once: the runs after
-/// the first speak iperf3 at once (helper-42: every configuration waited its second and
+/// the first speak iperf3 at once (every configuration waited its second and
 /// said so again).
 #[test]
 fn compare_finds_an_iperf3_server_once() {
@@ -1364,7 +1364,7 @@ fn compare_finds_an_iperf3_server_once() {
 
 /// An iperf3 client stopped mid-test frees the server for the next client at once: one
 /// that connects the moment it has exited waits out the streams' end for the slot instead
-/// of hearing "busy, about 7 s left" (helper-44: every time after a killed `iperf3 -u`).
+/// of hearing "busy, about 7 s left" (every time after a killed `iperf3 -u`).
 #[test]
 fn a_client_right_after_a_stopped_iperf3_client_is_served() {
     let test = "a_client_right_after_a_stopped_iperf3_client_is_served";

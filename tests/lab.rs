@@ -508,7 +508,7 @@ fn json_adds_the_lab_s_figures_to_the_client_s_one_document() {
     );
     assert_torn_down(pid);
     // Read back, the text has the lab's lines around the client's report, as a text run
-    // prints them (they were dropped: review helper-38).
+    // prints them (they were dropped).
     let saved = std::env::temp_dir().join(format!("pinperf-lab-{}.json", std::process::id()));
     std::fs::write(&saved, run.stdout()).expect("save the document");
     let text = pinperf(
@@ -1077,7 +1077,7 @@ fn a_full_disk_fails_the_lab_and_still_tears_it_down() {
 
 /// Over a long round trip the server's rows are on the senders' clock: a 1 s UDP test at
 /// `-b 20M` through a 200 ms path ends at 1 s at the asked rate, and nothing calls the
-/// sender slow (helper-44: a 3 s test over 600 ms ran 3.6 s at 83 % of `-b`, "the sending
+/// sender slow (a 3 s test over 600 ms ran 3.6 s at 83 % of `-b`, "the sending
 /// host could not keep up").
 #[test]
 fn a_long_round_trip_is_not_a_slow_sender() {

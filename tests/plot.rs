@@ -1,4 +1,4 @@
-//! End-to-end tests of the pictures (issue 14): `pinperf plot` of a saved test and of a
+//! End-to-end tests of the pictures: `pinperf plot` of a saved test and of a
 //! saved comparison, `--plot` as PNG, the HTML report in a real browser (headless
 //! Chromium, where installed), and `pinperf report` replaying the text a run printed.
 //! The real binary over loopback; the SVG is read back element by element.
@@ -138,7 +138,7 @@ fn a_saved_udp_test_plots_loss_and_jitter() {
 }
 
 /// `--bidir` plots both directions, each its own picture: client to server above, server
-/// to client below, each with its streams' lines over its own intervals (helper-42: only
+/// to client below, each with its streams' lines over its own intervals (only
 /// the client-to-server half was drawn).
 #[test]
 fn a_bidir_test_plots_both_directions() {
@@ -427,7 +427,7 @@ fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
         run.explain()
     );
     assert!(!live.exists(), "--plot wrote empty axes");
-    // The HTML report has the failure and no empty axes (helper-47).
+    // The HTML report has the failure and no empty axes.
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(
         html.contains("No interval was reported, nothing to plot.") && !html.contains("<svg"),
@@ -494,7 +494,7 @@ fn report_replays_the_text_the_run_printed() {
         out.lines().filter(|l| l.starts_with("total_sum,")).count(),
         1
     );
-    // A run's own flags are taken (helper-44 and 46: "unexpected argument"): --csv is
+    // A run's own flags are taken ("unexpected argument"): --csv is
     // the same CSV, -J the same JSON, --html FILE the HTML report.
     let flag = pinperf(&["report", arg(&json), "--csv"], LIMIT);
     assert_eq!(flag.stdout(), out, "{}", flag.explain());

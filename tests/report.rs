@@ -1,4 +1,4 @@
-//! End-to-end tests of what the report says (issue 15): totals that span the test however
+//! End-to-end tests of what the report says: totals that span the test however
 //! the data moved, stalls named, the single engine's CPU as measured, and the text
 //! format's headings. The real binary over loopback; no speed thresholds.
 

@@ -431,7 +431,7 @@ fn options_that_would_fail_every_test_are_refused_at_startup() {
 
 /// A `--data-port` another program listens on is refused at startup with the flag and the
 /// fix, and by name to a client should it be taken later; the server started, then every
-/// test failed with "bind 127.0.0.1:6110: Address already in use" (helper-48).
+/// test failed with "bind 127.0.0.1:6110: Address already in use".
 #[test]
 fn a_data_port_in_use_is_refused_at_startup_by_its_flag() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -446,7 +446,7 @@ fn a_data_port_in_use_is_refused_at_startup_by_its_flag() {
 }
 
 /// A port another program holds on one address only (127.0.0.2) leaves a wildcard server
-/// the others: it starts, says so, and serves a test over 127.0.0.1 (helper-50: the
+/// the others: it starts, says so, and serves a test over 127.0.0.1 (the
 /// startup probe on the wildcard refused to start).
 #[test]
 fn a_data_port_held_on_one_address_leaves_the_server_the_others() {
@@ -461,7 +461,7 @@ fn a_data_port_held_on_one_address_leaves_the_server_the_others() {
 
 /// Identical silent peers are logged alike: each handshake's own read times out at its
 /// deadline and says what the peer did; the acceptor's cut, for one stuck elsewhere,
-/// comes later (helper-51: at the same moment, either wording won the race).
+/// comes later (at the same moment, either wording won the race).
 #[test]
 fn silent_peers_are_logged_with_one_wording() {
     let server = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
@@ -482,7 +482,7 @@ fn silent_peers_are_logged_with_one_wording() {
     }
 }
 
-/// A flag of the other mode is refused by name (helper-29: `-s -R`, `-s -P 4`, a client's
+/// A flag of the other mode is refused by name (`-s -R`, `-s -P 4`, a client's
 /// `--max-streams 2 -P 4` and `--loopback --max-rate 1M` ran, the flag ignored).
 #[test]
 fn a_flag_of_the_other_mode_is_refused_by_name() {
@@ -1247,7 +1247,7 @@ fn the_json_log_has_one_event_per_line() {
 }
 
 /// A connection that starts like an iperf3 cookie and then says nothing is logged in
-/// words, not as a raw errno (helper-44: "iperf3 cookie: Resource temporarily
+/// words, not as a raw errno ("iperf3 cookie: Resource temporarily
 /// unavailable (os error 11)").
 #[test]
 fn a_half_sent_cookie_is_named_in_the_log() {
@@ -1332,7 +1332,7 @@ fn an_iperf3_tests_streams_come_from_its_client_only() {
 }
 
 /// `-s -B` with an address this host does not have names the flag (it said only "bind
-/// 198.18.255.254:...: Cannot assign requested address"; helper-53). No packet is sent:
+/// 198.18.255.254:...: Cannot assign requested address"). No packet is sent:
 /// 198.18.0.0/15 is the benchmarking range, and the bind fails first.
 #[test]
 fn a_server_bound_to_an_address_it_lacks_names_minus_b() {
@@ -1348,7 +1348,7 @@ fn a_server_bound_to_an_address_it_lacks_names_minus_b() {
 
 /// A `-1` server whose one test is still setting up refuses a second client at once: it
 /// waited for the slot, took it when the first failed, and the process then exited under
-/// it ("closed the control connection"; helper-54).
+/// it ("closed the control connection").
 #[test]
 fn a_one_off_server_refuses_a_second_client_while_its_test_sets_up() {
     let mut server = Server::start(&["-1"]);

@@ -173,7 +173,7 @@ fn a_server_refuses_udp_and_rates_over_its_limit() {
 }
 
 /// `--max-window` binds the receive buffer a server picks for UDP without `-w` as it binds
-/// a client's `-w` (helper-42: the server asked for 256k and more whatever its limit).
+/// a client's `-w` (the server asked for 256k and more whatever its limit).
 #[test]
 fn a_servers_max_window_caps_the_udp_buffer_it_picks() {
     let server = Server::start(&["--max-window", "64k"]);
