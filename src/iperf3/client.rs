@@ -722,19 +722,7 @@ fn drive(
     let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + run_time);
     loop {
         if let Some(f) = ends.failure() {
-            // The server's word, if it says one soon, follows the stream (3.12 closes when
-            // a data connection dies). A stream the server closed or reset can be the
-            // knock-on of the control connection failing first (destroyed here, and the
-            // server then closed its streams): then its word other than a close
-            // is the cause.
-            match their_word(ctl, timeouts::CAUSE).ok().flatten() {
-                Some(word) if f.peer_closed && !word.closed => {
-                    return Err(Error::Test(word.text));
-                }
-                Some(word) => ran.theirs = Some(word.text),
-                None => {}
-            }
-            return Err(ran.stream_failed(f));
+            return Err(stream_failed(ctl, f, ran));
         }
         if output.closed() {
             return Err(Error::OutputClosed);
@@ -755,58 +743,80 @@ fn drive(
             false => Duration::from_millis(1),
         };
         if let Some(word) = their_word(ctl, look)? {
-            // iperf3 ends a test whose data connection died by closing: a stream that fails
-            // with it is named first. Its error or a state (a signal) is its own cause.
-            if word.closed {
-                let deadline = Instant::now() + timeouts::CAUSE;
-                while ends.failure().is_none() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if let Some(f) = ends.failure() {
-                    ran.theirs = Some(word.text);
-                    return Err(ran.stream_failed(f));
-                }
-            }
-            return Err(Error::Test(word.text));
+            return Err(server_spoke(ends, word, ran));
         }
-        if t0.elapsed() < run_time {
-            continue;
-        }
-        if cfg.test.udp {
+        let over = t0.elapsed() >= run_time;
+        let done = match cfg.test.udp {
             // Datagrams are not acknowledged: a round trip lets the last ones arrive.
-            match t0.elapsed() >= run_time + ending.udp_wait {
-                true => break,
-                false => continue,
-            }
-        }
-        // Every sending stream's data acknowledged (in FIN_WAIT1, nothing unsent and
-        // every byte sent acknowledged: `bytes_acked` counts the SYN too, `bytes_sent`
-        // the retransmissions too; or FIN_WAIT2 or later), or the stall limit: the
-        // server's kernel has every byte; then a grace for the server process to read
-        // them (timeouts::iperf3_read). Not the FIN's acknowledgement, which waits for
-        // the receiver's delayed ACK (40 ms and more), all of it in the server's time;
-        // nor the last data's, for the same reason (`Tail`).
-        let infos: Vec<_> = dups
-            .iter()
-            .zip(&sends)
-            .filter(|(_, s)| **s)
-            .map(|(d, _)| net::tcp_info(d))
-            .collect();
-        if let Some(at) = tail.look(&infos, Instant::now()) {
-            let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
-            if at.elapsed() >= timeouts::iperf3_read(rtt) {
-                break;
-            }
-        }
-        // A slow server still reading (iperf3 -l 7 both ways: 11 s) is waited for; one
-        // that acknowledged nothing for the stall limit is not.
-        let acked: u64 = infos.iter().flatten().map(|i| i.bytes_acked).sum();
-        if progress.stalled(acked, Instant::now()) {
+            true => t0.elapsed() >= run_time + ending.udp_wait,
+            false => over && delivered(dups, &sends, &mut tail, &mut progress),
+        };
+        if done {
             break;
         }
     }
     ctl.send_state(super::TEST_END)?;
     Ok((cpu, t0, tail.received(), Instant::now()))
+}
+
+/// A stream failed: the server's word, if it says one soon, follows the stream (3.12
+/// closes when a data connection dies). A stream the server closed or reset can be the
+/// knock-on of the control connection failing first (destroyed here, and the server then
+/// closed its streams): then its word other than a close is the cause.
+fn stream_failed(ctl: &mut Ctl, f: Failure, ran: &mut Ran) -> Error {
+    match their_word(ctl, timeouts::CAUSE).ok().flatten() {
+        Some(word) if f.peer_closed && !word.closed => return Error::Test(word.text),
+        Some(word) => ran.theirs = Some(word.text),
+        None => {}
+    }
+    ran.stream_failed(f)
+}
+
+/// The server spoke during the test. iperf3 ends a test whose data connection died by
+/// closing: a stream that fails with it is named first. Its error or a state (a signal)
+/// is its own cause.
+fn server_spoke(ends: &Ends, word: Word, ran: &mut Ran) -> Error {
+    if word.closed {
+        let deadline = Instant::now() + timeouts::CAUSE;
+        while ends.failure().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(f) = ends.failure() {
+            ran.theirs = Some(word.text);
+            return ran.stream_failed(f);
+        }
+    }
+    Error::Test(word.text)
+}
+
+/// Past the run time, whether the server's kernel has every byte the sending streams
+/// wrote, and a grace has passed for the server process to read them
+/// (`timeouts::iperf3_read`); or nothing was acknowledged for the stall limit. A stream's
+/// data is in when it is in FIN_WAIT1 with nothing unsent and every byte sent
+/// acknowledged (`bytes_acked` counts the SYN too, `bytes_sent` the retransmissions
+/// too), or FIN_WAIT2 or later. Not the FIN's acknowledgement, which waits for the
+/// receiver's delayed ACK (40 ms and more), all of it in the server's time; nor the last
+/// data's, for the same reason (`Tail`). A slow server still reading is waited for.
+fn delivered(
+    dups: &[TcpStream],
+    sends: &[bool],
+    tail: &mut Tail,
+    progress: &mut timeouts::Progress,
+) -> bool {
+    let infos: Vec<_> = dups
+        .iter()
+        .zip(sends)
+        .filter(|(_, s)| **s)
+        .map(|(d, _)| net::tcp_info(d))
+        .collect();
+    if let Some(at) = tail.look(&infos, Instant::now()) {
+        let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
+        if at.elapsed() >= timeouts::iperf3_read(rtt) {
+            return true;
+        }
+    }
+    let acked: u64 = infos.iter().flatten().map(|i| i.bytes_acked).sum();
+    progress.stalled(acked, Instant::now())
 }
 
 /// How the server's kernel acknowledged the end of a TCP test's data, seen from this end:
@@ -893,40 +903,7 @@ fn finish(
     congestion: Option<String>,
 ) -> Result<(ReceiverDone, Results)> {
     expect(ctl, EXCHANGE_RESULTS)?;
-    // Our results: what each local stream did (sent bytes for senders, received for
-    // receivers; UDP's datagram counts), ids in the order the streams were created.
-    let n = cfg.test.streams as usize;
-    let reversed = cfg.test.direction().reversed();
-    // As an iperf3 end counts: from the end of -O's omitted seconds.
-    let omit = cfg.test.omit().as_secs_f64();
-    let elapsed = t0
-        .elapsed()
-        .as_secs_f64()
-        .min(cfg.test.run_time().as_secs_f64())
-        .max(omit)
-        - omit;
-    let streams = (0..cfg.test.threads())
-        .map(|k| {
-            let mine = counted.get(k / n);
-            let bytes = mine.map_or(0, |m| m.counted(k % n));
-            let udp = cfg.test.udp.then(|| {
-                let last = mine.and_then(|m| m.udp.get(k % n)).and_then(Option::as_ref);
-                let sends = !reversed.get(k / n).copied().unwrap_or(false);
-                (sends, last, cfg.test.block_bytes())
-            });
-            StreamResult::ours(stream_id(k), bytes, elapsed, udp)
-        })
-        .collect();
-    let ours = Results {
-        cpu_util_total: cpu.map_or(0.0, |c| c.host_total),
-        cpu_util_user: cpu.map_or(0.0, |c| c.host_user),
-        cpu_util_system: cpu.map_or(0.0, |c| c.host_system),
-        sender_has_retransmits: 0,
-        congestion_used: congestion,
-        streams,
-        server_output_text: None,
-        server_output_json: None,
-    };
+    let ours = our_results(cfg, cpu, counted, t0, congestion);
     ctl.send_json(&ours, "this end's results")?;
     let theirs: Results = ctl.read_json(STEP, "the server's results")?;
     expect(ctl, DISPLAY_RESULTS)?;
@@ -947,68 +924,131 @@ fn finish(
             .flatten(),
         retransmits: Vec::new(),
     };
-    let mut seconds: f64 = 0.0;
-    // A sending stream whose bytes the server had not all read when it took TEST_END (its
-    // count is short of this end's; with -O the two part at different moments).
-    let mut unread = false;
-    for (k, &reverse) in reversed.iter().enumerate() {
-        for i in 0..n {
-            let id = stream_id(k * n + i);
-            let s = theirs.stream(id).ok_or_else(|| Error::Protocol {
-                peer: ctl.peer,
-                what: format!("the server's results have no stream {id}"),
-            })?;
-            seconds = seconds.max(s.end_time - s.start_time);
-            // The server's count starts after -O on its clock; the reporter's are of the
-            // whole run, split at -O by this end's rows: this end's omitted bytes stand in
-            // for the server's (they differ by what crossed the boundary).
-            let whole = s.bytes + counted.get(k).map_or(0, |m| m.omitted[i]);
-            match reverse {
-                true => {
-                    done.sent.push(whole);
-                    // A Linux iperf3 sender counts them (-1 where it has none).
-                    let counted = theirs.sender_has_retransmits == 1 && s.retransmits >= 0;
-                    done.retransmits
-                        .push(counted.then_some(s.retransmits.unsigned_abs()));
-                }
-                false => {
-                    let sent = counted.get(k).map_or(0, |m| m.counted(i));
-                    unread |= omit == 0.0 && s.bytes < sent;
-                    done.bytes.push(whole)
-                }
-            }
-        }
-    }
+    let (seconds, unread) = take_their_counts(&mut done, &theirs, counted, cfg, ctl.peer)?;
     // No longer than this end has run since TEST_RUNNING (past -O's seconds, as the
-    // server's): a drain can take many times
-    // the run time (a 4 MB buffer at 20 Mbit/s after -t 1: it was cut at twice the run
-    // time, and the rate doubled).
+    // server's): a drain can take many times the run time.
+    let omit = cfg.test.omit().as_secs_f64();
     let seconds = if seconds.is_finite() && seconds > 0.0 {
         seconds.min((t0.elapsed().as_secs_f64() - omit).max(0.0))
     } else {
         cfg.test.run_time().as_secs_f64()
     };
-    // The iperf3 server's receive time covers the measured seconds only (after -O), and
-    // runs to TEST_END, which this end sends a grace after the last byte was acknowledged
-    // (TCP) or a round trip and 20 ms after its senders stopped (UDP). The receiving ended
-    // earlier: when the server's kernel had the last byte (`Tail::received`), or (UDP) at
-    // the run time, over which the datagrams were sent and arrived. Unless the server was
-    // still reading what its kernel had acknowledged when it took TEST_END (some left
-    // unread), or took it later than a grace after it was sent (busy reading): then its
-    // reading ran to its span (a slow reader, iperf3 -l 2: 1.46 MB read by its 1.38 s was
-    // put over 1.26 s, 10 % high).
     let told = told.saturating_duration_since(t0) + timeouts::iperf3_read(net::rtt(&ctl.sock));
+    let span = receiving_span(cfg, seconds, t0, acked, told, unread);
+    done.elapsed_us = (span * 1e6) as u64;
+    done.cpu = Some(super::cpu_report(&theirs, seconds));
+    Ok((done, theirs))
+}
+
+/// This end's results: what each local stream did (sent bytes for senders, received for
+/// receivers; UDP's datagram counts), ids in the order the streams were created, counted
+/// as an iperf3 end counts them: from the end of -O's omitted seconds.
+fn our_results(
+    cfg: &ClientConfig,
+    cpu: Option<&crate::os::cpu::CpuReport>,
+    counted: &[Mirrored],
+    t0: Instant,
+    congestion: Option<String>,
+) -> Results {
+    let n = cfg.test.streams as usize;
+    let reversed = cfg.test.direction().reversed();
+    let omit = cfg.test.omit().as_secs_f64();
+    let elapsed = t0
+        .elapsed()
+        .as_secs_f64()
+        .min(cfg.test.run_time().as_secs_f64())
+        .max(omit)
+        - omit;
+    let streams = (0..cfg.test.threads())
+        .map(|k| {
+            let mine = counted.get(k / n);
+            let bytes = mine.map_or(0, |m| m.counted(k % n));
+            let udp = cfg.test.udp.then(|| {
+                let last = mine.and_then(|m| m.udp.get(k % n)).and_then(Option::as_ref);
+                let sends = !reversed.get(k / n).copied().unwrap_or(false);
+                (sends, last, cfg.test.block_bytes())
+            });
+            StreamResult::ours(stream_id(k), bytes, elapsed, udp)
+        })
+        .collect();
+    Results {
+        cpu_util_total: cpu.map_or(0.0, |c| c.host_total),
+        cpu_util_user: cpu.map_or(0.0, |c| c.host_user),
+        cpu_util_system: cpu.map_or(0.0, |c| c.host_system),
+        sender_has_retransmits: 0,
+        congestion_used: congestion,
+        streams,
+        server_output_text: None,
+        server_output_json: None,
+    }
+}
+
+/// The server's per-stream counts into `done`: bytes it received, or sent with their
+/// retransmits. Returns the server's longest stream time and whether a sending stream's
+/// bytes were not all read when it took TEST_END (its count short of this end's; with -O
+/// the two part at different moments).
+fn take_their_counts(
+    done: &mut ReceiverDone,
+    theirs: &Results,
+    counted: &[Mirrored],
+    cfg: &ClientConfig,
+    peer: std::net::SocketAddr,
+) -> Result<(f64, bool)> {
+    let n = cfg.test.streams as usize;
+    let omit = cfg.test.omit().as_secs_f64();
+    let mut seconds: f64 = 0.0;
+    let mut unread = false;
+    for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {
+        for i in 0..n {
+            let id = stream_id(k * n + i);
+            let s = theirs.stream(id).ok_or_else(|| Error::Protocol {
+                peer,
+                what: format!("the server's results have no stream {id}"),
+            })?;
+            seconds = seconds.max(s.end_time - s.start_time);
+            // The server counts from after -O on its clock; the reporter's counts are of
+            // the whole run, split at -O by this end's rows: this end's omitted bytes stand
+            // in for the server's (they differ by what crossed the boundary).
+            let whole = s.bytes + counted.get(k).map_or(0, |m| m.omitted[i]);
+            if reverse {
+                done.sent.push(whole);
+                // A Linux iperf3 sender counts them (-1 where it has none).
+                let known = theirs.sender_has_retransmits == 1 && s.retransmits >= 0;
+                done.retransmits
+                    .push(known.then_some(s.retransmits.unsigned_abs()));
+            } else {
+                let sent = counted.get(k).map_or(0, |m| m.counted(i));
+                unread |= omit == 0.0 && s.bytes < sent;
+                done.bytes.push(whole);
+            }
+        }
+    }
+    Ok((seconds, unread))
+}
+
+/// The seconds the server received over. Its own receive time runs to TEST_END, which
+/// this end sends a grace after the last byte was acknowledged (TCP) or a round trip after
+/// its senders stopped (UDP); the receiving ended earlier: when the server's kernel had
+/// the last byte (`acked`), or (UDP) at the run time. Unless the server was still reading
+/// when it took TEST_END (bytes left unread, or TEST_END taken past `told`, a grace after
+/// it was sent): a slow reader's rate is its bytes over its own span.
+fn receiving_span(
+    cfg: &ClientConfig,
+    seconds: f64,
+    t0: Instant,
+    acked: Option<Instant>,
+    told: Duration,
+    unread: bool,
+) -> f64 {
+    let omit = cfg.test.omit().as_secs_f64();
     let late = seconds + omit > told.as_secs_f64();
-    let span = match (cfg.test.udp, acked) {
+    match (cfg.test.udp, acked) {
         (true, _) => (seconds + omit).min(cfg.test.run_time().as_secs_f64()),
         (false, Some(at)) if !late && !unread => {
             (seconds + omit).min(at.saturating_duration_since(t0).as_secs_f64())
         }
         (false, _) => seconds + omit,
-    };
-    done.elapsed_us = (span * 1e6) as u64;
-    done.cpu = Some(super::cpu_report(&theirs, seconds));
-    Ok((done, theirs))
+    }
 }
 
 /// `--get-server-output`: the iperf3 server's report as it sent it (its text, or its JSON
