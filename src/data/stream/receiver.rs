@@ -106,17 +106,7 @@ pub fn run(
                 batcher.flush(t_ns, None, false)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let read = Error::io(format!("stream-{id}: read"), e);
-                let echo_sock = echo.as_ref().map(|(s, _)| *s);
-                return Err(super::echo::cause_of(
-                    id,
-                    read,
-                    (&sock, "read"),
-                    echo_sock,
-                    None,
-                ));
-            }
+            Err(e) => return Err(read_failed(id, e, &sock, echo.as_ref().map(|(s, _)| *s))),
         }
     }
     let eof_ns = stamps.anchor();
@@ -131,6 +121,17 @@ pub fn run(
         eof_ns,
         cpu: cpu::thread_since(cpu_start),
     })
+}
+
+/// A failed read as the stream's error, or what caused it on the echo connection.
+fn read_failed(
+    id: u16,
+    e: std::io::Error,
+    sock: &TcpStream,
+    echo_sock: Option<&TcpStream>,
+) -> Error {
+    let read = Error::io(format!("stream-{id}: read"), e);
+    super::echo::cause_of(id, read, (sock, "read"), echo_sock, None)
 }
 
 /// The echo connection and its header tracker, the connection set to send at once: an
