@@ -150,11 +150,19 @@ impl Handshake {
 
     /// The next message from the client, with its frame body exactly as received.
     pub fn input(&mut self, msg: ControlMsg, body: &[u8]) -> Step {
-        let expected = |what: &str, got: &ControlMsg| {
-            Step::Broken(format!("expected {what}, got {}", got.kind()))
-        };
-        match (self.state, msg) {
-            (State::Hello, ControlMsg::Hello { version, .. }) if version == PROTOCOL_VERSION => {
+        match self.state {
+            State::Hello => self.hello(msg),
+            State::AuthRequest => self.auth_request(msg),
+            State::AuthProof => self.auth_proof(msg),
+            State::Params => self.params(msg, body),
+            State::Done => expected("nothing more", &msg),
+        }
+    }
+
+    /// The first message: Hello in this server's protocol version.
+    fn hello(&mut self, msg: ControlMsg) -> Step {
+        match msg {
+            ControlMsg::Hello { version, .. } if version == PROTOCOL_VERSION => {
                 self.state = if self.keys.is_some() {
                     State::AuthRequest
                 } else {
@@ -165,7 +173,7 @@ impl Handshake {
                     software: SOFTWARE.into(),
                 })
             }
-            (State::Hello, ControlMsg::Hello { version, software }) => {
+            ControlMsg::Hello { version, software } => {
                 self.state = State::Done;
                 let reason = format!(
                     "{} speaks protocol {version}; this server ({SOFTWARE}) speaks {PROTOCOL_VERSION}",
@@ -173,95 +181,117 @@ impl Handshake {
                 );
                 Step::Refuse(Refusal::plain("version", reason, None))
             }
-            (State::Hello, other) => expected("hello", &other),
-            (State::AuthRequest, ControlMsg::AuthRequest { user, nonce }) => {
-                if auth::check_user(&user).is_err() {
-                    self.state = State::Done;
-                    return self.auth_failed("unusable user name");
-                }
-                self.user = Some(user);
-                let Some(nonce) = auth::from_hex::<NONCE_LEN>(&nonce) else {
-                    self.state = State::Done;
-                    return self.auth_failed("malformed client nonce");
-                };
-                self.client_nonce = nonce;
-                self.state = State::AuthProof;
-                Step::Reply(ControlMsg::Challenge {
-                    nonce: auth::to_hex(&self.server_nonce),
-                })
+            other => expected("hello", &other),
+        }
+    }
+
+    /// With keys: the client's user and nonce, answered with the server's challenge.
+    fn auth_request(&mut self, msg: ControlMsg) -> Step {
+        let ControlMsg::AuthRequest { user, nonce } = msg else {
+            self.state = State::Done;
+            return Step::Refuse(Refusal {
+                to_client: auth::REQUIRED.into(),
+                ..self.refusal(format!("no credentials (the client sent {})", msg.kind()))
+            });
+        };
+        if auth::check_user(&user).is_err() {
+            self.state = State::Done;
+            return self.auth_failed("unusable user name");
+        }
+        self.user = Some(user);
+        let Some(nonce) = auth::from_hex::<NONCE_LEN>(&nonce) else {
+            self.state = State::Done;
+            return self.auth_failed("malformed client nonce");
+        };
+        self.client_nonce = nonce;
+        self.state = State::AuthProof;
+        Step::Reply(ControlMsg::Challenge {
+            nonce: auth::to_hex(&self.server_nonce),
+        })
+    }
+
+    /// With keys: the client's proof, checked against the Params message that follows.
+    fn auth_proof(&mut self, msg: ControlMsg) -> Step {
+        let ControlMsg::AuthProof { mac } = msg else {
+            self.state = State::Done;
+            return self.auth_failed(format!("no proof (the client sent {})", msg.kind()));
+        };
+        match auth::from_hex::<{ auth::MAC_LEN }>(&mac) {
+            Some(m) => {
+                self.proof = m.to_vec();
+                self.state = State::Params;
+                Step::Wait
             }
-            (State::AuthRequest, other) => {
+            None => {
                 self.state = State::Done;
-                Step::Refuse(Refusal {
-                    to_client: auth::REQUIRED.into(),
-                    ..self.refusal(format!("no credentials (the client sent {})", other.kind()))
-                })
+                self.auth_failed("malformed proof")
             }
-            (State::AuthProof, ControlMsg::AuthProof { mac }) => {
-                match auth::from_hex::<{ auth::MAC_LEN }>(&mac) {
-                    Some(m) => {
-                        self.proof = m.to_vec();
-                        self.state = State::Params;
-                        Step::Wait
-                    }
-                    None => {
-                        self.state = State::Done;
-                        self.auth_failed("malformed proof")
-                    }
-                }
-            }
-            (State::AuthProof, other) => {
-                self.state = State::Done;
-                self.auth_failed(format!("no proof (the client sent {})", other.kind()))
-            }
-            (State::Params, ControlMsg::Params(params)) => {
-                self.state = State::Done;
-                if let (Some(keys), Some(user)) = (&self.keys, &self.user) {
-                    let (secret, known) = keys.secret(user);
-                    let ok = auth::verify(
-                        secret,
-                        user,
-                        &self.server_nonce,
-                        &self.client_nonce,
-                        body,
-                        &self.proof,
-                    );
-                    if !(ok && known) {
-                        return self.auth_failed(if known {
-                            "wrong secret, or the exchange was replayed or altered"
-                        } else {
-                            "unknown user"
-                        });
-                    }
-                }
-                if let Err(reason) = params.validate(&self.limits) {
-                    return Step::Refuse(Refusal::plain("params", reason, self.user.clone()));
-                }
-                let n = params.threads();
-                let affinity = params.pin.as_ref().unwrap_or(&self.affinity);
-                match pin::plan(affinity, n, &pin::allowed_cpus()) {
-                    Ok(plan) => Step::Admit(Box::new(Ticket {
-                        params,
-                        plan,
-                        user: self.user.clone(),
-                    })),
-                    Err(reason) => {
-                        let reason = format!("remote -A: {reason}");
-                        Step::Refuse(Refusal::plain("params", reason, self.user.clone()))
-                    }
-                }
-            }
-            (State::Params, ControlMsg::AuthRequest { .. }) => {
+        }
+    }
+
+    /// The test's parameters: the proof verified over their body (with keys), then the
+    /// server's limits and a pin plan; the test is admitted or refused.
+    fn params(&mut self, msg: ControlMsg, body: &[u8]) -> Step {
+        let params = match msg {
+            ControlMsg::Params(params) => params,
+            ControlMsg::AuthRequest { .. } => {
                 self.state = State::Done;
                 let reason = "this server does not use authentication (it has no --auth-keys); \
                               run the client without --auth"
                     .to_string();
-                Step::Refuse(Refusal::plain("auth", reason, None))
+                return Step::Refuse(Refusal::plain("auth", reason, None));
             }
-            (State::Params, other) => expected("params", &other),
-            (State::Done, other) => expected("nothing more", &other),
+            other => return expected("params", &other),
+        };
+        self.state = State::Done;
+        if let Some(refused) = self.unproven(body) {
+            return refused;
+        }
+        if let Err(reason) = params.validate(&self.limits) {
+            return Step::Refuse(Refusal::plain("params", reason, self.user.clone()));
+        }
+        let n = params.threads();
+        let affinity = params.pin.as_ref().unwrap_or(&self.affinity);
+        match pin::plan(affinity, n, &pin::allowed_cpus()) {
+            Ok(plan) => Step::Admit(Box::new(Ticket {
+                params,
+                plan,
+                user: self.user.clone(),
+            })),
+            Err(reason) => {
+                let reason = format!("remote -A: {reason}");
+                Step::Refuse(Refusal::plain("params", reason, self.user.clone()))
+            }
         }
     }
+
+    /// With keys and a user: the refusal when the proof does not match the Params `body`.
+    fn unproven(&self, body: &[u8]) -> Option<Step> {
+        let (Some(keys), Some(user)) = (&self.keys, &self.user) else {
+            return None;
+        };
+        let (secret, known) = keys.secret(user);
+        let ok = auth::verify(
+            secret,
+            user,
+            &self.server_nonce,
+            &self.client_nonce,
+            body,
+            &self.proof,
+        );
+        (!(ok && known)).then(|| {
+            self.auth_failed(if known {
+                "wrong secret, or the exchange was replayed or altered"
+            } else {
+                "unknown user"
+            })
+        })
+    }
+}
+
+/// The step for a message out of order: not the protocol.
+fn expected(what: &str, got: &ControlMsg) -> Step {
+    Step::Broken(format!("expected {what}, got {}", got.kind()))
 }
 
 /// One handshake in progress.
