@@ -297,10 +297,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         (Affinity::None, None) => Some(Affinity::None),
         (_, remote) => remote,
     };
-    let test = TestParams {
-        pin: remote_plan,
-        ..args.test.clone()
-    };
+    let test = args.test.to_params(remote_plan);
     let mut cfg = ClientConfig::new(target, test, local_plan)?;
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;

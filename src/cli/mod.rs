@@ -10,7 +10,9 @@ use clap::Parser;
 
 use crate::choices::{Engine, Format, RateUnit, TableFormat};
 use crate::units;
-use crate::wire::params::{TestParams, Transport};
+
+mod test_args;
+pub use test_args::{TestArgs, TransportArgs};
 
 /// Subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -238,7 +240,7 @@ pub struct CompareArgs {
     #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = units::parse_duration)]
     pub settle: Duration,
     #[command(flatten)]
-    pub transport: Transport,
+    pub transport: TransportArgs,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: TableFormat,
@@ -442,7 +444,7 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
     let cmd = Args::command();
     let client = m.value_source("client").is_some() || m.get_flag("loopback");
     if m.get_flag("server") {
-        let test = TestParams::augment_args(clap::Command::new("test"));
+        let test = TestArgs::augment_args(clap::Command::new("test"));
         // -i is iperf3's on a server too; --auth has its own message (config.rs).
         let mut client_only: Vec<clap::Id> = test
             .get_arguments()
@@ -564,7 +566,7 @@ pub struct Args {
 
     // ---- test ----
     #[command(flatten)]
-    pub test: TestParams,
+    pub test: TestArgs,
 
     /// CPU pinning: auto (spread streams over allowed cores), none, or a CPU list for the
     /// local streams, optionally "/" and one for the server's: 0,1 or 0-3/4-7.

@@ -373,7 +373,7 @@ fn config_for(a: &CompareArgs, target: &Target, p: &Point) -> Result<ClientConfi
         duration: a.duration,
         interval: Some(a.duration),
         omit: a.omit,
-        transport: a.transport.clone(),
+        transport: a.transport.to_transport(),
         // As the client's -A: auto leaves the server its own plan (and works against an
         // iperf3 server, which takes none); none asks both ends to leave placement alone.
         pin: (pin == Affinity::None).then_some(Affinity::None),

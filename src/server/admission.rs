@@ -410,10 +410,10 @@ mod tests {
     }
 
     fn params() -> TestParams {
-        use clap::Parser;
-        crate::cli::Args::try_parse_from(["pinperf", "-c", "h", "-P", "2"])
-            .unwrap()
-            .test
+        TestParams {
+            streams: 2,
+            ..TestParams::defaults()
+        }
     }
 
     #[test]

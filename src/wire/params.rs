@@ -52,121 +52,89 @@ pub fn datagram_for_mtu(mtu: Option<u32>, ipv6: bool) -> u64 {
 /// UDP's rate per stream when `-b` is not given (iperf3's default).
 pub const DEFAULT_UDP_RATE: u64 = 1_000_000;
 
-/// What the client asks for: its flags (clap reads them straight into this table) and the
-/// message sent to the server, which checks it with the same [`TestParams::validate`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
-#[command(next_help_heading = "Test")]
+/// What the client asks for, as sent to the server: both ends check it with the same
+/// [`TestParams::validate`]. The flags that make it are `cli::TestArgs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestParams {
-    /// Number of parallel TCP streams, each on its own pinned thread (1-256).
-    #[arg(short = 'P', allow_negative_numbers = true, long = "parallel", value_name = "N", default_value_t = 1,
-          value_parser = parse_streams)]
+    /// `-P`: parallel streams, each on its own pinned thread.
     pub streams: u16,
-
-    /// Block size of each write()/read(): 8192, 64k, 1M [default: 128k]. With -u: the
-    /// datagram size [default: what fits the path MTU].
-    #[arg(short = 'l', allow_negative_numbers = true, long = "len", value_name = "SIZE", value_parser = units::parse_size)]
+    /// `-l`: the block (TCP) or datagram (UDP); `None`: the protocol's default.
     #[serde(rename = "block_bytes")]
     pub len: Option<u64>,
-
-    /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
-    /// Default: kernel autotuning.
-    #[arg(short = 'w', allow_negative_numbers = true, long = "window", value_name = "SIZE", value_parser = units::parse_size)]
+    /// `-w`: SO_SNDBUF and SO_RCVBUF on both ends; `None`: kernel autotuning.
     pub window_bytes: Option<u64>,
-
-    /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE to exceed net.core.{w,r}mem_max (needs CAP_NET_ADMIN).
-    #[arg(long, requires = "window_bytes")]
+    /// `--force-window`: SO_SNDBUFFORCE/SO_RCVBUFFORCE past the sysctl caps.
     pub force_window: bool,
-
-    /// Test duration in seconds (after the omitted seconds of -O).
-    #[arg(short = 't', allow_negative_numbers = true, long = "time", value_name = "SECS", default_value = "10",
-          value_parser = units::parse_duration)]
+    /// `-t`: the measured part of the test.
     #[serde(rename = "duration_us", with = "micros")]
     pub duration: Duration,
-
-    /// Reporting interval in seconds [default: 1, or -t when shorter]; 0 (or one longer
-    /// than -t): one row over the whole test, as iperf3's -i 0 reports only the totals.
-    #[arg(short = 'i', allow_negative_numbers = true, long = "interval", value_name = "SECS",
-          value_parser = units::parse_duration)]
+    /// `-i`; `None`: 1 s, or `-t` when shorter.
     #[serde(rename = "interval_us", with = "micros_opt")]
     pub interval: Option<Duration>,
-
-    /// Run SECS before -t and leave them out of the totals (slow start, as iperf3's -O);
-    /// their rows are shown, marked omitted.
-    #[arg(short = 'O', allow_negative_numbers = true, long = "omit", value_name = "SECS", default_value = "0",
-          value_parser = units::parse_duration)]
+    /// `-O`: sent before `-t` and left out of the totals.
     #[serde(rename = "omit_us", with = "micros", default)]
     pub omit: Duration,
-
-    /// Reverse: the server sends and the client receives (the download direction).
-    #[arg(short = 'R', long)]
+    /// `-R`: the server sends.
     #[serde(default)]
     pub reverse: bool,
-
-    /// Both directions at once, each on its own connections and pinned threads.
-    #[arg(long, conflicts_with = "reverse")]
+    /// `--bidir`: both ends send, each on its own connections.
     #[serde(default)]
     pub bidir: bool,
-
-    /// UDP instead of TCP: paced datagrams at -b per stream; loss, jitter and order.
-    #[arg(short = 'u', long)]
+    /// `-u`: UDP.
     #[serde(default)]
     pub udp: bool,
-
-    /// Target rate per stream in bits/s (100M, 2.5G); 0 = as fast as possible. TCP: each
-    /// stream thread paces its writes. UDP [default: 1M, as iperf3].
-    #[arg(short = 'b', allow_negative_numbers = true, long = "bitrate", value_name = "RATE",
-          value_parser = units::parse_rate_or_zero)]
+    /// `-b` per stream in bits/s; `Some(0)`: as fast as possible; `None`: the default.
     #[serde(default)]
     pub rate_bps: Option<u64>,
-
-    /// UDP without the kernel's segmentation and receive offloads (GSO, GRO): one datagram
-    /// per message each way, as most tools send (a like-for-like comparison, or a NIC
-    /// whose offloads misbehave).
-    #[arg(long, requires = "udp")]
+    /// `--no-gsro`: UDP without GSO and GRO.
     #[serde(default)]
     pub no_gsro: bool,
-
-    /// Ask the server for its own view of the test (its log lines and what its stream
-    /// threads counted per interval), printed after the client's report (iperf3's flag).
-    #[arg(long)]
+    /// `--get-server-output`: the server's own view comes back with its results.
     #[serde(default)]
     pub get_server_output: bool,
-
-    /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G; 0 = none (as
-    /// iperf3's). A rate whose kernel bursts would come more than half the 10 s stall limit apart is refused.
-    #[arg(long = "fq-rate", value_name = "RATE", allow_negative_numbers = true, value_parser = units::parse_rate_or_zero)]
+    /// `--fq-rate`: SO_MAX_PACING_RATE per TCP stream in bits/s.
     #[serde(default)]
     pub fq_rate_bps: Option<u64>,
-
-    /// IP type of service on every data socket, both ends (iperf3's -S): the DSCP and
-    /// ECN byte, 0-255, as 0x10, 16 or 020 (octal, as iperf3 reads it). IPv6 sockets carry
-    /// it as the traffic class.
-    #[arg(short = 'S', allow_negative_numbers = true, long = "tos", value_name = "TOS", value_parser = parse_tos)]
+    /// `-S`: the IP TOS (IPv6: traffic class) byte on every data socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tos: Option<u8>,
-
-    #[command(flatten)]
     #[serde(flatten)]
     pub transport: Transport,
-
     /// The client's `-A LOCAL/REMOTE` remote plan; `None`: the server's own `-A`.
-    #[arg(skip)]
     pub pin: Option<Affinity>,
-
-    /// Send without copying blocks into the kernel. -Z (or =sendfile): sendfile() from a
-    /// memfd, as iperf3's -Z; the socket takes page references. =msg: MSG_ZEROCOPY, pages
-    /// pinned until the kernel reports the send complete. Loopback copies MSG_ZEROCOPY
-    /// pages after all (the report counts it), and a receiver copies either way.
-    #[arg(short = 'Z', long, value_name = "METHOD", num_args = 0..=1, require_equals = true,
-          default_missing_value = "sendfile", help_heading = "Test")]
+    /// `-Z`: how the sender avoids copying blocks into the kernel.
     #[serde(default, with = "zerocopy_wire")]
     pub zerocopy: Option<ZeroCopy>,
-
-    /// Receive with MSG_TRUNC (as iperf3 3.17+'s --skip-rx-copy): the kernel consumes and
-    /// counts the bytes without copying them out; only echoed block headers are copied.
-    #[arg(long, help_heading = "Test")]
+    /// `--skip-rx-copy`: the receiver reads with MSG_TRUNC.
     #[serde(default)]
     pub skip_rx_copy: bool,
+}
+
+impl TestParams {
+    /// Every flag at its default: the start of a test built in code (`compare`, tests).
+    pub fn defaults() -> TestParams {
+        TestParams {
+            streams: 1,
+            len: None,
+            window_bytes: None,
+            force_window: false,
+            duration: Duration::from_secs(10),
+            interval: None,
+            omit: Duration::ZERO,
+            reverse: false,
+            bidir: false,
+            udp: false,
+            rate_bps: None,
+            no_gsro: false,
+            get_server_output: false,
+            fq_rate_bps: None,
+            tos: None,
+            transport: Transport::default(),
+            pin: None,
+            zerocopy: None,
+            skip_rx_copy: false,
+        }
+    }
 }
 
 /// Which ends send.
@@ -194,41 +162,16 @@ impl Direction {
 }
 
 /// How the data connections behave: part of every test, and shared by `compare`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, clap::Args)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Transport {
-    /// Congestion control for the data connections (cubic, bbr, reno; see
-    /// /proc/sys/net/ipv4/tcp_available_congestion_control). Default: the system's.
-    #[arg(
-        short = 'C',
-        long,
-        value_name = "ALGO",
-        allow_negative_numbers = true,
-        help_heading = "Test"
-    )]
+    /// `-C`: the data connections' congestion control; `None`: the system's.
     pub congestion: Option<String>,
-
-    /// Do not echo block headers: no block RTT, kernel RTT only.
-    #[arg(long, help_heading = "Test")]
+    /// `--no-echo`: no block-header echoes, kernel RTT only.
     pub no_echo: bool,
-
-    /// TCP maximum segment size (TCP_MAXSEG, iperf3's -M), 88 to 9216 bytes: set on the
-    /// data connections before their handshake, it caps the segments both ways (the MTU
-    /// less 40 on IPv4; timestamps take 12 more). The header's MSS is what the kernel uses.
-    #[arg(
-        short = 'M',
-        long = "set-mss",
-        value_name = "BYTES",
-        allow_negative_numbers = true,
-        help_heading = "Test",
-        value_parser = parse_mss
-    )]
+    /// `-M`: TCP_MAXSEG on the data connections before their handshake.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mss: Option<u32>,
-
-    /// TCP_NODELAY on the data connections, both ends (iperf3's -N): each write leaves at
-    /// once instead of waiting to fill a segment (Nagle). Blocks below the MSS (-l 1k) are
-    /// then sent one segment each.
-    #[arg(short = 'N', long, help_heading = "Test")]
+    /// `-N`: TCP_NODELAY on the data connections, both ends.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_delay: bool,
 }
@@ -236,38 +179,6 @@ pub struct Transport {
 /// `-M`'s bounds: Linux's smallest MSS (`TCP_MIN_MSS`) and iperf3's largest (`MAX_MSS`).
 pub const MIN_MSS: u32 = 88;
 pub const MAX_MSS: u32 = 9216;
-
-/// `-P`: a count; one too large even for the wire gets the rule's words, not "out of
-/// range for u16" (the range itself is `validate`'s).
-fn parse_streams(text: &str) -> Result<u16, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("streams must be 1 to {}", Limits::PROTOCOL.max_streams))
-}
-
-/// `-M`: a number of bytes (the range is `validate`'s, which says it for `-M 0` too).
-fn parse_mss(text: &str) -> Result<u32, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("the MSS is a number of bytes, {MIN_MSS} to {MAX_MSS}"))
-}
-
-/// `-S`: a byte in C's notation, as iperf3 reads it (`strtol` base 0): `0x10`, `020`
-/// (octal), `16`.
-fn parse_tos(text: &str) -> Result<u8, String> {
-    let t = text.trim();
-    let value = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        u64::from_str_radix(hex, 16)
-    } else if t.len() > 1 && t.starts_with('0') {
-        u64::from_str_radix(&t[1..], 8)
-    } else {
-        t.parse()
-    };
-    value
-        .ok()
-        .and_then(|v| u8::try_from(v).ok())
-        .ok_or_else(|| format!("'{t}': the TOS byte is 0 to 255 (0x00 to 0xff)"))
-}
 
 /// `-Z` on the wire as earlier versions read it: `false` without, `true` for
 /// `MSG_ZEROCOPY` (all `-Z` was), and the method's name otherwise (a server that knows
@@ -391,16 +302,6 @@ fn secs(d: Duration) -> f64 {
 }
 
 impl TestParams {
-    /// Every flag at its default: the start of a test built in code (`compare`, tests).
-    pub fn defaults() -> TestParams {
-        #[derive(clap::Parser)]
-        struct Only {
-            #[command(flatten)]
-            test: TestParams,
-        }
-        <Only as clap::Parser>::parse_from(["pinperf"]).test
-    }
-
     pub fn duration(&self) -> Duration {
         self.duration
     }
@@ -1012,26 +913,6 @@ mod tests {
             p.validate(&limits),
             Err("-u: -C and -N apply to TCP only".into())
         );
-        assert!(parse_mss("-1").unwrap_err().contains("88 to 9216"));
-    }
-
-    #[test]
-    fn tos_reads_hex_octal_and_decimal() {
-        for (text, want) in [
-            ("0x10", Ok(16)),
-            ("0XfF", Ok(255)),
-            ("020", Ok(16)),
-            ("16", Ok(16)),
-            ("0", Ok(0)),
-        ] {
-            assert_eq!(parse_tos(text), want, "{text}");
-        }
-        for text in ["256", "0x100", "-1", "08", "ef", ""] {
-            assert_eq!(
-                parse_tos(text),
-                Err(format!("'{text}': the TOS byte is 0 to 255 (0x00 to 0xff)"))
-            );
-        }
     }
 
     #[test]
@@ -1066,32 +947,10 @@ mod tests {
         }
     }
 
-    /// `-Z` on the command line and on the wire: a bare `-Z` is its default method, and
-    /// the parameters read as earlier versions wrote them (`true` was MSG_ZEROCOPY).
+    /// `-Z` on the wire: the parameters read as earlier versions wrote them (`true` was
+    /// MSG_ZEROCOPY).
     #[test]
-    fn zerocopy_methods_parse_and_travel_as_earlier_versions_read_them() {
-        #[derive(clap::Parser)]
-        struct Only {
-            #[command(flatten)]
-            test: TestParams,
-        }
-        let z = |argv: &[&str]| {
-            <Only as clap::Parser>::try_parse_from(argv)
-                .map(|o| o.test.zerocopy)
-                .map_err(|e| e.kind())
-        };
-        assert_eq!(z(&["pinperf"]), Ok(None));
-        assert_eq!(z(&["pinperf", "-Z"]), Ok(Some(ZeroCopy::DEFAULT)));
-        assert_eq!(z(&["pinperf", "--zerocopy"]), Ok(Some(ZeroCopy::DEFAULT)));
-        assert_eq!(z(&["pinperf", "-Z=msg"]), Ok(Some(ZeroCopy::Msg)));
-        assert_eq!(
-            z(&["pinperf", "--zerocopy=sendfile"]),
-            Ok(Some(ZeroCopy::Sendfile))
-        );
-        assert_eq!(
-            z(&["pinperf", "--zerocopy=splice"]),
-            Err(clap::error::ErrorKind::InvalidValue)
-        );
+    fn zerocopy_methods_travel_as_earlier_versions_read_them() {
         for (method, wire) in [
             (None, serde_json::json!(false)),
             (Some(ZeroCopy::Msg), serde_json::json!(true)),
