@@ -407,9 +407,22 @@ impl TestParams {
         self.omit() + self.duration()
     }
 
-    /// Checks every parameter against `limits`; the error names the flag, the value and
-    /// what is allowed.
+    /// Checks every parameter against `limits`, one rule at a time in this order; the error
+    /// names the flag, the value and what is allowed.
     pub fn validate(&self, limits: &Limits) -> Result<(), String> {
+        self.check_streams(limits)?;
+        self.check_block(limits)?;
+        self.check_window(limits)?;
+        self.check_times(limits)?;
+        self.check_remote_pin()?;
+        self.check_congestion()?;
+        self.check_rates(limits)?;
+        self.check_mss()?;
+        self.check_tcp_only()
+    }
+
+    /// `-P`, and `--bidir`'s streams each way counted together.
+    fn check_streams(&self, limits: &Limits) -> Result<(), String> {
         let max_streams = limits.max_streams.min(Limits::PROTOCOL.max_streams);
         if !(1..=max_streams).contains(&u32::from(self.streams)) {
             return Err(format!(
@@ -418,7 +431,6 @@ impl TestParams {
                 limits.source("--max-streams")
             ));
         }
-        // --bidir runs -P streams each way: the limit counts them all.
         if self.threads() > max_streams as usize {
             return Err(format!(
                 "-P {} --bidir: {} streams in all, more than {max_streams}{}",
@@ -427,6 +439,11 @@ impl TestParams {
                 limits.source("--max-streams")
             ));
         }
+        Ok(())
+    }
+
+    /// `-l`: a datagram's bounds under `-u`, a TCP block's otherwise.
+    fn check_block(&self, limits: &Limits) -> Result<(), String> {
         let block = self.block_bytes();
         let min_datagram = limits.min_datagram;
         if self.udp && !(min_datagram..=MAX_DATAGRAM).contains(&block) {
@@ -435,7 +452,6 @@ impl TestParams {
                 format_size(block)
             ));
         }
-        // A TCP block; a datagram answers to the rule above alone.
         let min_block = limits.min_block;
         if !self.udp && !(min_block..=MAX_BLOCK).contains(&block) {
             return Err(format!(
@@ -445,22 +461,33 @@ impl TestParams {
                 format_size(MAX_BLOCK)
             ));
         }
-        if let Some(w) = self.window_bytes {
-            let max = limits.max_window_bytes.min(MAX_WINDOW);
-            if !(MIN_WINDOW..=max).contains(&w) {
-                let why = if limits.server && max < MAX_WINDOW {
-                    limits.source("--max-window")
-                } else {
-                    " (the kernel stores twice the request in an int)".into()
-                };
-                return Err(format!(
-                    "-w {}: window must be {} to {}{why}",
-                    format_size(w),
-                    format_size(MIN_WINDOW),
-                    format_size(max)
-                ));
-            }
+        Ok(())
+    }
+
+    /// `-w`, within the kernel's int and a server's `--max-window`.
+    fn check_window(&self, limits: &Limits) -> Result<(), String> {
+        let Some(w) = self.window_bytes else {
+            return Ok(());
+        };
+        let max = limits.max_window_bytes.min(MAX_WINDOW);
+        if (MIN_WINDOW..=max).contains(&w) {
+            return Ok(());
         }
+        let why = if limits.server && max < MAX_WINDOW {
+            limits.source("--max-window")
+        } else {
+            " (the kernel stores twice the request in an int)".into()
+        };
+        Err(format!(
+            "-w {}: window must be {} to {}{why}",
+            format_size(w),
+            format_size(MIN_WINDOW),
+            format_size(max)
+        ))
+    }
+
+    /// `-t`, `-O` and `-i`, and the number of interval rows they make.
+    fn check_times(&self, limits: &Limits) -> Result<(), String> {
         let (duration, interval, omit) = (self.duration(), self.interval(), self.omit());
         let max_duration = limits.max_duration.min(Limits::PROTOCOL.max_duration);
         if duration < MIN_INTERVAL || duration > max_duration {
@@ -494,37 +521,54 @@ impl TestParams {
                 "-t/-i: {rows} intervals, more than {MAX_INTERVALS}; use a longer -i"
             ));
         }
-        if let Some(Affinity::List(list)) = &self.pin
-            && (list.is_empty() || list.len() > 4096)
-        {
-            return Err(format!(
+        Ok(())
+    }
+
+    /// `-A LOCAL/REMOTE`: the server's CPU list is not empty and not huge.
+    fn check_remote_pin(&self) -> Result<(), String> {
+        match &self.pin {
+            Some(Affinity::List(list)) if list.is_empty() || list.len() > 4096 => Err(format!(
                 "-A .../{}: the server's CPU list must name 1 to 4096 CPUs",
                 list.len()
-            ));
+            )),
+            _ => Ok(()),
         }
-        if let Some(name) = &self.transport.congestion
-            && (name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            return Err(format!(
-                "-C '{name}': not a congestion control name (see \
-                 /proc/sys/net/ipv4/tcp_available_congestion_control)"
-            ));
+    }
+
+    /// `-C`: something the kernel could name (it says whether it has it).
+    fn check_congestion(&self) -> Result<(), String> {
+        match &self.transport.congestion {
+            Some(name)
+                if name.is_empty()
+                    || name.len() > 15
+                    || !name.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                Err(format!(
+                    "-C '{name}': not a congestion control name (see \
+                     /proc/sys/net/ipv4/tcp_available_congestion_control)"
+                ))
+            }
+            _ => Ok(()),
         }
+    }
+
+    /// `-u` where UDP is allowed, `-b` within `--max-rate`, and `--fq-rate`'s least.
+    fn check_rates(&self, limits: &Limits) -> Result<(), String> {
         if self.udp && !limits.udp {
             return Err(format!(
                 "-u: UDP tests are not allowed{}",
                 limits.source("--no-udp")
             ));
         }
-        if let (Some(rate), Some(max)) = (self.rate(), limits.max_rate_bps) {
-            if rate > max {
-                return Err(format!(
-                    "-b {}: more than {} per stream{}",
-                    units::format_rate(rate),
-                    units::format_rate(max),
-                    limits.source("--max-rate")
-                ));
-            }
+        if let (Some(rate), Some(max)) = (self.rate(), limits.max_rate_bps)
+            && rate > max
+        {
+            return Err(format!(
+                "-b {}: more than {} per stream{}",
+                units::format_rate(rate),
+                units::format_rate(max),
+                limits.source("--max-rate")
+            ));
         }
         if let Some(fq) = self.fq_rate_bps.filter(|&r| r < 8) {
             // SO_MAX_PACING_RATE is in bytes per second: 1 to 7 bit/s would be 0, no pacing.
@@ -539,19 +583,29 @@ impl TestParams {
                 limits.source("--max-rate")
             ));
         }
-        if let Some(mss) = self
+        Ok(())
+    }
+
+    /// `-M`, within what the kernel takes and the largest jumbo segment.
+    fn check_mss(&self) -> Result<(), String> {
+        let Some(mss) = self
             .transport
             .mss
             .filter(|m| !(MIN_MSS..=MAX_MSS).contains(m))
-        {
-            let why = match mss < MIN_MSS {
-                true => "the kernel takes no less",
-                false => "iperf3's largest",
-            };
-            return Err(format!(
-                "-M {mss}: the MSS must be {MIN_MSS} to {MAX_MSS} bytes ({why})"
-            ));
-        }
+        else {
+            return Ok(());
+        };
+        let why = match mss < MIN_MSS {
+            true => "the kernel takes no less",
+            false => "iperf3's largest",
+        };
+        Err(format!(
+            "-M {mss}: the MSS must be {MIN_MSS} to {MAX_MSS} bytes ({why})"
+        ))
+    }
+
+    /// TCP's own flags with `-u`.
+    fn check_tcp_only(&self) -> Result<(), String> {
         let tcp_only: Vec<&str> = [
             (self.fq_rate_bps.is_some(), "--fq-rate"),
             (self.transport.congestion.is_some(), "-C"),
