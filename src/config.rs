@@ -149,14 +149,16 @@ impl ClientConfig {
         }
         use crate::choices::Peer;
         let limits = match target.peer {
-            Peer::Iperf3 => Limits::PROTOCOL.iperf3(),
+            Peer::Iperf3 => crate::iperf3::limits(Limits::PROTOCOL),
             _ => Limits::PROTOCOL,
         };
         if let Err(why) = test.validate(&limits) {
             // What an iperf3 peer would take (a shorter block or datagram) names the flag.
             let iperf3 = target.peer == Peer::Auto
                 && !target.loopback
-                && test.validate(&Limits::PROTOCOL.iperf3()).is_ok();
+                && test
+                    .validate(&crate::iperf3::limits(Limits::PROTOCOL))
+                    .is_ok();
             return Err(Error::Usage(match iperf3 {
                 true => format!("{why} (an iperf3 peer takes it: --peer iperf3)"),
                 false => why,

@@ -40,7 +40,22 @@ use serde_json::Value;
 
 use crate::data::stream::UdpSnapshot;
 use crate::error::{Error, Result};
-use crate::wire::params::TestParams;
+use crate::wire::params::{Limits, TestParams};
+
+/// iperf3's smallest datagram: its header, with a 64-bit sequence.
+pub const MIN_DATAGRAM: u64 = 16;
+/// iperf3's smallest TCP block: any, as its tests have no echo connections.
+pub const MIN_BLOCK: u64 = 1;
+
+/// `limits` for a test with an iperf3 peer: its datagrams carry iperf3's shorter header
+/// and its TCP blocks none, so they may be as small as iperf3's.
+pub fn limits(limits: Limits) -> Limits {
+    Limits {
+        min_datagram: MIN_DATAGRAM,
+        min_block: MIN_BLOCK,
+        ..limits
+    }
+}
 
 /// The cookie's size on the wire: 36 characters and a NUL.
 pub const COOKIE_SIZE: usize = 37;
@@ -794,6 +809,33 @@ pub(crate) fn cpu_report(r: &Results, seconds: f64) -> crate::os::cpu::CpuReport
 mod tests {
     use super::*;
 
+    /// A test with an iperf3 peer takes iperf3's datagrams, down to its 16 bytes, and its
+    /// TCP blocks, down to one byte.
+    #[test]
+    fn an_iperf3_peers_blocks_and_datagrams_may_be_as_small_as_iperf3s() {
+        let mut p = TestParams::defaults();
+        (p.streams, p.udp, p.window_bytes) = (1, true, None);
+        for (len, ok) in [(15, false), (16, true), (31, true), (32, true)] {
+            p.len = Some(len);
+            assert_eq!(
+                p.validate(&limits(Limits::PROTOCOL)).is_ok(),
+                ok,
+                "-l {len}"
+            );
+        }
+        // And a TCP block of any size (iperf3 takes -l 1).
+        p.udp = false;
+        p.len = Some(1);
+        assert_eq!(p.validate(&limits(Limits::PROTOCOL)), Ok(()));
+        assert!(p.validate(&Limits::PROTOCOL).is_err());
+        p.udp = true;
+        p.len = Some(15);
+        assert_eq!(
+            p.validate(&limits(Limits::PROTOCOL)).err().as_deref(),
+            Some("-l 15: a UDP datagram must be 16 to 65507 bytes")
+        );
+    }
+
     #[test]
     fn a_cookie_is_36_characters_of_the_alphabet_and_a_nul() {
         let c = new_cookie().unwrap();
@@ -888,10 +930,7 @@ mod tests {
         let udp =
             theirs(r#"{"udp":true,"time":1,"parallel":1,"MSS":1000,"nodelay":true}"#).unwrap();
         assert_eq!((udp.transport.mss, udp.transport.no_delay), (None, false));
-        assert!(
-            udp.validate(&crate::wire::params::Limits::PROTOCOL.iperf3())
-                .is_ok()
-        );
+        assert!(udp.validate(&limits(Limits::PROTOCOL)).is_ok());
         assert!(
             test.validate(&crate::wire::params::Limits::PROTOCOL)
                 .is_ok()

@@ -62,7 +62,7 @@ pub(crate) fn read_params(
         Ok(t) => t,
         Err(u) => return Ok(Err(u)),
     };
-    if let Err(reason) = test.validate(&limits.iperf3()) {
+    if let Err(reason) = test.validate(&super::limits(*limits)) {
         return Ok(Err(super::Unsupported {
             code: super::code_for(&reason),
             reason,

@@ -28,12 +28,6 @@ pub const DEFAULT_BLOCK: u64 = 128 << 10;
 /// UDP: the smallest datagram (it carries the stream id, sequence and send time) and the
 /// largest a UDP socket takes (65535 − IPv4 and UDP headers).
 pub const MIN_DATAGRAM: u64 = 32;
-/// iperf3's smallest datagram (its header with a 64-bit sequence): what [`Limits::iperf3`]
-/// takes for a test with an iperf3 peer, whose datagrams carry iperf3's header.
-pub const IPERF3_MIN_DATAGRAM: u64 = 16;
-/// iperf3's smallest TCP block: any. A test with an iperf3 peer has no echo connections,
-/// so its blocks need not hold pinperf's block header.
-pub const IPERF3_MIN_BLOCK: u64 = 1;
 pub const MAX_DATAGRAM: u64 = 65_507;
 /// UDP's datagram when `-l` is not given and the path MTU is unknown: a 1500-byte
 /// Ethernet MTU less the IPv4 and UDP headers.
@@ -256,11 +250,11 @@ pub struct Limits {
     pub udp: bool,
     /// These are a server's limits: refusals name its options.
     pub server: bool,
-    /// The smallest UDP datagram: [`MIN_DATAGRAM`] for pinperf's header,
-    /// [`IPERF3_MIN_DATAGRAM`] for iperf3's.
+    /// The smallest UDP datagram: [`MIN_DATAGRAM`] for pinperf's header, less for a peer
+    /// whose header is shorter.
     pub min_datagram: u64,
-    /// The smallest TCP block: [`MIN_BLOCK`] for pinperf's block header (echoes),
-    /// [`IPERF3_MIN_BLOCK`] for an iperf3 peer.
+    /// The smallest TCP block: [`MIN_BLOCK`] for pinperf's block header (echoes), less
+    /// for a peer that echoes none.
     pub min_block: u64,
 }
 
@@ -276,16 +270,6 @@ impl Limits {
         min_datagram: MIN_DATAGRAM,
         min_block: MIN_BLOCK,
     };
-
-    /// These limits for a test with an iperf3 peer: its datagrams carry iperf3's shorter
-    /// header and its TCP blocks none, so they may be as small as iperf3's.
-    pub fn iperf3(self) -> Limits {
-        Limits {
-            min_datagram: IPERF3_MIN_DATAGRAM,
-            min_block: IPERF3_MIN_BLOCK,
-            ..self
-        }
-    }
 
     /// `" (this server's --max-streams)"` for a server's limit, nothing for the protocol's.
     fn source(&self, option: &str) -> String {
@@ -808,7 +792,7 @@ mod tests {
                 Some("-l 128k: a UDP datagram must be 32 to 65507 bytes"),
             ),
             (
-                // Below pinperf's header, within iperf3's (see Limits::iperf3).
+                // Below pinperf's header.
                 |p| {
                     p.streams = 1;
                     p.udp = true;
@@ -905,33 +889,6 @@ mod tests {
                 "row {i} (server)"
             );
         }
-    }
-
-    /// A test with an iperf3 peer takes iperf3's datagrams, down to its 16 bytes, and its
-    /// TCP blocks, down to one byte.
-    #[test]
-    fn an_iperf3_peers_blocks_and_datagrams_may_be_as_small_as_iperf3s() {
-        let mut p = params();
-        (p.streams, p.udp, p.window_bytes) = (1, true, None);
-        for (len, ok) in [(15, false), (16, true), (31, true), (32, true)] {
-            p.len = Some(len);
-            assert_eq!(
-                p.validate(&Limits::PROTOCOL.iperf3()).is_ok(),
-                ok,
-                "-l {len}"
-            );
-        }
-        // And a TCP block of any size (iperf3 takes -l 1).
-        p.udp = false;
-        p.len = Some(1);
-        assert_eq!(p.validate(&Limits::PROTOCOL.iperf3()), Ok(()));
-        assert!(p.validate(&Limits::PROTOCOL).is_err());
-        p.udp = true;
-        p.len = Some(15);
-        assert_eq!(
-            p.validate(&Limits::PROTOCOL.iperf3()).err().as_deref(),
-            Some("-l 15: a UDP datagram must be 16 to 65507 bytes")
-        );
     }
 
     /// `-S` reads a byte as iperf3 does (C's notation) and names the range otherwise.
