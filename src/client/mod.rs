@@ -156,7 +156,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     warn_windows(&local_window, &accept, n);
 
     let congestion = match &socks {
-        Socks::Tcp(s) | Socks::TcpIperf3(s) => {
+        Socks::Tcp(s) | Socks::TcpEndedByClose(s) => {
             net::congestion(&s[0].data).unwrap_or_else(|| "?".into())
         }
         Socks::Udp(_) | Socks::UdpAs(..) => "- (UDP)".into(),
@@ -169,7 +169,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         local_window,
         remote_window: accept.window.clone(),
         path: match &socks {
-            Socks::Tcp(s) | Socks::TcpIperf3(s) => net::path_info(&s[0].data),
+            Socks::Tcp(s) | Socks::TcpEndedByClose(s) => net::path_info(&s[0].data),
             Socks::Udp(_) | Socks::UdpAs(..) => net::path_info(&ctl.socket()),
         },
         local_pin: local_plan.clone(),

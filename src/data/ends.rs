@@ -24,11 +24,11 @@ use crate::wire::params::TestParams;
 /// in order.
 pub(crate) enum Socks {
     Tcp(Vec<StreamSocks>),
-    /// TCP connections to an iperf3 peer, which ends a test by closing them, read or not
-    /// ([`Drain::ToEofOrReset`]).
-    TcpIperf3(Vec<StreamSocks>),
+    /// TCP connections to a peer that ends a test by closing them, read or not: a reset
+    /// ends them as EOF does ([`Drain::ToEofOrReset`]).
+    TcpEndedByClose(Vec<StreamSocks>),
     Udp(Vec<UdpSocket>),
-    /// UDP sockets whose datagrams carry another header than pinperf's (an iperf3 peer's).
+    /// UDP sockets whose datagrams carry another header than pinperf's (a peer's own).
     UdpAs(Vec<UdpSocket>, udp::wire::Format),
 }
 
@@ -37,7 +37,9 @@ impl Socks {
     pub(crate) fn take(&mut self, n: usize) -> Socks {
         match self {
             Socks::Tcp(v) => Socks::Tcp(v.drain(..n.min(v.len())).collect()),
-            Socks::TcpIperf3(v) => Socks::TcpIperf3(v.drain(..n.min(v.len())).collect()),
+            Socks::TcpEndedByClose(v) => {
+                Socks::TcpEndedByClose(v.drain(..n.min(v.len())).collect())
+            }
             Socks::Udp(v) => Socks::Udp(v.drain(..n.min(v.len())).collect()),
             Socks::UdpAs(v, wire) => Socks::UdpAs(v.drain(..n.min(v.len())).collect(), *wire),
         }
@@ -50,7 +52,7 @@ impl Socks {
         use std::os::fd::AsFd;
         let dup = |fd: std::os::fd::BorrowedFd| fd.try_clone_to_owned().ok();
         match self {
-            Socks::Tcp(v) | Socks::TcpIperf3(v) => {
+            Socks::Tcp(v) | Socks::TcpEndedByClose(v) => {
                 v.iter().filter_map(|s| dup(s.data.as_fd())).collect()
             }
             Socks::Udp(v) | Socks::UdpAs(v, _) => v.iter().filter_map(|s| dup(s.as_fd())).collect(),
@@ -60,7 +62,7 @@ impl Socks {
     /// The TOS byte the first data socket carries, as the kernel keeps it (`-S`).
     pub(crate) fn tos(&self) -> Option<u8> {
         match self {
-            Socks::Tcp(v) | Socks::TcpIperf3(v) => {
+            Socks::Tcp(v) | Socks::TcpEndedByClose(v) => {
                 v.first().and_then(|s| crate::os::net::tos(&s.data))
             }
             Socks::Udp(v) | Socks::UdpAs(v, _) => v.first().and_then(crate::os::net::tos),
@@ -114,7 +116,7 @@ impl Threads {
         // TCP's sockets, or UDP's with the header their datagrams carry.
         let socks = match socks {
             Socks::Tcp(s) => Ok((s, Drain::ToEof)),
-            Socks::TcpIperf3(s) => Ok((s, Drain::ToEofOrReset)),
+            Socks::TcpEndedByClose(s) => Ok((s, Drain::ToEofOrReset)),
             Socks::Udp(s) => Err((s, udp::wire::Format::Pinperf)),
             Socks::UdpAs(s, wire) => Err((s, wire)),
         };

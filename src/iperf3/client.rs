@@ -192,7 +192,7 @@ fn connect_streams(
     let test = &cfg.test;
     if !test.udp {
         let (socks, dups, window) = tcp_streams(cfg, ctl.peer, cookie)?;
-        return Ok((Socks::TcpIperf3(socks), dups, window));
+        return Ok((Socks::TcpEndedByClose(socks), dups, window));
     }
     let allowed = timeouts::streams_arrive(test.threads(), rtt);
     let peer = ctl.peer;
@@ -223,13 +223,13 @@ fn header_of(
         },
         local_window,
         path: match socks {
-            Socks::TcpIperf3(s) => net::path_info(&s[0].data),
+            Socks::TcpEndedByClose(s) => net::path_info(&s[0].data),
             _ => net::path_info(&ctl.sock),
         },
         local_pin: local_plan.clone(),
         echo: false,
         congestion: match socks {
-            Socks::TcpIperf3(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
+            Socks::TcpEndedByClose(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
             _ => "- (UDP)".into(),
         },
         same_host: peer.ip().is_loopback(),

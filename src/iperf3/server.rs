@@ -117,7 +117,7 @@ pub(crate) fn run_test(
             ctl.send_state(super::CREATE_STREAMS)?;
             let wait = timeouts::StreamsArrive::new(test.threads(), rtt);
             let (socks, dups) = tcp_streams(ctl, test, streams, wait).map_err(Error::abandoned)?;
-            (Socks::TcpIperf3(socks), dups)
+            (Socks::TcpEndedByClose(socks), dups)
         }
         true => {
             let socks = udp_streams(ctl, test, cfg.limits.max_window_bytes, deadline)
