@@ -42,24 +42,66 @@ pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Su
 }
 
 fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> Result<Summary> {
-    let n = cfg.test.streams as usize;
-    let threads = cfg.test.threads();
     let allowed = pin::allowed_cpus();
-    let local_plan = pin::plan(&cfg.affinity, threads, &allowed)
+    let local_plan = pin::plan(&cfg.affinity, cfg.test.threads(), &allowed)
         .map_err(|e| Error::Usage(format!("-A: {e}")))?;
-
     // What an iperf3 server cannot do is refused before anything is resolved or sent.
     if cfg.peer == Peer::Iperf3 {
         crate::iperf3::client::refuse_unsupported(&cfg)?;
     }
+    let (stream, local) = connect_control(&cfg)?;
+    let ctl = match meet(&cfg, stream)? {
+        Met::Pinperf(ctl) => ctl,
+        Met::Iperf3(stream, sent) => {
+            return crate::iperf3::client::run(cfg, out, stream, local_plan, sent);
+        }
+    };
+    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
+    let mut cfg = cfg;
+    if cfg.test.udp && cfg.test.len.is_none() {
+        let mtu = net::path_info(&ctl.socket()).mtu;
+        let ipv6 = ctl.peer.is_ipv6();
+        cfg.test.len = Some(crate::wire::params::datagram_for_mtu(mtu, ipv6));
+    }
+    let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
+    let session = Session {
+        ctl,
+        local,
+        remote_software,
+        accept,
+    };
+    let (mut socks, local_window) = open_data(&cfg, &session)?;
+    let header = session.header(&cfg, &socks, local_window, &local_plan, &allowed);
+    let (ends, feeds) = spawn_ends(&cfg, &session.ctl, &mut socks, &local_plan)?;
+    let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
+    let out = out.take().expect("the formatter is handed to one reporter");
+    let output = report::Output::default();
+    let output2 = output.clone();
+    let reporter = spawn_named("reporter".into(), move || {
+        report::run_reporter(header, feeds, remote_rx, out, output2)
+    })?;
+    let measured = measure(&session.ctl, &ends, &remote_tx, &output, &cfg);
+    finish(
+        &session.ctl,
+        ends,
+        remote_tx,
+        reporter,
+        &output,
+        &cfg,
+        measured,
+    )
+}
+
+/// The control connection to the server (one started in this process with `--loopback`),
+/// and this end's address on it.
+fn connect_control(cfg: &ClientConfig) -> Result<(std::net::TcpStream, SocketAddr)> {
     let addrs = if cfg.target.loopback {
         vec![start_loopback_server()?]
     } else {
         let host = cfg.target.host.as_deref().unwrap_or("localhost");
         net::resolve(host, cfg.target.port, cfg.target.family)?
     };
-
-    let (mut stream, _) = net::connect(
+    let (stream, _) = net::connect(
         &addrs,
         cfg.target.bind,
         &net::SocketOpts::default(),
@@ -68,20 +110,28 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     stream
         .set_nodelay(true)
         .op(|| "set TCP_NODELAY on the control connection".into())?;
-    let peer = stream.peer_addr().op(|| "read server address".into())?;
     let local = stream.local_addr().op(|| "read local address".into())?;
-    // pinperf's preamble first; an iperf3 server answers nothing until it has its
-    // 37-byte cookie (of which the preamble is then the start).
-    match cfg.peer {
-        Peer::Iperf3 => return crate::iperf3::client::run(cfg, out, stream, local_plan, &[]),
-        Peer::Pinperf | Peer::Auto => {
-            stream
-                .write_all(wire::PREAMBLE)
-                .op(|| format!("write to {peer}"))?;
-        }
+    Ok((stream, local))
+}
+
+/// Who answered the control connection.
+enum Met {
+    Pinperf(Control),
+    /// An iperf3 server, with what was sent to it already (the start of its cookie).
+    Iperf3(std::net::TcpStream, &'static [u8]),
+}
+
+/// pinperf's preamble first, and the server's answer: a pinperf server answers it at once;
+/// an iperf3 server answers nothing until it has its 37-byte cookie (of which the
+/// preamble is then the start).
+fn meet(cfg: &ClientConfig, mut stream: std::net::TcpStream) -> Result<Met> {
+    let peer = stream.peer_addr().op(|| "read server address".into())?;
+    if cfg.peer == Peer::Iperf3 {
+        return Ok(Met::Iperf3(stream, &[]));
     }
-    // A pinperf server answers the preamble at once; silence is an iperf3 server's (it
-    // waits for the rest of a cookie).
+    stream
+        .write_all(wire::PREAMBLE)
+        .op(|| format!("write to {peer}"))?;
     if !answers(&stream, detect_wait(&stream))? {
         let wait = detect_wait(&stream).as_secs_f64();
         if cfg.peer == Peer::Pinperf {
@@ -99,7 +149,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
              server does (it waits for a cookie): speaking iperf3 (--peer iperf3 skips this \
              wait; --peer pinperf expects a pinperf server)"
         );
-        return crate::iperf3::client::run(cfg, out, stream, local_plan, wire::PREAMBLE);
+        return Ok(Met::Iperf3(stream, wire::PREAMBLE));
     }
     await_answer(&stream)?;
     // A busy iperf3 server answers any connection with ACCESS_DENIED and closes it unread
@@ -112,37 +162,97 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     }
     let _ = stream.set_read_timeout(Some(timeouts::HANDSHAKE));
     wire::check_preamble(&mut stream, peer)?;
-    let ctl = Control::new(stream, peer)?;
-    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
-    let mut cfg = cfg;
-    if cfg.test.udp && cfg.test.len.is_none() {
-        let mtu = net::path_info(&ctl.socket()).mtu;
-        cfg.test.len = Some(crate::wire::params::datagram_for_mtu(mtu, peer.is_ipv6()));
-    }
-    let (remote_software, accept) = negotiate(&ctl, &cfg.test, cfg.auth.as_ref())?;
-    // Both ends on this host, whatever their addresses and namespaces: its cores are counted
-    // once. With auto plans stream i's sender and receiver share core i, which
-    // bench-scripts/placement.sh measured fastest here; say so in the header.
-    let same_host = peer.ip().is_loopback()
-        || accept
-            .host
-            .is_some_and(|m| Some(m) == crate::os::sys::host_mark(accept.cookie));
-    let placement_note = (same_host
-        && cfg.affinity == Affinity::Auto
-        && cfg.test.pin.is_none()
-        && allowed.len() > 1)
-        .then(|| {
-            format!(
-                "same host, {} cores: each stream's sender and receiver share a core, streams \
-                 spread over cores (measured fastest on loopback: bench-scripts/placement.sh)",
-                allowed.len()
-            )
-        });
+    Ok(Met::Pinperf(Control::new(stream, peer)?))
+}
 
-    let (mut socks, local_window) = match cfg.test.udp {
-        false => connect_streams(&cfg, peer, &accept).map(|(s, w)| (Socks::Tcp(s), w)),
+/// A pinperf server that accepted the test.
+struct Session {
+    ctl: Control,
+    local: SocketAddr,
+    remote_software: String,
+    accept: Accept,
+}
+
+impl Session {
+    /// Both ends on this host, whatever their addresses and namespaces: its cores are
+    /// counted once.
+    fn same_host(&self) -> bool {
+        self.ctl.peer.ip().is_loopback()
+            || self
+                .accept
+                .host
+                .is_some_and(|m| Some(m) == crate::os::sys::host_mark(self.accept.cookie))
+    }
+
+    /// The report's header: both ends, their windows, pin plans and path.
+    fn header(
+        &self,
+        cfg: &ClientConfig,
+        socks: &Socks,
+        local_window: crate::os::netinfo::WindowGrant,
+        local_plan: &PinPlan,
+        allowed: &[usize],
+    ) -> Header {
+        let same_host = self.same_host();
+        // With auto plans stream i's sender and receiver share core i, which
+        // bench-scripts/placement.sh measured fastest here; say so in the header.
+        let placement_note = (same_host
+            && cfg.affinity == Affinity::Auto
+            && cfg.test.pin.is_none()
+            && allowed.len() > 1)
+            .then(|| {
+                format!(
+                    "same host, {} cores: each stream's sender and receiver share a core, \
+                     streams spread over cores (measured fastest on loopback: \
+                     bench-scripts/placement.sh)",
+                    allowed.len()
+                )
+            });
+        let (congestion, path) = match socks {
+            Socks::Tcp(s) | Socks::TcpEndedByClose(s) => (
+                net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
+                net::path_info(&s[0].data),
+            ),
+            Socks::Udp(_) | Socks::UdpAs(..) => {
+                ("- (UDP)".into(), net::path_info(&self.ctl.socket()))
+            }
+        };
+        let accept = &self.accept;
+        Header {
+            software: SOFTWARE.into(),
+            local: self.local.to_string(),
+            remote: self.ctl.peer.to_string(),
+            remote_software: self.remote_software.clone(),
+            local_window,
+            remote_window: accept.window.clone(),
+            path,
+            local_pin: local_plan.clone(),
+            remote_pin: accept.pin_plan.clone(),
+            placement_note,
+            congestion,
+            same_host,
+            same_process: cfg.target.loopback || cfg.same_process,
+            cpu_intervals: cfg.cpu_intervals,
+            engine: cfg.engine,
+            tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
+            started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
+            local_host: crate::os::sys::hostname(),
+            remote_host: accept.host_name.as_deref().map(|h| wire::printable(h, 255)),
+            ..Header::of_test(&cfg.test)
+        }
+    }
+}
+
+/// The data sockets the server's answer asks for, and this end's window grant.
+fn open_data(
+    cfg: &ClientConfig,
+    session: &Session,
+) -> Result<(Socks, crate::os::netinfo::WindowGrant)> {
+    let (ctl, accept) = (&session.ctl, &session.accept);
+    let (socks, local_window) = match cfg.test.udp {
+        false => connect_streams(cfg, ctl.peer, accept).map(|(s, w)| (Socks::Tcp(s), w)),
         true => crate::wire::udp_rendezvous::connect(
-            &ctl,
+            ctl,
             cfg.target.bind,
             &accept.udp_ports,
             accept.cookie,
@@ -153,42 +263,19 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     // The handshake went through: a data connection refused or reset now is the server's
     // doing (out of descriptors, it closed its listener), and its word is the cause.
     .map_err(|e| ctl.with_their_word(e, true, |_| false))?;
-    warn_windows(&local_window, &accept, n);
+    warn_windows(&local_window, accept, usize::from(cfg.test.streams));
+    Ok((socks, local_window))
+}
 
-    let congestion = match &socks {
-        Socks::Tcp(s) | Socks::TcpEndedByClose(s) => {
-            net::congestion(&s[0].data).unwrap_or_else(|| "?".into())
-        }
-        Socks::Udp(_) | Socks::UdpAs(..) => "- (UDP)".into(),
-    };
-    let header = Header {
-        software: SOFTWARE.into(),
-        local: local.to_string(),
-        remote: peer.to_string(),
-        remote_software,
-        local_window,
-        remote_window: accept.window.clone(),
-        path: match &socks {
-            Socks::Tcp(s) | Socks::TcpEndedByClose(s) => net::path_info(&s[0].data),
-            Socks::Udp(_) | Socks::UdpAs(..) => net::path_info(&ctl.socket()),
-        },
-        local_pin: local_plan.clone(),
-        remote_pin: accept.pin_plan.clone(),
-        placement_note,
-        congestion,
-        same_host,
-        same_process: cfg.target.loopback || cfg.same_process,
-        cpu_intervals: cfg.cpu_intervals,
-        engine: cfg.engine,
-        tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
-        started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
-        local_host: crate::os::sys::hostname(),
-        remote_host: accept.host_name.as_deref().map(|h| wire::printable(h, 255)),
-        ..Header::of_test(&cfg.test)
-    };
-
-    // Threads, per direction: pinned senders (the client sends) or receivers (the server
-    // does), and one reporter for all.
+/// Threads, per direction: pinned senders (the client sends) or receivers (the server
+/// does), each with the feed the reporter reads.
+fn spawn_ends(
+    cfg: &ClientConfig,
+    ctl: &Control,
+    socks: &mut Socks,
+    local_plan: &PinPlan,
+) -> Result<(Ends, Vec<report::Feed>)> {
+    let n = usize::from(cfg.test.streams);
     let mut ends = Ends::default();
     let mut feeds = Vec::new();
     let rtt = net::rtt(&ctl.socket());
@@ -211,50 +298,83 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             cutter: IntervalCutter::for_test(n, &cfg.test),
         });
     }
-    let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
-    let out = out.take().expect("the formatter is handed to one reporter");
-    let output = report::Output::default();
-    let output2 = output.clone();
-    let reporter = spawn_named("reporter".into(), move || {
-        report::run_reporter(header, feeds, remote_rx, out, output2)
-    })?;
+    Ok((ends, feeds))
+}
 
-    // Start when the server says so, then relay its rows until its totals arrive.
-    let mut marks = None; // CPU and kernel counters from the start, once it started
-    let mut failure = match recv_step(&ctl) {
-        Ok(ControlMsg::Start) => None,
-        Ok(other) => Some(other.unexpected(peer, "start")),
-        Err(e) => Some(e),
-    };
-    if failure.is_none() {
-        let mut kernel = crate::os::kstat::KernelMark::now();
-        let cpu = CpuMark::now();
-        let t0 = Instant::now();
-        ends.start(t0);
-        failure = watch(&ctl, &ends, &remote_tx, &output, &cfg, t0, &mut kernel);
-        marks = Some((cpu, kernel));
-        if failure.is_some() {
-            // Whatever ended it (a stream, the server, a signal), the rows measured so
-            // far keep their totals, marked cut short; the error follows them.
-            let at = t0.elapsed().as_secs_f64();
-            let _ = remote_tx.send(RemoteEvent::CutShort { at, say: None });
+/// Starts when the server says so and relays its rows until its totals arrive; this end's
+/// CPU and kernel counters go to the reporter after the threads are joined. Returns what
+/// ended the test early, if anything.
+fn measure(
+    ctl: &Control,
+    ends: &Ends,
+    remote_tx: &crossbeam_channel::Sender<RemoteEvent>,
+    output: &report::Output,
+    cfg: &ClientConfig,
+) -> Measured {
+    match recv_step(ctl) {
+        Ok(ControlMsg::Start) => {}
+        Ok(other) => return Measured::failed(other.unexpected(ctl.peer, "start")),
+        Err(e) => return Measured::failed(e),
+    }
+    let mut kernel = crate::os::kstat::KernelMark::now();
+    let cpu = CpuMark::now();
+    let t0 = Instant::now();
+    ends.start(t0);
+    let failure = watch(ctl, ends, remote_tx, output, cfg, t0, &mut kernel);
+    if failure.is_some() {
+        // Whatever ended it (a stream, the server, a signal), the rows measured so far
+        // keep their totals, marked cut short; the error follows them.
+        let at = t0.elapsed().as_secs_f64();
+        let _ = remote_tx.send(RemoteEvent::CutShort { at, say: None });
+    }
+    Measured {
+        failure,
+        marks: Some((cpu, kernel)),
+    }
+}
+
+/// What [`measure`] ended with: the failure, and the counters from the start once it
+/// started.
+struct Measured {
+    failure: Option<Error>,
+    marks: Option<(CpuMark, crate::os::kstat::KernelMark)>,
+}
+
+impl Measured {
+    fn failed(e: Error) -> Measured {
+        Measured {
+            failure: Some(e),
+            marks: None,
         }
     }
+}
+
+/// Joins the threads and the reporter, tells the server how it ended, and checks that
+/// the bytes reconcile.
+fn finish(
+    ctl: &Control,
+    ends: Ends,
+    remote_tx: crossbeam_channel::Sender<RemoteEvent>,
+    reporter: std::thread::JoinHandle<Result<report::ClientTotals>>,
+    output: &report::Output,
+    cfg: &ClientConfig,
+    measured: Measured,
+) -> Result<Summary> {
     // The server hears why before its streams see the resets (which it would otherwise
     // take for the cause).
-    let told = failure.is_some();
-    if let Some(e) = &failure {
+    let told = measured.failure.is_some();
+    if let Some(e) = &measured.failure {
         ctl.abort(&e.to_string());
         ends.abort();
     }
     let (thread_cpu, send_path, stream_error) = ends.join(cfg.test.zerocopy);
-    if let Some((mark, mut kernel)) = marks {
+    if let Some((mark, mut kernel)) = measured.marks {
         let _ = remote_tx.send(RemoteEvent::LocalCpu(mark.report(thread_cpu, send_path)));
         if let Some(k) = kernel.report() {
             let _ = remote_tx.send(RemoteEvent::LocalKernel(k));
         }
     }
-    let failure = failure.or(stream_error);
+    let failure = measured.failure.or(stream_error);
     if let Some(e) = &failure {
         let _ = remote_tx.send(RemoteEvent::Failed(e.to_string()));
     }
@@ -273,16 +393,19 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     if let Some(e) = output.error() {
         return Err(e);
     }
-    let totals = totals?;
+    reconcile(totals?, cfg.test.udp)
+}
+
+/// TCP's bytes must match (UDP loses what it loses, and the report counts it); the first
+/// direction's summary (the client's with `--bidir`).
+fn reconcile(totals: report::ClientTotals, udp: bool) -> Result<Summary> {
     let sent: u64 = totals.sent.iter().sum();
     let received: u64 = totals.received.as_deref().unwrap_or_default().iter().sum();
-    // UDP loses what it loses (the report counts it); TCP's bytes must match.
-    if sent != received && !cfg.test.udp {
+    if sent != received && !udp {
         return Err(Error::Test(format!(
             "sender wrote {sent} bytes but the receiver read {received}: the totals do not reconcile"
         )));
     }
-    // The first direction's (the client's with `--bidir`).
     totals
         .summaries
         .into_iter()
@@ -415,117 +538,161 @@ fn watch(
     t0: Instant,
     kernel: &mut crate::os::kstat::KernelMark,
 ) -> Option<Error> {
-    let peer = ctl.peer;
-    let silent = |since: Instant| {
-        Error::Test(format!(
-            "the server {peer} stopped answering: no message on the control connection for {:.0} s",
-            since.elapsed().as_secs_f64()
-        ))
+    let mut watch = Watch {
+        ctl,
+        remote_tx,
+        t0,
+        run_time: cfg.test.run_time(),
+        row_wait: timeouts::row_wait(cfg.test.interval()),
+        last_msg: Instant::now(),
+        local_done: None,
     };
-    let run_time = cfg.test.run_time();
-    let row_wait = timeouts::row_wait(cfg.test.interval());
-    let mut last_msg = Instant::now();
-    let mut local_done: Option<Instant> = None;
     loop {
         if let Some(f) = streams.failure() {
-            let at =
-                |f: &crate::data::stream::Failure| f.at.saturating_duration_since(t0).as_secs_f64();
-            let ours = |f: &crate::data::stream::Failure| {
-                Error::Test(format!("{} ({:.2} s into the test)", f.error, at(f)))
-            };
-            // Rows in front of the server's word go on to the reporter.
-            let word = ctl.with_their_word(ours(&f), f.peer_closed, |msg| {
-                let event = match msg {
-                    ControlMsg::Row(row) => RemoteEvent::Row(row),
-                    ControlMsg::SenderInterval(iv) => RemoteEvent::SenderInterval(iv),
-                    _ => return false,
-                };
-                let _ = remote_tx.send(event);
-                true
-            });
-            // A reset read here may be the knock-on of this end's own failure, recorded
-            // while the server's word was awaited: a connection destroyed here fails its
-            // thread a moment after another stream's write met the server's reset (CI: the
-            // echo connection destroyed, "write: Connection reset by peer" named). This
-            // end's own error is the cause.
-            let (f, error) = match streams.failure() {
-                Some(own) if f.peer_closed && !own.peer_closed => {
-                    let e = ours(&own);
-                    (own, e)
-                }
-                _ => (f, word),
-            };
-            let _ = remote_tx.send(RemoteEvent::StreamFailed {
-                at: at(&f),
-                error: f.error.clone(),
-            });
-            return Some(error);
+            return Some(watch.stream_failed(streams, f));
         }
         if output.closed() {
             return Some(Error::OutputClosed);
         }
         if let Some(sig) = crate::signals::received() {
-            let at = t0.elapsed().as_secs_f64();
-            let e = crate::signals::interrupted(sig, format!("{at:.1} s into the test"));
-            // Every format keeps the totals so far (`-J`: `end` beside `error`).
-            let _ = remote_tx.send(RemoteEvent::CutShort {
-                at,
-                say: (cfg.format == Format::Text).then(|| e.to_string()),
-            });
-            return Some(e);
+            return Some(watch.signalled(sig, cfg.format));
         }
-        if local_done.is_none() && streams.finished() {
-            local_done = Some(Instant::now());
+        if watch.local_done.is_none() && streams.finished() {
+            watch.local_done = Some(Instant::now());
         }
-        let msg = match ctl.poll(timeouts::POLL) {
+        match watch.next(kernel) {
+            None => {}
+            Some(Ok(ControlMsg::Done(done))) => {
+                let _ = remote_tx.send(RemoteEvent::Done(done));
+                return None;
+            }
+            Some(Ok(msg)) => {
+                if let Err(e) = watch.relay(msg, kernel) {
+                    return Some(e);
+                }
+            }
+            Some(Err(e)) => return Some(watch.aborted(e, kernel)),
+        }
+    }
+}
+
+/// [`watch`]'s state: when the server last spoke and when this end's threads finished.
+struct Watch<'a> {
+    ctl: &'a Control,
+    remote_tx: &'a crossbeam_channel::Sender<RemoteEvent>,
+    t0: Instant,
+    run_time: std::time::Duration,
+    row_wait: std::time::Duration,
+    last_msg: Instant,
+    local_done: Option<Instant>,
+}
+
+impl Watch<'_> {
+    /// A local stream failed: the server's word on it (rows in front of it go on to the
+    /// reporter), or this end's own error when that is the cause.
+    fn stream_failed(&self, streams: &Ends, f: crate::data::stream::Failure) -> Error {
+        let t0 = self.t0;
+        let at =
+            |f: &crate::data::stream::Failure| f.at.saturating_duration_since(t0).as_secs_f64();
+        let ours = |f: &crate::data::stream::Failure| {
+            Error::Test(format!("{} ({:.2} s into the test)", f.error, at(f)))
+        };
+        let word = self.ctl.with_their_word(ours(&f), f.peer_closed, |msg| {
+            let event = match msg {
+                ControlMsg::Row(row) => RemoteEvent::Row(row),
+                ControlMsg::SenderInterval(iv) => RemoteEvent::SenderInterval(iv),
+                _ => return false,
+            };
+            let _ = self.remote_tx.send(event);
+            true
+        });
+        // A reset read here may be the knock-on of this end's own failure, recorded while
+        // the server's word was awaited (a connection destroyed here fails its thread a
+        // moment after another stream's write met the reset): this end's error is the cause.
+        let (f, error) = match streams.failure() {
+            Some(own) if f.peer_closed && !own.peer_closed => {
+                let e = ours(&own);
+                (own, e)
+            }
+            _ => (f, word),
+        };
+        let _ = self.remote_tx.send(RemoteEvent::StreamFailed {
+            at: at(&f),
+            error: f.error.clone(),
+        });
+        error
+    }
+
+    /// A stop signal: every format keeps the totals so far (`-J`: `end` beside `error`).
+    fn signalled(&self, sig: i32, format: Format) -> Error {
+        let at = self.t0.elapsed().as_secs_f64();
+        let e = crate::signals::interrupted(sig, format!("{at:.1} s into the test"));
+        let _ = self.remote_tx.send(RemoteEvent::CutShort {
+            at,
+            say: (format == Format::Text).then(|| e.to_string()),
+        });
+        e
+    }
+
+    /// The server's next message within a poll, `None` while it may still be quiet, or
+    /// an error once it has been silent too long.
+    fn next(&mut self, kernel: &mut crate::os::kstat::KernelMark) -> Option<Result<ControlMsg>> {
+        match self.ctl.poll(timeouts::POLL) {
             Ok(None) => {
                 kernel.sample();
                 // Rows come every interval while the senders send; once they are done
                 // (drained), the totals follow at once.
-                let quiet_since = local_done.map_or(last_msg, |d| d.max(last_msg));
-                let late = match local_done {
+                let quiet_since = self
+                    .local_done
+                    .map_or(self.last_msg, |d| d.max(self.last_msg));
+                let late = match self.local_done {
                     Some(_) => quiet_since.elapsed() > timeouts::STALL,
-                    None => t0.elapsed() < run_time && last_msg.elapsed() > row_wait,
+                    None => {
+                        self.t0.elapsed() < self.run_time && self.last_msg.elapsed() > self.row_wait
+                    }
                 };
-                if !late {
-                    continue;
-                }
-                Err(silent(quiet_since))
+                late.then(|| {
+                    Err(Error::Test(format!(
+                        "the server {} stopped answering: no message on the control connection \
+                         for {:.0} s",
+                        self.ctl.peer,
+                        quiet_since.elapsed().as_secs_f64()
+                    )))
+                })
             }
             Ok(Some(m)) => {
-                last_msg = Instant::now();
-                Ok(m)
+                self.last_msg = Instant::now();
+                Some(Ok(m))
             }
-            Err(e) => Err(e),
-        };
-        match msg {
-            Ok(ControlMsg::Row(row)) => {
-                kernel.sample();
-                let _ = remote_tx.send(RemoteEvent::Row(row));
-            }
-            Ok(ControlMsg::SenderInterval(iv)) => {
-                kernel.sample();
-                let _ = remote_tx.send(RemoteEvent::SenderInterval(iv));
-            }
-            Ok(ControlMsg::Done(done)) => {
-                let _ = remote_tx.send(RemoteEvent::Done(done));
-                return None;
-            }
-            Ok(other) => return Some(other.unexpected(peer, "a row or the totals")),
-            Err(e) => {
-                // Host TCP memory in pressure or exhausted explains a crawling test.
-                kernel.sample();
-                let why = kernel
-                    .peak()
-                    .and_then(crate::os::kstat::memory_note)
-                    .map(|n| format!("; {n}"))
-                    .unwrap_or_default();
-                return Some(Error::Test(format!(
-                    "test aborted {:.1} s after its start: {e}{why}",
-                    t0.elapsed().as_secs_f64()
-                )));
-            }
+            Err(e) => Some(Err(e)),
         }
+    }
+
+    /// A row of the server's on to the reporter; anything else but its totals is wrong.
+    fn relay(&self, msg: ControlMsg, kernel: &mut crate::os::kstat::KernelMark) -> Result<()> {
+        let event = match msg {
+            ControlMsg::Row(row) => RemoteEvent::Row(row),
+            ControlMsg::SenderInterval(iv) => RemoteEvent::SenderInterval(iv),
+            other => return Err(other.unexpected(self.ctl.peer, "a row or the totals")),
+        };
+        kernel.sample();
+        let _ = self.remote_tx.send(event);
+        Ok(())
+    }
+
+    /// The control connection failed; host TCP memory in pressure or exhausted explains a
+    /// crawling test.
+    fn aborted(&self, e: Error, kernel: &mut crate::os::kstat::KernelMark) -> Error {
+        kernel.sample();
+        let why = kernel
+            .peak()
+            .and_then(crate::os::kstat::memory_note)
+            .map(|n| format!("; {n}"))
+            .unwrap_or_default();
+        Error::Test(format!(
+            "test aborted {:.1} s after its start: {e}{why}",
+            self.t0.elapsed().as_secs_f64()
+        ))
     }
 }
 
