@@ -340,6 +340,47 @@ impl ClientConfig {
 }
 
 fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
+    let limits = server_limits(args)?;
+    let (port, family) = server_address(args)?;
+    // Checked now, not at each test: a CPU this host lacks would refuse every client.
+    let allowed = crate::data::pin::allowed_cpus();
+    if let Affinity::List(list) = &affinity {
+        crate::data::pin::plan(&affinity, 1, &allowed).map_err(|why| {
+            usage(format!(
+                "-A {}: {why}",
+                crate::data::pin::format_cpu_list(list)
+            ))
+        })?;
+    }
+    if args.max_tests_per_minute == Some(0) {
+        return Err(usage(
+            "--max-tests-per-minute 0: must be at least 1 (leave it out for no limit)",
+        ));
+    }
+    Ok(ServerConfig {
+        bind: args.target.bind,
+        port,
+        family,
+        one_off: args.one_off,
+        limits,
+        data_port: args.data_port,
+        affinity,
+        quiet: false,
+        signals: true,
+        auth: args
+            .auth_keys
+            .as_deref()
+            .map(crate::server::auth::Keys::load)
+            .transpose()?,
+        allow: crate::server::allow::parse_list(&args.allow).map_err(usage)?,
+        max_tests_per_minute: args.max_tests_per_minute,
+        log: server_log(args)?,
+    })
+}
+
+/// `--max-streams`, `--max-duration`, `--max-window`, `--max-rate` and `--no-udp`: the
+/// bounds every test must keep, each within the protocol's.
+fn server_limits(args: &Args) -> Result<Limits> {
     let max = Limits::PROTOCOL;
     if !(1..=max.max_streams).contains(&args.max_streams) {
         return Err(usage(format!(
@@ -358,6 +399,20 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             format_size(MAX_WINDOW)
         )));
     }
+    Ok(Limits {
+        max_streams: args.max_streams,
+        max_window_bytes: args.max_window,
+        max_duration: args.max_duration,
+        max_rate_bps: args.max_rate,
+        udp: !args.no_udp,
+        server: true,
+        ..Limits::PROTOCOL
+    })
+}
+
+/// The control port and address family to listen on, `--data-port` apart from the one
+/// and `-B` of the other.
+fn server_address(args: &Args) -> Result<(u16, Family)> {
     let port = args.target.port();
     if args.data_port == Some(port) && port != 0 {
         return Err(usage(format!(
@@ -366,62 +421,14 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
     }
     let family = family(&args.target);
     match (family, args.target.bind) {
-        (Family::V4, Some(ip @ IpAddr::V6(_))) => {
-            return Err(usage(format!(
-                "-B {ip}: not an IPv4 address, and -4 listens on IPv4 only"
-            )));
-        }
-        (Family::V6, Some(ip @ IpAddr::V4(_))) => {
-            return Err(usage(format!(
-                "-B {ip}: not an IPv6 address, and -6 listens on IPv6 only"
-            )));
-        }
-        _ => {}
+        (Family::V4, Some(ip @ IpAddr::V6(_))) => Err(usage(format!(
+            "-B {ip}: not an IPv4 address, and -4 listens on IPv4 only"
+        ))),
+        (Family::V6, Some(ip @ IpAddr::V4(_))) => Err(usage(format!(
+            "-B {ip}: not an IPv6 address, and -6 listens on IPv6 only"
+        ))),
+        _ => Ok((port, family)),
     }
-    // Checked now, not at each test: a CPU this host lacks would refuse every client.
-    let allowed = crate::data::pin::allowed_cpus();
-    if let Affinity::List(list) = &affinity {
-        crate::data::pin::plan(&affinity, 1, &allowed).map_err(|why| {
-            usage(format!(
-                "-A {}: {why}",
-                crate::data::pin::format_cpu_list(list)
-            ))
-        })?;
-    }
-    Ok(ServerConfig {
-        bind: args.target.bind,
-        port,
-        family,
-        one_off: args.one_off,
-        limits: Limits {
-            max_streams: args.max_streams,
-            max_window_bytes: args.max_window,
-            max_duration: args.max_duration,
-            max_rate_bps: args.max_rate,
-            udp: !args.no_udp,
-            server: true,
-            ..Limits::PROTOCOL
-        },
-        data_port: args.data_port,
-        affinity,
-        quiet: false,
-        signals: true,
-        auth: args
-            .auth_keys
-            .as_deref()
-            .map(crate::server::auth::Keys::load)
-            .transpose()?,
-        allow: crate::server::allow::parse_list(&args.allow).map_err(usage)?,
-        max_tests_per_minute: match args.max_tests_per_minute {
-            Some(0) => {
-                return Err(usage(
-                    "--max-tests-per-minute 0: must be at least 1 (leave it out for no limit)",
-                ));
-            }
-            n => n,
-        },
-        log: server_log(args)?,
-    })
 }
 
 /// `--log-format`, `--logfile`, `--timestamps` and `-T` for the server's log.
