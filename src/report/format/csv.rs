@@ -11,10 +11,9 @@
 //!
 //! The columns are declared once, as the fields of [`Record`] (`csv_record!`): the header
 //! is derived from that list and every row kind is a `Record`, so no row can have a cell
-//! too many or too few. Cells are quoted per RFC 4180 by [`escape`] alone. `compare`
+//! too many or too few. Cells are quoted per RFC 4180 by the `csv` crate ([`join`]). `compare`
 //! declares its own table with the same macro.
 
-use std::borrow::Cow;
 use std::io::{self, Write};
 
 use crate::os::cpu::{CoreLoad, CpuReport};
@@ -27,7 +26,7 @@ use crate::report::model::{
 /// Declares a CSV table: a struct with one `String` field per column, in column order (an
 /// unset field is an empty cell), its column names `NAMES`, the header line `HEADER`
 /// derived from the same list, and `line()`, which writes every cell in order through
-/// [`escape`].
+/// [`join`].
 macro_rules! csv_record {
     ($(#[$meta:meta])* $vis:vis struct $name:ident { $first:ident $(, $rest:ident)* $(,)? }) => {
         $(#[$meta])*
@@ -49,26 +48,28 @@ macro_rules! csv_record {
 
             /// The row as one CSV line (without the line end).
             $vis fn line(&self) -> String {
-                let mut line = String::from($crate::report::format::csv::escape(&self.$first));
-                $(
-                    line.push(',');
-                    line.push_str(&$crate::report::format::csv::escape(&self.$rest));
-                )*
-                line
+                $crate::report::format::csv::join(&[&self.$first $(, &self.$rest)*])
             }
         }
     };
 }
 pub(crate) use csv_record;
 
-/// A cell as RFC 4180 wants it: quoted, with quotes doubled, when it holds a comma, a
-/// quote or a line break; as is otherwise.
-pub fn escape(cell: &str) -> Cow<'_, str> {
-    if cell.contains([',', '"', '\n', '\r']) {
-        Cow::Owned(format!("\"{}\"", cell.replace('"', "\"\"")))
-    } else {
-        Cow::Borrowed(cell)
-    }
+/// Cells as one RFC 4180 line (without the line end): each quoted, with quotes doubled,
+/// only when it holds a comma, a quote or a line break.
+pub fn join(cells: &[&str]) -> String {
+    let mut w = csv::WriterBuilder::new()
+        .quote_style(csv::QuoteStyle::Necessary)
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    // Writing to memory cannot fail; a single empty cell is quoted so the line is not blank.
+    let _ = w.write_record(cells);
+    let mut line = w
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .unwrap_or_default();
+    line.pop();
+    String::from_utf8(line).unwrap_or_default()
 }
 
 csv_record! {
@@ -370,34 +371,16 @@ impl<W: Write + Send> Formatter for CsvFormatter<W> {
         self.out.flush()
     }
 }
-/// Splits CSV text into records per RFC 4180 (quoted cells may hold commas, quotes and
-/// line breaks): what a reader of our output does, for tests.
+/// Splits CSV text into records per RFC 4180, as a reader of our output does: for tests.
 #[cfg(test)]
 pub(crate) fn parse(text: &str) -> Vec<Vec<String>> {
-    use std::mem::take;
-    let (mut records, mut record, mut cell) = (Vec::new(), Vec::new(), String::new());
-    let (mut quoted, mut chars) = (false, text.chars().peekable());
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                chars.next();
-                cell.push('"');
-            }
-            (true, '"') => quoted = false,
-            (false, '"') if cell.is_empty() => quoted = true,
-            (false, ',') => record.push(take(&mut cell)),
-            (false, '\n') => {
-                record.push(take(&mut cell));
-                records.push(take(&mut record));
-            }
-            (_, c) => cell.push(c),
-        }
-    }
-    if !cell.is_empty() || !record.is_empty() {
-        record.push(cell);
-        records.push(record);
-    }
-    records
+    csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(text.as_bytes())
+        .records()
+        .map(|r| r.expect("CSV records").iter().map(String::from).collect())
+        .collect()
 }
 
 #[cfg(test)]
@@ -416,8 +399,9 @@ mod tests {
             ("two\nlines", "\"two\nlines\""),
             ("cr\r", "\"cr\r\""),
         ] {
-            assert_eq!(escape(cell), want, "{cell:?}");
-            assert_eq!(parse(&format!("{}\n", escape(cell))), [[cell]], "{cell:?}");
+            let line = join(&[cell, "x"]);
+            assert_eq!(line, format!("{want},x"), "{cell:?}");
+            assert_eq!(parse(&format!("{line}\n")), [[cell, "x"]], "{cell:?}");
         }
     }
 
