@@ -14,11 +14,12 @@ use crate::commands::saved::SavedTest;
 use crate::commands::{html, plot};
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
-use crate::report::format::json::{Document, JsonFormatter};
+use crate::iperf3::json::Iperf3JsonFormatter;
+use crate::report::Formatter;
+use crate::report::format::csv::CsvFormatter;
+use crate::report::format::json::{Document, JsonFormatter, JsonLinesFormatter};
 use crate::report::format::text::{TextFormatter, TextOptions};
-use crate::report::iperf3_json::Iperf3JsonFormatter;
 use crate::report::model::{Header, IntervalReport, Summary};
-use crate::report::{self, Formatter};
 
 impl TextArgs {
     pub(crate) fn options(&self) -> TextOptions {
@@ -114,8 +115,9 @@ pub(crate) fn display(
             t.options(),
         )),
         Format::Json => Box::new(JsonFormatter::new(out).titled(t.title.clone())),
+        Format::JsonLines => Box::new(JsonLinesFormatter::new(out)),
+        Format::Csv => Box::new(CsvFormatter::new(out)),
         Format::Iperf3Json => Box::new(Iperf3JsonFormatter::new(out).titled(t.title.clone())),
-        other => report::formatter(other, out),
     }
 }
 

@@ -12,10 +12,10 @@ use crate::commands::output::default_title;
 use crate::commands::saved::{self, Saved, SavedTest};
 use crate::commands::{html, plot};
 use crate::error::{Error, Result};
+use crate::iperf3::json::Iperf3JsonFormatter;
 use crate::report::Formatter;
 use crate::report::format::csv::CsvFormatter;
 use crate::report::format::text::TextFormatter;
-use crate::report::iperf3_json::Iperf3JsonFormatter;
 
 /// The client's entry point lives with its output, in [`crate::commands::output`].
 pub(crate) use crate::commands::output::run_client;

@@ -28,6 +28,7 @@
 //! words what an iperf3 server's code means ([`error_words`]).
 
 pub mod client;
+pub mod json;
 pub mod server;
 pub mod udp;
 

@@ -8,7 +8,6 @@ pub(crate) mod fairness;
 pub mod finding;
 pub mod format;
 pub(crate) mod interval;
-pub mod iperf3_json;
 pub mod model;
 pub(crate) mod prefix;
 
@@ -21,7 +20,6 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, select};
 
-use crate::choices::Format;
 use crate::data::stream::Batch;
 use crate::data::stream::TcpSample;
 use crate::error::{Error, Result};
@@ -90,20 +88,6 @@ impl Output {
                 false
             }
         }
-    }
-}
-
-/// The formatter for `format`, writing to `out`.
-pub(crate) fn formatter(
-    format: Format,
-    out: impl io::Write + Send + 'static,
-) -> Box<dyn Formatter> {
-    match format {
-        Format::Text => Box::new(format::text::TextFormatter::new(out)),
-        Format::Json => Box::new(format::json::JsonFormatter::new(out)),
-        Format::JsonLines => Box::new(format::json::JsonLinesFormatter::new(out)),
-        Format::Csv => Box::new(format::csv::CsvFormatter::new(out)),
-        Format::Iperf3Json => Box::new(iperf3_json::Iperf3JsonFormatter::new(out)),
     }
 }
 

@@ -190,8 +190,8 @@ mod tests {
     /// and `pinperf plot` read that back.
     #[test]
     fn an_iperf3_json_document_is_read_through_its_pinperf_member() {
+        use crate::iperf3::json::Iperf3JsonFormatter;
         use crate::report::Formatter;
-        use crate::report::iperf3_json::Iperf3JsonFormatter;
         use crate::report::model::sample;
         let mut out = Vec::new();
         let mut f = Iperf3JsonFormatter::new(&mut out);

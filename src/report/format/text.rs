@@ -69,6 +69,8 @@ impl<W: Write> TextFormatter<W> {
         }
     }
 
+    /// The default options (the tests' formatter; a run passes its flags).
+    #[cfg(test)]
     pub fn new(out: W) -> Self {
         Self::with_options(out, TextOptions::default())
     }

@@ -59,8 +59,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::format::json::{Document, Printer, WholeDocument};
-use super::model::{Direction, Header, SideTotal, StreamRow, SumRow, Summary, UdpFigures};
+use crate::report::format::json::{Document, Printer, WholeDocument};
+use crate::report::model::{Direction, Header, SideTotal, StreamRow, SumRow, Summary, UdpFigures};
 
 /// When and on what the test ran, as iperf3's `start` says it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -535,7 +535,7 @@ fn end_stream(r: &StreamRow, role: Role, s: &Summary) -> EndStream {
             ..EndStream::default()
         };
     }
-    let rtt = |pick: fn(&super::model::RttSummary) -> f64| {
+    let rtt = |pick: fn(&crate::report::model::RttSummary) -> f64| {
         r.kernel_rtt.as_ref().map_or(0, |k| micros(pick(k)))
     };
     sender.retransmits = Some(r.retransmits.unwrap_or(0));
