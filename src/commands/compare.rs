@@ -414,7 +414,7 @@ struct Quiet(Arc<AtomicBool>);
 
 impl Formatter for Quiet {
     fn header(&mut self, h: &Header) -> io::Result<()> {
-        if h.iperf3_peer() {
+        if h.peer == crate::iperf3::wording::server() {
             self.0.store(true, Ordering::Relaxed);
         }
         Ok(())

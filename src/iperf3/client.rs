@@ -239,6 +239,7 @@ fn header_of(
         tos_carried: socks.tos().filter(|_| cfg.test.tos.is_some()),
         started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
         local_host: crate::os::sys::hostname(),
+        peer: super::wording::server(),
         ..Header::of_test(test)
     }
 }

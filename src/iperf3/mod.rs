@@ -31,6 +31,7 @@ pub mod client;
 pub mod json;
 pub mod server;
 pub mod udp;
+pub mod wording;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -9,6 +9,7 @@ pub mod finding;
 pub mod format;
 pub(crate) mod interval;
 pub mod model;
+pub mod peer;
 pub(crate) mod prefix;
 
 /// How a header's `started_at` is written: local time with its offset from UTC.
@@ -570,9 +571,9 @@ pub(crate) fn run_reporter(
             .filter(|&u| counts(u))
             .min();
         let line = match until {
-            // Against an iperf3 server the rows are this end's counts (its own come only
+            // A peer that reports late: the rows are this end's counts (its own come only
             // with the results, which a test cut short does not get).
-            Some(until) if header.iperf3_peer() => format!(
+            Some(until) if header.peer.reports_late() => format!(
                 "{say}; the totals below are this end's counts up to {:.3} s",
                 until as f64 / 1e6
             ),
@@ -604,8 +605,8 @@ pub(crate) fn run_reporter(
             continue;
         }
         if let (Some(done), false, true) = (&done, cut_short, d.reverse) {
-            // A far sender whose rows had no retransmits (an iperf3 server) gave its
-            // count with the totals.
+            // A far sender whose rows had no retransmits (a peer that reports late) gave
+            // its count with the totals.
             for (t, &r) in d.totals.streams.iter_mut().zip(&done.retransmits) {
                 t.retransmits = t.retransmits.or(r);
             }
@@ -619,9 +620,9 @@ pub(crate) fn run_reporter(
             failed.is_some(),
             d.reverse,
         );
-        // Cut short against an iperf3 peer: the rows are this end's counts, and the
-        // peer's comes only with its results. Its side is unknown, not this end's again.
-        if failed.is_some() && header.iperf3_peer() {
+        // Cut short against a peer that reports late: the rows are this end's counts, and
+        // the peer's comes only with its results. Its side is unknown, not this end's again.
+        if failed.is_some() && header.peer.reports_late() {
             match d.reverse {
                 false => s.sum_received = SideTotal::unknown(),
                 true => s.sum_sent = SideTotal::unknown(),
@@ -1000,8 +1001,8 @@ fn summarize(
                 // sequence numbers say was sent, received and lost (the sender's count
                 // per interval runs on its own clock, so datagrams in flight across the
                 // last row's end would count as lost, or as received and not sent). No
-                // receiver's row (an iperf3 server's come with its results, which a test
-                // cut short never gets): unknown, not zero.
+                // receiver's row (a peer that reports late sends them with its results,
+                // which a test cut short never gets): unknown, not zero.
                 row.udp = t.udp.map(|got| {
                     let sent = got.packets + got.lost_packets;
                     UdpFigures {
@@ -1068,7 +1069,7 @@ fn summarize(
         header.duration_s,
         end,
         queued,
-        header.iperf3_peer() && !reverse,
+        header.peer.reports_late() && !reverse,
     ));
     Summary {
         sum_sent: match totals.sender_silent {

@@ -11,6 +11,7 @@ use crate::choices::Engine;
 use crate::data::pin::PinPlan;
 use crate::os::cpu::{CoreLoad, CpuReport};
 use crate::os::netinfo::{PathInfo, WindowGrant};
+use crate::report::peer::Peer;
 pub use crate::wire::params::Direction;
 
 /// Everything known before the first byte moves.
@@ -82,6 +83,9 @@ pub struct Header {
     /// The server's name, as it said it (absent from older servers and iperf3's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_host: Option<String>,
+    /// What the far end reports (not saved: a saved document's reader sets it).
+    #[serde(skip)]
+    pub peer: Peer,
 }
 
 impl Header {
@@ -122,12 +126,8 @@ impl Header {
             local_host: None,
             remote_host: None,
             no_delay: test.no_delay(),
+            peer: Peer::default(),
         }
-    }
-
-    /// The peer is an iperf3 end: its counts come only with its results.
-    pub fn iperf3_peer(&self) -> bool {
-        self.remote_software.starts_with("iperf3")
     }
 
     /// When the senders planned to stop, seconds from the start: `-O`'s omitted seconds

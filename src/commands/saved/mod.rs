@@ -107,7 +107,10 @@ fn parse_test(value: serde_json::Value, what: &str) -> std::result::Result<Saved
         .get("lab")
         .filter(|l| l.is_object())
         .map(lab::SavedLab::read);
-    let doc: Document = serde_json::from_value(value).map_err(|e| format!("not a {what}: {e}"))?;
+    let mut doc: Document =
+        serde_json::from_value(value).map_err(|e| format!("not a {what}: {e}"))?;
+    // The document keeps the peer's name, not what it reports: the name says it.
+    doc.start.peer = crate::iperf3::wording::of_remote_software(&doc.start.remote_software);
     Ok(Saved::Test(Box::new(SavedTest {
         doc,
         lab_rate_bps,

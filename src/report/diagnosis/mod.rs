@@ -413,7 +413,7 @@ mod tests {
         );
         assert_eq!(long_drain(0.0, 15.0, 15.3, 1 << 20, false), None);
         assert!(line.contains("the last row covers that drain"), "{line}");
-        // Against an iperf3 server the rows are this end's writes, which end on time:
+        // Against a peer that reports late the rows are this end's writes, on time:
         // none of them covers the drain.
         let line = long_drain(0.0, 2.0, 3.6, 1 << 20, true).unwrap();
         assert!(

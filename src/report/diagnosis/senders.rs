@@ -30,8 +30,8 @@ const DRAIN_SHARE: f64 = 0.1;
 /// data queued in their socket buffers. `queued_bytes` is what the senders held unsent at
 /// their last write (`tcpi_notsent_bytes`), the bulk of what the receivers read afterwards.
 /// `omit_s` and `duration_s` are `-O` and `-t` as given: the planned end is their sum.
-/// `senders_rows`: the rows are the senders' counts (a client sending to an iperf3
-/// server), which end on time, so only the totals cover the drain.
+/// `senders_rows`: the rows are the senders' counts (a client sending to a peer that
+/// reports late), which end on time, so only the totals cover the drain.
 pub fn long_drain(
     omit_s: f64,
     duration_s: f64,

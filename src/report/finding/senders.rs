@@ -42,7 +42,7 @@ pub struct LongDrain {
     pub omit_s: f64,
     /// What the senders held unsent at their last write.
     pub unsent_bytes: u64,
-    /// The rows are this end's writes (against an iperf3 server), which end on time.
+    /// The rows are this end's writes (against a peer that reports late): they end on time.
     pub rows_are_writes: bool,
 }
 

@@ -17,6 +17,7 @@ use crate::report::model::{
     CpuSummary, Direction, Header, IntervalReport, KernelSummary, LeftOut, RttSummary, StreamRow,
     Summary, ThreadCpu, UdpFigures,
 };
+use crate::report::peer::Peer;
 use crate::units::format_rate;
 use crate::units::format_size;
 
@@ -40,10 +41,10 @@ pub struct TextFormatter<W: Write> {
     direction: Direction,
     /// `--get-server-output`: printed after the last totals.
     server_output: Option<String>,
-    /// An iperf3 server: its counts come only with its results, which a test cut short
-    /// never gets (the rows and totals are then this end's counts alone).
-    iperf3_peer: bool,
-    /// `-u`: no RTT line (its figures may be unknown, as against an iperf3 server cut short).
+    /// What the far end reports: one that reports late never sends its counts in a test
+    /// cut short (the rows and totals are then this end's counts alone).
+    peer: Peer,
+    /// `-u`: no RTT line (its figures may be unknown, as against a late peer cut short).
     udp: bool,
     /// A `# failed at` line was written live: the cause is said once.
     said_failure: bool,
@@ -53,12 +54,9 @@ pub struct TextFormatter<W: Write> {
     held_cpu: Option<String>,
 }
 
-/// Why there is no block RTT: `--no-echo`, or an iperf3 peer, which echoes nothing.
-fn no_echo_why(iperf3_peer: bool) -> &'static str {
-    match iperf3_peer {
-        true => "an iperf3 peer echoes no blocks",
-        false => "--no-echo",
-    }
+/// Why there is no block RTT: `--no-echo`, or a peer that echoes nothing.
+fn no_echo_why(peer: Peer) -> &'static str {
+    peer.results_only.map_or("--no-echo", |w| w.no_echo)
 }
 
 impl<W: Write> TextFormatter<W> {
@@ -84,7 +82,7 @@ impl<W: Write> TextFormatter<W> {
             bidir: false,
             direction: Direction::Forward,
             server_output: None,
-            iperf3_peer: false,
+            peer: Peer::default(),
             udp: false,
             said_failure: false,
             started: false,
@@ -143,11 +141,8 @@ fn tos_words(h: &Header) -> String {
         }
         false => format!("-S {asked:#04x}, read back from the socket"),
     };
-    // An iperf3 server is asked for it; whether it sets it is its own affair.
-    let whose = match h.iperf3_peer() {
-        true => "here, asked of the iperf3 server",
-        false => "on both ends",
-    };
+    // A peer that reports late is asked for it; whether it sets it is its own affair.
+    let whose = h.peer.results_only.map_or("on both ends", |w| w.tos);
     format!(
         "; TOS = {carried:#04x} (DSCP {}, {why}) {whose}",
         carried >> 2
@@ -232,7 +227,7 @@ fn pct(v: Option<f64>) -> String {
 fn grant_words(h: &Header) -> String {
     let ((_, lb), (remote_size, rb)) = windows(h);
     let local = h.local_window.grant_words(lb);
-    // A peer that reports no sizes (an iperf3 server) was still asked for -w: not
+    // A peer that reports no sizes was still asked for -w: not
     // "autotuned".
     let remote = match (remote_size, h.local_window.requested) {
         (0, Some(_)) => Some("asked for, its size not reported".to_string()),
@@ -391,7 +386,7 @@ impl<W: Write + Send> TextFormatter<W> {
                 thread_list(&c.local)
             )?;
         }
-        // An iperf3 server reports no threads (its header line says so).
+        // A peer may report no threads (its header line says so).
         if let Some(r) = c.remote.as_ref().filter(|r| !r.streams.is_empty()) {
             writeln!(o, "# CPU remote threads{}: {}", remote_role, thread_list(r))?;
         }
@@ -406,7 +401,7 @@ impl<W: Write + Send> TextFormatter<W> {
             "local"
         };
         writeln!(o, "# CPU {host} cores: {}", core_list(&c.local.cores))?;
-        // An iperf3 server reports no cores either.
+        // Nor, then, any cores.
         if let Some(r) = c
             .remote
             .as_ref()
@@ -484,11 +479,11 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.streams = h.streams;
         self.echo = h.echo;
         self.bidir = h.direction == Direction::Bidir;
-        self.iperf3_peer = h.iperf3_peer();
+        self.peer = h.peer;
         self.udp = h.udp;
         self.direction = h.direction;
         let ((local_window, _), (remote_window, _)) = windows(h);
-        // An iperf3 server reports no buffer sizes: say so rather than print 0B.
+        // A peer that reports no buffer sizes: say so rather than print 0B.
         let remote_window = match remote_window {
             0 => "not reported by the peer".to_string(),
             b => format!("{b}B"),
@@ -614,7 +609,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             writeln!(
                 o,
                 "# RTT = kernel srtt (TCP_INFO; {})",
-                no_echo_why(self.iperf3_peer)
+                no_echo_why(self.peer)
             )?;
         }
         writeln!(o, "{}", heading(self.bidir, h.udp, self.opts.unit))?;
@@ -755,7 +750,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 s.sum.block_rtt.map_or_else(
                     || match self.echo {
                         true => "- (no echo came back while the senders wrote)".into(),
-                        false => format!("- ({})", no_echo_why(self.iperf3_peer)),
+                        false => format!("- ({})", no_echo_why(self.peer)),
                     },
                     |r| ms(r.avg_us)
                 )
@@ -772,27 +767,24 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         }
         // A test cut short says so whether or not its counts happen to agree (a UDP test
         // stopped between datagrams does): the totals cover only the part that ran.
-        let verdict = match (s.reconciled(), s.cut_short, s.udp()) {
-            (true, true, _) => "equal, over the part that ran: the test was cut short",
-            (true, false, _) => "equal",
-            (false, true, _) => "not reconciled: the test was cut short",
-            (false, false, Some(_)) => "the difference is the datagrams lost",
-            // -O against an iperf3 server, which leaves its omitted seconds out on its own
+        let late = self.peer.results_only;
+        let verdict = match (s.reconciled(), s.cut_short, s.udp(), late) {
+            (true, true, _, _) => "equal, over the part that ran: the test was cut short",
+            (true, false, _, _) => "equal",
+            (false, true, _, _) => "not reconciled: the test was cut short",
+            (false, false, Some(_), _) => "the difference is the datagrams lost",
+            // -O against a late peer, which leaves its omitted seconds out on its own
             // clock: the two ends' whole-run counts part by what crossed the boundary.
-            (false, false, None) if self.iperf3_peer && s.omitted.seconds > 0.0 => {
-                "apart by what crossed -O's boundary: the iperf3 server omits on its own clock"
-            }
-            // An iperf3 receiver counts what it read by TEST_END; the rest was unread
-            // when it closed (a reader slower than the path, `-l 1`).
-            (false, false, None) if self.iperf3_peer && !s.reverse => {
-                "apart by what the iperf3 server had not read when it took TEST_END"
-            }
-            (false, false, None) => "MISMATCH",
+            (false, false, None, Some(w)) if s.omitted.seconds > 0.0 => w.omit_apart,
+            // A late peer's receiver counts what it read by the test's end; the rest was
+            // unread when it closed (a reader slower than the path, `-l 1`).
+            (false, false, None, Some(w)) if !s.reverse => w.unread,
+            (false, false, None, _) => "MISMATCH",
         };
         let o = &s.omitted;
-        // Cut short against an iperf3 server: its counts never came, only this end's.
-        let ours_only = self.iperf3_peer && s.cut_short;
-        if let (Some(u), false) = (s.udp(), ours_only && !s.reverse) {
+        // Cut short against a late peer: its counts never came, only this end's.
+        let ours_only = late.filter(|_| s.cut_short);
+        if let (Some(u), false) = (s.udp(), ours_only.is_some() && !s.reverse) {
             writeln!(
                 self.out,
                 "# datagrams{}: sender sent {}, receiver got {}, lost {} ({:.3}%); {} out of order, \
@@ -810,19 +802,19 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 u.jitter_ms
             )?;
         }
-        match s.sender_silent {
-            _ if ours_only => writeln!(
+        match (s.sender_silent, ours_only) {
+            (_, Some(w)) => writeln!(
                 self.out,
-                "# bytes: this end {} {}; the iperf3 server's count comes with its results, \
-                 which a test cut short does not get",
+                "# bytes: this end {} {}; {}",
                 if s.reverse { "read" } else { "wrote" },
                 if s.reverse {
                     s.received_whole_run()
                 } else {
                     s.sent_whole_run()
-                }
+                },
+                w.count_later
             )?,
-            true => writeln!(
+            (true, None) => writeln!(
                 self.out,
                 "# bytes: the sender's count is unknown (it reported no interval that counts before the \
                  test was cut short), receiver read {}",
@@ -831,13 +823,13 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             // Each end left its own -O seconds out on its own clock: the counts after -O
             // are what the two ends have (a whole run made of this end's omitted bytes and
             // the server's count after them read more received than sent).
-            false if self.iperf3_peer && o.seconds > 0.0 => writeln!(
+            (false, None) if late.is_some() && o.seconds > 0.0 => writeln!(
                 self.out,
                 "# bytes after -O, each end by its own clock: sender wrote {}, receiver read {}: \
                  {verdict}",
                 s.sum_sent.bytes, s.sum_received.bytes
             )?,
-            false => writeln!(
+            (false, None) => writeln!(
                 self.out,
                 "# bytes: sender wrote {}, receiver read {}{}: {verdict}",
                 s.sent_whole_run(),
@@ -848,18 +840,19 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 }
             )?,
         }
-        if o.seconds > 0.0 && self.iperf3_peer {
+        if let (true, Some(w)) = (o.seconds > 0.0, late) {
             writeln!(
                 self.out,
                 "# omitted (-O {}): the first {} s, {} bytes by this end's clock, are not in the \
-                 totals (nor, by its own clock, in the iperf3 server's)",
+                 totals {}",
                 o.seconds,
                 o.seconds,
                 if s.reverse {
                     o.received_bytes
                 } else {
                     o.sent_bytes
-                }
+                },
+                w.omit_theirs
             )?;
         } else if o.seconds > 0.0 && o.sent_bytes == o.received_bytes {
             writeln!(
@@ -1013,6 +1006,7 @@ mod tests {
         let text = |peer: &str, omit: f64| {
             let mut h = sample::header();
             (h.echo, h.remote_software) = (false, peer.into());
+            h.peer = crate::iperf3::wording::of_remote_software(peer);
             let mut s = sample::summary();
             s.sum.block_rtt = None;
             s.omitted.seconds = omit;
@@ -1063,6 +1057,7 @@ mod tests {
         let words = |asked: Option<u8>, carried: Option<u8>, udp: bool, peer: &str| {
             let mut h = sample::header();
             (h.tos, h.tos_carried, h.udp, h.remote_software) = (asked, carried, udp, peer.into());
+            h.peer = crate::iperf3::wording::of_remote_software(peer);
             tos_words(&h)
         };
         assert_eq!(words(None, None, false, "pinperf 0.1.0"), "");
