@@ -619,7 +619,7 @@ mod tests {
     }
 
     /// Stopped inside the second-to-last interval: the planned last one, which began
-    /// after the last record, is not made (`--peer iperf3 -t 4` stopped at 2.5 s
+    /// after the last record, is not made (a test with `-t 4` stopped at 2.5 s
     /// printed a 3.000-4.000 row of 0.000); a test that ran its course keeps it.
     #[test]
     fn a_stopped_test_makes_no_last_interval_after_its_last_record() {

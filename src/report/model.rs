@@ -80,7 +80,7 @@ pub struct Header {
     /// This host's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_host: Option<String>,
-    /// The server's name, as it said it (absent from older servers and iperf3's).
+    /// The server's name, as it said it (absent from older servers and other tools').
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_host: Option<String>,
     /// What the far end reports (not saved: a saved document's reader sets it).
@@ -352,7 +352,7 @@ pub struct SideTotal {
 }
 
 impl SideTotal {
-    /// A side whose count never came (a sender silent before its first row; an iperf3
+    /// A side whose count never came (a sender silent before its first row; a late
     /// peer's count, which comes only with the results a test cut short does not get):
     /// zero here, `null` in JSON, not this end's count made out to be the other's.
     pub fn unknown() -> SideTotal {
@@ -536,8 +536,8 @@ impl Summary {
         self.sum_received.bytes + self.omitted.received_bytes
     }
 
-    /// Sender and receiver agree to the byte over the whole test (the whole run: an
-    /// iperf3 server splits at `-O` on its own clock, which differs by what was in flight).
+    /// Sender and receiver agree to the byte over the whole test (the whole run: a late
+    /// peer splits at `-O` on its own clock, which differs by what was in flight).
     pub fn reconciled(&self) -> bool {
         self.sent_whole_run() == self.received_whole_run()
     }

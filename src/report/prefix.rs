@@ -1,4 +1,4 @@
-//! A writer that starts every line with iperf3's prefixes (`--timestamps`, `-T`): the
+//! A writer that starts every line with the prefixes of `--timestamps` and `-T`: the
 //! text reports' and the server log's.
 
 use std::io::{self, Write};
@@ -15,9 +15,9 @@ pub(crate) fn line_prefix(timestamps: Option<&str>, title: Option<&str>) -> io::
     Ok(prefix)
 }
 
-/// A writer that starts every line with a prefix: iperf3's `--timestamps[=FORMAT]` (the
-/// local time by strftime's FORMAT, default `"%c "`) and then `-T`'s `"TITLE:  "`, in
-/// iperf3's order.
+/// A writer that starts every line with a prefix: `--timestamps[=FORMAT]` (the local
+/// time by strftime's FORMAT, default `"%c "`) and then `-T`'s `"TITLE:  "`, in iperf3's
+/// order.
 pub(crate) struct Prefixed<W: Write> {
     out: W,
     timestamps: Option<String>,

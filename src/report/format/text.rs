@@ -21,8 +21,8 @@ use crate::report::peer::Peer;
 use crate::units::format_rate;
 use crate::units::format_size;
 
-/// What the text format's iperf3-style flags change: the rate unit of the rows (`-f`)
-/// and the verbose lines (`-V`). (`-T` and `--timestamps` prefix lines: `prefix::Prefixed`.)
+/// What the text format's flags change: the rate unit of the rows (`-f`) and the
+/// verbose lines (`-V`). (`-T` and `--timestamps` prefix lines: `prefix::Prefixed`.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TextOptions {
     pub unit: RateUnit,
@@ -998,9 +998,9 @@ mod tests {
         assert!(both[1].ends_with("no copy (one host: the receiver still copies them out)"));
     }
 
-    /// Without block RTT, the text says why: `--no-echo`, or an iperf3 peer (which was
-    /// blamed on a `--no-echo` nobody gave). With -O the bytes line says it spans the
-    /// whole run, beside a `# omitted` line that leaves those seconds out of the totals.
+    /// Without block RTT, the text says why: `--no-echo`, or a peer that echoes none. With
+    /// -O the bytes line says it spans the whole run, beside a `# omitted` line that leaves
+    /// those seconds out of the totals.
     #[test]
     fn missing_block_rtt_and_whole_run_bytes_say_why() {
         let text = |peer: &str, omit: f64| {
