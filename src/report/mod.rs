@@ -437,15 +437,16 @@ pub(crate) fn run_reporter(
     header: Header,
     feeds: Vec<Feed>,
     remote: Receiver<RemoteEvent>,
-    mut out: Box<dyn Formatter>,
+    out: Box<dyn Formatter>,
     output: Output,
 ) -> Result<ClientTotals> {
-    let streams = header.streams as usize;
-    let mut output_ok = output.check(out.header(&header));
-    let mut dirs = Vec::with_capacity(feeds.len());
+    let (streams, udp) = (header.streams as usize, header.udp);
+    let mut r = Reporter::new(header, out, output);
     let mut inputs = Vec::with_capacity(feeds.len());
     for f in feeds {
-        dirs.push(Direction::new(f.reverse, f.cutter, streams, header.udp));
+        r.dirs
+            .push(Direction::new(f.reverse, f.cutter, streams, udp));
+        r.pending.push(VecDeque::new());
         inputs.push((f.batches, f.free));
     }
     let never = crossbeam_channel::never();
@@ -455,67 +456,129 @@ pub(crate) fn run_reporter(
         true => inputs.get(i).map_or(&never, |(rx, _)| rx),
         false => &never,
     };
-    let mut done: Option<ReceiverDone> = None;
-    let mut local_cpu: Option<CpuReport> = None;
-    let mut local_kernel = None;
-    let mut failed: Option<String> = None;
-    let mut cut_short = false;
-    let mut interrupted: Option<(f64, String)> = None;
-    let mut prev_cores = header.cpu_intervals.then(cpu::cores);
-    let mut remote_open = true;
-    // Joined intervals per direction, printed in interval order across directions.
-    let mut pending: Vec<VecDeque<IntervalReport>> = vec![VecDeque::new(); dirs.len()];
-
-    let on_batch = |dirs: &mut Vec<Direction>, i: usize, msg| match msg {
+    let on_batch = |r: &mut Reporter, i: usize, msg: std::result::Result<Batch, _>| match msg {
         Ok(batch) => {
-            dirs[i].cutter.add(&batch);
+            r.dirs[i].cutter.add(&batch);
             let _ = inputs[i].1.try_send(batch);
         }
-        Err(_) => {
-            dirs[i].open = false;
-            dirs[i].cutter.finish();
-        }
+        Err(_) => r.streams_ended(i),
     };
-    while remote_open || dirs.iter().any(|d| d.open) {
-        let (b0, b1) = (batches(&dirs, 0), batches(&dirs, 1));
+    while r.remote_open || r.dirs.iter().any(|d| d.open) {
+        let (b0, b1) = (batches(&r.dirs, 0), batches(&r.dirs, 1));
         select! {
-            recv(b0) -> msg => on_batch(&mut dirs, 0, msg),
-            recv(b1) -> msg => on_batch(&mut dirs, 1, msg),
+            recv(b0) -> msg => on_batch(&mut r, 0, msg),
+            recv(b1) -> msg => on_batch(&mut r, 1, msg),
             recv(remote) -> msg => match msg {
-                Ok(RemoteEvent::Row(row)) => {
-                    if let Some(d) = dirs.iter_mut().find(|d| !d.reverse) {
-                        d.add_row(row);
-                    }
-                }
-                Ok(RemoteEvent::SenderInterval(iv)) => {
-                    if let Some(d) = dirs.iter_mut().find(|d| d.reverse) {
-                        d.add_sender(iv, None);
-                    }
-                }
-                Ok(RemoteEvent::Done(d)) => done = Some(*d),
-                Ok(RemoteEvent::LocalCpu(c)) => local_cpu = Some(c),
-                Ok(RemoteEvent::LocalKernel(k)) => local_kernel = Some(k),
-                Ok(RemoteEvent::Failed(e)) => failed = Some(e),
-                Ok(RemoteEvent::CutShort { at, say }) => {
-                    cut_short = true;
-                    dirs.iter_mut().for_each(|d| d.cutter.stop());
-                    // Said after the last row, when the span the totals cover is known.
-                    if let Some(say) = say {
-                        interrupted = Some((at, say));
-                    }
-                }
-                Ok(RemoteEvent::StreamFailed { at, error }) => {
-                    // The others stop with it: the totals are over what was measured.
-                    cut_short = true;
-                    dirs.iter_mut().for_each(|d| d.cutter.stop());
-                    if output_ok {
-                        output_ok = output.check(out.stream_failed(at, &error));
-                    }
-                }
-                Err(_) => remote_open = false,
+                Ok(event) => r.event(event),
+                Err(_) => r.remote_open = false,
             },
         }
-        for (i, d) in dirs.iter_mut().enumerate() {
+        r.cut();
+    }
+    Ok(r.finish())
+}
+
+/// The client's reporter's state: every direction's halves and totals, what the other
+/// threads said of the test, and the formatter it alone writes to.
+struct Reporter {
+    header: Header,
+    dirs: Vec<Direction>,
+    /// Joined intervals per direction, printed in interval order across directions.
+    pending: Vec<VecDeque<IntervalReport>>,
+    out: Box<dyn Formatter>,
+    output: Output,
+    /// Every write so far worked: after a failed one nothing more is written.
+    output_ok: bool,
+    remote_open: bool,
+    done: Option<ReceiverDone>,
+    local_cpu: Option<CpuReport>,
+    local_kernel: Option<KernelReport>,
+    failed: Option<String>,
+    cut_short: bool,
+    /// A signal's live line, said once the span of the totals is known.
+    interrupted: Option<(f64, String)>,
+    /// With --cpu: the cores' counters where the last interval ended.
+    prev_cores: Option<Vec<cpu::CoreTicks>>,
+}
+
+impl Reporter {
+    /// Writes the header; the caller adds the directions.
+    fn new(header: Header, mut out: Box<dyn Formatter>, output: Output) -> Self {
+        let output_ok = output.check(out.header(&header));
+        Reporter {
+            prev_cores: header.cpu_intervals.then(cpu::cores),
+            header,
+            dirs: Vec::new(),
+            pending: Vec::new(),
+            out,
+            output,
+            output_ok,
+            remote_open: true,
+            done: None,
+            local_cpu: None,
+            local_kernel: None,
+            failed: None,
+            cut_short: false,
+            interrupted: None,
+        }
+    }
+
+    /// Writes through the formatter while the output works; false once it does not.
+    fn write(&mut self, w: impl FnOnce(&mut dyn Formatter) -> io::Result<()>) -> bool {
+        if self.output_ok {
+            self.output_ok = self.output.check(w(self.out.as_mut()));
+        }
+        self.output_ok
+    }
+
+    /// Direction `i`'s stream threads are gone: its cutter closes what it holds.
+    fn streams_ended(&mut self, i: usize) {
+        self.dirs[i].open = false;
+        self.dirs[i].cutter.finish();
+    }
+
+    /// The test stops short: no cutter makes an interval past its last record.
+    fn stop(&mut self) {
+        self.cut_short = true;
+        self.dirs.iter_mut().for_each(|d| d.cutter.stop());
+    }
+
+    fn event(&mut self, event: RemoteEvent) {
+        match event {
+            RemoteEvent::Row(row) => {
+                if let Some(d) = self.dirs.iter_mut().find(|d| !d.reverse) {
+                    d.add_row(row);
+                }
+            }
+            RemoteEvent::SenderInterval(iv) => {
+                if let Some(d) = self.dirs.iter_mut().find(|d| d.reverse) {
+                    d.add_sender(iv, None);
+                }
+            }
+            RemoteEvent::Done(d) => self.done = Some(*d),
+            RemoteEvent::LocalCpu(c) => self.local_cpu = Some(c),
+            RemoteEvent::LocalKernel(k) => self.local_kernel = Some(k),
+            RemoteEvent::Failed(e) => self.failed = Some(e),
+            RemoteEvent::CutShort { at, say } => {
+                self.stop();
+                // Said after the last row, when the span the totals cover is known.
+                if let Some(say) = say {
+                    self.interrupted = Some((at, say));
+                }
+            }
+            RemoteEvent::StreamFailed { at, error } => {
+                // The others stop with it: the totals are over what was measured.
+                self.stop();
+                self.write(|o| o.stream_failed(at, &error));
+            }
+        }
+    }
+
+    /// After every event: what the cutters closed joins its other half, and every joined
+    /// interval whose turn it is is printed.
+    fn cut(&mut self) {
+        let prev_cores = &mut self.prev_cores;
+        for (i, d) in self.dirs.iter_mut().enumerate() {
             // With --cpu: the cores' counters when the first direction's local interval
             // closed, the closest this thread gets to the interval's end.
             let mut cores = || (i == 0 && prev_cores.is_some()).then(cpu::cores);
@@ -525,25 +588,24 @@ pub(crate) fn run_reporter(
                     report.cores = Some(cpu::core_loads(prev, &now));
                     *prev = now;
                 }
-                pending[i].push_back(report);
+                self.pending[i].push_back(report);
             }
         }
-        let ended = !remote_open && dirs.iter().all(|d| !d.open);
-        if ended && cut_short {
-            for (i, d) in dirs.iter_mut().enumerate() {
-                pending[i].extend(d.join_without_senders());
+        let ended = !self.remote_open && self.dirs.iter().all(|d| !d.open);
+        if ended && self.cut_short {
+            for (i, d) in self.dirs.iter_mut().enumerate() {
+                self.pending[i].extend(d.join_without_senders());
             }
         }
-        while let Some(report) = next_in_order(&mut pending, &dirs, ended) {
-            if output_ok {
-                output_ok = output.check(out.interval(&report));
-            }
+        while let Some(report) = next_in_order(&mut self.pending, &self.dirs, ended) {
+            self.write(|o| o.interval(&report));
         }
     }
-    // The server's totals, or (a test cut short) the joined rows so far, both ends' counts
-    // over the same span.
-    let totals_of = |d: &Direction| -> Option<(Vec<u64>, Vec<u64>, u64)> {
-        match (&done, cut_short) {
+
+    /// Direction `d`'s sent and received bytes per stream and their span: the server's
+    /// totals, or (a test cut short) the joined rows so far, both over the same span.
+    fn totals_of(&self, d: &Direction) -> Option<(Vec<u64>, Vec<u64>, u64)> {
+        match (&self.done, self.cut_short) {
             (_, true) => d.cut_short_totals(),
             (Some(done), false) => Some(match d.reverse {
                 true => (
@@ -559,99 +621,148 @@ pub(crate) fn run_reporter(
             }),
             (None, false) => None,
         }
-    };
-    // A test cut short inside `-O`'s seconds measured nothing that counts: no totals.
-    let counts = |elapsed_us: u64| !(failed.is_some() && elapsed_us as f64 / 1e6 <= header.omit_s);
-    if let (Some((at, say)), true) = (&interrupted, output_ok) {
-        // The span is the one the totals below use: the earliest direction's.
-        let until = dirs
+    }
+
+    /// A test cut short inside `-O`'s seconds measured nothing that counts: no totals.
+    fn counts(&self, elapsed_us: u64) -> bool {
+        !(self.failed.is_some() && elapsed_us as f64 / 1e6 <= self.header.omit_s)
+    }
+
+    /// The test is over: each direction's totals, the whole test's counters with the
+    /// first, the server's output, then the totals printed.
+    fn finish(mut self) -> ClientTotals {
+        if let Some((at, say)) = self.interrupted.take() {
+            self.say_interrupted(at, &say);
+        }
+        let (mut summaries, sent, received) = self.summaries();
+        // A test cut short: the CPU ran to its end, so every row the receivers reported
+        // counts (rows past the totals' span included).
+        let all_bytes: u64 = match self.cut_short {
+            true => self.dirs.iter().flat_map(|d| &d.rows_received).sum(),
+            false => summaries
+                .iter()
+                .map(|s| s.sum_received.bytes + s.omitted.received_bytes)
+                .sum(),
+        };
+        if let Some(s) = summaries.first_mut() {
+            self.add_whole_test(s, all_bytes);
+        }
+        if let Some(text) = self.done.as_mut().and_then(|d| d.server_output.take()) {
+            self.write(|o| o.server_output(&text));
+        }
+        // A test cut short says why after its last totals.
+        let failed = self.failed.take();
+        let last = summaries.len().saturating_sub(1);
+        for (i, s) in summaries.iter().enumerate() {
+            let written = self.write(|o| match &failed {
+                Some(e) if i == last => o.cut_short(s, e),
+                _ => o.summary(s),
+            });
+            if !written {
+                break;
+            }
+        }
+        if let (true, Some(e)) = (summaries.is_empty(), &failed) {
+            self.write(|o| o.failed(e));
+        }
+        ClientTotals {
+            sent,
+            received: (self.done.is_some() && !self.cut_short).then_some(received),
+            summaries,
+        }
+    }
+
+    /// A signal's live line, `say` with the span the totals below use (the earliest
+    /// direction's).
+    fn say_interrupted(&mut self, at: f64, say: &str) {
+        let until = self
+            .dirs
             .iter()
-            .filter_map(&totals_of)
+            .filter_map(|d| self.totals_of(d))
             .map(|t| t.2)
-            .filter(|&u| counts(u))
+            .filter(|&u| self.counts(u))
             .min();
         let line = match until {
             // A peer that reports late: the rows are this end's counts (its own come only
             // with the results, which a test cut short does not get).
-            Some(until) if header.peer.reports_late() => format!(
+            Some(until) if self.header.peer.reports_late() => format!(
                 "{say}; the totals below are this end's counts up to {:.3} s",
                 until as f64 / 1e6
             ),
             Some(until) => format!(
                 "{say}; the totals below are over the receiver's rows up to {:.3} s{}",
                 until as f64 / 1e6,
-                match header.udp {
+                match self.header.udp {
                     true => " (datagrams by the receiver's sequence numbers)",
                     false => "",
                 }
             ),
-            None if *at <= header.omit_s => {
+            None if at <= self.header.omit_s => {
                 format!("{say}; no totals: it stopped within -O's omitted seconds")
             }
             None => format!("{say}; no totals: it stopped before the receiver's first row"),
         };
-        output_ok = output.check(out.stream_failed(*at, &line));
+        self.write(|o| o.stream_failed(at, &line));
     }
-    let mut summaries = Vec::new();
-    let mut sent_all = Vec::new();
-    let mut received_all = Vec::new();
-    for d in dirs.iter_mut() {
-        let Some((sent, received, elapsed_us)) = totals_of(d) else {
-            continue;
-        };
-        sent_all.extend(&sent);
-        received_all.extend(&received);
-        if !counts(elapsed_us) {
-            continue;
-        }
-        if let (Some(done), false, true) = (&done, cut_short, d.reverse) {
-            // A far sender whose rows had no retransmits (a peer that reports late) gave
-            // its count with the totals.
-            for (t, &r) in d.totals.streams.iter_mut().zip(&done.retransmits) {
-                t.retransmits = t.retransmits.or(r);
+
+    /// Each direction's summary that counts, and every stream's sent and received bytes.
+    fn summaries(&mut self) -> (Vec<Summary>, Vec<u64>, Vec<u64>) {
+        let (mut summaries, mut sent_all, mut received_all) = (Vec::new(), Vec::new(), Vec::new());
+        let failed = self.failed.is_some();
+        for i in 0..self.dirs.len() {
+            let Some((sent, received, elapsed_us)) = self.totals_of(&self.dirs[i]) else {
+                continue;
+            };
+            sent_all.extend(&sent);
+            received_all.extend(&received);
+            if !self.counts(elapsed_us) {
+                continue;
             }
-        }
-        let mut s = summarize(
-            &header,
-            &sent,
-            &received,
-            elapsed_us,
-            &mut d.totals,
-            failed.is_some(),
-            d.reverse,
-        );
-        // Cut short against a peer that reports late: the rows are this end's counts, and
-        // the peer's comes only with its results. Its side is unknown, not this end's again.
-        if failed.is_some() && header.peer.reports_late() {
-            match d.reverse {
-                false => s.sum_received = SideTotal::unknown(),
-                true => s.sum_sent = SideTotal::unknown(),
+            let d = &mut self.dirs[i];
+            if let (Some(done), false, true) = (&self.done, self.cut_short, d.reverse) {
+                // A far sender whose rows had no retransmits (a peer that reports late)
+                // gave its count with the totals.
+                for (t, &r) in d.totals.streams.iter_mut().zip(&done.retransmits) {
+                    t.retransmits = t.retransmits.or(r);
+                }
             }
+            let (header, reverse) = (&self.header, d.reverse);
+            let mut s = summarize(
+                header,
+                &sent,
+                &received,
+                elapsed_us,
+                &mut d.totals,
+                failed,
+                reverse,
+            );
+            // Cut short against a peer that reports late: the rows are this end's counts,
+            // and the peer's comes only with its results. Its side is unknown, not this
+            // end's again.
+            if failed && header.peer.reports_late() {
+                match reverse {
+                    false => s.sum_received = SideTotal::unknown(),
+                    true => s.sum_sent = SideTotal::unknown(),
+                }
+            }
+            summaries.push(s);
         }
-        summaries.push(s);
+        (summaries, sent_all, received_all)
     }
-    // Both ends' CPU and kernel counters cover the whole test: with the first direction's
-    // totals (`end`, where iperf3's readers look for `cpu_utilization_percent`), set
-    // against every direction's bytes.
-    // A test cut short: the CPU ran to its end, so every row the receivers reported
-    // counts (rows past the totals' span included).
-    let all_bytes: u64 = match cut_short {
-        true => dirs.iter().flat_map(|d| &d.rows_received).sum(),
-        false => summaries
-            .iter()
-            .map(|s| s.sum_received.bytes + s.omitted.received_bytes)
-            .sum(),
-    };
-    if let Some(s) = summaries.first_mut() {
-        let remote_cpu = done.as_ref().and_then(|d| d.cpu.clone());
-        if let Some(mut local) = local_cpu.take() {
-            if header.engine == crate::choices::Engine::Single {
+
+    /// Both ends' CPU and kernel counters cover the whole test: with the first direction's
+    /// totals `s` (`end`, where iperf3's readers look for `cpu_utilization_percent`), set
+    /// against every direction's bytes.
+    fn add_whole_test(&mut self, s: &mut Summary, all_bytes: u64) {
+        let remote_cpu = self.done.as_ref().and_then(|d| d.cpu.clone());
+        if let Some(mut local) = self.local_cpu.take() {
+            if self.header.engine == crate::choices::Engine::Single {
                 local = local.on_one_thread(cpu::MUX_THREAD);
             }
-            add_cpu(s, &header, local, remote_cpu, all_bytes);
+            add_cpu(s, &self.header, local, remote_cpu, all_bytes);
         }
-        if let Some(local) = local_kernel.take() {
-            let remote = done.as_ref().and_then(|d| d.kernel);
+        if let Some(local) = self.local_kernel.take() {
+            let remote = self.done.as_ref().and_then(|d| d.kernel);
             // The kernel's drops are the receiver's; the report names them by role.
             let (sender, receiver) = match s.reverse {
                 false => (local, remote),
@@ -663,34 +774,6 @@ pub(crate) fn run_reporter(
             add_kernel(s, sender, receiver);
         }
     }
-    if let (Some(text), true) = (
-        done.as_ref().and_then(|d| d.server_output.as_ref()),
-        output_ok,
-    ) {
-        output_ok = output.check(out.server_output(text));
-    }
-    if output_ok {
-        // A test cut short says why after its last totals.
-        let last = summaries.len().saturating_sub(1);
-        for (i, s) in summaries.iter().enumerate() {
-            let written = match &failed {
-                Some(e) if i == last => out.cut_short(s, e),
-                _ => out.summary(s),
-            };
-            if !output.check(written) {
-                break;
-            }
-        }
-    }
-    if let (true, Some(e), true) = (summaries.is_empty(), &failed, output_ok) {
-        output.check(out.failed(e));
-    }
-    let received = (done.is_some() && !cut_short).then_some(received_all);
-    Ok(ClientTotals {
-        sent: sent_all,
-        received,
-        summaries,
-    })
 }
 
 fn summary_of(r: &RttStats) -> RttSummary {
