@@ -14,18 +14,30 @@
 //! file descriptors, the acceptor refuses clients with that reason (a spare descriptor is
 //! kept for it), logs once per burst, and pauses between attempts instead of spinning.
 
+/// Server log lines go to stderr (text, or JSON `message` events with `--log-format
+/// json`; see [`serverlog`]), except for the in-process `--loopback` server.
+macro_rules! log {
+    ($quiet:expr, $($arg:tt)*) => {
+        if !$quiet {
+            serverlog::message(format!($($arg)*));
+        }
+    };
+}
+
 pub mod admission;
 pub mod allow;
 pub mod auth;
 pub(crate) mod bounds;
+mod relisten;
 pub(crate) mod serverlog;
+mod shared;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -47,21 +59,8 @@ use crate::wire::{
 };
 use allow::Rate;
 use crossbeam_channel::{Receiver, Sender};
-
-/// Server log lines go to stderr (text, or JSON `message` events with `--log-format
-/// json`; see [`serverlog`]), except for the in-process `--loopback` server.
-macro_rules! log {
-    ($quiet:expr, $($arg:tt)*) => {
-        if !$quiet {
-            serverlog::message(format!($($arg)*));
-        }
-    };
-}
-
-/// Most concurrent "busy" answers (and, separately, clients waiting for a test that is
-/// starting or finishing);
-/// connections beyond it are closed without one.
-const MAX_REFUSERS: usize = 16;
+use relisten::{Ask, Listening, Relisten, listen_after, listen_for, relisten};
+use shared::*;
 
 /// How long the acceptor pauses when `accept()` fails (out of file descriptors, above all)
 /// and it has no spare descriptor left to refuse the client with: a tenth of
@@ -441,249 +440,6 @@ pub(crate) const MAX_HANDSHAKES: usize = 64;
 /// running test's. Beyond it a new connection is closed unanswered.
 pub(crate) const MAX_CONTROL_THREADS: usize = 2 * MAX_HANDSHAKES;
 
-impl Shared {
-    /// The acceptor is out of descriptors (`errno`): a test whose streams connect to the
-    /// control port fails, naming the cause, rather than waiting for streams it dropped.
-    fn out_of_fds(&self, errno: i32) {
-        if let Some(test) = self.streams.lock().as_ref() {
-            let _ = test.send(Err(std::io::Error::from_raw_os_error(errno)));
-        }
-    }
-}
-
-/// What the acceptor and the `control` threads share.
-struct Shared {
-    slot: Slot,
-    /// Refusals being written (see [`MAX_REFUSERS`]).
-    refusers: Arc<AtomicUsize>,
-    /// Admitted tests waiting for one that is starting or finishing.
-    waiters: AtomicUsize,
-    pending: Handshakes,
-    rate: Mutex<Rate>,
-    /// Failures per source, and their lockouts.
-    penalties: Mutex<allow::Penalties>,
-    /// Live `control` threads (see [`MAX_CONTROL_THREADS`]).
-    threads: AtomicUsize,
-    /// The running iperf3 test's cookie, for its stream connections.
-    iperf3: crate::iperf3::server::Registry,
-    /// Where the running pinperf test takes the data and echo connections that reach the
-    /// control port while its streams connect (none at other times).
-    streams: Mutex<Option<Sender<Arrival>>>,
-    relisten: Relisten,
-}
-
-/// A request to the acceptor: listen with these set on the sockets it accepts, and say how
-/// it went.
-type Ask = (Listening, Sender<std::result::Result<(), String>>);
-
-/// What the control port's listener sets on the sockets it accepts, of what must be set
-/// before the handshake: the window (none: the kernel's autotuning) and `-M`'s MSS (none:
-/// the path's), which a connection's SYN-ACK announces. The window takes a new listener;
-/// the MSS is set on the live one (for its next SYN-ACK) and cleared when the test ends.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Listening {
-    window: Option<u64>,
-    mss: Option<u32>,
-}
-
-impl Listening {
-    /// What an iperf3 test's streams need of the listener they connect to.
-    fn of(test: &TestParams) -> Listening {
-        Listening {
-            window: test.window_bytes,
-            mss: test.mss(),
-        }
-    }
-}
-
-/// An iperf3 client's streams connect to the control port, and the window scale a
-/// connection's receiver announces in its SYN-ACK comes from the listener's buffer: a `-w`
-/// set after accept() cannot lower it, and one below an MSS then stalled the stream
-/// (`iperf3 -c -w 8k` over loopback: 2 Mbit/s, against 195 to 1150 from an iperf3 server in
-/// the same minutes). As an iperf3 server does, the acceptor listens again with the test's
-/// window before its streams connect (and sets `-M`'s MSS, likewise announced in the
-/// SYN-ACK, on it until the test ends: iperf3 clients take their datagram size and
-/// `tcp_mss_default` from the control connection's MSS). The listener keeps the window
-/// until an iperf3 test wants
-/// another (a locked buffer cannot be unlocked, and listening again as a test ends would
-/// refuse a shell loop's next client): each iperf3 test asks for its own once admitted,
-/// when any other client is refused as busy anyway; one that connects in the moment
-/// between the two listeners is refused or reset, as by an iperf3 server.
-struct Relisten {
-    asks: Sender<Ask>,
-    /// Wakes the acceptor from its poll.
-    wake: UnixStream,
-}
-
-impl Relisten {
-    /// Has the control port accept sockets with `wanted` from now on.
-    fn ensure(&self, wanted: Listening) -> Result<()> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let gone = || {
-            let wait = timeouts::RELISTEN.as_secs_f64();
-            format!("the acceptor did not answer within {wait:.0} s")
-        };
-        self.asks
-            .send((wanted, tx))
-            .map_err(|_| Error::Test(gone()))?;
-        let _ = (&self.wake).write(&[1]);
-        rx.recv_timeout(timeouts::RELISTEN)
-            .unwrap_or_else(|_| Err(gone()))
-            .map_err(|e| Error::Test(format!("listen again on the control port: {e}")))
-    }
-}
-
-/// Closes `listener` (which sets the window `current` on the sockets it accepts) and
-/// listens again on its address with `window` set before `listen()` (accepted sockets
-/// inherit it); returns the listener, the window it sets and how the change went. Both sockets it may need are made before the old closes (out of
-/// descriptors, another thread could take the one the close frees); when the wanted one
-/// cannot listen, the other listens without a window. When neither can (another process
-/// took the port in that moment), the server cannot go on.
-fn relisten(
-    listener: TcpListener,
-    v6_only: bool,
-    current: Option<u64>,
-    window: Option<u64>,
-) -> Result<(TcpListener, Option<u64>, Result<()>)> {
-    let addr = listener
-        .local_addr()
-        .op(|| "read the control port's address".into())?;
-    let socket = |window| net::listener_socket(addr, v6_only, window, false).map(|(s, _)| s);
-    let (sock, fallback) = match socket(window).and_then(|w| Ok((w, socket(None)?))) {
-        Ok(pair) => pair,
-        Err(e) => return Ok((listener, current, Err(e))),
-    };
-    drop(listener);
-    let listen = |sock| -> Result<TcpListener> {
-        let l = net::bind_listen(sock, addr)?;
-        l.set_nonblocking(true)
-            .op(|| "set O_NONBLOCK on the control port".into())?;
-        Ok(l)
-    };
-    Ok(match listen(sock) {
-        Ok(l) => (l, window, Ok(())),
-        Err(e) => {
-            let l = listen(fallback).map_err(|again| {
-                Error::Test(format!(
-                    "listen again on the control port {addr} (for an iperf3 test's -w): \
-                     {e}; and without a window: {again}"
-                ))
-            })?;
-            (l, None, Err(e))
-        }
-    })
-}
-
-fn log_refused(cfg: &ServerConfig, peer: SocketAddr, user: Option<&str>, why: &str, reason: &str) {
-    if !cfg.quiet {
-        serverlog::refused(peer, user, why, reason);
-    }
-}
-
-fn rate_refusal(peer: SocketAddr, max: u32, wait: Duration) -> String {
-    format!(
-        "too many tests from {}: at most {max} per minute (this server's --max-tests-per-minute); \
-         try again in {} s",
-        peer.ip(),
-        wait.as_secs() + 1
-    )
-}
-
-const IDLE: u8 = 0;
-const RUNNING: u8 = 1;
-const FINISHING: u8 = 2;
-/// Taken, its streams not yet running: a client that went away while they connected
-/// frees it within milliseconds, so a client arriving then waits for the outcome.
-const STARTING: u8 = 3;
-
-/// Frees the slot when dropped.
-struct SlotGuard<'a>(&'a Slot);
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        self.0.release();
-    }
-}
-
-/// Whether the server is free: idle, starting a test (its streams connect), running it,
-/// or finishing it (results sent); while taken, when the test is due to end.
-#[derive(Default)]
-struct Slot {
-    state: AtomicU8,
-    ends: Mutex<Option<Instant>>,
-}
-
-impl Slot {
-    /// Takes the slot if idle for a test of `run_time`; otherwise returns the current state.
-    fn try_take(&self, run_time: Duration) -> std::result::Result<(), u8> {
-        self.state
-            .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| *self.ends.lock() = Some(Instant::now() + run_time))
-    }
-
-    /// Waits while the current test is starting or finishing, then takes the slot.
-    fn wait_take(&self, run_time: Duration, max: Duration) -> std::result::Result<(), u8> {
-        let deadline = Instant::now() + max;
-        loop {
-            match self.try_take(run_time) {
-                Err(STARTING | FINISHING) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// How long the running test still has, by its parameters.
-    fn left(&self) -> Duration {
-        self.ends.lock().map_or(Duration::ZERO, |t| {
-            t.saturating_duration_since(Instant::now())
-        })
-    }
-}
-
-impl Phases for Slot {
-    /// The test's streams run (unless it is already finishing).
-    fn running(&self) {
-        let _ = self
-            .state
-            .compare_exchange(STARTING, RUNNING, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    fn finishing(&self) {
-        self.state.store(FINISHING, Ordering::Release);
-    }
-}
-
-impl Slot {
-    fn release(&self) {
-        self.state.store(IDLE, Ordering::Release);
-    }
-}
-
-/// Counts a failure against `peer`'s source: the lockout it now begins, if any.
-fn penalize(shared: &Shared, peer: SocketAddr) -> Option<(Duration, u32)> {
-    shared.penalties.lock().failed(peer.ip(), Instant::now())
-}
-
-/// A test whose client took the slot and connected no streams (or left while they
-/// connected) counts against its source on a public server; the error then says the
-/// lockout it began. Anything else (a refusal of this server's, its own failure) does not.
-fn took_the_slot_for_nothing(
-    cfg: &ServerConfig,
-    shared: &Shared,
-    peer: SocketAddr,
-    e: Error,
-) -> Error {
-    let Error::Abandoned(why) = e else {
-        return e;
-    };
-    match cfg.public().then(|| penalize(shared, peer)).flatten() {
-        Some(lockout) => Error::Abandoned(format!("{why}; {}", allow::lockout_words(lockout))),
-        None => Error::Abandoned(why),
-    }
-}
-
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
     if cfg.signals {
@@ -707,24 +463,6 @@ pub fn serve(cfg: ServerConfig) -> Result<()> {
         ));
     }
     server.run()
-}
-
-/// The reason a client hears when a test holds the slot (`state`): that its streams are
-/// still connecting, its time left, or (past its planned end: draining, its results, or a
-/// slow client) that it is ending.
-fn busy_reason(state: u8, left: Duration) -> String {
-    if state == STARTING {
-        return "server busy: a test is starting (its streams have not all connected); try \
-                again in a few seconds"
-            .into();
-    }
-    match left.is_zero() {
-        false => format!(
-            "server busy: a test is running, about {:.0} s left; try again then",
-            left.as_secs_f64().ceil()
-        ),
-        true => "server busy: a test is ending; try again in a few seconds".into(),
-    }
 }
 
 /// Answers a connection the server cannot serve: preamble + Refuse with `reason`, then
@@ -904,60 +642,6 @@ fn session(
     }
     drop(ctl);
     Some(result)
-}
-
-/// The slot for an admitted test, whichever protocol its client speaks: free, or soon free
-/// (the last test is saying goodbye, or its streams are still connecting and it may fail:
-/// a shell loop's next run waits for the outcome, as many at once as busy answers; not at
-/// a `-1` server, whose one test is taken), else "busy" with the time left; then `--max-tests-per-minute`,
-/// counted here, atomically (several handshakes from one source may have passed the
-/// acceptor's check at once). The guard frees the slot however the session ends, a panic
-/// included: a server that says "busy" forever after one bad client is a server nobody
-/// can leave running.
-fn take_slot<'a>(
-    shared: &'a Shared,
-    cfg: &ServerConfig,
-    peer: SocketAddr,
-    run_time: Duration,
-) -> std::result::Result<SlotGuard<'a>, Refusal> {
-    let refusal = |why, reason: String| Refusal::plain(why, reason, None);
-    if let Some(sig) = crate::signals::for_server(cfg.signals) {
-        return Err(refusal(
-            "stopping",
-            format!(
-                "the server is stopping ({}); try again when it is back",
-                crate::error::signal_name(sig)
-            ),
-        ));
-    }
-    // A source over its rate never takes the slot, not even for a moment (a client then
-    // would be told "busy" for the refused test's -t).
-    if let Some(max) = cfg.max_tests_per_minute
-        && let Err(wait) = shared.rate.lock().check(peer.ip(), max, Instant::now())
-    {
-        return Err(refusal("rate", rate_refusal(peer, max, wait)));
-    }
-    let taken = match shared.slot.try_take(run_time) {
-        Err(s @ (STARTING | FINISHING)) if !cfg.one_off => {
-            let got = match shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS {
-                true => shared.slot.wait_take(run_time, timeouts::FINISHING),
-                false => Err(s),
-            };
-            shared.waiters.fetch_sub(1, Ordering::AcqRel);
-            got
-        }
-        other => other,
-    };
-    if let Err(state) = taken {
-        return Err(refusal("busy", busy_reason(state, shared.slot.left())));
-    }
-    let guard = SlotGuard(&shared.slot);
-    if let Some(max) = cfg.max_tests_per_minute
-        && let Err(wait) = shared.rate.lock().take(peer.ip(), max, Instant::now())
-    {
-        return Err(refusal("rate", rate_refusal(peer, max, wait)));
-    }
-    Ok(guard)
 }
 
 /// What a connection to the control port opened with.
@@ -1144,27 +828,6 @@ fn iperf3_session(
             }
             Some(Err(e))
         }
-    }
-}
-
-/// A test's streams connect to the control port: listened on with its window and MSS (see
-/// [`Relisten`]); the window is set on each stream again should that fail.
-fn listen_for(shared: &Shared, listening: Listening, quiet: bool) {
-    if let Err(e) = shared.relisten.ensure(listening) {
-        log!(quiet, "pinperf: {e}");
-    }
-}
-
-/// -M's MSS on the control port was for the test's streams only: the next client's control
-/// connection gets the path's (the window stays, see [`Relisten`]).
-fn listen_after(shared: &Shared, listening: Listening, quiet: bool) {
-    if listening.mss.is_some()
-        && let Err(e) = shared.relisten.ensure(Listening {
-            mss: None,
-            ..listening
-        })
-    {
-        log!(quiet, "pinperf: {e}");
     }
 }
 
@@ -1942,23 +1605,5 @@ fn fd_limit() -> String {
             n.to_string()
         }
         None => "unknown".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_busy_server_says_a_test_past_its_end_is_ending_not_0_s_left() {
-        assert!(busy_reason(RUNNING, Duration::from_millis(2300)).contains("about 3 s left"));
-        let past = busy_reason(RUNNING, Duration::ZERO);
-        assert!(
-            past.contains("a test is ending") && !past.contains("0 s left"),
-            "{past}"
-        );
-        // A setup that outlasted a waiter's patience: not "running, about N s left".
-        let starting = busy_reason(STARTING, Duration::from_secs(9));
-        assert!(starting.contains("a test is starting"), "{starting}");
     }
 }
