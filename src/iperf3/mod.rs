@@ -30,6 +30,7 @@
 pub mod client;
 pub mod json;
 pub mod server;
+pub(crate) mod session;
 pub mod udp;
 pub mod wording;
 

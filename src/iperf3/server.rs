@@ -36,6 +36,7 @@ use crate::data::udp::wire::Format;
 use crate::error::{Error, Result};
 use crate::os::cpu::CpuMark;
 use crate::server::bounds::Bounds;
+use crate::server::shared::Slot;
 use crate::timeouts;
 use crate::wire::measure::TcpSample;
 use crate::wire::params::{Limits, TestParams};
@@ -77,25 +78,6 @@ pub(crate) fn read_params(
         }))
 }
 
-/// The running iperf3 test's cookie and where its stream connections go.
-pub(crate) struct Registered {
-    pub cookie: [u8; super::COOKIE_SIZE],
-    /// The test's client: stream connections from elsewhere are refused.
-    pub client: std::net::SocketAddr,
-    pub streams: crossbeam_channel::Sender<(u64, TcpStream)>,
-}
-
-/// Where the server keeps the running iperf3 test's cookie.
-pub(crate) type Registry = Mutex<Option<Registered>>;
-
-/// What the server's test slot hears of a test's phases.
-pub(crate) trait Phases {
-    /// The streams run: a client arriving now is told "busy".
-    fn running(&self);
-    /// The results are out: a client arriving now waits for the slot.
-    fn finishing(&self);
-}
-
 /// Runs an admitted iperf3 test on `ctl`: its TCP stream connections arrive on `streams`
 /// (numbered in accept order), its UDP streams at a listener on the control port's number.
 /// Returns the bytes received and sent, for the log, and `--get-server-output`'s lines.
@@ -105,7 +87,7 @@ pub(crate) fn run_test(
     streams: &Receiver<(u64, TcpStream)>,
     opening: &str,
     cfg: &crate::config::ServerConfig,
-    slot: &dyn Phases,
+    slot: &Slot,
 ) -> Result<(u64, u64)> {
     let Admitted { test, plan, wire } = admitted;
     let test = &test;
@@ -556,7 +538,7 @@ fn finish(
     cpu: &CpuMark,
     t0: Instant,
     mut told: Option<Vec<String>>,
-    slot: &dyn Phases,
+    slot: &Slot,
 ) -> Result<(u64, u64)> {
     let n = test.streams as usize;
     let reversed = test.direction().reversed();

@@ -28,9 +28,9 @@ pub mod admission;
 pub mod allow;
 pub mod auth;
 pub(crate) mod bounds;
-mod relisten;
+pub(crate) mod relisten;
 pub(crate) mod serverlog;
-mod shared;
+pub(crate) mod shared;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -49,7 +49,6 @@ use crate::data::ends::{Ends, Socks, Threads};
 use crate::data::pin::PinPlan;
 use crate::data::stream::{Batch, StreamSocks, spawn_named};
 use crate::error::{Error, IoContext, Result};
-use crate::iperf3::server::Phases;
 use crate::os::cpu::CpuMark;
 use crate::os::net::{self, Family};
 use crate::report::interval::IntervalCutter;
@@ -210,7 +209,7 @@ impl Server {
             rate: Mutex::new(Rate::default()),
             penalties: Mutex::new(allow::Penalties::default()),
             threads: AtomicUsize::new(0),
-            iperf3: Mutex::new(None),
+            by_cookie: Mutex::new(None),
             streams: Mutex::new(None),
             relisten: Relisten {
                 asks: asks_tx,
@@ -411,7 +410,16 @@ impl Server {
             let (cfg2, shared2, done2) = (Arc::clone(&cfg), Arc::clone(&shared), done_tx.clone());
             shared.threads.fetch_add(1, Ordering::AcqRel);
             let control = spawn_named("control".into(), move || {
-                let result = session(stream, peer, id, &cfg2, &shared2);
+                let deadline = shared2.pending.deadline(id).unwrap_or_else(Instant::now);
+                let (cfg, shared) = (&*cfg2, &*shared2);
+                let ho = Handover {
+                    cfg,
+                    shared,
+                    peer,
+                    id,
+                    deadline,
+                };
+                let result = session(stream, &ho);
                 shared2.threads.fetch_sub(1, Ordering::AcqRel);
                 match (done2, result) {
                     // `-1`: the admitted test's result is the server's.
@@ -506,14 +514,8 @@ fn refuse_with(mut stream: TcpStream, reason: String, refusers: &Arc<AtomicUsize
 /// One connection, on its `control` thread: the handshake under its deadline, then (once
 /// admitted and the slot taken) the test. `None` when no test was admitted; otherwise the
 /// test's result.
-fn session(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    id: u64,
-    cfg: &ServerConfig,
-    shared: &Shared,
-) -> Option<Result<()>> {
-    let deadline = shared.pending.deadline(id).unwrap_or_else(Instant::now);
+fn session(mut stream: TcpStream, ho: &Handover) -> Option<Result<()>> {
+    let (peer, id, cfg, shared, deadline) = (ho.peer, ho.id, ho.cfg, ho.shared, ho.deadline);
     // A handshake that was cut was logged by the acceptor; any other failure is logged here.
     let failed = |why: &str, e: &Error| {
         if shared.pending.remove(id) {
@@ -522,7 +524,7 @@ fn session(
     };
     let _ = stream.set_nodelay(true);
     match opener(&stream, deadline) {
-        Opener::Iperf3 => return iperf3_session(stream, peer, id, cfg, shared, deadline),
+        Opener::Iperf3 => return crate::iperf3::session::serve(stream, ho),
         Opener::Stream => {
             if shared.pending.remove(id) {
                 match shared.streams.lock().as_ref() {
@@ -678,155 +680,6 @@ fn opener(stream: &TcpStream, deadline: Instant) -> Opener {
             }
             Ok(_) => std::thread::sleep(Duration::from_millis(1)),
             Err(_) => return Opener::Pinperf,
-        }
-    }
-}
-
-/// A connection that opened with an iperf3 cookie: a stream of the running iperf3 test,
-/// or a new iperf3 test (see [`crate::iperf3::server`]).
-fn iperf3_session(
-    stream: TcpStream,
-    peer: SocketAddr,
-    id: u64,
-    cfg: &ServerConfig,
-    shared: &Shared,
-    deadline: Instant,
-) -> Option<Result<()>> {
-    use crate::iperf3::{self, server as i3};
-    let mut ctl = iperf3::Ctl { sock: stream, peer };
-    let mut cookie = [0u8; iperf3::COOKIE_SIZE];
-    // Read until the admission deadline (the acceptor's cut comes after it): a cookie that
-    // stops short is named here.
-    let left = deadline.saturating_duration_since(Instant::now());
-    let _ = ctl
-        .sock
-        .set_read_timeout(Some(left.max(Duration::from_millis(1))));
-    if let Err(e) = ctl.sock.read_exact(&mut cookie) {
-        if shared.pending.remove(id) {
-            // Its first bytes looked like a cookie; the rest never came ("iperf3
-            // cookie: Resource temporarily unavailable (os error 11)").
-            let why = match crate::data::stream::is_timeout(&e) {
-                true => format!(
-                    "it sent the start of an iperf3 cookie, then nothing for {:.1} s",
-                    left.as_secs_f64()
-                ),
-                false => format!("iperf3 cookie: {e}"),
-            };
-            log_refused(cfg, peer, None, "handshake", &why);
-        }
-        return None;
-    }
-    // The running iperf3 test's client and streams, when this is its cookie (the lock is
-    // not held while logging: a blocked log must not stall the test's end).
-    let running = shared
-        .iperf3
-        .lock()
-        .as_ref()
-        .filter(|test| test.cookie == cookie)
-        .map(|test| (test.client, test.streams.clone()));
-    if let Some((client, streams)) = running {
-        // Anyone on the path can read the cookie: only the test's client adds streams.
-        if shared.pending.remove(id) {
-            match peer.ip() == client.ip() {
-                true => {
-                    let _ = ctl.sock.set_read_timeout(None);
-                    let _ = streams.send((id, ctl.sock));
-                }
-                false => {
-                    let reason =
-                        format!("an iperf3 stream connection, but the test belongs to {client}");
-                    log_refused(cfg, peer, None, "stranger", &reason);
-                }
-            }
-        }
-        return None;
-    }
-    let refused = |ctl: &mut iperf3::Ctl, why: &str, code: i32, reason: &str| {
-        let _ = ctl.send_server_error(code, 0);
-        log_refused(cfg, peer, None, why, &format!("iperf3 client: {reason}"));
-    };
-    // Refused before its parameters are read: nothing an unauthenticated client sends
-    // reaches the log.
-    if cfg.auth.is_some() {
-        if shared.pending.remove(id) {
-            refused(
-                &mut ctl,
-                "auth",
-                iperf3::IEAUTHTEST,
-                "this server requires pinperf's authentication (--auth-keys)",
-            );
-        }
-        return None;
-    }
-    let admitted = match i3::read_params(&mut ctl, &cfg.limits, &cfg.affinity, deadline) {
-        Ok(Ok(admitted)) => admitted,
-        Ok(Err(u)) => {
-            if shared.pending.remove(id) {
-                refused(&mut ctl, "params", u.code, &u.reason);
-            }
-            return None;
-        }
-        Err(e) => {
-            if shared.pending.remove(id) {
-                log_refused(cfg, peer, None, "handshake", &e.to_string());
-            }
-            return None;
-        }
-    };
-    if !shared.pending.remove(id) {
-        return None;
-    }
-    // Busy and the rate limit are iperf3's ACCESS_DENIED: its client says the server is
-    // busy, "try again later" (iperf3 has no code for a rate limit; as SERVER_ERROR it
-    // read "an option you are trying to set is not implemented yet").
-    let _release = match take_slot(shared, cfg, peer, admitted.test.run_time()) {
-        Ok(guard) => guard,
-        Err(r) => {
-            let _ = ctl.send_state(iperf3::ACCESS_DENIED);
-            log_refused(cfg, peer, None, r.why, &r.to_log);
-            return None;
-        }
-    };
-    let (tx, rx) = crossbeam_channel::unbounded();
-    *shared.iperf3.lock() = Some(i3::Registered {
-        cookie,
-        client: peer,
-        streams: tx,
-    });
-    let opening = i3::opening_line(peer, &admitted.test);
-    if !cfg.quiet {
-        serverlog::test_start(peer, None, &admitted.test);
-        log!(cfg.quiet, "{opening}");
-    }
-    let listening = Listening::of(&admitted.test);
-    if !admitted.test.udp {
-        listen_for(shared, listening, cfg.quiet);
-    }
-    let t0 = Instant::now();
-    let result = i3::run_test(&mut ctl, admitted, &rx, &opening, cfg, &shared.slot)
-        .map_err(|e| took_the_slot_for_nothing(cfg, shared, peer, e));
-    *shared.iperf3.lock() = None;
-    listen_after(shared, listening, cfg.quiet);
-    shared.slot.finishing();
-    match result {
-        Ok((received, sent)) => {
-            if !cfg.quiet {
-                let secs = t0.elapsed().as_secs_f64();
-                serverlog::test_end(peer, received, sent, secs, || {
-                    i3::done_line(peer, received, sent)
-                });
-            }
-            Some(Ok(()))
-        }
-        Err(Error::Exceeded(why)) => {
-            log_refused(cfg, peer, None, "exceeded", &why);
-            Some(Err(Error::Exceeded(why)))
-        }
-        Err(e) => {
-            if !cfg.quiet {
-                serverlog::iperf3_error(peer, &e.to_string());
-            }
-            Some(Err(e))
         }
     }
 }

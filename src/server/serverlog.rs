@@ -248,12 +248,9 @@ pub fn error(peer: Option<SocketAddr>, user: Option<&str>, what: &str) {
     failed(peer, user, "test", what);
 }
 
-/// An iperf3 client's test failed: its text line names it as its start and end do.
-pub fn iperf3_error(peer: SocketAddr, what: &str) {
-    failed(Some(peer), None, "iperf3 test", what);
-}
-
-fn failed(peer: Option<SocketAddr>, user: Option<&str>, test: &str, what: &str) {
+/// A test failed: its text line names it (`test` as "test", "iperf3 test") as its start and
+/// end do.
+pub fn failed(peer: Option<SocketAddr>, user: Option<&str>, test: &str, what: &str) {
     emit(
         "error",
         json!({ "peer": peer.map(|p| p.to_string()), "user": user, "error": what }),

@@ -2,7 +2,7 @@
 //! running, finishing) and its guard, the admission counters, and the refusals a client
 //! hears when the slot or its rate is taken.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -13,11 +13,10 @@ use parking_lot::Mutex;
 use super::Arrival;
 use super::admission::{Handshakes, Refusal};
 use super::allow::{self, Rate};
-use super::relisten::Relisten;
+use super::relisten::{Listening, Relisten, listen_after, listen_for};
 use super::serverlog;
 use crate::config::ServerConfig;
-use crate::error::Error;
-use crate::iperf3::server::Phases;
+use crate::error::{Error, Result};
 use crate::timeouts;
 
 /// Most concurrent "busy" answers (and, separately, clients waiting for a test that is
@@ -48,8 +47,8 @@ pub(crate) struct Shared {
     pub(crate) penalties: Mutex<allow::Penalties>,
     /// Live `control` threads (see [`MAX_CONTROL_THREADS`]).
     pub(crate) threads: AtomicUsize,
-    /// The running iperf3 test's cookie, for its stream connections.
-    pub(crate) iperf3: crate::iperf3::server::Registry,
+    /// The running test whose stream connections open with its cookie.
+    pub(crate) by_cookie: Mutex<Option<CookieStreams>>,
     /// Where the running pinperf test takes the data and echo connections that reach the
     /// control port while its streams connect (none at other times).
     pub(crate) streams: Mutex<Option<Sender<Arrival>>>,
@@ -137,20 +136,20 @@ impl Slot {
     }
 }
 
-impl Phases for Slot {
-    /// The test's streams run (unless it is already finishing).
-    fn running(&self) {
+impl Slot {
+    /// The test's streams run (unless it is already finishing): a client arriving now is
+    /// told "busy".
+    pub(crate) fn running(&self) {
         let _ = self
             .state
             .compare_exchange(STARTING, RUNNING, Ordering::AcqRel, Ordering::Acquire);
     }
 
-    fn finishing(&self) {
+    /// The results are out: a client arriving now waits for the slot.
+    pub(crate) fn finishing(&self) {
         self.state.store(FINISHING, Ordering::Release);
     }
-}
 
-impl Slot {
     pub(crate) fn release(&self) {
         self.state.store(IDLE, Ordering::Release);
     }
@@ -249,6 +248,65 @@ pub(crate) fn take_slot<'a>(
         return Err(refusal("rate", rate_refusal(peer, max, wait)));
     }
     Ok(guard)
+}
+
+/// The running test whose stream connections reach the control port opening with its
+/// cookie, not a stream hello, and where they go, numbered in accept order.
+pub(crate) struct CookieStreams {
+    pub(crate) cookie: Vec<u8>,
+    /// The test's client: stream connections from elsewhere are refused.
+    pub(crate) client: SocketAddr,
+    pub(crate) streams: Sender<(u64, TcpStream)>,
+}
+
+/// A connection the acceptor handed to a `control` thread, with what its session needs of
+/// the server: the configuration, the shared state, and its handshake's entry and deadline.
+pub(crate) struct Handover<'a> {
+    pub(crate) cfg: &'a ServerConfig,
+    pub(crate) shared: &'a Shared,
+    pub(crate) peer: SocketAddr,
+    /// Its handshake's entry in [`Shared::pending`].
+    pub(crate) id: u64,
+    pub(crate) deadline: Instant,
+}
+
+impl Handover<'_> {
+    /// Ends the handshake: false when the acceptor cut it first (and logged why).
+    pub(crate) fn claim(&self) -> bool {
+        self.shared.pending.remove(self.id)
+    }
+
+    /// Logs that this connection was refused, `why` as the log's key.
+    pub(crate) fn refused(&self, user: Option<&str>, why: &str, reason: &str) {
+        log_refused(self.cfg, self.peer, user, why, reason);
+    }
+
+    /// The slot for this connection's admitted test (see [`take_slot`]).
+    pub(crate) fn take_slot(
+        &self,
+        run_time: Duration,
+    ) -> std::result::Result<SlotGuard<'_>, Refusal> {
+        take_slot(self.shared, self.cfg, self.peer, run_time)
+    }
+
+    pub(crate) fn slot(&self) -> &Slot {
+        &self.shared.slot
+    }
+
+    /// The test's result as the log and the client hear it (see [`took_the_slot_for_nothing`]).
+    pub(crate) fn judged<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|e| took_the_slot_for_nothing(self.cfg, self.shared, self.peer, e))
+    }
+
+    /// The control port listens with what the test's streams need (see [`listen_for`]).
+    pub(crate) fn listen_for(&self, listening: Listening) {
+        listen_for(self.shared, listening, self.cfg.quiet);
+    }
+
+    /// The test is over: the control port's MSS goes back (see [`listen_after`]).
+    pub(crate) fn listen_after(&self, listening: Listening) {
+        listen_after(self.shared, listening, self.cfg.quiet);
+    }
 }
 
 #[cfg(test)]
