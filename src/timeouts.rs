@@ -71,10 +71,6 @@ pub const DRAIN_STEP: Duration = Duration::from_secs(1);
 /// while it waits: how soon it reacts to a failure, a peer's word or a Ctrl-C.
 pub const POLL: Duration = Duration::from_millis(100);
 
-/// How often an iperf3 server looks at its client's control connection while the test's
-/// streams connect: a client that went away frees the server within it.
-pub const STREAMS_LOOK: Duration = Duration::from_millis(2);
-
 /// How long the server waits for the client's goodbye after sending the totals, before
 /// it takes the next client (a shell loop's next run may already be waiting).
 pub const GOODBYE: Duration = Duration::from_secs(2);
@@ -174,9 +170,6 @@ pub fn peer_silence(rtt: Duration) -> Duration {
 pub fn cookie_answer(rtt: Duration) -> Duration {
     (rtt * 4).max(Duration::from_secs(2))
 }
-
-/// How long an iperf3 peer's errno may take after its error code: it writes both at once.
-pub const ERRNO_WAIT: Duration = Duration::from_millis(500);
 
 /// How long a stop signal lets the lab's client test stop and print before the lab tears
 /// down and exits anyway, and a server's test stop, tell its client and log before the

@@ -28,6 +28,7 @@
 //! words what an iperf3 server's code means ([`error_words`]).
 
 pub mod client;
+pub(crate) mod deadlines;
 pub mod json;
 pub mod server;
 pub(crate) mod session;
@@ -209,11 +210,10 @@ impl Ctl {
         let mut b = [0u8; 4];
         self.read_exact(&mut b, timeout, "the server's error code")?;
         let code = i32::from_be_bytes(b);
-        let errno =
-            match self.read_exact(&mut b, timeout.min(crate::timeouts::ERRNO_WAIT), "an errno") {
-                Ok(()) => i32::from_be_bytes(b),
-                Err(_) => 0,
-            };
+        let errno = match self.read_exact(&mut b, timeout.min(deadlines::ERRNO_WAIT), "an errno") {
+            Ok(()) => i32::from_be_bytes(b),
+            Err(_) => 0,
+        };
         let mut words = error_words(code);
         // A refusal by a check of iperf3's own (a limit, a granted buffer smaller than
         // asked) comes with whatever errno an earlier call left: "socket buffer size not

@@ -340,7 +340,7 @@ fn tcp_streams(
     let mut arrived = Vec::with_capacity(test.threads());
     while arrived.len() < test.threads() {
         let left = wait.deadline().saturating_duration_since(Instant::now());
-        match streams.recv_timeout(left.min(timeouts::STREAMS_LOOK)) {
+        match streams.recv_timeout(left.min(super::deadlines::STREAMS_LOOK)) {
             Ok(s) => {
                 arrived.push(s);
                 wait.arrived();
