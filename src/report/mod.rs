@@ -26,6 +26,7 @@ use crate::data::stream::TcpSample;
 use crate::error::{Error, Result};
 use crate::os::cpu::{self, CpuReport};
 use crate::os::kstat::KernelReport;
+use crate::report::finding::Finding;
 use crate::wire::{ReceiverDone, ReceiverRow};
 use interval::{ClosedInterval, IntervalCutter, RttStats, StreamSlice};
 use model::{
@@ -1024,162 +1025,223 @@ fn summarize(
         header.run_time_s()
     };
     let end = (elapsed_us as f64 / 1e6).max(planned);
-    if header.udp && !cut_short {
-        // -O's end by sequence: a datagram sent before the sender's boundary but read
-        // after the receiver's was counted received and not sent, hiding that much loss.
-        let datagram = header.block_bytes.max(1);
-        for t in &mut totals.streams {
-            t.omitted_sent = t.omitted_seqs * datagram;
-        }
-    } else if !header.udp {
-        // -O's end at the same byte of each stream: the receiver's, where the totals
-        // start. Cut on the sender's clock, what its socket buffers held then was counted
-        // sent inside -O and received after it, and the totals read more received than
-        // sent (by up to the buffers and the window: 16 MB at -w 8M).
-        for t in &mut totals.streams {
-            t.omitted_sent = t.omitted_received;
-        }
-    }
+    let whole = Whole {
+        header,
+        start,
+        end,
+        cut_short,
+        reverse,
+    };
+    whole.settle_omitted(totals);
     totals.stalls.finish();
     totals.streams.iter_mut().for_each(|t| t.stalls.finish());
+    let at = |v: &[u64], s: usize| v.get(s).copied().unwrap_or(0);
     let rows: Vec<StreamRow> = totals
         .streams
         .iter()
         .enumerate()
         .map(|(s, t)| {
-            let bytes = received.get(s).copied().unwrap_or(0);
-            let sent = sent.get(s).copied().unwrap_or(0);
-            let mut row = stream_row(
-                s as u16,
-                start,
-                end,
-                bytes.saturating_sub(t.omitted_received),
-                sent.saturating_sub(t.omitted_sent),
-                t.last,
-            );
-            // UDP cut short: what the sender sent over the receiver's rows is what their
-            // sequence numbers say (its own last row runs on to when it stopped, past the
-            // receiver's: "sender wrote" one datagram more than "sender sent").
-            // Not when the receiver saw none (they say nothing then: a path that let none
-            // through keeps the sender's count), nor when the sender never reported (its
-            // count stays unknown, not made up).
-            if let (true, true, Some(got)) = (header.udp, cut_short, t.udp)
-                && got.packets > 0
-                && !totals.sender_silent
-            {
-                row.sent_bytes = (got.packets + got.lost_packets) * header.block_bytes.max(1);
-            }
-            row.retransmits = t.retransmits;
-            row.kernel_rtt = t.kernel.summary();
-            row.rtt = row.kernel_rtt.map(|k| k.avg_us);
-            row.block_rtt = t.block.summary();
-            row.sent = Some(model::SentTotal {
-                bits_per_second: bps(row.sent_bytes, end - start),
-                max_snd_cwnd: t.max_cwnd,
-            });
-            // UDP's totals settle on the sender's count: every datagram it sent and the
-            // receiver never got is lost, the tail a dead path swallowed included.
-            if header.udp && cut_short {
-                // A test cut short settles on the receiver's rows it spans: what their
-                // sequence numbers say was sent, received and lost (the sender's count
-                // per interval runs on its own clock, so datagrams in flight across the
-                // last row's end would count as lost, or as received and not sent). No
-                // receiver's row (a peer that reports late sends them with its results,
-                // which a test cut short never gets): unknown, not zero.
-                row.udp = t.udp.map(|got| {
-                    let sent = got.packets + got.lost_packets;
-                    UdpFigures {
-                        packets: sent,
-                        lost_percent: model::percent(got.lost_packets, sent),
-                        ..got
-                    }
-                });
-            } else if header.udp {
-                let got = t.udp.unwrap_or_default();
-                let sent = row.sent_bytes / header.block_bytes.max(1);
-                let lost = sent.saturating_sub(got.packets);
-                row.udp = Some(UdpFigures {
-                    packets: sent,
-                    lost_packets: lost,
-                    lost_percent: model::percent(lost, sent),
-                    ..got
-                });
-            }
-            row
+            whole.stream_total(s, t, (at(sent, s), at(received, s)), totals.sender_silent)
         })
         .collect();
     let sum = sum_row(&rows, start, end);
-    let sent_bytes: u64 = rows.iter().map(|r| r.sent_bytes).sum();
-    let side = |bytes: u64, retransmits: Option<u64>| SideTotal {
-        start,
-        end,
-        seconds: end - start,
-        bytes,
-        bits_per_second: bps(bytes, end - start),
-        retransmits,
-        unknown: false,
-    };
-    let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
-    let stream_stalls: Vec<diagnosis::StallLog> =
-        totals.streams.iter().map(|t| t.stalls.clone()).collect();
-    let mut diagnosis = diagnosis::diagnose(&diagnosis::Evidence {
-        header,
-        streams: &rows,
-        starved_intervals: &starved,
-        intervals: totals.intervals,
-        rate_bps: sum.bits_per_second,
-        test_stalls: &totals.stalls,
-        stream_stalls: &stream_stalls,
-    });
-    diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
-    if let Some(u) = &sum.udp {
-        diagnosis.extend(diagnosis::udp_receiver_drops(u, header, reverse));
-        // A test in which nothing moved for a while (a paused sender) is said so above;
-        // its senders' average is no measure of what their host could keep up with.
-        if !cut_short && totals.stalls.count == 0 {
-            let per_stream = bps(sum.sent_bytes, end - start) / rows.len().max(1) as f64;
-            diagnosis.extend(diagnosis::udp_sender_short(per_stream, header));
+    let findings = whole.findings(totals, &rows, &sum);
+    whole.summary(totals, rows, sum, findings)
+}
+
+/// What the steps of [`summarize`] share: the test, the span of its totals, how it ended.
+struct Whole<'a> {
+    header: &'a Header,
+    start: f64,
+    end: f64,
+    cut_short: bool,
+    reverse: bool,
+}
+
+impl Whole<'_> {
+    /// Where `-O`'s omitted bytes end on the sender's side of each stream.
+    fn settle_omitted(&self, totals: &mut Totals) {
+        let header = self.header;
+        if header.udp && !self.cut_short {
+            // -O's end by sequence: a datagram sent before the sender's boundary but read
+            // after the receiver's was counted received and not sent, hiding that much loss.
+            let datagram = header.block_bytes.max(1);
+            for t in &mut totals.streams {
+                t.omitted_sent = t.omitted_seqs * datagram;
+            }
+        } else if !header.udp {
+            // -O's end at the same byte of each stream: the receiver's, where the totals
+            // start. Cut on the sender's clock, what its socket buffers held then was counted
+            // sent inside -O and received after it, and the totals read more received than
+            // sent (by up to the buffers and the window: 16 MB at -w 8M).
+            for t in &mut totals.streams {
+                t.omitted_sent = t.omitted_received;
+            }
         }
     }
-    // What the senders still held unsent when they stopped writing (their last sample).
-    let queued: u64 = rows
-        .iter()
-        .filter_map(|r| r.notsent_bytes)
-        .map(u64::from)
-        .sum();
-    diagnosis.extend(diagnosis::long_drain(
-        header.omit_s,
-        header.duration_s,
-        end,
-        queued,
-        header.peer.reports_late() && !reverse,
-    ));
-    Summary {
-        sum_sent: match totals.sender_silent {
-            true => SideTotal::unknown(),
-            false => side(sent_bytes, sum.retransmits),
-        },
-        sum_received: side(sum.bytes, None),
-        fairness: TestFairness {
-            totals: sum.fairness,
-            starved_intervals: starved.iter().sum(),
-            stream_intervals: totals.intervals * rows.len() as u32,
-        },
-        streams: rows,
-        sum,
-        diagnosis: diagnosis.iter().map(|f| f.words.clone()).collect(),
-        findings: Some(diagnosis),
-        cpu_utilization_percent: None,
-        cpu: None,
-        kernel: None,
-        cut_short,
-        sender_silent: totals.sender_silent,
-        omitted: model::Omitted {
-            seconds: start,
-            sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
-            received_bytes: totals.streams.iter().map(|t| t.omitted_received).sum(),
-        },
-        reverse,
+
+    /// Stream `s`'s row over the whole span, from its `(sent, received)` bytes.
+    fn stream_total(
+        &self,
+        s: usize,
+        t: &StreamTotal,
+        (sent, bytes): (u64, u64),
+        sender_silent: bool,
+    ) -> StreamRow {
+        let (header, start, end) = (self.header, self.start, self.end);
+        let mut row = stream_row(
+            s as u16,
+            start,
+            end,
+            bytes.saturating_sub(t.omitted_received),
+            sent.saturating_sub(t.omitted_sent),
+            t.last,
+        );
+        // UDP cut short: what the sender sent over the receiver's rows is what their
+        // sequence numbers say (its own last row runs on to when it stopped, past the
+        // receiver's: "sender wrote" one datagram more than "sender sent").
+        // Not when the receiver saw none (they say nothing then: a path that let none
+        // through keeps the sender's count), nor when the sender never reported (its
+        // count stays unknown, not made up).
+        if let (true, true, Some(got)) = (header.udp, self.cut_short, t.udp)
+            && got.packets > 0
+            && !sender_silent
+        {
+            row.sent_bytes = (got.packets + got.lost_packets) * header.block_bytes.max(1);
+        }
+        row.retransmits = t.retransmits;
+        row.kernel_rtt = t.kernel.summary();
+        row.rtt = row.kernel_rtt.map(|k| k.avg_us);
+        row.block_rtt = t.block.summary();
+        row.sent = Some(model::SentTotal {
+            bits_per_second: bps(row.sent_bytes, end - start),
+            max_snd_cwnd: t.max_cwnd,
+        });
+        if header.udp {
+            row.udp = self.datagrams(row.sent_bytes, t.udp);
+        }
+        row
+    }
+
+    /// `-u`: a stream's datagrams over the span, from what the sender sent and the
+    /// receiver `got`.
+    fn datagrams(&self, sent_bytes: u64, got: Option<UdpFigures>) -> Option<UdpFigures> {
+        // UDP's totals settle on the sender's count: every datagram it sent and the
+        // receiver never got is lost, the tail a dead path swallowed included.
+        if !self.cut_short {
+            let got = got.unwrap_or_default();
+            let sent = sent_bytes / self.header.block_bytes.max(1);
+            let lost = sent.saturating_sub(got.packets);
+            return Some(UdpFigures {
+                packets: sent,
+                lost_packets: lost,
+                lost_percent: model::percent(lost, sent),
+                ..got
+            });
+        }
+        // A test cut short settles on the receiver's rows it spans: what their sequence
+        // numbers say was sent, received and lost (the sender's count per interval runs
+        // on its own clock, so datagrams in flight across the last row's end would count
+        // as lost, or as received and not sent). No receiver's row (a peer that reports
+        // late sends them with its results, which a test cut short never gets): unknown,
+        // not zero.
+        got.map(|got| {
+            let sent = got.packets + got.lost_packets;
+            UdpFigures {
+                packets: sent,
+                lost_percent: model::percent(got.lost_packets, sent),
+                ..got
+            }
+        })
+    }
+
+    /// The checks on the whole test's rows, in the order text prints them.
+    fn findings(&self, totals: &Totals, rows: &[StreamRow], sum: &SumRow) -> Vec<Finding> {
+        let (header, seconds) = (self.header, self.end - self.start);
+        let starved: Vec<u32> = totals.streams.iter().map(|t| t.starved_intervals).collect();
+        let stream_stalls: Vec<diagnosis::StallLog> =
+            totals.streams.iter().map(|t| t.stalls.clone()).collect();
+        let mut diagnosis = diagnosis::diagnose(&diagnosis::Evidence {
+            header,
+            streams: rows,
+            starved_intervals: &starved,
+            intervals: totals.intervals,
+            rate_bps: sum.bits_per_second,
+            test_stalls: &totals.stalls,
+            stream_stalls: &stream_stalls,
+        });
+        diagnosis.extend(diagnosis::unfair_shares(&sum.fairness));
+        if let Some(u) = &sum.udp {
+            diagnosis.extend(diagnosis::udp_receiver_drops(u, header, self.reverse));
+            // A test in which nothing moved for a while (a paused sender) is said so above;
+            // its senders' average is no measure of what their host could keep up with.
+            if !self.cut_short && totals.stalls.count == 0 {
+                let per_stream = bps(sum.sent_bytes, seconds) / rows.len().max(1) as f64;
+                diagnosis.extend(diagnosis::udp_sender_short(per_stream, header));
+            }
+        }
+        // What the senders still held unsent when they stopped writing (their last sample).
+        let queued: u64 = rows
+            .iter()
+            .filter_map(|r| r.notsent_bytes)
+            .map(u64::from)
+            .sum();
+        diagnosis.extend(diagnosis::long_drain(
+            header.omit_s,
+            header.duration_s,
+            self.end,
+            queued,
+            header.peer.reports_late() && !self.reverse,
+        ));
+        diagnosis
+    }
+
+    /// The summary of the stream `rows`, their `sum` and the `findings` on them.
+    fn summary(
+        &self,
+        totals: &Totals,
+        rows: Vec<StreamRow>,
+        sum: SumRow,
+        findings: Vec<Finding>,
+    ) -> Summary {
+        let (start, end) = (self.start, self.end);
+        let side = |bytes: u64, retransmits: Option<u64>| SideTotal {
+            start,
+            end,
+            seconds: end - start,
+            bytes,
+            bits_per_second: bps(bytes, end - start),
+            retransmits,
+            unknown: false,
+        };
+        let sent_bytes: u64 = rows.iter().map(|r| r.sent_bytes).sum();
+        Summary {
+            sum_sent: match totals.sender_silent {
+                true => SideTotal::unknown(),
+                false => side(sent_bytes, sum.retransmits),
+            },
+            sum_received: side(sum.bytes, None),
+            fairness: TestFairness {
+                totals: sum.fairness,
+                starved_intervals: totals.streams.iter().map(|t| t.starved_intervals).sum(),
+                stream_intervals: totals.intervals * rows.len() as u32,
+            },
+            streams: rows,
+            sum,
+            diagnosis: findings.iter().map(|f| f.words.clone()).collect(),
+            findings: Some(findings),
+            cpu_utilization_percent: None,
+            cpu: None,
+            kernel: None,
+            cut_short: self.cut_short,
+            sender_silent: totals.sender_silent,
+            omitted: model::Omitted {
+                seconds: start,
+                sent_bytes: totals.streams.iter().map(|t| t.omitted_sent).sum(),
+                received_bytes: totals.streams.iter().map(|t| t.omitted_received).sum(),
+            },
+            reverse: self.reverse,
+        }
     }
 }
 
