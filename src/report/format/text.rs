@@ -15,7 +15,7 @@ use crate::os::netinfo::{Buffer, Grant, WindowGrant};
 use crate::report::Formatter;
 use crate::report::model::{
     CpuSummary, Direction, Header, IntervalReport, KernelSummary, LeftOut, RttSummary, StreamRow,
-    Summary, ThreadCpu, UdpFigures,
+    SumRow, Summary, ThreadCpu, UdpFigures,
 };
 use crate::report::peer::Peer;
 use crate::units::format_rate;
@@ -432,6 +432,18 @@ impl<W: Write + Send> TextFormatter<W> {
         }
     }
 
+    fn sum_cols(&self, s: &SumRow) -> Cols {
+        Cols {
+            start: s.start,
+            end: s.end,
+            bits_per_second: s.bits_per_second,
+            rtt: self.rtt(s.block_rtt, s.kernel_rtt),
+            retransmits: s.retransmits,
+            snd_cwnd: s.snd_cwnd,
+            udp: s.udp,
+        }
+    }
+
     /// `-V`: the stream row's details the columns leave out (`#` first, so row parsers
     /// skip it): what the sender wrote, `TCP_INFO` at the span's end, block RTT's median.
     fn verbose_line(&mut self, s: &StreamRow, reverse: bool) -> io::Result<()> {
@@ -653,16 +665,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             }
         }
         if self.streams > 1 {
-            let s = &iv.sum;
-            let cols = Cols {
-                start: s.start,
-                end: s.end,
-                bits_per_second: s.bits_per_second,
-                rtt: self.rtt(s.block_rtt, s.kernel_rtt),
-                retransmits: s.retransmits,
-                snd_cwnd: s.snd_cwnd,
-                udp: s.udp,
-            };
+            let cols = self.sum_cols(&iv.sum);
             writeln!(
                 self.out,
                 "{}{mark}",
@@ -688,6 +691,43 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         // An interval whose RX half never came still says its cores.
         self.write_held_cpu()?;
+        self.total_rows(s)?;
+        self.rtt_line(s)?;
+        if let Some(cpu) = &s.cpu {
+            self.cpu_block(cpu)?;
+        }
+        if let Some(k) = &s.kernel {
+            self.kernel_line(k)?;
+        }
+        for line in &s.diagnosis {
+            writeln!(self.out, "# {line}")?;
+        }
+        self.count_lines(s)?;
+        self.omitted_line(s)?;
+        // After the last direction's totals, as iperf3 prints the server's output.
+        if (!self.bidir || s.reverse)
+            && let Some(text) = self.server_output.take()
+        {
+            writeln!(self.out, "# server output (--get-server-output):")?;
+            // The server's words, each line escaped: none drives the terminal.
+            for line in text.lines() {
+                let line = crate::wire::printable(line, usize::MAX);
+                writeln!(self.out, "#   {line}")?;
+            }
+        }
+        self.out.flush()
+    }
+
+    fn server_output(&mut self, text: &str) -> io::Result<()> {
+        self.server_output = Some(text.to_string());
+        Ok(())
+    }
+}
+
+/// The sections of a summary, in the order they print.
+impl<W: Write + Send> TextFormatter<W> {
+    /// Each stream's `#( N)` total, then the `#(**)` line with its fairness columns.
+    fn total_rows(&mut self, s: &Summary) -> io::Result<()> {
         let (bidir, reverse) = (self.bidir, s.reverse);
         for st in &s.streams {
             let line = row(
@@ -700,16 +740,7 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 self.verbose_line(st, reverse)?;
             }
         }
-        let f = &s.fairness;
-        let cols = Cols {
-            start: s.sum.start,
-            end: s.sum.end,
-            bits_per_second: s.sum.bits_per_second,
-            rtt: self.rtt(s.sum.block_rtt, s.sum.kernel_rtt),
-            retransmits: s.sum.retransmits,
-            snd_cwnd: s.sum.snd_cwnd,
-            udp: s.sum.udp,
-        };
+        let (f, cols) = (&s.fairness, self.sum_cols(&s.sum));
         // The heading of the appended columns, over them (no `**`: `fgrep '**'` stays one
         // line).
         let total = row(&label(bidir, reverse, "**"), &cols, self.opts.unit);
@@ -738,37 +769,35 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             pct(f.totals.max_share),
             f.starved_intervals,
             f.stream_intervals
-        )?;
-        // UDP has no RTT of its own to report (no acknowledgements, no echoes).
-        if !self.udp {
-            let ms = |v: f64| format!("{:.3} ms", v / 1e3);
-            writeln!(
-                self.out,
-                "# rtt: path (kernel min_rtt) {}; kernel srtt avg {}; block RTT avg {}",
-                s.sum.min_rtt.map_or("-".into(), |v| ms(f64::from(v))),
-                s.sum.kernel_rtt.map_or("-".into(), |r| ms(r.avg_us)),
-                s.sum.block_rtt.map_or_else(
-                    || match self.echo {
-                        true => "- (no echo came back while the senders wrote)".into(),
-                        false => format!("- ({})", no_echo_why(self.peer)),
-                    },
-                    |r| ms(r.avg_us)
-                )
-            )?;
+        )
+    }
+
+    /// UDP has no RTT of its own to report (no acknowledgements, no echoes).
+    fn rtt_line(&mut self, s: &Summary) -> io::Result<()> {
+        if self.udp {
+            return Ok(());
         }
-        if let Some(cpu) = &s.cpu {
-            self.cpu_block(cpu)?;
-        }
-        if let Some(k) = &s.kernel {
-            self.kernel_line(k)?;
-        }
-        for line in &s.diagnosis {
-            writeln!(self.out, "# {line}")?;
-        }
+        let ms = |v: f64| format!("{:.3} ms", v / 1e3);
+        writeln!(
+            self.out,
+            "# rtt: path (kernel min_rtt) {}; kernel srtt avg {}; block RTT avg {}",
+            s.sum.min_rtt.map_or("-".into(), |v| ms(f64::from(v))),
+            s.sum.kernel_rtt.map_or("-".into(), |r| ms(r.avg_us)),
+            s.sum.block_rtt.map_or_else(
+                || match self.echo {
+                    true => "- (no echo came back while the senders wrote)".into(),
+                    false => format!("- ({})", no_echo_why(self.peer)),
+                },
+                |r| ms(r.avg_us)
+            )
+        )
+    }
+
+    /// The bytes line's verdict on the two ends' counts.
+    fn verdict(&self, s: &Summary) -> &'static str {
         // A test cut short says so whether or not its counts happen to agree (a UDP test
         // stopped between datagrams does): the totals cover only the part that ran.
-        let late = self.peer.results_only;
-        let verdict = match (s.reconciled(), s.cut_short, s.udp(), late) {
+        match (s.reconciled(), s.cut_short, s.udp(), self.peer.results_only) {
             (true, true, _, _) => "equal, over the part that ran: the test was cut short",
             (true, false, _, _) => "equal",
             (false, true, _, _) => "not reconciled: the test was cut short",
@@ -780,8 +809,12 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
             // unread when it closed (a reader slower than the path, `-l 1`).
             (false, false, None, Some(w)) if !s.reverse => w.unread,
             (false, false, None, _) => "MISMATCH",
-        };
-        let o = &s.omitted;
+        }
+    }
+
+    /// The datagram and byte counts of both ends, and whether they agree.
+    fn count_lines(&mut self, s: &Summary) -> io::Result<()> {
+        let (verdict, late, o) = (self.verdict(s), self.peer.results_only, &s.omitted);
         // Cut short against a late peer: its counts never came, only this end's.
         let ours_only = late.filter(|_| s.cut_short);
         if let (Some(u), false) = (s.udp(), ours_only.is_some() && !s.reverse) {
@@ -840,7 +873,13 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 }
             )?,
         }
-        if let (true, Some(w)) = (o.seconds > 0.0, late) {
+        Ok(())
+    }
+
+    /// What `-O` left out of the totals.
+    fn omitted_line(&mut self, s: &Summary) -> io::Result<()> {
+        let o = &s.omitted;
+        if let (true, Some(w)) = (o.seconds > 0.0, self.peer.results_only) {
             writeln!(
                 self.out,
                 "# omitted (-O {}): the first {} s, {} bytes by this end's clock, are not in the \
@@ -868,22 +907,6 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
                 o.seconds, o.seconds, o.sent_bytes, o.received_bytes
             )?;
         }
-        // After the last direction's totals, as iperf3 prints the server's output.
-        if !self.bidir || s.reverse {
-            if let Some(text) = self.server_output.take() {
-                writeln!(self.out, "# server output (--get-server-output):")?;
-                // The server's words, each line escaped: none drives the terminal.
-                for line in text.lines() {
-                    let line = crate::wire::printable(line, usize::MAX);
-                    writeln!(self.out, "#   {line}")?;
-                }
-            }
-        }
-        self.out.flush()
-    }
-
-    fn server_output(&mut self, text: &str) -> io::Result<()> {
-        self.server_output = Some(text.to_string());
         Ok(())
     }
 }
