@@ -127,6 +127,154 @@ fn heading(bidir: bool, udp: bool, unit: RateUnit) -> String {
     }
 }
 
+/// The header's first lines: who tested whom, which way, and when.
+fn title_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
+    let (arrow, who) = match h.direction {
+        Direction::Forward => ("->", ""),
+        Direction::Reverse => ("<-", "; reverse (-R): the server sends"),
+        Direction::Bidir => (
+            "<->",
+            "; both ways at once (--bidir): rows TX = client to server, RX = server to client",
+        ),
+    };
+    writeln!(
+        o,
+        "# {}: {} {arrow} {} ({}), {} {} stream{}{who}",
+        h.software,
+        h.local,
+        h.remote,
+        h.remote_software,
+        h.streams,
+        if h.udp { "UDP" } else { "TCP" },
+        if h.streams == 1 { "" } else { "s" }
+    )?;
+    if let Some(at) = &h.started_at {
+        let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "?".into());
+        let hosts = format!("{} {arrow} {}", name(&h.local_host), name(&h.remote_host));
+        writeln!(o, "# started {at}; hosts {hosts}")?;
+    }
+    Ok(())
+}
+
+/// The header's window line: what each end's buffers were and why.
+fn window_line(o: &mut impl Write, h: &Header) -> io::Result<()> {
+    let ((local_window, _), (remote_window, _)) = windows(h);
+    // A peer that reports no buffer sizes: say so rather than print 0B.
+    let remote_window = match remote_window {
+        0 => "not reported by the peer".to_string(),
+        b => format!("{b}B"),
+    };
+    match h.local_window.requested {
+        Some(req) => writeln!(
+            o,
+            "# local window = {}B; remote window = {} (requested -w {} = {}B; {})",
+            local_window,
+            remote_window,
+            format_size(req),
+            req,
+            grant_words(h)
+        ),
+        None => writeln!(
+            o,
+            "# local window = {}B; remote window = {} (no -w: {})",
+            local_window,
+            remote_window,
+            match h.udp {
+                true =>
+                    "UDP receive buffers sized to hold 50 ms at -b, up to net.core.rmem_max and a server's --max-window",
+                false => "kernel autotuning, sizes at start",
+            }
+        ),
+    }
+}
+
+/// What each write carries, at what rate, and the path it takes.
+fn payload_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
+    let mut rate = match (h.rate_bps, h.udp) {
+        (Some(r), _) => format!("; -b {} per stream", format_rate(r)),
+        (None, true) => "; -b 0: as fast as the sockets take them".into(),
+        (None, false) => String::new(),
+    };
+    if let Some(fq) = h.fq_rate_bps {
+        rate += &format!(
+            "; --fq-rate {} per stream (the kernel paces)",
+            format_rate(fq)
+        );
+    }
+    match h.udp {
+        true => writeln!(o, "# datagram size = {}B{rate}", h.block_bytes)?,
+        false => writeln!(
+            o,
+            "# block size = {}B; congestion control = {}{rate}{}",
+            h.block_bytes,
+            h.congestion,
+            if h.no_delay { "; TCP_NODELAY (-N)" } else { "" }
+        )?,
+    }
+    writeln!(
+        o,
+        "# MTU: {}; MSS: {}{}{}",
+        opt_bytes(h.path.mtu),
+        opt_bytes(h.path.mss),
+        h.mss_asked.map_or(String::new(), |m| format!(" (-M {m})")),
+        tos_words(h)
+    )
+}
+
+/// Where the threads run: the pin plans, the engine, why this placement.
+fn placement_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
+    let (local, remote) = match h.direction {
+        // The client sends first; the server receives first.
+        Direction::Bidir => (
+            h.local_pin.bidir_text(h.streams.into(), true),
+            h.remote_pin.bidir_text(h.streams.into(), false),
+        ),
+        _ => (h.local_pin.to_string(), h.remote_pin.to_string()),
+    };
+    writeln!(o, "# pin plan: local {local}; remote {remote}")?;
+    if h.engine == Engine::Single {
+        writeln!(
+            o,
+            "# engine: single (one sender thread for all streams, poll(); pinned to the first stream's core)"
+        )?;
+    }
+    if let Some(note) = &h.placement_note {
+        writeln!(o, "# placement: {note}")?;
+    }
+    Ok(())
+}
+
+/// How long the test runs, how often it reports, and what its RTT figures are.
+fn timing_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
+    writeln!(
+        o,
+        "# test duration = {}s; reporting interval = {}s{}",
+        h.duration_s,
+        h.interval_s,
+        if h.omit_s > 0.0 {
+            format!("; first {}s omitted from the totals (-O)", h.omit_s)
+        } else {
+            String::new()
+        }
+    )?;
+    if h.udp {
+        writeln!(
+            o,
+            "# lost/total: datagrams by sequence (an interval's total is what its highest \
+             sequence says was sent; the end line's is the sender's own count, or the \
+             rows' when the test is cut short)"
+        )?;
+    } else if h.echo {
+        writeln!(
+            o,
+            "# RTT = block RTT: each block's header echoed by the receiver (every queue it met)"
+        )?;
+    } else {
+        writeln!(o, "# RTT = kernel srtt (TCP_INFO; {})", no_echo_why(h.peer))?;
+    }
+    Ok(())
+}
+
 /// `-S`'s part of the header: the TOS byte the data carries, read back from this end's
 /// socket, and who else was asked for it.
 fn tos_words(h: &Header) -> String {
@@ -494,136 +642,12 @@ impl<W: Write + Send> Formatter for TextFormatter<W> {
         self.peer = h.peer;
         self.udp = h.udp;
         self.direction = h.direction;
-        let ((local_window, _), (remote_window, _)) = windows(h);
-        // A peer that reports no buffer sizes: say so rather than print 0B.
-        let remote_window = match remote_window {
-            0 => "not reported by the peer".to_string(),
-            b => format!("{b}B"),
-        };
         let o = &mut self.out;
-        let (arrow, who) = match h.direction {
-            Direction::Forward => ("->", ""),
-            Direction::Reverse => ("<-", "; reverse (-R): the server sends"),
-            Direction::Bidir => (
-                "<->",
-                "; both ways at once (--bidir): rows TX = client to server, RX = server to client",
-            ),
-        };
-        writeln!(
-            o,
-            "# {}: {} {arrow} {} ({}), {} {} stream{}{who}",
-            h.software,
-            h.local,
-            h.remote,
-            h.remote_software,
-            h.streams,
-            if h.udp { "UDP" } else { "TCP" },
-            if h.streams == 1 { "" } else { "s" }
-        )?;
-        if let Some(at) = &h.started_at {
-            let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "?".into());
-            let hosts = format!("{} {arrow} {}", name(&h.local_host), name(&h.remote_host));
-            writeln!(o, "# started {at}; hosts {hosts}")?;
-        }
-        match h.local_window.requested {
-            Some(req) => writeln!(
-                o,
-                "# local window = {}B; remote window = {} (requested -w {} = {}B; {})",
-                local_window,
-                remote_window,
-                format_size(req),
-                req,
-                grant_words(h)
-            )?,
-            None => writeln!(
-                o,
-                "# local window = {}B; remote window = {} (no -w: {})",
-                local_window,
-                remote_window,
-                match h.udp {
-                    true =>
-                        "UDP receive buffers sized to hold 50 ms at -b, up to net.core.rmem_max and a server's --max-window",
-                    false => "kernel autotuning, sizes at start",
-                }
-            )?,
-        }
-        let mut rate = match (h.rate_bps, h.udp) {
-            (Some(r), _) => format!("; -b {} per stream", format_rate(r)),
-            (None, true) => "; -b 0: as fast as the sockets take them".into(),
-            (None, false) => String::new(),
-        };
-        if let Some(fq) = h.fq_rate_bps {
-            rate += &format!(
-                "; --fq-rate {} per stream (the kernel paces)",
-                format_rate(fq)
-            );
-        }
-        match h.udp {
-            true => writeln!(o, "# datagram size = {}B{rate}", h.block_bytes)?,
-            false => writeln!(
-                o,
-                "# block size = {}B; congestion control = {}{rate}{}",
-                h.block_bytes,
-                h.congestion,
-                if h.no_delay { "; TCP_NODELAY (-N)" } else { "" }
-            )?,
-        }
-        writeln!(
-            o,
-            "# MTU: {}; MSS: {}{}{}",
-            opt_bytes(h.path.mtu),
-            opt_bytes(h.path.mss),
-            h.mss_asked.map_or(String::new(), |m| format!(" (-M {m})")),
-            tos_words(h)
-        )?;
-        let (local, remote) = match h.direction {
-            // The client sends first; the server receives first.
-            Direction::Bidir => (
-                h.local_pin.bidir_text(h.streams.into(), true),
-                h.remote_pin.bidir_text(h.streams.into(), false),
-            ),
-            _ => (h.local_pin.to_string(), h.remote_pin.to_string()),
-        };
-        writeln!(o, "# pin plan: local {local}; remote {remote}")?;
-        if h.engine == Engine::Single {
-            writeln!(
-                o,
-                "# engine: single (one sender thread for all streams, poll(); pinned to the first stream's core)"
-            )?;
-        }
-        if let Some(note) = &h.placement_note {
-            writeln!(o, "# placement: {note}")?;
-        }
-        writeln!(
-            o,
-            "# test duration = {}s; reporting interval = {}s{}",
-            h.duration_s,
-            h.interval_s,
-            if h.omit_s > 0.0 {
-                format!("; first {}s omitted from the totals (-O)", h.omit_s)
-            } else {
-                String::new()
-            }
-        )?;
-        if h.udp {
-            writeln!(
-                o,
-                "# lost/total: datagrams by sequence (an interval's total is what its highest \
-                 sequence says was sent; the end line's is the sender's own count, or the \
-                 rows' when the test is cut short)"
-            )?;
-        } else if h.echo {
-            writeln!(
-                o,
-                "# RTT = block RTT: each block's header echoed by the receiver (every queue it met)"
-            )?;
-        } else {
-            writeln!(
-                o,
-                "# RTT = kernel srtt (TCP_INFO; {})",
-                no_echo_why(self.peer)
-            )?;
-        }
+        title_lines(o, h)?;
+        window_line(o, h)?;
+        payload_lines(o, h)?;
+        placement_lines(o, h)?;
+        timing_lines(o, h)?;
         writeln!(o, "{}", heading(self.bidir, h.udp, self.opts.unit))?;
         o.flush()
     }
