@@ -228,28 +228,48 @@ impl IntervalCutter {
     /// The next interval whose end every stream has passed, if any.
     pub fn pop_ready(&mut self) -> Option<ClosedInterval> {
         let k = self.first_open;
-        if k >= self.count {
-            return None;
-        }
-        let last = k + 1 == self.count;
-        let nominal_end = self.ends_ns[k as usize];
-        let ready = self
-            .watermarks
-            .iter()
-            .zip(&self.done)
-            .all(|(w, d)| *d || (!last && *w >= nominal_end));
-        if !ready {
+        if k >= self.count || !self.ready(k) {
             return None;
         }
         let begin_ns = k.checked_sub(1).map_or(0, |p| self.ends_ns[p as usize]);
+        let Some(end_ns) = self.end_of(k, begin_ns) else {
+            self.first_open = self.count;
+            return None;
+        };
+        self.slot(k);
+        let accs = self.open.pop_front().expect("slot k exists");
+        self.first_open += 1;
+        let streams = (accs.into_iter().enumerate())
+            .map(|(s, acc)| self.slice(s, acc))
+            .collect();
+        Some(ClosedInterval {
+            index: k,
+            omitted: k < self.omitted,
+            begin_ns,
+            end_ns,
+            streams,
+        })
+    }
+
+    /// Every stream has passed interval `k`'s end or is done (all of them, for the last).
+    fn ready(&self, k: u32) -> bool {
+        let last = k + 1 == self.count;
+        let nominal_end = self.ends_ns[k as usize];
+        (self.watermarks.iter().zip(&self.done)).all(|(w, d)| *d || (!last && *w >= nominal_end))
+    }
+
+    /// Where interval `k`, begun at `begin_ns`, ends; none when a stopped test makes no
+    /// interval from `k` on.
+    fn end_of(&self, k: u32, begin_ns: u64) -> Option<u64> {
+        let last = k + 1 == self.count;
+        let nominal_end = self.ends_ns[k as usize];
         let all_done = self.done.iter().all(|d| *d);
         if self.stopped && all_done && k > 0 && self.last_record_ns() < begin_ns {
-            self.first_open = self.count;
             return None;
         }
         // The planned last interval ends at its nominal end (or past it, at a drain's
         // last byte) unless the test was stopped: then, like any other, at its last record.
-        let end_ns = if last && !(self.stopped && all_done) {
+        Some(if last && !(self.stopped && all_done) {
             nominal_end.max(self.last_record_ns())
         } else if last && self.last_record_ns() >= nominal_end {
             self.last_record_ns()
@@ -263,52 +283,40 @@ impl IntervalCutter {
             // paused, then past its run time) close it at its end, holding nothing.
             let nothing = self.last_record_ns() == 0;
             if nothing || (k > 0 && self.last_record_ns() < begin_ns) {
-                self.first_open = self.count;
                 return None;
             }
             self.last_record_ns().max(begin_ns)
         } else {
             nominal_end
-        };
-        self.slot(k);
-        let accs = self.open.pop_front().expect("slot k exists");
-        self.first_open += 1;
-        let streams = accs
-            .into_iter()
-            .enumerate()
-            .map(|(s, mut acc)| {
-                let retransmits = acc.last_sample.map(|sample| {
-                    let before = self.prev_retrans[s].unwrap_or(0);
-                    self.prev_retrans[s] = Some(sample.total_retrans);
-                    u64::from(sample.total_retrans.saturating_sub(before))
-                });
-                let udp = match (acc.udp_last, self.prev_udp[s]) {
-                    (Some(now), before) => {
-                        self.prev_udp[s] = Some(now);
-                        Some(UdpSlice::between(&before.unwrap_or_default(), &now))
-                    }
-                    // A UDP stream without a snapshot in this interval received nothing
-                    // in it; its jitter stands.
-                    (None, Some(before)) => Some(UdpSlice::between(&before, &before)),
-                    (None, None) => None,
-                };
-                StreamSlice {
-                    bytes: acc.bytes,
-                    srtt: acc.srtt(),
-                    block_rtt: RttStats::of(&mut acc.block_rtts_us),
-                    retransmits,
-                    last: acc.last_sample,
-                    udp,
-                }
-            })
-            .collect();
-        Some(ClosedInterval {
-            index: k,
-            omitted: k < self.omitted,
-            begin_ns,
-            end_ns,
-            streams,
         })
+    }
+
+    /// Stream `s`'s part of the interval closing with `acc`: its retransmits and datagram
+    /// counts are the differences from the interval before.
+    fn slice(&mut self, s: usize, mut acc: StreamAcc) -> StreamSlice {
+        let retransmits = acc.last_sample.map(|sample| {
+            let before = self.prev_retrans[s].unwrap_or(0);
+            self.prev_retrans[s] = Some(sample.total_retrans);
+            u64::from(sample.total_retrans.saturating_sub(before))
+        });
+        let udp = match (acc.udp_last, self.prev_udp[s]) {
+            (Some(now), before) => {
+                self.prev_udp[s] = Some(now);
+                Some(UdpSlice::between(&before.unwrap_or_default(), &now))
+            }
+            // A UDP stream without a snapshot in this interval received nothing
+            // in it; its jitter stands.
+            (None, Some(before)) => Some(UdpSlice::between(&before, &before)),
+            (None, None) => None,
+        };
+        StreamSlice {
+            bytes: acc.bytes,
+            srtt: acc.srtt(),
+            block_rtt: RttStats::of(&mut acc.block_rtts_us),
+            retransmits,
+            last: acc.last_sample,
+            udp,
+        }
     }
 }
 
