@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::Arrival;
 use super::admission::{Handshakes, Refusal};
 use super::allow::{self, Rate};
 use super::relisten::{Listening, Relisten, listen_after, listen_for};
 use super::serverlog;
+use super::streams::Arrival;
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
 use crate::timeouts;
