@@ -57,7 +57,16 @@ pub fn die_by_signal(sig: i32) -> ! {
 /// Parses the process's arguments and runs the chosen mode. Usage errors from clap exit 2
 /// (clap prints them); validation errors come back as [`Error::Usage`].
 pub fn run_from_env() -> Result<()> {
-    let argv = cli::attach_signed_values(std::env::args().collect());
+    let mut argv: Vec<String> = std::env::args().collect();
+    // Run as `iperf3`, or as `pinperf iperf3 ARGS`: iperf3's command line.
+    let named = argv
+        .first()
+        .is_some_and(|a| iperf3::personality::is_iperf3_name(a));
+    if named || argv.get(1).is_some_and(|a| a == "iperf3") {
+        let rest = &argv[if named { 1 } else { 2 }..];
+        argv = iperf3::personality::native_argv(rest).map_err(Error::Usage)?;
+    }
+    let argv = cli::attach_signed_values(argv);
     let test_run = argv.get(1).is_some_and(|a| a.starts_with('-'))
         && !argv.iter().any(|a| a == "-s" || a == "--server");
     let detached = || test_run.then(|| cli::detached_method(&argv[1..])).flatten();

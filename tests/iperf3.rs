@@ -1479,3 +1479,110 @@ fn udp_against_an_iperf3_server_killed_mid_test_makes_up_no_loss() {
     // And the saved document reads back for the text replay.
     pinperf(&["report", saved.to_str().unwrap()], LIMIT).assert_ok();
 }
+
+/// `pinperf iperf3 -c … -J` against `iperf3 -s`: iperf3's command line (its default port
+/// is not assumed here: `-p` as iperf3 takes it) and iperf3's document, whose received
+/// bytes are the iperf3 server's own count.
+#[test]
+fn the_iperf3_command_line_runs_a_test_against_iperf3() {
+    let test = "the_iperf3_command_line_runs_a_test_against_iperf3";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    let port = server.port.to_string();
+    let run = pinperf(
+        &[
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-P",
+            "2",
+            "-J",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: Value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|e| panic!("not JSON ({e}){}", run.explain()));
+    let theirs = server.document();
+    assert_eq!(
+        bytes(&doc, "sum_received"),
+        bytes(&theirs, "sum_received"),
+        "{}",
+        run.explain()
+    );
+    assert_eq!(doc["start"]["test_start"]["num_streams"], 2, "{doc}");
+}
+
+/// Run under the name `iperf3` (a link to the binary), it serves as `iperf3 -s -1`: one
+/// test from a real iperf3 client, then it exits.
+#[test]
+fn run_as_iperf3_it_serves_an_iperf3_client_once() {
+    let test = "run_as_iperf3_it_serves_an_iperf3_client_once";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("pinperf-as-iperf3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("iperf3");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(util::bin(), &link).unwrap();
+    let port = util::free_port();
+    let mut server = std::process::Command::new(&link)
+        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    util::wait_until(
+        "the server listens",
+        Duration::from_secs(5),
+        || util::iperf3::listening(port).then_some(()),
+        String::new,
+    );
+    let (code, out, err, _) = iperf3_client(port, &["-t", "1", "-J"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        bytes(&doc, "sum_sent"),
+        bytes(&doc, "sum_received"),
+        "{doc}"
+    );
+    // -1: one test, then the server exits on its own.
+    let exited = util::wait_until(
+        "the one-off server exits",
+        Duration::from_secs(5),
+        || server.try_wait().ok().flatten(),
+        String::new,
+    );
+    assert!(exited.success(), "{exited}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An iperf3 flag the command line cannot honour yet is refused by name, never ignored.
+#[test]
+fn the_iperf3_command_line_refuses_what_it_cannot_honour() {
+    for (args, says) in [
+        (
+            &["iperf3", "-c", "127.0.0.1", "-n", "1M"][..],
+            "-n: an iperf3 option",
+        ),
+        (
+            &["iperf3", "-s", "--idle-timeout", "5"][..],
+            "--idle-timeout: an iperf3 option",
+        ),
+        (
+            &["iperf3", "-c", "127.0.0.1", "-b", "1M/10"][..],
+            "RATE/BURST",
+        ),
+    ] {
+        let run = pinperf(args, LIMIT);
+        assert_eq!(run.code(), Some(2), "{}", run.explain());
+        assert!(run.stderr().contains(says), "{says}: {}", run.explain());
+    }
+}

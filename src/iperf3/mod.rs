@@ -30,6 +30,7 @@
 pub mod client;
 pub(crate) mod deadlines;
 pub mod json;
+pub mod personality;
 pub mod server;
 pub(crate) mod session;
 pub mod udp;

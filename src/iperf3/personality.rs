@@ -1,0 +1,379 @@
+//! iperf3's command line (`pinperf iperf3 ARGS`, or the binary run under the name `iperf3`):
+//! iperf3 3.21's flags with iperf3's meanings and defaults, turned into the same test in
+//! pinperf's own flags, so the test runs on pinperf's pinned threads and is checked by the
+//! same rules. A flag of iperf3's that this cannot honour yet is refused by name; none is
+//! taken and ignored.
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+/// iperf3's default control port.
+pub const PORT: u16 = 5201;
+
+/// iperf3 3.21's flags that the personality honours, under iperf3's names.
+#[derive(Debug, Parser)]
+#[command(
+    name = "iperf3",
+    disable_version_flag = true,
+    about = "iperf3's command line, run on pinperf's pinned threads"
+)]
+pub struct Iperf3Args {
+    /// Run in server mode.
+    #[arg(short = 's', long)]
+    pub server: bool,
+    /// Run in client mode, connecting to HOST.
+    #[arg(short = 'c', long, value_name = "HOST")]
+    pub client: Option<String>,
+    /// Server port to listen on / connect to.
+    #[arg(short = 'p', long, default_value_t = PORT)]
+    pub port: u16,
+    /// Bind to the interface associated with the address.
+    #[arg(short = 'B', long, value_name = "HOST")]
+    pub bind: Option<String>,
+    /// Only use IPv4.
+    #[arg(short = '4', long = "version4")]
+    pub version4: bool,
+    /// Only use IPv6.
+    #[arg(short = '6', long = "version6", conflicts_with = "version4")]
+    pub version6: bool,
+    /// Seconds between periodic reports (0 disables them).
+    #[arg(short = 'i', long, value_name = "SECS")]
+    pub interval: Option<String>,
+    /// Format to report: Kbits, Mbits, Gbits, Tbits (k, m, g, t; upper case for bytes).
+    #[arg(short = 'f', long, value_name = "UNIT")]
+    pub format: Option<String>,
+    /// Output in JSON format.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Send output to a log file.
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<String>,
+    /// Force flushing output at every interval.
+    #[arg(long)]
+    pub forceflush: bool,
+    /// Emit a timestamp at the start of each output line.
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true)]
+    pub timestamps: Option<Option<String>>,
+    /// More detailed output.
+    #[arg(short = 'V', long)]
+    pub verbose: bool,
+    /// CPU affinity: n for this end, n,m for this end and the server.
+    #[arg(short = 'A', long, value_name = "n[,m]")]
+    pub affinity: Option<String>,
+    /// Server: handle one client connection, then exit.
+    #[arg(short = '1', long = "one-off")]
+    pub one_off: bool,
+    /// Use UDP rather than TCP.
+    #[arg(short = 'u', long)]
+    pub udp: bool,
+    /// Timeout for the control connection setup, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub connect_timeout: Option<u64>,
+    /// Target bitrate in bits/s (0 for unlimited); the default 1 Mbit/s for UDP.
+    #[arg(short = 'b', long, visible_alias = "bandwidth", value_name = "RATE")]
+    pub bitrate: Option<String>,
+    /// Socket pacing rate in bits/s (fair queueing).
+    #[arg(long, value_name = "RATE")]
+    pub fq_rate: Option<String>,
+    /// Time in seconds to transmit for.
+    #[arg(short = 't', long, value_name = "SECS")]
+    pub time: Option<String>,
+    /// Length of the buffer to read or write.
+    #[arg(short = 'l', long, visible_alias = "length", value_name = "SIZE")]
+    pub len: Option<String>,
+    /// Number of parallel client streams to run.
+    #[arg(short = 'P', long, value_name = "N")]
+    pub parallel: Option<String>,
+    /// Run in reverse mode (the server sends, the client receives).
+    #[arg(short = 'R', long)]
+    pub reverse: bool,
+    /// Run in bidirectional mode.
+    #[arg(long, conflicts_with = "reverse")]
+    pub bidir: bool,
+    /// Set the window size (socket buffer size).
+    #[arg(short = 'w', long, value_name = "SIZE")]
+    pub window: Option<String>,
+    /// Set the TCP congestion control algorithm.
+    #[arg(
+        short = 'C',
+        long,
+        visible_alias = "linux-congestion",
+        value_name = "ALGO"
+    )]
+    pub congestion: Option<String>,
+    /// Set the TCP maximum segment size.
+    #[arg(short = 'M', long, value_name = "BYTES")]
+    pub set_mss: Option<String>,
+    /// Set TCP no delay, disabling Nagle's algorithm.
+    #[arg(short = 'N', long)]
+    pub no_delay: bool,
+    /// Set the IP type of service byte.
+    #[arg(short = 'S', long, value_name = "TOS")]
+    pub tos: Option<String>,
+    /// Use a zero-copy method of sending data.
+    #[arg(short = 'Z', long)]
+    pub zerocopy: bool,
+    /// Ignore the received payload (MSG_TRUNC).
+    #[arg(long)]
+    pub skip_rx_copy: bool,
+    /// Perform pre-test for N seconds and omit the pre-test statistics.
+    #[arg(short = 'O', long, value_name = "SECS")]
+    pub omit: Option<String>,
+    /// Prefix every output line with this string.
+    #[arg(short = 'T', long, value_name = "STR")]
+    pub title: Option<String>,
+    /// Get results from the server.
+    #[arg(long)]
+    pub get_server_output: bool,
+}
+
+/// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
+/// than taken and ignored.
+const NOT_YET: &[&str] = &[
+    "-n",
+    "--bytes",
+    "-k",
+    "--blockcount",
+    "-F",
+    "--file",
+    "-D",
+    "--daemon",
+    "-I",
+    "--pidfile",
+    "-d",
+    "--debug",
+    "-L",
+    "--flowlabel",
+    "-m",
+    "--mptcp",
+    "--json-stream",
+    "--json-stream-full-output",
+    "--cport",
+    "--bind-dev",
+    "--dscp",
+    "--gsro",
+    "--udp-counters-64bit",
+    "--repeating-payload",
+    "--dont-fragment",
+    "--extra-data",
+    "--rcv-timeout",
+    "--snd-timeout",
+    "--cntl-ka",
+    "--pacing-timer",
+    "--no-fq-socket-pacing",
+    "--idle-timeout",
+    "--server-max-duration",
+    "--server-bitrate-limit",
+    "--time-skew-threshold",
+    "--username",
+    "--rsa-public-key-path",
+    "--rsa-private-key-path",
+    "--authorized-users-path",
+    "--use-pkcs1-padding",
+    "--sctp",
+    "-X",
+    "--xbind",
+    "--nstreams",
+];
+
+/// Whether `argv0` (the program's name as run) asks for iperf3's command line.
+pub fn is_iperf3_name(argv0: &str) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == "iperf3")
+}
+
+/// iperf3's arguments (without the program name) as pinperf's own, program name first;
+/// an iperf3 flag that cannot be honoured yet, or one whose value pinperf's flags cannot
+/// say, is an error naming it.
+pub fn native_argv(args: &[String]) -> Result<Vec<String>, String> {
+    if let Some(flag) = args.iter().take_while(|a| *a != "--").find_map(|a| {
+        let flag = a.split('=').next().unwrap_or(a);
+        NOT_YET.contains(&flag).then_some(flag)
+    }) {
+        return Err(format!(
+            "{flag}: an iperf3 option pinperf's iperf3 command line does not take yet"
+        ));
+    }
+    let parsed = Iperf3Args::try_parse_from(
+        std::iter::once(OsString::from("iperf3")).chain(args.iter().map(OsString::from)),
+    )
+    .unwrap_or_else(|e| e.exit());
+    parsed.to_native()
+}
+
+impl Iperf3Args {
+    /// The same test (or server) in pinperf's flags.
+    fn to_native(&self) -> Result<Vec<String>, String> {
+        let mut out: Vec<String> = vec!["pinperf".into()];
+        let mut flag = |f: &str, v: Option<&str>| {
+            out.push(f.into());
+            if let Some(v) = v {
+                out.push(v.into());
+            }
+        };
+        match (self.server, &self.client) {
+            (true, Some(_)) => return Err("-s and -c: choose one".into()),
+            (false, None) => {
+                return Err("parameter error - must either be a client (-c) or server (-s)".into());
+            }
+            (true, None) => flag("-s", None),
+            (false, Some(host)) => flag("-c", Some(host)),
+        }
+        flag("-p", Some(&self.port.to_string()));
+        let plain = [
+            (self.version4, "-4"),
+            (self.version6, "-6"),
+            (self.one_off, "-1"),
+            (self.udp, "-u"),
+            (self.reverse, "-R"),
+            (self.bidir, "--bidir"),
+            (self.no_delay, "-N"),
+            (self.skip_rx_copy, "--skip-rx-copy"),
+            (self.get_server_output, "--get-server-output"),
+            (self.forceflush, "--forceflush"),
+            (self.verbose, "-V"),
+        ];
+        for (given, f) in plain {
+            if given {
+                flag(f, None);
+            }
+        }
+        let valued = [
+            ("-B", &self.bind),
+            ("-i", &self.interval),
+            ("-f", &self.format),
+            ("--logfile", &self.logfile),
+            ("-b", &self.bitrate),
+            ("--fq-rate", &self.fq_rate),
+            ("-l", &self.len),
+            ("-P", &self.parallel),
+            ("-w", &self.window),
+            ("-C", &self.congestion),
+            ("-M", &self.set_mss),
+            ("-S", &self.tos),
+            ("-O", &self.omit),
+            ("-T", &self.title),
+        ];
+        for (f, v) in valued {
+            if let Some(v) = v {
+                flag(f, Some(v));
+            }
+        }
+        if self.bitrate.as_deref().is_some_and(|b| b.contains('/')) {
+            return Err("-b RATE/BURST: bursts are not taken yet; give the rate alone".into());
+        }
+        if let Some(t) = &self.time {
+            flag("-t", Some(&time(t)?));
+        }
+        if let Some(ms) = self.connect_timeout {
+            // iperf3 counts milliseconds; pinperf's flag takes seconds.
+            flag(
+                "--connect-timeout",
+                Some(&format!("{}", ms as f64 / 1000.0)),
+            );
+        }
+        if let Some(a) = &self.affinity {
+            flag("-A", Some(&affinity(a, self.server)?));
+        }
+        if self.zerocopy {
+            flag("-Z=sendfile", None);
+        }
+        if let Some(ts) = &self.timestamps {
+            match ts {
+                Some(f) => flag(&format!("--timestamps={f}"), None),
+                None => flag("--timestamps", None),
+            }
+        }
+        if self.json {
+            flag("--format", Some("iperf3-json"));
+        }
+        if !self.server {
+            // What iperf3 speaks: a pinperf server speaks it too, so there is nothing to
+            // find out (and no wait for it).
+            flag("--peer", Some("iperf3"));
+        }
+        Ok(out)
+    }
+}
+
+/// `-t`: iperf3's seconds, where 0 is no time limit (pinperf's longest test).
+fn time(t: &str) -> Result<String, String> {
+    match t.trim().parse::<f64>() {
+        Ok(0.0) => Ok("86400".into()),
+        Ok(s) if s > 0.0 => Ok(t.trim().into()),
+        _ => Err(format!("-t {t}: a number of seconds (0: no limit)")),
+    }
+}
+
+/// `-A n[,m]`: this end's core, and (client) the server's, as pinperf's `LOCAL/REMOTE`.
+fn affinity(a: &str, server: bool) -> Result<String, String> {
+    let cores: Vec<&str> = a.split(',').map(str::trim).collect();
+    let core = |c: &str| {
+        c.parse::<u32>()
+            .map(|n| n.to_string())
+            .map_err(|_| format!("-A {a}: a core number, or two as n,m"))
+    };
+    match cores.as_slice() {
+        [n] => core(n),
+        [n, m] if !server => Ok(format!("{}/{}", core(n)?, core(m)?)),
+        [_, _] => Err(format!("-A {a}: a server takes one core (n)")),
+        _ => Err(format!("-A {a}: a core number, or two as n,m")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(args: &[&str]) -> Result<Vec<String>, String> {
+        native_argv(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn iperf3s_defaults_and_units_become_pinperfs() {
+        let argv = native(&[
+            "-c",
+            "h",
+            "--connect-timeout",
+            "3000",
+            "-A",
+            "0,1",
+            "-t",
+            "0",
+        ])
+        .unwrap();
+        let line = argv.join(" ");
+        assert!(line.starts_with("pinperf -c h -p 5201"), "{line}");
+        assert!(line.contains("--connect-timeout 3 "), "{line}");
+        assert!(line.contains("-A 0/1"), "{line}");
+        assert!(line.contains("-t 86400"), "{line}");
+        let server = native(&["-s", "-1", "-J", "-p", "5301"]).unwrap().join(" ");
+        assert_eq!(server, "pinperf -s -p 5301 -1 --format iperf3-json");
+    }
+
+    #[test]
+    fn what_cannot_be_honoured_is_refused_by_name() {
+        for flag in ["-n", "--idle-timeout", "--username", "-k"] {
+            let e = native(&["-c", "h", flag, "1"]).unwrap_err();
+            assert!(e.starts_with(flag), "{e}");
+        }
+        assert!(
+            native(&["-c", "h", "-b", "10M/100"])
+                .unwrap_err()
+                .contains("BURST")
+        );
+        assert!(
+            native(&["-s", "-A", "0,1"])
+                .unwrap_err()
+                .contains("one core")
+        );
+        assert!(
+            native(&["-p", "1"])
+                .unwrap_err()
+                .contains("client (-c) or server (-s)")
+        );
+        assert!(is_iperf3_name("/usr/lib/pinperf/iperf3") && !is_iperf3_name("pinperf"));
+    }
+}
