@@ -948,28 +948,17 @@ fn add_cpu(
         remote_user: remote_process.map(|r| r.host_user),
         remote_system: remote_process.map(|r| r.host_system),
     });
-    let busy_cores = local.busy_cores()
-        + if one_host {
-            0.0
-        } else {
-            remote.as_ref().map_or(0.0, CpuReport::busy_cores)
-        };
+    // The far end's figure, or 0 where this end's counts it already (`counted`).
+    let far = |counted: bool, f: &dyn Fn(&CpuReport) -> f64| {
+        remote.as_ref().filter(|_| !counted).map_or(0.0, f)
+    };
+    let busy_cores = local.busy_cores() + far(one_host, &CpuReport::busy_cores);
     // The cores' busy time, over each end's own CPU span (which runs past the rate's span
     // by UDP's settle time, or to where a test cut short stopped).
-    let busy_core_seconds = local.busy_cores() * local.seconds
-        + if one_host {
-            0.0
-        } else {
-            remote.as_ref().map_or(0.0, |r| r.busy_cores() * r.seconds)
-        };
-    let cpu_seconds = local.process.total_us() as f64 / 1e6
-        + if header.same_process {
-            0.0
-        } else {
-            remote
-                .as_ref()
-                .map_or(0.0, |r| r.process.total_us() as f64 / 1e6)
-        };
+    let busy_core_seconds =
+        local.busy_cores() * local.seconds + far(one_host, &|r| r.busy_cores() * r.seconds);
+    let process_s = |r: &CpuReport| r.process.total_us() as f64 / 1e6;
+    let cpu_seconds = process_s(&local) + far(header.same_process, &process_s);
     // CPU is measured over the whole run, `-O`'s seconds and every direction included: so
     // are the bytes (`whole_bytes`), set against the busy core-seconds of that same span
     // (against the rate's span, a UDP test looked 1.4x as efficient as it was, and a test
