@@ -375,8 +375,7 @@ fn pct(v: Option<f64>) -> String {
 fn grant_words(h: &Header) -> String {
     let ((_, lb), (remote_size, rb)) = windows(h);
     let local = h.local_window.grant_words(lb);
-    // A peer that reports no sizes was still asked for -w: not
-    // "autotuned".
+    // A peer that reports no sizes was still asked for -w: not "autotuned".
     let remote = match (remote_size, h.local_window.requested) {
         (0, Some(_)) => Some("asked for, its size not reported".to_string()),
         (0, None) => Some("not reported".to_string()),
