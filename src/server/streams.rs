@@ -43,39 +43,87 @@ pub(super) fn accept_streams(
     params: &TestParams,
     quiet: bool,
 ) -> Result<Vec<StreamSocks>> {
-    let peer = ctl.peer;
     let (n, echo) = (usize::from(params.streams), params.echo());
     let directions = params.direction().reversed();
-    // Where a hello's stream belongs: its direction's block of `n`, then its id.
-    let place = |h: &DataHello| {
-        let k = directions.iter().position(|&r| r == h.reverse)?;
-        (usize::from(h.stream) < n).then(|| k * n + usize::from(h.stream))
-    };
-    let n = n * directions.len();
     if let Arrivals::Listener(listener) = arrivals {
         listener
             .set_nonblocking(true)
             .op(|| "set O_NONBLOCK on the data listener".into())?;
     }
-    let expected = if echo { 2 * n } else { n };
-    // A long path makes each connection slower to arrive: the control connection's RTT.
-    let rtt = net::rtt(&ctl.socket());
-    let mut wait = timeouts::StreamsArrive::new(expected, rtt);
-    let mut socks: Vec<(Option<TcpStream>, Option<TcpStream>)> =
-        (0..n).map(|_| (None, None)).collect();
-    let mut pending: Vec<Pending> = Vec::new();
-    // Connections closed without a complete hello (gone, evicted, or still silent at the end).
-    let mut silent = 0usize;
-    let mut arrived = 0;
-    while arrived < expected {
+    let all = n * directions.len();
+    let expected = if echo { 2 * all } else { all };
+    let mut g = Gathering {
+        peer: ctl.peer,
+        cookie,
+        echo,
+        quiet,
+        n,
+        directions,
+        expected,
+        // A long path makes each connection slower to arrive: the control connection's RTT.
+        wait: timeouts::StreamsArrive::new(expected, net::rtt(&ctl.socket())),
+        socks: (0..all).map(|_| (None, None)).collect(),
+        pending: Vec::new(),
+        silent: 0,
+        arrived: 0,
+    };
+    while g.arrived < expected {
+        let Some(fds) = g.poll(arrivals, ctl_fd)? else {
+            continue;
+        };
+        if fds[1].revents != 0 {
+            g.control(ctl)?;
+        }
+        g.hellos(&fds[2..])?;
+        match arrivals {
+            Arrivals::Listener(l) if fds[0].revents != 0 => g.accept(l)?,
+            Arrivals::Listener(_) => {}
+            Arrivals::ControlPort(rx) => {
+                for arrival in rx.try_iter() {
+                    let (sock, from) = arrival.map_err(accept_failed)?;
+                    admit_pending(sock, from, g.peer, &mut g.pending, &mut g.silent, quiet);
+                }
+            }
+        }
+    }
+    Ok(g.done())
+}
+
+/// A test's data and echo connections as they arrive.
+struct Gathering<'a> {
+    peer: SocketAddr,
+    cookie: u64,
+    echo: bool,
+    quiet: bool,
+    /// Streams per direction, and the directions (true where this end sends).
+    n: usize,
+    directions: &'a [bool],
+    expected: usize,
+    wait: timeouts::StreamsArrive,
+    /// Each stream's data and echo connection, once its hello came.
+    socks: Vec<(Option<TcpStream>, Option<TcpStream>)>,
+    pending: Vec<Pending>,
+    /// Connections closed without a complete hello (gone, evicted, or still silent at the end).
+    silent: usize,
+    arrived: usize,
+}
+
+impl Gathering<'_> {
+    /// Waits for the next arrival, hello or word on the control connection until the
+    /// deadline: the polled descriptors (the listener's, the control connection's, then
+    /// each pending one's), or `None` when interrupted.
+    fn poll(&self, arrivals: Arrivals, ctl_fd: RawFd) -> Result<Option<Vec<libc::pollfd>>> {
         let now = Instant::now();
-        let deadline = wait.deadline();
+        let deadline = self.wait.deadline();
         if now >= deadline {
             return Err(Error::Test(format!(
-                "only {arrived} of {expected} data and echo connections from {peer} arrived \
+                "only {} of {} data and echo connections from {} arrived \
                  ({:.1} s after the last, or {:.1} s in all)",
-                wait.step.as_secs_f64(),
-                wait.allowed.as_secs_f64()
+                self.arrived,
+                self.expected,
+                self.peer,
+                self.wait.step.as_secs_f64(),
+                self.wait.allowed.as_secs_f64()
             )));
         }
         let (listen_fd, most) = match arrivals {
@@ -91,37 +139,40 @@ pub(super) fn accept_streams(
             crate::os::sys::pollfd(listen_fd, libc::POLLIN),
             crate::os::sys::pollfd(ctl_fd, libc::POLLIN),
         ];
-        fds.extend(
-            pending
-                .iter()
-                .map(|p| crate::os::sys::pollfd(p.sock.as_raw_fd(), libc::POLLIN)),
-        );
+        let pending = self.pending.iter().map(|p| p.sock.as_raw_fd());
+        fds.extend(pending.map(|fd| crate::os::sys::pollfd(fd, libc::POLLIN)));
         match crate::os::sys::poll(&mut fds, wait_ms) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("poll the data connections", e)),
+            Ok(_) => Ok(Some(fds)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(Error::io("poll the data connections", e)),
         }
-        if fds[1].revents != 0 {
-            let gave_up = |e: Error| {
-                Error::Test(format!(
-                    "the client gave up while connecting its streams ({arrived} of {expected} \
-                     connections arrived): {e}"
-                ))
-            };
-            match ctl.poll(Duration::ZERO) {
-                Ok(None) => {}
-                Ok(Some(other)) => {
-                    return Err(gave_up(other.unexpected(peer, "nothing before start")));
-                }
-                Err(e) => return Err(gave_up(e)),
-            }
+    }
+
+    /// The control connection spoke while the streams connect: the client gave up.
+    fn control(&self, ctl: &Control) -> Result<()> {
+        let gave_up = |e: Error| {
+            Error::Test(format!(
+                "the client gave up while connecting its streams ({} of {} connections \
+                 arrived): {e}",
+                self.arrived, self.expected
+            ))
+        };
+        match ctl.poll(Duration::ZERO) {
+            Ok(None) => Ok(()),
+            Ok(Some(other)) => Err(gave_up(other.unexpected(self.peer, "nothing before start"))),
+            Err(e) => Err(gave_up(e)),
         }
-        // Hellos. Backwards: a removal (swap_remove) moves only an entry already seen.
-        for i in (0..pending.len()).rev() {
-            if fds[2 + i].revents == 0 {
+    }
+
+    /// Reads the pending connections' hellos (`fds`, one each, say which can be read);
+    /// a whole one takes its stream's place. Backwards: a removal (swap_remove) moves
+    /// only an entry already seen.
+    fn hellos(&mut self, fds: &[libc::pollfd]) -> Result<()> {
+        for i in (0..self.pending.len()).rev() {
+            if fds[i].revents == 0 {
                 continue;
             }
-            let p = &mut pending[i];
+            let p = &mut self.pending[i];
             let complete = match p.sock.read(&mut p.hello[p.got..]) {
                 Ok(0) => None,
                 Ok(k) => {
@@ -136,63 +187,80 @@ pub(super) fn accept_streams(
                 Some(false) => {}
                 // Closed or failed before its hello was whole.
                 None => {
-                    silent += 1;
-                    pending.swap_remove(i);
+                    self.silent += 1;
+                    self.pending.swap_remove(i);
                 }
                 Some(true) => {
-                    let Pending {
-                        sock, from, hello, ..
-                    } = pending.swap_remove(i);
-                    let slot = DataHello::from_bytes(hello)
-                        .filter(|h| h.cookie == cookie && (echo || !h.echo))
-                        .and_then(|h| {
-                            let pair = socks.get_mut(place(&h)?)?;
-                            Some(if h.echo { &mut pair.1 } else { &mut pair.0 })
-                        });
-                    match slot {
-                        Some(slot @ None) => {
-                            sock.set_nonblocking(false).op(|| {
-                                format!("clear O_NONBLOCK on the data connection from {from}")
-                            })?;
-                            *slot = Some(sock);
-                            arrived += 1;
-                            wait.arrived();
-                        }
-                        _ if !quiet => serverlog::refused(
-                            from,
-                            None,
-                            "cookie",
-                            "a data connection with a wrong test cookie or stream id",
-                        ),
-                        _ => {}
-                    }
+                    let p = self.pending.swap_remove(i);
+                    self.place(p)?;
                 }
             }
         }
-        match arrivals {
-            Arrivals::Listener(l) if fds[0].revents != 0 => {
-                accept_pending(l, peer, &mut pending, &mut silent, quiet)?;
+        Ok(())
+    }
+
+    /// A connection whose hello is whole: its stream's data or echo connection, or closed
+    /// (a wrong cookie, stream id or kind, or a place already taken).
+    fn place(&mut self, p: Pending) -> Result<()> {
+        let Pending {
+            sock, from, hello, ..
+        } = p;
+        let (n, echo, directions) = (self.n, self.echo, self.directions);
+        // Where a hello's stream belongs: its direction's block of `n`, then its id.
+        let place = |h: &DataHello| {
+            let k = directions.iter().position(|&r| r == h.reverse)?;
+            (usize::from(h.stream) < n).then(|| k * n + usize::from(h.stream))
+        };
+        let slot = DataHello::from_bytes(hello)
+            .filter(|h| h.cookie == self.cookie && (echo || !h.echo))
+            .and_then(|h| {
+                let pair = self.socks.get_mut(place(&h)?)?;
+                Some(if h.echo { &mut pair.1 } else { &mut pair.0 })
+            });
+        match slot {
+            Some(slot @ None) => {
+                sock.set_nonblocking(false)
+                    .op(|| format!("clear O_NONBLOCK on the data connection from {from}"))?;
+                *slot = Some(sock);
+                self.arrived += 1;
+                self.wait.arrived();
             }
-            Arrivals::Listener(_) => {}
-            Arrivals::ControlPort(rx) => {
-                for arrival in rx.try_iter() {
-                    let (sock, from) = arrival.map_err(accept_failed)?;
-                    admit_pending(sock, from, peer, &mut pending, &mut silent, quiet);
-                }
-            }
+            _ if !self.quiet => serverlog::refused(
+                from,
+                None,
+                "cookie",
+                "a data connection with a wrong test cookie or stream id",
+            ),
+            _ => {}
         }
+        Ok(())
     }
-    silent += pending.len();
-    if silent > 0 {
-        log!(
-            quiet,
-            "pinperf: test from {peer}: closed {silent} data connection(s) that sent no stream hello"
-        );
+
+    fn accept(&mut self, listener: &TcpListener) -> Result<()> {
+        accept_pending(
+            listener,
+            self.peer,
+            &mut self.pending,
+            &mut self.silent,
+            self.quiet,
+        )
     }
-    Ok(socks
-        .into_iter()
-        .filter_map(|(data, echo)| data.map(|data| StreamSocks { data, echo }))
-        .collect())
+
+    /// Every connection arrived: the streams' sockets, the silent ones counted in the log.
+    fn done(self) -> Vec<StreamSocks> {
+        let silent = self.silent + self.pending.len();
+        if silent > 0 {
+            log!(
+                self.quiet,
+                "pinperf: test from {}: closed {silent} data connection(s) that sent no stream hello",
+                self.peer
+            );
+        }
+        self.socks
+            .into_iter()
+            .filter_map(|(data, echo)| data.map(|data| StreamSocks { data, echo }))
+            .collect()
+    }
 }
 
 /// Accepts what the data listener has queued (a bounded batch) into `pending`, each socket
