@@ -2,18 +2,18 @@
 //! then a pinperf client's handshake and test, a stream of the running test, or a
 //! connection in iperf3's protocol, handed to [`crate::iperf3::session`].
 
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::allow;
 use super::auth;
 use super::canonical;
-use super::handshake::{Turned, handshake};
-use super::relisten::{Listening, listen_after, listen_for};
+use super::handshake::{Admitted, Turned, handshake};
+use super::relisten::Listening;
 use super::serverlog;
-use super::shared::{Handover, log_refused, penalize, take_slot, took_the_slot_for_nothing};
+use super::shared::{Handover, penalize};
 use super::test_run::run_test;
 use crate::error::{Error, IoContext, Result};
 use crate::timeouts;
@@ -22,70 +22,76 @@ use crate::wire::{self, Control, ControlMsg};
 /// One connection, on its `control` thread: the handshake under its deadline, then (once
 /// admitted and the slot taken) the test. `None` when no test was admitted; otherwise the
 /// test's result.
-pub(super) fn session(mut stream: TcpStream, ho: &Handover) -> Option<Result<()>> {
-    let (peer, id, cfg, shared, deadline) = (ho.peer, ho.id, ho.cfg, ho.shared, ho.deadline);
-    // A handshake that was cut was logged by the acceptor; any other failure is logged here.
-    let failed = |why: &str, e: &Error| {
-        if shared.pending.remove(id) {
-            log_refused(cfg, peer, None, why, &e.to_string());
-        }
-    };
+pub(super) fn session(stream: TcpStream, ho: &Handover) -> Option<Result<()>> {
     let _ = stream.set_nodelay(true);
-    match opener(&stream, deadline) {
-        Opener::Iperf3 => return crate::iperf3::session::serve(stream, ho),
+    match opener(&stream, ho.deadline) {
+        Opener::Iperf3 => crate::iperf3::session::serve(stream, ho),
         Opener::Stream => {
-            if shared.pending.remove(id) {
-                match shared.streams.lock().as_ref() {
-                    Some(test) => {
-                        let _ = test.send(Ok((stream, peer)));
-                    }
-                    None => log_refused(
-                        cfg,
-                        peer,
-                        None,
-                        "stream",
-                        "a data connection while no test's streams connect",
-                    ),
-                }
-            }
-            return None;
+            hand_stream(stream, ho);
+            None
         }
-        Opener::Pinperf => {}
-    }
-    let left = deadline.saturating_duration_since(Instant::now());
-    if let Err(e) = wire::exchange_preamble(&mut stream, peer, left.max(Duration::from_millis(1))) {
-        failed("handshake", &e);
-        return None;
-    }
-    // The data listener sits on the address the client reached (an IPv4 client of the
-    // dual-stack listener: on that IPv4 address), so the data connections take its path.
-    let local = match stream.local_addr().op(|| "read control address".into()) {
-        Ok(a) => canonical(a),
-        Err(e) => {
-            failed("handshake", &e);
-            return None;
+        Opener::Pinperf => {
+            let (ctl, ctl_fd, local) = open_control(stream, ho)?;
+            let (test, user) = admit(&ctl, local, ho)?;
+            run(ctl, ctl_fd, test, user.as_deref(), ho)
         }
-    };
-    // Watched while the data connections arrive; valid while `ctl` owns the socket.
+    }
+}
+
+/// A data or echo connection to the control port goes to the test whose streams connect.
+fn hand_stream(stream: TcpStream, ho: &Handover) {
+    if !ho.claim() {
+        return;
+    }
+    match ho.shared.streams.lock().as_ref() {
+        Some(test) => {
+            let _ = test.send(Ok((stream, ho.peer)));
+        }
+        None => {
+            let why = "a data connection while no test's streams connect";
+            ho.refused(None, "stream", why);
+        }
+    }
+}
+
+/// A handshake that failed (not refused): logged here, unless the acceptor cut it and
+/// logged that.
+fn failed(ho: &Handover, e: &Error) {
+    if ho.claim() {
+        ho.refused(None, "handshake", &e.to_string());
+    }
+}
+
+/// The control connection once preambles are exchanged, its descriptor (watched while the
+/// data connections arrive; valid while the connection owns the socket), and the address
+/// the client reached: the data listener sits on it (an IPv4 client of the dual-stack
+/// listener: on that IPv4 address), so the data connections take its path.
+fn open_control(mut stream: TcpStream, ho: &Handover) -> Option<(Arc<Control>, RawFd, SocketAddr)> {
+    let left = ho.deadline.saturating_duration_since(Instant::now());
+    let opened = wire::exchange_preamble(&mut stream, ho.peer, left.max(Duration::from_millis(1)))
+        .and_then(|()| stream.local_addr().op(|| "read control address".into()));
+    let local = opened.inspect_err(|e| failed(ho, e)).ok()?;
     let ctl_fd = stream.as_raw_fd();
-    let ctl = match Control::new(stream, peer) {
-        Ok(c) => Arc::new(c),
-        Err(e) => {
-            failed("handshake", &e);
-            return None;
-        }
-    };
-    let (test, user) = match handshake(&ctl, local, cfg, deadline) {
-        Ok(pair) => pair,
+    let ctl = Control::new(stream, ho.peer)
+        .inspect_err(|e| failed(ho, e))
+        .ok()?;
+    Some((Arc::new(ctl), ctl_fd, canonical(local)))
+}
+
+/// The handshake: the admitted test and its user, or `None` (refused, or broken).
+fn admit(ctl: &Control, local: SocketAddr, ho: &Handover) -> Option<(Admitted, Option<String>)> {
+    let (cfg, peer) = (ho.cfg, ho.peer);
+    match handshake(ctl, local, cfg, ho.deadline) {
+        Ok(pair) => ho.claim().then_some(pair),
         Err(Turned::Refused(mut r)) => {
-            if shared.pending.remove(id) {
+            if ho.claim() {
                 // Credentials that failed, on a server with keys: not a client that gave
                 // none, nor one that gave some to a server without keys.
                 if r.why == "auth"
                     && r.to_client == auth::FAILED
                     && cfg.auth.is_some()
                     && cfg.public()
-                    && let Some(lockout) = penalize(shared, peer)
+                    && let Some(lockout) = penalize(ho.shared, peer)
                 {
                     let words = allow::lockout_words(lockout);
                     r.to_client = format!("{}; {words}", r.to_client);
@@ -94,26 +100,34 @@ pub(super) fn session(mut stream: TcpStream, ho: &Handover) -> Option<Result<()>
                 let _ = ctl.send(&ControlMsg::Refuse {
                     reason: r.to_client,
                 });
-                log_refused(cfg, peer, r.user.as_deref(), r.why, &r.to_log);
+                ho.refused(r.user.as_deref(), r.why, &r.to_log);
             }
-            return None;
+            None
         }
         Err(Turned::Broken(e)) => {
-            failed("handshake", &e);
-            return None;
+            failed(ho, &e);
+            None
         }
-    };
-    if !shared.pending.remove(id) {
-        return None;
     }
-    let user = user.as_deref();
-    let _release = match take_slot(shared, cfg, peer, test.params.run_time()) {
+}
+
+/// The admitted test, once it has the slot (`None` if it does not), and its end in the
+/// log.
+fn run(
+    ctl: Arc<Control>,
+    ctl_fd: RawFd,
+    test: Admitted,
+    user: Option<&str>,
+    ho: &Handover,
+) -> Option<Result<()>> {
+    let (cfg, peer, shared) = (ho.cfg, ho.peer, ho.shared);
+    let _release = match ho.take_slot(test.params.run_time()) {
         Ok(guard) => guard,
         Err(r) => {
             let _ = ctl.send(&ControlMsg::Refuse {
                 reason: r.to_client,
             });
-            log_refused(cfg, peer, user, r.why, &r.to_log);
+            ho.refused(user, r.why, &r.to_log);
             return None;
         }
     };
@@ -126,29 +140,24 @@ pub(super) fn session(mut stream: TcpStream, ho: &Handover) -> Option<Result<()>
         let (tx, rx) = crossbeam_channel::unbounded();
         *shared.streams.lock() = Some(tx);
         let listening = Listening::of(&test.params);
-        listen_for(shared, listening, cfg.quiet);
+        ho.listen_for(listening);
         (rx, listening)
     });
     let arrivals = one_port.as_ref().map(|(rx, _)| rx);
     let result = run_test(&ctl, ctl_fd, test, cfg, &shared.slot, arrivals);
     if let Some((_, listening)) = one_port {
         *shared.streams.lock() = None;
-        listen_after(shared, listening, cfg.quiet);
+        ho.listen_after(listening);
     }
     shared.slot.finishing();
-    let result = result.map_err(|e| took_the_slot_for_nothing(cfg, shared, peer, e));
-    match &result {
-        Err(e @ Error::Exceeded(why)) => {
-            ctl.abort(&e.to_string());
-            log_refused(cfg, peer, user, "exceeded", why);
+    let result = ho.judged(result);
+    if let Err(e) = &result {
+        ctl.abort(&e.to_string());
+        match e {
+            Error::Exceeded(why) => ho.refused(user, "exceeded", why),
+            e if !cfg.quiet => serverlog::error(Some(peer), user, &e.to_string()),
+            _ => {}
         }
-        Err(e) => {
-            ctl.abort(&e.to_string());
-            if !cfg.quiet {
-                serverlog::error(Some(peer), user, &e.to_string());
-            }
-        }
-        Ok(()) => {}
     }
     drop(ctl);
     Some(result)
