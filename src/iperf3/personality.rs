@@ -207,21 +207,22 @@ impl Iperf3Args {
     /// The same test (or server) in pinperf's flags.
     fn to_native(&self) -> Result<Vec<String>, String> {
         let mut out: Vec<String> = vec!["pinperf".into()];
-        let mut flag = |f: &str, v: Option<&str>| {
-            out.push(f.into());
-            if let Some(v) = v {
-                out.push(v.into());
-            }
-        };
         match (self.server, &self.client) {
             (true, Some(_)) => return Err("-s and -c: choose one".into()),
             (false, None) => {
                 return Err("parameter error - must either be a client (-c) or server (-s)".into());
             }
-            (true, None) => flag("-s", None),
-            (false, Some(host)) => flag("-c", Some(host)),
+            (true, None) => out.push("-s".into()),
+            (false, Some(host)) => out.extend(["-c".into(), host.clone()]),
         }
-        flag("-p", Some(&self.port.to_string()));
+        out.extend(["-p".into(), self.port.to_string()]);
+        self.same_meaning(&mut out);
+        self.converted(&mut out)?;
+        Ok(out)
+    }
+
+    /// The flags that mean in pinperf what they mean in iperf3, passed on as they came.
+    fn same_meaning(&self, out: &mut Vec<String>) {
         let plain = [
             (self.version4, "-4"),
             (self.version6, "-6"),
@@ -235,11 +236,12 @@ impl Iperf3Args {
             (self.forceflush, "--forceflush"),
             (self.verbose, "-V"),
         ];
-        for (given, f) in plain {
-            if given {
-                flag(f, None);
-            }
-        }
+        out.extend(
+            plain
+                .into_iter()
+                .filter(|&(given, _)| given)
+                .map(|(_, f)| f.to_string()),
+        );
         let valued = [
             ("-B", &self.bind),
             ("-i", &self.interval),
@@ -258,43 +260,46 @@ impl Iperf3Args {
         ];
         for (f, v) in valued {
             if let Some(v) = v {
-                flag(f, Some(v));
+                out.extend([f.to_string(), v.clone()]);
             }
         }
+    }
+
+    /// The flags whose iperf3 meaning takes another spelling in pinperf.
+    fn converted(&self, out: &mut Vec<String>) -> Result<(), String> {
         if self.bitrate.as_deref().is_some_and(|b| b.contains('/')) {
             return Err("-b RATE/BURST: bursts are not taken yet; give the rate alone".into());
         }
         if let Some(t) = &self.time {
-            flag("-t", Some(&time(t)?));
+            out.extend(["-t".into(), time(t)?]);
         }
         if let Some(ms) = self.connect_timeout {
             // iperf3 counts milliseconds; pinperf's flag takes seconds.
-            flag(
-                "--connect-timeout",
-                Some(&format!("{}", ms as f64 / 1000.0)),
-            );
+            out.extend([
+                "--connect-timeout".into(),
+                format!("{}", ms as f64 / 1000.0),
+            ]);
         }
         if let Some(a) = &self.affinity {
-            flag("-A", Some(&affinity(a, self.server)?));
+            out.extend(["-A".into(), affinity(a, self.server)?]);
         }
         if self.zerocopy {
-            flag("-Z=sendfile", None);
+            out.push("-Z=sendfile".into());
         }
-        if let Some(ts) = &self.timestamps {
-            match ts {
-                Some(f) => flag(&format!("--timestamps={f}"), None),
-                None => flag("--timestamps", None),
-            }
+        match &self.timestamps {
+            Some(Some(f)) => out.push(format!("--timestamps={f}")),
+            Some(None) => out.push("--timestamps".into()),
+            None => {}
         }
         if self.json {
-            flag("--format", Some("iperf3-json"));
+            out.extend(["--format".into(), "iperf3-json".into()]);
         }
         if !self.server {
             // What iperf3 speaks: a pinperf server speaks it too, so there is nothing to
             // find out (and no wait for it).
-            flag("--peer", Some("iperf3"));
+            out.extend(["--peer".into(), "iperf3".into()]);
         }
-        Ok(out)
+        Ok(())
     }
 }
 
