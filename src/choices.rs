@@ -107,6 +107,9 @@ pub enum RateUnit {
     /// Gbit/s.
     #[value(name = "g")]
     GigaBits,
+    /// Tbit/s.
+    #[value(name = "t")]
+    TeraBits,
     /// KiB/s.
     #[value(name = "K")]
     KiloBytes,
@@ -116,6 +119,9 @@ pub enum RateUnit {
     /// GiB/s.
     #[value(name = "G")]
     GigaBytes,
+    /// TiB/s.
+    #[value(name = "T")]
+    TeraBytes,
 }
 
 impl RateUnit {
@@ -126,9 +132,11 @@ impl RateUnit {
             RateUnit::KiloBits => bits_per_second / 1e3,
             RateUnit::MegaBits => bits_per_second / 1e6,
             RateUnit::GigaBits => bits_per_second / 1e9,
+            RateUnit::TeraBits => bits_per_second / 1e12,
             RateUnit::KiloBytes => bytes / 1024.0,
             RateUnit::MegaBytes => bytes / (1024.0 * 1024.0),
             RateUnit::GigaBytes => bytes / (1024.0 * 1024.0 * 1024.0),
+            RateUnit::TeraBytes => bytes / (1024.0 * 1024.0 * 1024.0 * 1024.0),
         }
     }
 
@@ -138,9 +146,11 @@ impl RateUnit {
             RateUnit::KiloBits => "Kb/s",
             RateUnit::MegaBits => "Mb/s",
             RateUnit::GigaBits => "Gb/s",
+            RateUnit::TeraBits => "Tb/s",
             RateUnit::KiloBytes => "KiB/s",
             RateUnit::MegaBytes => "MiB/s",
             RateUnit::GigaBytes => "GiB/s",
+            RateUnit::TeraBytes => "TiB/s",
         }
     }
 }
@@ -160,6 +170,8 @@ mod tests {
             (RateUnit::KiloBytes, 1_048_576.0, "KiB/s"),
             (RateUnit::MegaBytes, 1024.0, "MiB/s"),
             (RateUnit::GigaBytes, 1.0, "GiB/s"),
+            (RateUnit::TeraBits, 0.008589934592, "Tb/s"),
+            (RateUnit::TeraBytes, 1.0 / 1024.0, "TiB/s"),
         ] {
             assert!((unit.scale(bps) - value).abs() < 1e-6, "{unit:?}");
             assert_eq!(unit.label(), label);

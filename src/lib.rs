@@ -62,7 +62,8 @@ pub fn run_from_env() -> Result<()> {
     let named = argv
         .first()
         .is_some_and(|a| iperf3::personality::is_iperf3_name(a));
-    if named || argv.get(1).is_some_and(|a| a == "iperf3") {
+    let personality = named || argv.get(1).is_some_and(|a| a == "iperf3");
+    if personality {
         let rest = &argv[if named { 1 } else { 2 }..];
         argv = iperf3::personality::native_argv(rest).map_err(Error::Usage)?;
     }
@@ -70,7 +71,8 @@ pub fn run_from_env() -> Result<()> {
     let test_run = argv.get(1).is_some_and(|a| a.starts_with('-'))
         && !argv.iter().any(|a| a == "-s" || a == "--server");
     let detached = || test_run.then(|| cli::detached_method(&argv[1..])).flatten();
-    if let Some(msg) = cli::not_yet(&argv[1..]).or_else(detached) {
+    let unit = || cli::format_unit(&argv[1..]);
+    if let Some(msg) = cli::not_yet(&argv[1..]).or_else(unit).or_else(detached) {
         return Err(Error::Usage(msg));
     }
     let matches = cli::Args::command().get_matches_from(argv);
@@ -78,6 +80,10 @@ pub fn run_from_env() -> Result<()> {
         return Err(Error::Usage(msg));
     }
     let args = cli::Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Said to an iperf3 user of pinperf's own flags; the personality has converted them.
+    if let Some(msg) = cli::iperf3_meaning(&args).filter(|_| !personality) {
+        return Err(Error::Usage(msg));
+    }
     run(&args)
 }
 

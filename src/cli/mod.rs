@@ -281,13 +281,19 @@ pub struct TargetArgs {
     #[arg(
         short = '4',
         long = "ipv4",
+        visible_alias = "version4",
         conflicts_with = "ipv6",
         help_heading = "Connection"
     )]
     pub ipv4: bool,
 
     /// Use IPv6 only.
-    #[arg(short = '6', long = "ipv6", help_heading = "Connection")]
+    #[arg(
+        short = '6',
+        long = "ipv6",
+        visible_alias = "version6",
+        help_heading = "Connection"
+    )]
     pub ipv6: bool,
 
     /// Give up connecting after this long (client).
@@ -301,8 +307,9 @@ pub struct TargetArgs {
     pub peer: crate::choices::Peer,
 }
 
-/// Flags users bring from iperf3 that pinperf does not have (yet), with what to do instead.
-/// Checked before clap, so the answer is this hint rather than "a similar argument".
+/// Flags users bring from iperf3 that pinperf's own command line does not have, with what
+/// to do instead. Checked before clap, so the answer is this hint rather than "a similar
+/// argument" (clap offers `--version` for `--version4`'s typo and `--udp` for `--dscp`).
 const NOT_YET: &[(&str, &str, &str)] = &[
     (
         "-d",
@@ -315,10 +322,109 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
     ("-I", "--pidfile", "run `pinperf -s` under systemd"),
     ("", "--json-stream", "use --json-lines"),
+    ("", "--json-stream-full-output", "use --json-lines"),
     (
         "",
         "--cport",
         "the kernel picks the source port (-B ADDR sets the source address only)",
+    ),
+    (
+        "",
+        "--bind-dev",
+        "bind to the device's address with -B ADDR",
+    ),
+    (
+        "",
+        "--dscp",
+        "give the TOS byte with -S: the DSCP shifted left by 2 (--dscp 10 is -S 40)",
+    ),
+    ("-m", "--mptcp", "pinperf runs TCP and UDP only"),
+    ("", "--sctp", "pinperf runs TCP and UDP only"),
+    ("-X", "--xbind", "pinperf runs TCP and UDP only"),
+    ("", "--nstreams", "pinperf runs TCP and UDP only"),
+    ("-L", "--flowlabel", "pinperf sets no IPv6 flow label"),
+    (
+        "",
+        "--gsro",
+        "pinperf's UDP uses GSO and GRO unless --no-gsro",
+    ),
+    (
+        "",
+        "--udp-counters-64bit",
+        "pinperf's datagrams always carry 64-bit sequences",
+    ),
+    ("", "--repeating-payload", "pinperf sends generated blocks"),
+    (
+        "",
+        "--dont-fragment",
+        "not yet: pinperf's UDP takes the kernel's path MTU discovery",
+    ),
+    ("", "--extra-data", "name the test with -T TITLE"),
+    (
+        "",
+        "--rcv-timeout",
+        "pinperf ends a stalled test by its own deadlines",
+    ),
+    (
+        "",
+        "--snd-timeout",
+        "pinperf ends a stalled test by its own deadlines",
+    ),
+    (
+        "",
+        "--cntl-ka",
+        "pinperf's control connection has its own deadlines",
+    ),
+    ("", "--pacing-timer", "pinperf paces -b with its own timer"),
+    (
+        "",
+        "--no-fq-socket-pacing",
+        "pinperf paces with fq only when --fq-rate asks",
+    ),
+    (
+        "",
+        "--idle-timeout",
+        "not yet: run `pinperf -s -1` under a timeout(1)",
+    ),
+    (
+        "",
+        "--server-max-duration",
+        "a pinperf server refuses longer tests with --max-duration SECS",
+    ),
+    (
+        "",
+        "--server-bitrate-limit",
+        "a pinperf server limits each stream's -b with --max-rate RATE",
+    ),
+    (
+        "",
+        "--username",
+        "pinperf's client authenticates with --auth USER --auth-secret-file FILE",
+    ),
+    (
+        "",
+        "--rsa-public-key-path",
+        "pinperf authenticates with --auth USER --auth-secret-file FILE",
+    ),
+    (
+        "",
+        "--rsa-private-key-path",
+        "a pinperf server authenticates with --auth-keys FILE",
+    ),
+    (
+        "",
+        "--authorized-users-path",
+        "a pinperf server authenticates with --auth-keys FILE",
+    ),
+    (
+        "",
+        "--use-pkcs1-padding",
+        "a pinperf server authenticates with --auth-keys FILE",
+    ),
+    (
+        "",
+        "--time-skew-threshold",
+        "pinperf's challenge needs no clocks in step",
     ),
 ];
 
@@ -344,6 +450,65 @@ pub fn not_yet<S: AsRef<str>>(argv: &[S]) -> Option<String> {
                     format!("{name} (an iperf3 flag) is not supported (yet): {hint}")
                 })
         })
+}
+
+/// `--format m`: iperf3's `--format` is the rate unit, pinperf's the output format; said
+/// before clap, whose answer would list the output formats.
+pub fn format_unit<S: AsRef<str>>(argv: &[S]) -> Option<String> {
+    let argv: Vec<&str> = argv
+        .iter()
+        .map(AsRef::as_ref)
+        .take_while(|a| *a != "--")
+        .collect();
+    let value = argv.iter().enumerate().find_map(|(i, a)| match *a {
+        "--format" => argv.get(i + 1).copied(),
+        _ => a.strip_prefix("--format="),
+    })?;
+    let unit = matches!(
+        value,
+        "k" | "m" | "g" | "t" | "K" | "M" | "G" | "T" | "a" | "A"
+    );
+    unit.then(|| {
+        format!(
+            "--format {value}: pinperf's --format is the output format (text, json, csv, ...); \
+             iperf3's --format, the rate unit, is -f {value} here"
+        )
+    })
+}
+
+/// Flags that pinperf takes with another meaning than iperf3's, given as an iperf3 user
+/// would: said with the difference, rather than run as something else.
+pub fn iperf3_meaning(args: &Args) -> Option<String> {
+    if args.server || args.command.is_some() {
+        return None;
+    }
+    let timeout = args.target.connect_timeout.as_secs_f64();
+    if timeout > 600.0 {
+        return Some(format!(
+            "--connect-timeout {timeout}: pinperf counts seconds ({:.0} minutes here); iperf3 \
+             counts milliseconds: for {} s give --connect-timeout {} (`pinperf iperf3` takes \
+             iperf3's milliseconds)",
+            timeout / 60.0,
+            timeout / 1000.0,
+            timeout / 1000.0
+        ));
+    }
+    let two: Vec<&str> = args.affinity.split(',').collect();
+    let one_stream = args.test.streams == 1 && !args.test.bidir;
+    if one_stream && two.len() == 2 && two.iter().all(|c| c.trim().parse::<u32>().is_ok()) {
+        return Some(format!(
+            "-A {0}: pinperf reads a CPU list for this end's streams (one stream: only {1} \
+             would be used); iperf3's \"this end on {1}, the server on {2}\" is -A {1}/{2} here",
+            args.affinity,
+            two[0].trim(),
+            two[1].trim()
+        ));
+    }
+    args.test.duration.is_zero().then(|| {
+        "-t 0: iperf3's \"no time limit\" is -t 86400 here (a day, the longest test), or \
+         `pinperf iperf3 -t 0`"
+            .to_string()
+    })
 }
 
 /// `-Z msg` / `--zerocopy sendfile`: the method given apart from `-Z`, which takes it only
@@ -840,5 +1005,55 @@ mod tests {
             Args::try_parse_from(["pinperf", "-v"]).is_err(),
             "-v prints the version"
         );
+        // Flags clap would answer with an unrelated "similar" one.
+        assert!(hint(&["--dscp", "10"]).unwrap().contains("-S 40"));
+        assert!(hint(&["--username", "u"]).unwrap().contains("--auth USER"));
+        // iperf3's long spellings of pinperf's own flags mean the same.
+        let p = Args::try_parse_from([
+            "pinperf",
+            "-c",
+            "h",
+            "--version4",
+            "--length",
+            "8k",
+            "--bandwidth",
+            "1G",
+            "--linux-congestion",
+            "bbr",
+        ])
+        .unwrap();
+        assert!(p.target.ipv4);
+        assert_eq!(p.test.len, Some(8192));
+        assert_eq!(p.test.transport.congestion.as_deref(), Some("bbr"));
+    }
+
+    /// Given as iperf3 means them, pinperf's flags of another meaning are refused, saying
+    /// the difference; pinperf's own meaning passes.
+    #[test]
+    fn iperf3_meanings_are_named_not_run_as_something_else() {
+        let meaning = |argv: &[&str]| {
+            let all = std::iter::once("pinperf").chain(argv.iter().copied());
+            iperf3_meaning(&Args::try_parse_from(all).unwrap())
+        };
+        let ms = meaning(&["-c", "h", "--connect-timeout", "3000"]).unwrap();
+        assert!(
+            ms.contains("50 minutes") && ms.contains("--connect-timeout 3 "),
+            "{ms}"
+        );
+        assert_eq!(meaning(&["-c", "h", "--connect-timeout", "30"]), None);
+        let a = meaning(&["-c", "h", "-A", "0,1"]).unwrap();
+        assert!(a.contains("-A 0/1 here"), "{a}");
+        assert_eq!(meaning(&["-c", "h", "-P", "2", "-A", "0,1"]), None);
+        assert_eq!(meaning(&["-c", "h", "-A", "0-1"]), None);
+        assert!(
+            meaning(&["-c", "h", "-t", "0"])
+                .unwrap()
+                .contains("-t 86400")
+        );
+        assert_eq!(meaning(&["-s", "-A", "0,1"]), None);
+        let f = format_unit(&["-c", "h", "--format", "m"]).unwrap();
+        assert!(f.contains("-f m here"), "{f}");
+        assert_eq!(format_unit(&["-c", "h", "--format=json"]), None);
+        assert_eq!(format_unit(&["lab", "--", "--format", "m"]), None);
     }
 }

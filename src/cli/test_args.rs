@@ -20,7 +20,8 @@ pub struct TestArgs {
 
     /// Block size of each write()/read(): 8192, 64k, 1M [default: 128k]. With -u: the
     /// datagram size [default: what fits the path MTU].
-    #[arg(short = 'l', allow_negative_numbers = true, long = "len", value_name = "SIZE", value_parser = units::parse_size)]
+    #[arg(short = 'l', allow_negative_numbers = true, long = "len", visible_alias = "length", value_name = "SIZE",
+          value_parser = units::parse_size)]
     pub len: Option<u64>,
 
     /// Socket buffer (window) to request on both ends: SO_SNDBUF and SO_RCVBUF, e.g. 4M.
@@ -63,7 +64,7 @@ pub struct TestArgs {
 
     /// Target rate per stream in bits/s (100M, 2.5G); 0 = as fast as possible. TCP: each
     /// stream thread paces its writes. UDP [default: 1M, as iperf3].
-    #[arg(short = 'b', allow_negative_numbers = true, long = "bitrate", value_name = "RATE",
+    #[arg(short = 'b', allow_negative_numbers = true, long = "bitrate", visible_alias = "bandwidth", value_name = "RATE",
           value_parser = units::parse_rate_or_zero)]
     pub rate_bps: Option<u64>,
 
@@ -116,7 +117,8 @@ pub struct TransportArgs {
         long,
         value_name = "ALGO",
         allow_negative_numbers = true,
-        help_heading = "Test"
+        help_heading = "Test",
+        visible_alias = "linux-congestion"
     )]
     pub congestion: Option<String>,
 
