@@ -93,21 +93,7 @@ pub(crate) fn run_test(
     let test = &test;
     let n = test.streams as usize;
     let rtt = crate::os::net::rtt(&ctl.sock);
-    let deadline = || Instant::now() + timeouts::streams_arrive(test.threads(), rtt);
-    let (mut socks, dups) = match test.udp {
-        false => {
-            ctl.send_state(super::CREATE_STREAMS)?;
-            let wait = timeouts::StreamsArrive::new(test.threads(), rtt);
-            let (socks, dups) = tcp_streams(ctl, test, streams, wait).map_err(Error::abandoned)?;
-            (Socks::TcpEndedByClose(socks), dups)
-        }
-        true => {
-            let socks = udp_streams(ctl, test, cfg.limits.max_window_bytes, deadline)
-                .map_err(Error::abandoned)?;
-            (Socks::UdpAs(socks, wire), Vec::new())
-        }
-    };
-
+    let (mut socks, dups) = connect(ctl, test, streams, wire, cfg, rtt)?;
     let sockets = socks.duplicates();
     let mut ends = Ends::default();
     let mut counters = Vec::new();
@@ -168,6 +154,32 @@ pub(crate) fn run_test(
     // with data still unread (`-R`), which resets a sender draining to EOF.
     let _ = ends.join(test.zerocopy);
     result
+}
+
+/// The test's streams, TCP (with a duplicate of each socket, to shut it) or UDP, once
+/// all arrived.
+fn connect(
+    ctl: &mut Ctl,
+    test: &TestParams,
+    streams: &Receiver<(u64, TcpStream)>,
+    wire: Format,
+    cfg: &crate::config::ServerConfig,
+    rtt: Duration,
+) -> Result<(Socks, Vec<TcpStream>)> {
+    let deadline = || Instant::now() + timeouts::streams_arrive(test.threads(), rtt);
+    Ok(match test.udp {
+        false => {
+            ctl.send_state(super::CREATE_STREAMS)?;
+            let wait = timeouts::StreamsArrive::new(test.threads(), rtt);
+            let (socks, dups) = tcp_streams(ctl, test, streams, wait).map_err(Error::abandoned)?;
+            (Socks::TcpEndedByClose(socks), dups)
+        }
+        true => {
+            let socks = udp_streams(ctl, test, cfg.limits.max_window_bytes, deadline)
+                .map_err(Error::abandoned)?;
+            (Socks::UdpAs(socks, wire), Vec::new())
+        }
+    })
 }
 
 /// One direction's running counts, from its batches.
@@ -537,42 +549,60 @@ fn finish(
     dups: &[TcpStream],
     cpu: &CpuMark,
     t0: Instant,
-    mut told: Option<Vec<String>>,
+    told: Option<Vec<String>>,
     slot: &Slot,
 ) -> Result<(u64, u64)> {
-    let n = test.streams as usize;
-    let reversed = test.direction().reversed();
-    let counters = watched.counters;
-    // This end's senders stop on their own clock, about now.
-    let wait_done = |k: usize, limit: Duration| {
-        let until = Instant::now() + limit;
-        while !counters[k].lock().done.iter().all(|d| *d) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    };
     // The receivers' time, as iperf3's: to the client's end of the test, from the end of
     // -O's omitted seconds (iperf3 restarts its clock there).
     let elapsed = (t0.elapsed().saturating_sub(test.omit())).as_secs_f64();
-    let omit_ns = test.omit().as_nanos() as u64;
-    for (k, &reverse) in reversed.iter().enumerate() {
+    // This end's senders stop on their own clock, about now.
+    for (c, &reverse) in watched.counters.iter().zip(watched.reversed) {
         if reverse {
-            wait_done(k, timeouts::FINISHING);
+            wait_done(c, timeouts::FINISHING);
         }
     }
     ctl.send_state(super::EXCHANGE_RESULTS)?;
     let theirs: Results = ctl.read_json(timeouts::HANDSHAKE, "the client's results")?;
-    // Receivers: until each stream has what the client wrote, or has ended, or (the
-    // project's rule for a peer that stopped) nothing arrived for `timeouts::STALL`: a
-    // receiver thread a loaded host holds off for half a second is not a finished one.
-    // Both counts leave -O's omitted bytes out.
-    for (k, &reverse) in reversed.iter().enumerate() {
+    drain(ctl, test, watched, dups, &theirs)?;
+    let (ours, received, sent) =
+        results(ctl.peer, test, watched.counters, dups, cpu, elapsed, told);
+    slot.finishing();
+    ctl.send_json(&ours, "the server's results")?;
+    ctl.send_state(super::DISPLAY_RESULTS)?;
+    // IPERF_DONE, or the client closing: either ends it.
+    let _ = ctl.read_state(timeouts::GOODBYE);
+    Ok((received, sent))
+}
+
+/// Waits up to `limit` for every stream of a direction to end.
+fn wait_done(counts: &Mutex<Counts>, limit: Duration) {
+    let until = Instant::now() + limit;
+    while !counts.lock().done.iter().all(|d| *d) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Receivers: until each stream has what the client wrote (`theirs`), or has ended, or
+/// (the project's rule for a peer that stopped) nothing arrived for `timeouts::STALL`: a
+/// receiver thread a loaded host holds off for half a second is not a finished one. Both
+/// counts leave -O's omitted bytes out.
+fn drain(
+    ctl: &mut Ctl,
+    test: &TestParams,
+    watched: &mut Watched,
+    dups: &[TcpStream],
+    theirs: &Results,
+) -> Result<()> {
+    let n = test.streams as usize;
+    let counters = watched.counters;
+    for (k, &reverse) in test.direction().reversed().iter().enumerate() {
         if reverse {
             continue;
         }
         if test.udp {
             // UDP receivers listen a settle time past the end on their own; what never
             // came is lost.
-            wait_done(k, timeouts::FINISHING);
+            wait_done(&counters[k], timeouts::FINISHING);
             continue;
         }
         let want: Vec<u64> = (0..n)
@@ -601,14 +631,29 @@ fn finish(
         for d in &dups[k * n..(k + 1) * n] {
             let _ = d.shutdown(std::net::Shutdown::Read);
         }
-        wait_done(k, timeouts::FINISHING);
+        wait_done(&counters[k], timeouts::FINISHING);
     }
+    Ok(())
+}
+
+/// This end's results for the client, and the bytes received and sent; each receiver's
+/// time is `elapsed` or, drained past it, to its last byte.
+fn results(
+    peer: SocketAddr,
+    test: &TestParams,
+    counters: &[Arc<Mutex<Counts>>],
+    dups: &[TcpStream],
+    cpu: &CpuMark,
+    elapsed: f64,
+    mut told: Option<Vec<String>>,
+) -> (Results, u64, u64) {
+    let (n, omit_ns) = (test.streams as usize, test.omit().as_nanos() as u64);
     let report = cpu.report(Vec::new(), None);
     let mut streams = Vec::new();
     let (mut received, mut sent) = (0, 0);
     // Whether this end's senders counted retransmits (iperf3 then shows them).
     let mut sender_has_retransmits = 0;
-    for (k, &reverse) in reversed.iter().enumerate() {
+    for (k, &reverse) in test.direction().reversed().iter().enumerate() {
         let c = counters[k].lock();
         for (i, bytes) in c.counted().into_iter().enumerate() {
             match reverse {
@@ -644,17 +689,12 @@ fn finish(
         congestion_used: dups.first().and_then(crate::os::net::congestion),
         streams,
         server_output_text: told.map(|mut lines| {
-            lines.push(done_line(ctl.peer, received, sent));
+            lines.push(done_line(peer, received, sent));
             lines.join("\n") + "\n"
         }),
         server_output_json: None,
     };
-    slot.finishing();
-    ctl.send_json(&ours, "the server's results")?;
-    ctl.send_state(super::DISPLAY_RESULTS)?;
-    // IPERF_DONE, or the client closing: either ends it.
-    let _ = ctl.read_state(timeouts::GOODBYE);
-    Ok((received, sent))
+    (ours, received, sent)
 }
 
 /// The log's line when an iperf3 test starts (and the first of `--get-server-output`'s).
