@@ -13,7 +13,7 @@ use super::canonical;
 use super::handshake::{Admitted, Turned, handshake};
 use super::relisten::Listening;
 use super::serverlog;
-use super::shared::{Handover, penalize};
+use super::shared::Handover;
 use super::test_run::run_test;
 use crate::error::{Error, IoContext, Result};
 use crate::timeouts;
@@ -80,7 +80,7 @@ fn open_control(mut stream: TcpStream, ho: &Handover) -> Option<(Arc<Control>, R
 
 /// The handshake: the admitted test and its user, or `None` (refused, or broken).
 fn admit(ctl: &Control, local: SocketAddr, ho: &Handover) -> Option<(Admitted, Option<String>)> {
-    let (cfg, peer) = (ho.cfg, ho.peer);
+    let cfg = ho.cfg;
     match handshake(ctl, local, cfg, ho.deadline) {
         Ok(pair) => ho.claim().then_some(pair),
         Err(Turned::Refused(mut r)) => {
@@ -91,7 +91,7 @@ fn admit(ctl: &Control, local: SocketAddr, ho: &Handover) -> Option<(Admitted, O
                     && r.to_client == auth::FAILED
                     && cfg.auth.is_some()
                     && cfg.public()
-                    && let Some(lockout) = penalize(ho.shared, peer)
+                    && let Some(lockout) = ho.penalize()
                 {
                     let words = allow::lockout_words(lockout);
                     r.to_client = format!("{}; {words}", r.to_client);

@@ -7,8 +7,6 @@ use std::os::unix::net::UnixStream;
 
 use crossbeam_channel::Sender;
 
-use super::serverlog;
-use super::shared::Shared;
 use crate::error::{Error, IoContext, Result};
 use crate::os::net;
 use crate::timeouts;
@@ -114,25 +112,4 @@ pub(crate) fn relisten(
             (l, None, Err(e))
         }
     })
-}
-
-/// A test's streams connect to the control port: listened on with its window and MSS (see
-/// [`Relisten`]); the window is set on each stream again should that fail.
-pub(crate) fn listen_for(shared: &Shared, listening: Listening, quiet: bool) {
-    if let Err(e) = shared.relisten.ensure(listening) {
-        log!(quiet, "pinperf: {e}");
-    }
-}
-
-/// -M's MSS on the control port was for the test's streams only: the next client's control
-/// connection gets the path's (the window stays, see [`Relisten`]).
-pub(crate) fn listen_after(shared: &Shared, listening: Listening, quiet: bool) {
-    if listening.mss.is_some()
-        && let Err(e) = shared.relisten.ensure(Listening {
-            mss: None,
-            ..listening
-        })
-    {
-        log!(quiet, "pinperf: {e}");
-    }
 }

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use super::admission::{Handshakes, Refusal};
 use super::allow::{self, Rate};
-use super::relisten::{Listening, Relisten, listen_after, listen_for};
+use super::relisten::{Listening, Relisten};
 use super::serverlog;
 use super::streams::Arrival;
 use crate::config::ServerConfig;
@@ -155,29 +155,6 @@ impl Slot {
     }
 }
 
-/// Counts a failure against `peer`'s source: the lockout it now begins, if any.
-pub(crate) fn penalize(shared: &Shared, peer: SocketAddr) -> Option<(Duration, u32)> {
-    shared.penalties.lock().failed(peer.ip(), Instant::now())
-}
-
-/// A test whose client took the slot and connected no streams (or left while they
-/// connected) counts against its source on a public server; the error then says the
-/// lockout it began. Anything else (a refusal of this server's, its own failure) does not.
-pub(crate) fn took_the_slot_for_nothing(
-    cfg: &ServerConfig,
-    shared: &Shared,
-    peer: SocketAddr,
-    e: Error,
-) -> Error {
-    let Error::Abandoned(why) = e else {
-        return e;
-    };
-    match cfg.public().then(|| penalize(shared, peer)).flatten() {
-        Some(lockout) => Error::Abandoned(format!("{why}; {}", allow::lockout_words(lockout))),
-        None => Error::Abandoned(why),
-    }
-}
-
 /// The reason a client hears when a test holds the slot (`state`): that its streams are
 /// still connecting, its time left, or (past its planned end: draining, its results, or a
 /// slow client) that it is ending.
@@ -194,60 +171,6 @@ pub(crate) fn busy_reason(state: u8, left: Duration) -> String {
         ),
         true => "server busy: a test is ending; try again in a few seconds".into(),
     }
-}
-
-/// The slot for an admitted test, whichever protocol its client speaks: free, or soon free
-/// (the last test is saying goodbye, or its streams are still connecting and it may fail:
-/// a shell loop's next run waits for the outcome, as many at once as busy answers; not at
-/// a `-1` server, whose one test is taken), else "busy" with the time left; then `--max-tests-per-minute`,
-/// counted here, atomically (several handshakes from one source may have passed the
-/// acceptor's check at once). The guard frees the slot however the session ends, a panic
-/// included: a server that says "busy" forever after one bad client is a server nobody
-/// can leave running.
-pub(crate) fn take_slot<'a>(
-    shared: &'a Shared,
-    cfg: &ServerConfig,
-    peer: SocketAddr,
-    run_time: Duration,
-) -> std::result::Result<SlotGuard<'a>, Refusal> {
-    let refusal = |why, reason: String| Refusal::plain(why, reason, None);
-    if let Some(sig) = crate::signals::for_server(cfg.signals) {
-        return Err(refusal(
-            "stopping",
-            format!(
-                "the server is stopping ({}); try again when it is back",
-                crate::error::signal_name(sig)
-            ),
-        ));
-    }
-    // A source over its rate never takes the slot, not even for a moment (a client then
-    // would be told "busy" for the refused test's -t).
-    if let Some(max) = cfg.max_tests_per_minute
-        && let Err(wait) = shared.rate.lock().check(peer.ip(), max, Instant::now())
-    {
-        return Err(refusal("rate", rate_refusal(peer, max, wait)));
-    }
-    let taken = match shared.slot.try_take(run_time) {
-        Err(s @ (STARTING | FINISHING)) if !cfg.one_off => {
-            let got = match shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS {
-                true => shared.slot.wait_take(run_time, timeouts::FINISHING),
-                false => Err(s),
-            };
-            shared.waiters.fetch_sub(1, Ordering::AcqRel);
-            got
-        }
-        other => other,
-    };
-    if let Err(state) = taken {
-        return Err(refusal("busy", busy_reason(state, shared.slot.left())));
-    }
-    let guard = SlotGuard(&shared.slot);
-    if let Some(max) = cfg.max_tests_per_minute
-        && let Err(wait) = shared.rate.lock().take(peer.ip(), max, Instant::now())
-    {
-        return Err(refusal("rate", rate_refusal(peer, max, wait)));
-    }
-    Ok(guard)
 }
 
 /// The running test whose stream connections reach the control port opening with its
@@ -281,31 +204,106 @@ impl Handover<'_> {
         log_refused(self.cfg, self.peer, user, why, reason);
     }
 
-    /// The slot for this connection's admitted test (see [`take_slot`]).
+    /// The slot for an admitted test, whichever protocol its client speaks: free, or soon free
+    /// (the last test is saying goodbye, or its streams are still connecting and it may fail:
+    /// a shell loop's next run waits for the outcome, as many at once as busy answers; not at
+    /// a `-1` server, whose one test is taken), else "busy" with the time left; then `--max-tests-per-minute`,
+    /// counted here, atomically (several handshakes from one source may have passed the
+    /// acceptor's check at once). The guard frees the slot however the session ends, a panic
+    /// included: a server that says "busy" forever after one bad client is a server nobody
+    /// can leave running.
     pub(crate) fn take_slot(
         &self,
         run_time: Duration,
     ) -> std::result::Result<SlotGuard<'_>, Refusal> {
-        take_slot(self.shared, self.cfg, self.peer, run_time)
+        let (shared, cfg, peer) = (self.shared, self.cfg, self.peer);
+        let refusal = |why, reason: String| Refusal::plain(why, reason, None);
+        if let Some(sig) = crate::signals::for_server(cfg.signals) {
+            return Err(refusal(
+                "stopping",
+                format!(
+                    "the server is stopping ({}); try again when it is back",
+                    crate::error::signal_name(sig)
+                ),
+            ));
+        }
+        // A source over its rate never takes the slot, not even for a moment (a client then
+        // would be told "busy" for the refused test's -t).
+        if let Some(max) = cfg.max_tests_per_minute
+            && let Err(wait) = shared.rate.lock().check(peer.ip(), max, Instant::now())
+        {
+            return Err(refusal("rate", rate_refusal(peer, max, wait)));
+        }
+        let taken = match shared.slot.try_take(run_time) {
+            Err(s @ (STARTING | FINISHING)) if !cfg.one_off => {
+                let got = match shared.waiters.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS {
+                    true => shared.slot.wait_take(run_time, timeouts::FINISHING),
+                    false => Err(s),
+                };
+                shared.waiters.fetch_sub(1, Ordering::AcqRel);
+                got
+            }
+            other => other,
+        };
+        if let Err(state) = taken {
+            return Err(refusal("busy", busy_reason(state, shared.slot.left())));
+        }
+        let guard = SlotGuard(&shared.slot);
+        if let Some(max) = cfg.max_tests_per_minute
+            && let Err(wait) = shared.rate.lock().take(peer.ip(), max, Instant::now())
+        {
+            return Err(refusal("rate", rate_refusal(peer, max, wait)));
+        }
+        Ok(guard)
     }
 
     pub(crate) fn slot(&self) -> &Slot {
         &self.shared.slot
     }
 
-    /// The test's result as the log and the client hear it (see [`took_the_slot_for_nothing`]).
+    /// Counts a failure against the connection's source: the lockout it now begins, if any.
+    pub(crate) fn penalize(&self) -> Option<(Duration, u32)> {
+        self.shared
+            .penalties
+            .lock()
+            .failed(self.peer.ip(), Instant::now())
+    }
+
+    /// The test's result as the log and the client hear it: one whose client took the
+    /// slot and connected no streams (or left while they connected) counts against its
+    /// source on a public server, and the error then says the lockout it began. Anything
+    /// else (a refusal of this server's, its own failure) does not.
     pub(crate) fn judged<T>(&self, result: Result<T>) -> Result<T> {
-        result.map_err(|e| took_the_slot_for_nothing(self.cfg, self.shared, self.peer, e))
+        result.map_err(|e| {
+            let Error::Abandoned(why) = e else {
+                return e;
+            };
+            match self.cfg.public().then(|| self.penalize()).flatten() {
+                Some(lockout) => {
+                    Error::Abandoned(format!("{why}; {}", allow::lockout_words(lockout)))
+                }
+                None => Error::Abandoned(why),
+            }
+        })
     }
 
-    /// The control port listens with what the test's streams need (see [`listen_for`]).
+    /// A test's streams connect to the control port: listened on with its window and MSS
+    /// (see [`Relisten`]); the window is set on each stream again should that fail.
     pub(crate) fn listen_for(&self, listening: Listening) {
-        listen_for(self.shared, listening, self.cfg.quiet);
+        if let Err(e) = self.shared.relisten.ensure(listening) {
+            log!(self.cfg.quiet, "pinperf: {e}");
+        }
     }
 
-    /// The test is over: the control port's MSS goes back (see [`listen_after`]).
+    /// -M's MSS on the control port was for the test's streams only: the next client's
+    /// control connection gets the path's (the window stays, see [`Relisten`]).
     pub(crate) fn listen_after(&self, listening: Listening) {
-        listen_after(self.shared, listening, self.cfg.quiet);
+        if listening.mss.is_some() {
+            self.listen_for(Listening {
+                mss: None,
+                ..listening
+            });
+        }
     }
 }
 
