@@ -220,12 +220,9 @@ fn data_port_taken(port: u16, e: Error) -> Error {
 /// An address as the client knows it: an IPv4 client of a dual-stack listener arrives as
 /// `::ffff:a.b.c.d` and is `a.b.c.d` here (logs, and the data connections' check).
 fn canonical(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => addr,
-        },
-        v4 => v4,
+    match addr.ip().to_canonical() {
+        ip @ IpAddr::V4(_) if addr.is_ipv6() => SocketAddr::new(ip, addr.port()),
+        _ => addr,
     }
 }
 

@@ -81,7 +81,7 @@ pub(super) fn accept_streams(
             Arrivals::ControlPort(rx) => {
                 for arrival in rx.try_iter() {
                     let (sock, from) = arrival.map_err(accept_failed)?;
-                    admit_pending(sock, from, g.peer, &mut g.pending, &mut g.silent, quiet);
+                    g.admit(sock, from);
                 }
             }
         }
@@ -236,14 +236,53 @@ impl Gathering<'_> {
         Ok(())
     }
 
+    /// Accepts what the data listener has queued (a bounded batch) into `pending`, each socket
+    /// non-blocking until its hello is read. Connections from elsewhere than the client are
+    /// closed; beyond [`MAX_PENDING_HELLOS`] the oldest waiting one is.
     fn accept(&mut self, listener: &TcpListener) -> Result<()> {
-        accept_pending(
-            listener,
-            self.peer,
-            &mut self.pending,
-            &mut self.silent,
-            self.quiet,
-        )
+        for _ in 0..MAX_PENDING_HELLOS {
+            let (sock, from) = match listener.accept() {
+                Ok(pair) => pair,
+                Err(e) if crate::data::stream::is_timeout(&e) => return Ok(()),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Interrupted
+                        || e.kind() == std::io::ErrorKind::ConnectionAborted =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(accept_failed(e)),
+            };
+            self.admit(sock, canonical(from));
+        }
+        Ok(())
+    }
+
+    /// Takes a data connection from `from` to wait for its hello (non-blocking until it is
+    /// read), unless it comes from elsewhere than the test's client; beyond
+    /// [`MAX_PENDING_HELLOS`] the oldest waiting one is closed.
+    fn admit(&mut self, sock: TcpStream, from: SocketAddr) {
+        let peer = self.peer;
+        if from.ip() != peer.ip() {
+            // A refusal like any other, so a log rule on "refused client" sees it.
+            if !self.quiet {
+                let reason = format!("a data connection, but the test belongs to {peer}");
+                serverlog::refused(from, None, "stranger", &reason);
+            }
+            return;
+        }
+        if sock.set_nonblocking(true).is_err() {
+            return;
+        }
+        if self.pending.len() >= MAX_PENDING_HELLOS {
+            self.pending.remove(0);
+            self.silent += 1;
+        }
+        self.pending.push(Pending {
+            sock,
+            from,
+            hello: [0; DataHello::LEN],
+            got: 0,
+        });
     }
 
     /// Every connection arrived: the streams' sockets, the silent ones counted in the log.
@@ -261,67 +300,6 @@ impl Gathering<'_> {
             .filter_map(|(data, echo)| data.map(|data| StreamSocks { data, echo }))
             .collect()
     }
-}
-
-/// Accepts what the data listener has queued (a bounded batch) into `pending`, each socket
-/// non-blocking until its hello is read. Connections from elsewhere than the client are
-/// closed; beyond [`MAX_PENDING_HELLOS`] the oldest waiting one is.
-pub(super) fn accept_pending(
-    listener: &TcpListener,
-    peer: SocketAddr,
-    pending: &mut Vec<Pending>,
-    silent: &mut usize,
-    quiet: bool,
-) -> Result<()> {
-    for _ in 0..MAX_PENDING_HELLOS {
-        let (sock, from) = match listener.accept() {
-            Ok(pair) => pair,
-            Err(e) if crate::data::stream::is_timeout(&e) => return Ok(()),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::Interrupted
-                    || e.kind() == std::io::ErrorKind::ConnectionAborted =>
-            {
-                continue;
-            }
-            Err(e) => return Err(accept_failed(e)),
-        };
-        admit_pending(sock, canonical(from), peer, pending, silent, quiet);
-    }
-    Ok(())
-}
-
-/// Takes a data connection from `from` to wait for its hello (non-blocking until it is
-/// read), unless it comes from elsewhere than the test's client `peer`; beyond
-/// [`MAX_PENDING_HELLOS`] the oldest waiting one is closed.
-pub(super) fn admit_pending(
-    sock: TcpStream,
-    from: SocketAddr,
-    peer: SocketAddr,
-    pending: &mut Vec<Pending>,
-    silent: &mut usize,
-    quiet: bool,
-) {
-    if from.ip() != peer.ip() {
-        // A refusal like any other, so a log rule on "refused client" sees it.
-        if !quiet {
-            let reason = format!("a data connection, but the test belongs to {peer}");
-            serverlog::refused(from, None, "stranger", &reason);
-        }
-        return;
-    }
-    if sock.set_nonblocking(true).is_err() {
-        return;
-    }
-    if pending.len() >= MAX_PENDING_HELLOS {
-        pending.remove(0);
-        *silent += 1;
-    }
-    pending.push(Pending {
-        sock,
-        from,
-        hello: [0; DataHello::LEN],
-        got: 0,
-    });
 }
 
 /// A data connection the acceptor passes on (or its failure to accept one).
