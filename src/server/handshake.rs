@@ -30,7 +30,7 @@ pub(super) enum Turned {
 
 /// The handshake of one connection, by [`Handshake`], each message read within what is
 /// left before `deadline` (so a trickling peer cannot stretch a read; the acceptor cuts
-/// one stuck elsewhere [`timeouts::HANDSHAKE_CUT_AFTER`] past it). Returns the admitted
+/// one stuck elsewhere [`crate::timeouts::HANDSHAKE_CUT_AFTER`] past it). Returns the admitted
 /// test and its user.
 pub(super) fn handshake(
     ctl: &Control,

@@ -1,6 +1,6 @@
 //! The server: an acceptor (the calling thread) that checks each connection's address
 //! (`--allow`; `--max-tests-per-minute` when a test is admitted) and hands it to its own `control` thread for the
-//! handshake (see [`self::admission`]: at most [`MAX_HANDSHAKES`] at once, each under a
+//! handshake (see [`self::admission`]: at most [`acceptor::MAX_HANDSHAKES`] at once, each under a
 //! deadline the acceptor enforces by cutting the connection). Only an admitted test takes
 //! the slot; one that finds a test running is told "busy" with the time left. The control
 //! thread then runs the test: data listener with the window set before `listen()`, pinned
@@ -13,6 +13,12 @@
 //! each test's data listener sits on the address its control connection reached. Out of
 //! file descriptors, the acceptor refuses clients with that reason (a spare descriptor is
 //! kept for it), logs once per burst, and pauses between attempts instead of spinning.
+//!
+//! The files follow a connection: `acceptor` (the listener loop), `control` (what a
+//! connection opens with, and the dispatch: a connection in iperf3's protocol goes to
+//! `iperf3::session`), `handshake`, `test_run` (the test's phases),
+//! `streams` (gathering its connections); `shared` holds the slot and what the threads
+//! share, `relisten` the control port listening again for a test's streams.
 
 /// Server log lines go to stderr (text, or JSON `message` events with `--log-format
 /// json`; see [`serverlog`]), except for the in-process `--loopback` server.
@@ -57,7 +63,7 @@ pub struct Server {
     /// Said when the server starts listening: `--data-port`'s port is held on some
     /// addresses of this host only.
     note: Option<String>,
-    /// The acceptor's wake-up pair (read end, write end; see [`Relisten`]): made here, so
+    /// The acceptor's wake-up pair (read end, write end; see [`relisten::Relisten`]): made here, so
     /// that a server that says it listens has every descriptor it keeps.
     wake: (UnixStream, UnixStream),
 }

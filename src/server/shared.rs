@@ -45,7 +45,7 @@ pub(crate) struct Shared {
     pub(crate) rate: Mutex<Rate>,
     /// Failures per source, and their lockouts.
     pub(crate) penalties: Mutex<allow::Penalties>,
-    /// Live `control` threads (see [`MAX_CONTROL_THREADS`]).
+    /// Live `control` threads (see [`super::acceptor::MAX_CONTROL_THREADS`]).
     pub(crate) threads: AtomicUsize,
     /// The running test whose stream connections open with its cookie.
     pub(crate) by_cookie: Mutex<Option<CookieStreams>>,
