@@ -27,7 +27,7 @@ pub(crate) struct Listening {
 }
 
 impl Listening {
-    /// What an iperf3 test's streams need of the listener they connect to.
+    /// What a test's streams need of the listener they connect to.
     pub(crate) fn of(test: &TestParams) -> Listening {
         Listening {
             window: test.window_bytes,
@@ -36,19 +36,19 @@ impl Listening {
     }
 }
 
-/// An iperf3 client's streams connect to the control port, and the window scale a
-/// connection's receiver announces in its SYN-ACK comes from the listener's buffer: a `-w`
-/// set after accept() cannot lower it, and one below an MSS then stalled the stream
+/// A test's streams connect to the control port (an iperf3 client's always, a pinperf
+/// client's TCP streams without `--data-port`), and the window scale a connection's
+/// receiver announces in its SYN-ACK comes from the listener's buffer: a `-w` set after
+/// accept() cannot lower it, and one below an MSS then stalled the stream
 /// (`iperf3 -c -w 8k` over loopback: 2 Mbit/s, against 195 to 1150 from an iperf3 server in
 /// the same minutes). As an iperf3 server does, the acceptor listens again with the test's
 /// window before its streams connect (and sets `-M`'s MSS, likewise announced in the
 /// SYN-ACK, on it until the test ends: iperf3 clients take their datagram size and
 /// `tcp_mss_default` from the control connection's MSS). The listener keeps the window
-/// until an iperf3 test wants
-/// another (a locked buffer cannot be unlocked, and listening again as a test ends would
-/// refuse a shell loop's next client): each iperf3 test asks for its own once admitted,
-/// when any other client is refused as busy anyway; one that connects in the moment
-/// between the two listeners is refused or reset, as by an iperf3 server.
+/// until a test wants another (a locked buffer cannot be unlocked, and listening again as
+/// a test ends would refuse a shell loop's next client): each such test asks for its own
+/// once admitted, when any other client is refused as busy anyway; one that connects in
+/// the moment between the two listeners is refused or reset, as by an iperf3 server.
 pub(crate) struct Relisten {
     pub(crate) asks: Sender<Ask>,
     /// Wakes the acceptor from its poll.
