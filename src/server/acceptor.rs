@@ -32,7 +32,7 @@ use crate::wire::{self, ControlMsg};
 /// and it has no spare descriptor left to refuse the client with: a tenth of
 /// [`timeouts::BUSY_ANSWER`], the longest a refusal holds a descriptor, so a freed one is
 /// noticed soon while the failing `accept()` costs no measurable CPU.
-pub(super) const ACCEPT_RETRY: Duration =
+const ACCEPT_RETRY: Duration =
     Duration::from_millis(timeouts::BUSY_ANSWER.as_millis() as u64 / 10);
 
 impl Server {
@@ -370,7 +370,7 @@ pub(super) const MAX_CONTROL_THREADS: usize = 2 * MAX_HANDSHAKES;
 /// Answers a connection the server cannot serve: preamble + Refuse with `reason`, then
 /// close after draining what the client sent (so the refusal is not lost to a reset).
 /// The caller logs it.
-pub(super) fn refuse_with(mut stream: TcpStream, reason: String, refusers: &Arc<AtomicUsize>) {
+fn refuse_with(mut stream: TcpStream, reason: String, refusers: &Arc<AtomicUsize>) {
     if refusers.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSERS {
         refusers.fetch_sub(1, Ordering::AcqRel);
         return;

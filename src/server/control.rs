@@ -164,7 +164,7 @@ fn run(
 }
 
 /// What a connection to the control port opened with.
-pub(super) enum Opener {
+enum Opener {
     /// pinperf's preamble (or silence, or anything else: the handshake names it).
     Pinperf,
     /// An iperf3 cookie: an iperf3 client, or a stream of the running iperf3 test.
@@ -175,7 +175,7 @@ pub(super) enum Opener {
 }
 
 /// What the client's first bytes, within [`timeouts::SNIFF`], say it is.
-pub(super) fn opener(stream: &TcpStream, deadline: Instant) -> Opener {
+fn opener(stream: &TcpStream, deadline: Instant) -> Opener {
     let until = (Instant::now() + timeouts::SNIFF).min(deadline);
     let mut first = [0u8; 8];
     loop {

@@ -67,7 +67,7 @@ pub(crate) fn log_refused(
     }
 }
 
-pub(crate) fn rate_refusal(peer: SocketAddr, max: u32, wait: Duration) -> String {
+fn rate_refusal(peer: SocketAddr, max: u32, wait: Duration) -> String {
     format!(
         "too many tests from {}: at most {max} per minute (this server's --max-tests-per-minute); \
          try again in {} s",
@@ -78,13 +78,13 @@ pub(crate) fn rate_refusal(peer: SocketAddr, max: u32, wait: Duration) -> String
 
 pub(crate) const IDLE: u8 = 0;
 
-pub(crate) const RUNNING: u8 = 1;
+const RUNNING: u8 = 1;
 
 pub(crate) const FINISHING: u8 = 2;
 
 /// Taken, its streams not yet running: a client that went away while they connected
 /// frees it within milliseconds, so a client arriving then waits for the outcome.
-pub(crate) const STARTING: u8 = 3;
+const STARTING: u8 = 3;
 
 /// Frees the slot when dropped.
 pub(crate) struct SlotGuard<'a>(&'a Slot);
@@ -158,7 +158,7 @@ impl Slot {
 /// The reason a client hears when a test holds the slot (`state`): that its streams are
 /// still connecting, its time left, or (past its planned end: draining, its results, or a
 /// slow client) that it is ending.
-pub(crate) fn busy_reason(state: u8, left: Duration) -> String {
+fn busy_reason(state: u8, left: Duration) -> String {
     if state == STARTING {
         return "server busy: a test is starting (its streams have not all connected); try \
                 again in a few seconds"

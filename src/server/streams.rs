@@ -19,10 +19,10 @@ use crate::wire::{Control, DataHello, TestParams};
 
 /// Most connections to a test's data port waiting at once for their stream hello: beyond
 /// it the oldest is closed, so a flood of idle connections cannot exhaust descriptors.
-pub(super) const MAX_PENDING_HELLOS: usize = 64;
+const MAX_PENDING_HELLOS: usize = 64;
 
 /// A data connection waiting for its stream hello.
-pub(super) struct Pending {
+struct Pending {
     sock: TcpStream,
     from: SocketAddr,
     hello: [u8; DataHello::LEN],
@@ -315,7 +315,7 @@ pub(super) enum Arrivals<'a> {
 }
 
 /// The error of a test whose data connection could not be accepted.
-pub(super) fn accept_failed(e: std::io::Error) -> Error {
+fn accept_failed(e: std::io::Error) -> Error {
     match out_of_fds(&e) {
         true => Error::io(
             format!(

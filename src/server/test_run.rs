@@ -27,7 +27,7 @@ use crate::timeouts;
 use crate::wire::{Accept, Control, ControlMsg, ReceiverDone};
 
 /// Refuses the client's test; the error, logged by the server, says so in its words.
-pub(super) fn refuse(ctl: &Control, slot: &Slot, reason: String) -> Error {
+fn refuse(ctl: &Control, slot: &Slot, reason: String) -> Error {
     slot.finishing();
     let _ = ctl.send(&ControlMsg::Refuse {
         reason: reason.clone(),
@@ -418,7 +418,7 @@ impl TestRun<'_> {
 }
 
 /// Where a test's data arrives: a TCP listener, or a UDP socket per stream (and its port).
-pub(super) enum Data<'a> {
+enum Data<'a> {
     /// The test's own data listener (`--data-port`, or 0: an ephemeral port).
     Tcp(TcpListener),
     /// The control port's: the acceptor passes the streams on.
@@ -428,7 +428,7 @@ pub(super) enum Data<'a> {
 
 /// What a server reporter found once every stream of its direction ended.
 #[derive(Debug, Clone)]
-pub(super) struct ReceiverTotals {
+struct ReceiverTotals {
     bytes: Vec<u64>,
     last_ns: u64,
     /// `--get-server-output`: a line per stream per interval, as this end counted it.
@@ -439,7 +439,7 @@ pub(super) struct ReceiverTotals {
 /// the moment every stream has passed its end: a receiver's as a `Row` (the client's
 /// report joins it with its senders' intervals), a sender's as a `SenderInterval` (`-R`,
 /// `--bidir`: joined there with the client's receiver rows).
-pub(super) fn run_reporter(
+fn run_reporter(
     rx: Receiver<Batch>,
     free: Sender<Batch>,
     mut cutter: IntervalCutter,
