@@ -24,7 +24,7 @@ use crate::os::net;
 use crate::os::netinfo::{PathInfo, WindowGrant};
 use crate::report::interval::IntervalCutter;
 use crate::timeouts;
-use crate::wire::{Accept, Control, ControlMsg, ReceiverDone};
+use crate::wire::{Accept, Control, ControlMsg, ReceiverDone, udp_rendezvous};
 
 /// Refuses the client's test; the error, logged by the server, says so in its words.
 fn refuse(ctl: &Control, slot: &Slot, reason: String) -> Error {
@@ -107,8 +107,7 @@ impl TestRun<'_> {
             // A socket option the host refuses (-S, -w) is a refusal naming the flag, as TCP's.
             let one_port = cfg.data_port.is_none().then_some(local.port());
             let cap = cfg.limits.max_window_bytes;
-            let bound = crate::wire::udp_rendezvous::bind(local.ip(), one_port, params, cap)
-                .map_err(refuse)?;
+            let bound = udp_rendezvous::bind(local.ip(), one_port, params, cap).map_err(refuse)?;
             let window = bound.window.clone();
             (Data::Udp(bound), window)
         } else if let Some(rx) = on_control_port {
@@ -176,12 +175,8 @@ impl TestRun<'_> {
             accept_streams(from, ctl, self.ctl_fd, cookie, params, self.cfg.quiet)
                 .map_err(Error::abandoned)
         };
-        Ok(match data {
-            Data::Tcp(listener) => {
-                let socks = gather(Arrivals::Listener(&listener))?;
-                let path = net::path_info(&socks[0].data);
-                (Socks::Tcp(socks), path)
-            }
+        let socks = match data {
+            Data::Tcp(listener) => gather(Arrivals::Listener(&listener))?,
             Data::ControlPort(rx) => {
                 let socks = gather(Arrivals::ControlPort(rx))?;
                 // What a data listener's sockets would have inherited.
@@ -194,22 +189,18 @@ impl TestRun<'_> {
                         opts.echo().apply(&socket2::SockRef::from(echo))?;
                     }
                 }
-                let path = net::path_info(&socks[0].data);
-                (Socks::Tcp(socks), path)
+                socks
             }
             Data::Udp(bound) => {
-                let cap = self.cfg.limits.max_window_bytes;
-                let socks = crate::wire::udp_rendezvous::await_hellos(
-                    bound,
-                    ctl,
-                    self.ctl_fd,
-                    (cookie, params),
-                    (self.rtt, cap),
-                )
-                .map_err(Error::abandoned)?;
-                (Socks::Udp(socks), net::path_info(&ctl.socket()))
+                let limits = (self.rtt, self.cfg.limits.max_window_bytes);
+                let fd = self.ctl_fd;
+                let socks = udp_rendezvous::await_hellos(bound, ctl, fd, (cookie, params), limits)
+                    .map_err(Error::abandoned)?;
+                return Ok((Socks::Udp(socks), net::path_info(&ctl.socket())));
             }
-        })
+        };
+        let path = net::path_info(&socks[0].data);
+        Ok((Socks::Tcp(socks), path))
     }
 
     /// Each direction: this end's threads (receivers where the client sends, senders where
@@ -423,7 +414,7 @@ enum Data<'a> {
     Tcp(TcpListener),
     /// The control port's: the acceptor passes the streams on.
     ControlPort(&'a Receiver<Arrival>),
-    Udp(crate::wire::udp_rendezvous::Bound),
+    Udp(udp_rendezvous::Bound),
 }
 
 /// What a server reporter found once every stream of its direction ended.
