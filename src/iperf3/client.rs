@@ -16,7 +16,7 @@
 //!
 //! UDP (`-u`): the streams connect by iperf3's handshake ([`super::udp::connect`]) and
 //! carry its datagram header with 64-bit sequences. This end's senders stop at the run
-//! time and `TEST_END` follows a round trip and 20 ms later ([`timeouts::udp_test_end`]), so the
+//! time and `TEST_END` follows a round trip and 20 ms later ([`deadlines::udp_test_end`]), so the
 //! server has read every datagram that arrived; this end's receivers listen a settle time
 //! past `TEST_END`. An iperf3 server reports its datagram counts and jitter once, with its
 //! results: in a direction this end sends, the live rows have this end's bytes and no
@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::deadlines;
 use super::{
     Ctl, DISPLAY_RESULTS, EXCHANGE_RESULTS, IPERF_DONE, Params, Results, StreamResult, state_name,
     stream_id,
@@ -401,7 +402,7 @@ impl Ending {
         let settle = timeouts::udp_settle(rtt);
         let sends = test.direction() != Direction::Reverse;
         let udp_wait = match test.udp && sends {
-            true => timeouts::udp_test_end(rtt),
+            true => deadlines::udp_test_end(rtt),
             false => Duration::ZERO,
         };
         Ending {
@@ -498,7 +499,7 @@ fn expect_cookie_answer(ctl: &mut Ctl, after_preamble: bool) -> Result<()> {
             ),
         }
     };
-    let wait = timeouts::cookie_answer(net::rtt(&ctl.sock));
+    let wait = deadlines::cookie_answer(net::rtt(&ctl.sock));
     let mut b = [0u8; 1];
     let _ = ctl.sock.set_read_timeout(Some(wait));
     let got = match std::io::Read::read(&mut ctl.sock, &mut b) {
@@ -765,7 +766,7 @@ fn drive(
 /// knock-on of the control connection failing first (destroyed here, and the server then
 /// closed its streams): then its word other than a close is the cause.
 fn stream_failed(ctl: &mut Ctl, f: Failure, ran: &mut Ran) -> Error {
-    match their_word(ctl, timeouts::CAUSE).ok().flatten() {
+    match their_word(ctl, deadlines::CAUSE).ok().flatten() {
         Some(word) if f.peer_closed && !word.closed => return Error::Test(word.text),
         Some(word) => ran.theirs = Some(word.text),
         None => {}
@@ -778,7 +779,7 @@ fn stream_failed(ctl: &mut Ctl, f: Failure, ran: &mut Ran) -> Error {
 /// is its own cause.
 fn server_spoke(ends: &Ends, word: Word, ran: &mut Ran) -> Error {
     if word.closed {
-        let deadline = Instant::now() + timeouts::CAUSE;
+        let deadline = Instant::now() + deadlines::CAUSE;
         while ends.failure().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -792,7 +793,7 @@ fn server_spoke(ends: &Ends, word: Word, ran: &mut Ran) -> Error {
 
 /// Past the run time, whether the server's kernel has every byte the sending streams
 /// wrote, and a grace has passed for the server process to read them
-/// (`timeouts::iperf3_read`); or nothing was acknowledged for the stall limit. A stream's
+/// (`deadlines::iperf3_read`); or nothing was acknowledged for the stall limit. A stream's
 /// data is in when it is in FIN_WAIT1 with nothing unsent and every byte sent
 /// acknowledged (`bytes_acked` counts the SYN too, `bytes_sent` the retransmissions
 /// too), or FIN_WAIT2 or later. Not the FIN's acknowledgement, which waits for the
@@ -812,7 +813,7 @@ fn delivered(
         .collect();
     if let Some(at) = tail.look(&infos, Instant::now()) {
         let rtt = dups.iter().map(net::rtt).max().unwrap_or_default();
-        if at.elapsed() >= timeouts::iperf3_read(rtt) {
+        if at.elapsed() >= deadlines::iperf3_read(rtt) {
             return true;
         }
     }
@@ -934,7 +935,7 @@ fn finish(
     } else {
         cfg.test.run_time().as_secs_f64()
     };
-    let told = told.saturating_duration_since(t0) + timeouts::iperf3_read(net::rtt(&ctl.sock));
+    let told = told.saturating_duration_since(t0) + deadlines::iperf3_read(net::rtt(&ctl.sock));
     let span = receiving_span(cfg, seconds, t0, acked, told, unread);
     done.elapsed_us = (span * 1e6) as u64;
     done.cpu = Some(super::cpu_report(&theirs, seconds));

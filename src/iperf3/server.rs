@@ -472,7 +472,7 @@ fn watch(
             // Its client reads the control connection before it writes again, then
             // closes: the streams stop after that, or its write meets the broken pipe
             // first and it says only that.
-            closed(&ctl.sock, timeouts::CAUSE);
+            closed(&ctl.sock, super::deadlines::CAUSE);
             return Err(stopped);
         }
         if let Some(f) = ends.failure() {
