@@ -134,6 +134,8 @@ pub struct ClientConfig {
     pub auth: Option<crate::server::auth::ClientAuth>,
     /// `--peer`: what the server speaks.
     pub peer: crate::choices::Peer,
+    /// `--username` and `--rsa-public-key-path`: iperf3's credentials for its server.
+    pub iperf3_auth: Option<crate::iperf3::auth::Credentials>,
 }
 
 impl ClientConfig {
@@ -177,6 +179,7 @@ impl ClientConfig {
             cpu_intervals: false,
             engine: Engine::Threads,
             auth: None,
+            iperf3_auth: None,
         })
     }
 }
@@ -200,6 +203,9 @@ pub struct ServerConfig {
     pub signals: bool,
     /// `--auth-keys`: clients must authenticate.
     pub auth: Option<crate::server::auth::Keys>,
+    /// `--rsa-private-key-path` and `--authorized-users-path`: iperf3's clients must
+    /// authenticate by its RSA scheme.
+    pub iperf3_gate: Option<std::sync::Arc<crate::iperf3::auth::Gate>>,
     /// `--allow`: the networks served (empty: all).
     pub allow: Vec<crate::server::allow::Cidr>,
     /// `--max-tests-per-minute` per source.
@@ -249,6 +255,7 @@ impl ServerConfig {
             quiet: true,
             signals: false,
             auth: None,
+            iperf3_gate: None,
             allow: Vec::new(),
             max_tests_per_minute: None,
             log: LogOutput::default(),
@@ -305,6 +312,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
     cfg.auth = client_auth(args)?;
+    cfg.iperf3_auth = iperf3_credentials(args)?;
     cfg.check_engine()?;
     Ok(Mode::Client(cfg))
 }
@@ -373,6 +381,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             .map(crate::server::auth::Keys::load)
             .transpose()?,
         allow: crate::server::allow::parse_list(&args.allow).map_err(usage)?,
+        iperf3_gate: iperf3_gate(args)?,
         max_tests_per_minute: args.max_tests_per_minute,
         log: server_log(args)?,
     })
@@ -482,6 +491,52 @@ fn client_auth(args: &Args) -> Result<Option<crate::server::auth::ClientAuth>> {
             )
         })
         .transpose()
+}
+
+/// `--rsa-private-key-path`, `--authorized-users-path` and `--time-skew-threshold`: the
+/// server's gate for iperf3's clients, read now so a mistake stops it before it serves.
+fn iperf3_gate(args: &Args) -> Result<Option<std::sync::Arc<crate::iperf3::auth::Gate>>> {
+    let (Some(key), Some(users)) = (&args.rsa_private_key_path, &args.authorized_users_path) else {
+        return Ok(None);
+    };
+    let padding = match args.use_pkcs1_padding {
+        true => crate::iperf3::auth::Padding::Pkcs1,
+        false => crate::iperf3::auth::Padding::Oaep,
+    };
+    crate::iperf3::auth::Gate::load(key, users, args.time_skew_threshold, padding)
+        .map(|g| Some(std::sync::Arc::new(g)))
+        .map_err(usage)
+}
+
+/// `--username`, `--rsa-public-key-path` and `$IPERF3_PASSWORD`: iperf3's credentials, for
+/// an iperf3 server (pinperf's own authenticate with `--auth`).
+fn iperf3_credentials(args: &Args) -> Result<Option<crate::iperf3::auth::Credentials>> {
+    let (Some(user), Some(key)) = (&args.username, &args.rsa_public_key_path) else {
+        return Ok(None);
+    };
+    if args.auth.is_some() {
+        return Err(usage(
+            "--username and --auth: iperf3's credentials or pinperf's, not both",
+        ));
+    }
+    if args.target.peer != crate::choices::Peer::Iperf3 {
+        return Err(usage(
+            "--username: iperf3's credentials are for an iperf3 server; add --peer iperf3",
+        ));
+    }
+    let password = std::env::var(crate::iperf3::auth::PASSWORD_ENV).map_err(|_| {
+        usage(format!(
+            "--username {user}: the password comes from ${} (set it for this command)",
+            crate::iperf3::auth::PASSWORD_ENV
+        ))
+    })?;
+    let padding = match args.use_pkcs1_padding {
+        true => crate::iperf3::auth::Padding::Pkcs1,
+        false => crate::iperf3::auth::Padding::Oaep,
+    };
+    crate::iperf3::auth::Credentials::load(user, &password, key, padding)
+        .map(Some)
+        .map_err(usage)
 }
 
 /// `--format`, or the shortcut flags (clap rejects more than one).

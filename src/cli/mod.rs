@@ -396,36 +396,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--server-bitrate-limit",
         "a pinperf server limits each stream's -b with --max-rate RATE",
     ),
-    (
-        "",
-        "--username",
-        "pinperf's client authenticates with --auth USER --auth-secret-file FILE",
-    ),
-    (
-        "",
-        "--rsa-public-key-path",
-        "pinperf authenticates with --auth USER --auth-secret-file FILE",
-    ),
-    (
-        "",
-        "--rsa-private-key-path",
-        "a pinperf server authenticates with --auth-keys FILE",
-    ),
-    (
-        "",
-        "--authorized-users-path",
-        "a pinperf server authenticates with --auth-keys FILE",
-    ),
-    (
-        "",
-        "--use-pkcs1-padding",
-        "a pinperf server authenticates with --auth-keys FILE",
-    ),
-    (
-        "",
-        "--time-skew-threshold",
-        "pinperf's challenge needs no clocks in step",
-    ),
 ];
 
 /// A usage error for a flag iperf3 has and pinperf not (yet), naming what to do instead.
@@ -856,6 +826,52 @@ pub struct Args {
         help_heading = "Authentication"
     )]
     pub auth_secret_file: Option<std::path::PathBuf>,
+
+    // ---- iperf3's authentication ----
+    /// An iperf3 server's user (its RSA scheme; the password from $IPERF3_PASSWORD).
+    #[arg(
+        long,
+        value_name = "USER",
+        requires = "rsa_public_key_path",
+        help_heading = "Authentication"
+    )]
+    pub username: Option<String>,
+    /// The iperf3 server's RSA public key (PEM), which the credentials are sent under.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "username",
+        help_heading = "Authentication"
+    )]
+    pub rsa_public_key_path: Option<std::path::PathBuf>,
+    /// Server: iperf3 clients authenticate under this RSA private key (PEM, unencrypted).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "authorized_users_path",
+        help_heading = "Authentication"
+    )]
+    pub rsa_private_key_path: Option<std::path::PathBuf>,
+    /// Server: iperf3's users file, `user,sha256` lines (the hash of `{user}password`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "rsa_private_key_path",
+        help_heading = "Authentication"
+    )]
+    pub authorized_users_path: Option<std::path::PathBuf>,
+    /// Server: how far an iperf3 client's clock may be from this one's, in seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 10,
+        help_heading = "Authentication"
+    )]
+    pub time_skew_threshold: u64,
+    /// iperf3's RSA credentials in PKCS#1 v1.5 padding, as iperf3 before 3.17 (OAEP
+    /// otherwise); both ends must agree.
+    #[arg(long, help_heading = "Authentication")]
+    pub use_pkcs1_padding: bool,
 }
 
 #[cfg(test)]
@@ -1007,7 +1023,6 @@ mod tests {
         );
         // Flags clap would answer with an unrelated "similar" one.
         assert!(hint(&["--dscp", "10"]).unwrap().contains("-S 40"));
-        assert!(hint(&["--username", "u"]).unwrap().contains("--auth USER"));
         // iperf3's long spellings of pinperf's own flags mean the same.
         let p = Args::try_parse_from([
             "pinperf",

@@ -175,7 +175,13 @@ fn negotiate(
     cookie[..sent.len()].copy_from_slice(sent);
     ctl.write(&cookie[sent.len()..], "the cookie")?;
     expect_cookie_answer(&mut ctl, !sent.is_empty())?;
-    let params = Params::from_test(&cfg.test);
+    let mut params = Params::from_test(&cfg.test);
+    if let Some(who) = &cfg.iperf3_auth {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        params.authtoken = Some(who.token(now).map_err(Error::Usage)?);
+    }
     ctl.send_json(&params, "the test parameters")?;
     expect(&mut ctl, super::CREATE_STREAMS)?;
     Ok((ctl, cookie, params))

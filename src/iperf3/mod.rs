@@ -27,6 +27,7 @@
 //! ([`Params::to_test`]) rather than run a different test, and pinperf's client says in
 //! words what an iperf3 server's code means ([`error_words`]).
 
+pub mod auth;
 pub mod client;
 pub(crate) mod deadlines;
 pub mod json;
@@ -145,8 +146,9 @@ pub fn error_words(code: i32) -> String {
              net.core.rmem_max/wmem_max there are lower; a smaller -w)"
         }
         142 => {
-            "test authorization failed (the server requires iperf3's RSA authentication, \
-                which pinperf does not speak)"
+            "test authorization failed (its RSA authentication: --username USER \
+             --rsa-public-key-path FILE with the password in $IPERF3_PASSWORD; \
+             --use-pkcs1-padding for a server before iperf3 3.17)"
         }
         201 => "the server could not set up its streams",
         202 => "the server could not start a stream listener",
@@ -345,6 +347,9 @@ pub struct Params {
     /// `--get-server-output`: the server's results carry its report (likewise presence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub get_server_output: Option<Value>,
+    /// The client's credentials, RSA-sealed and base64 ([`auth`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authtoken: Option<String>,
     /// Every other key the peer sent.
     #[serde(flatten)]
     pub other: serde_json::Map<String, Value>,
@@ -411,6 +416,7 @@ impl Params {
             // 64-bit sequences: a long fast test never wraps.
             udp_counters_64bit: test.udp.then(|| Value::from(1)),
             get_server_output: test.get_server_output.then(|| Value::from(1)),
+            authtoken: None,
             other: serde_json::Map::new(),
         }
     }

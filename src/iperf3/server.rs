@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 
 use super::{Ctl, Params, Results, StreamResult, stream_id};
 use crate::data::ends::{Ends, Socks, Threads};
-use crate::data::pin::{self, Affinity, PinPlan};
+use crate::data::pin::{self, PinPlan};
 use crate::data::stream::{StreamSocks, UdpSnapshot, spawn_named};
 use crate::data::udp::wire::Format;
 use crate::error::{Error, Result};
@@ -39,7 +39,7 @@ use crate::server::bounds::Bounds;
 use crate::server::shared::Slot;
 use crate::timeouts;
 use crate::wire::measure::TcpSample;
-use crate::wire::params::{Limits, TestParams};
+use crate::wire::params::TestParams;
 
 /// An iperf3 test that may run here: pinperf's parameters, the pin plan, the header its
 /// UDP datagrams carry and whether the client wants the server's report.
@@ -47,18 +47,24 @@ pub(crate) struct Admitted {
     pub test: TestParams,
     pub plan: PinPlan,
     pub wire: Format,
+    /// The user its RSA credentials spoke for, on a server that asks for them.
+    pub user: Option<String>,
 }
 
 /// A test's parameters, or the refusal the client gets (iperf3's code) and the log's words.
 pub(crate) fn read_params(
     ctl: &mut Ctl,
-    limits: &Limits,
-    affinity: &Affinity,
+    cfg: &crate::config::ServerConfig,
     deadline: Instant,
 ) -> Result<std::result::Result<Admitted, super::Unsupported>> {
+    let (limits, affinity) = (&cfg.limits, &cfg.affinity);
     ctl.send_state(super::PARAM_EXCHANGE)?;
     let left = deadline.saturating_duration_since(Instant::now());
     let params: Params = ctl.read_json(left, "the test parameters")?;
+    let user = match authorized(&params, cfg.iperf3_gate.as_deref()) {
+        Ok(user) => user,
+        Err(u) => return Ok(Err(u)),
+    };
     let test = match params.to_test() {
         Ok(t) => t,
         Err(u) => return Ok(Err(u)),
@@ -71,11 +77,41 @@ pub(crate) fn read_params(
     }
     let wire = params.wire();
     Ok(pin::plan(affinity, test.threads(), &pin::allowed_cpus())
-        .map(|plan| Admitted { test, plan, wire })
+        .map(|plan| Admitted {
+            test,
+            plan,
+            wire,
+            user,
+        })
         .map_err(|reason| super::Unsupported {
             code: super::IEUNIMP,
             reason: format!("-A: {reason}"),
         }))
+}
+
+/// On a server with `--rsa-private-key-path`, the user the parameters' `authtoken` speaks
+/// for; a missing or refused token is iperf3's "test authorization failed".
+fn authorized(
+    params: &Params,
+    gate: Option<&super::auth::Gate>,
+) -> std::result::Result<Option<String>, super::Unsupported> {
+    let Some(gate) = gate else { return Ok(None) };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let refused = |reason: String| super::Unsupported {
+        code: super::IEAUTHTEST,
+        reason,
+    };
+    match params.authtoken.as_deref() {
+        None => Err(refused(
+            "no credentials: this server requires iperf3's RSA authentication".into(),
+        )),
+        Some(token) => gate
+            .check(token, now)
+            .map(Some)
+            .map_err(|r| refused(r.to_string())),
+    }
 }
 
 /// Runs an admitted iperf3 test on `ctl`: its TCP stream connections arrive on `streams`
@@ -89,7 +125,9 @@ pub(crate) fn run_test(
     cfg: &crate::config::ServerConfig,
     slot: &Slot,
 ) -> Result<(u64, u64)> {
-    let Admitted { test, plan, wire } = admitted;
+    let Admitted {
+        test, plan, wire, ..
+    } = admitted;
     let test = &test;
     let n = test.streams as usize;
     let rtt = crate::os::net::rtt(&ctl.sock);

@@ -102,14 +102,14 @@ fn admit(ctl: &mut Ctl, ho: &Handover) -> Option<Admitted> {
     };
     // Refused before its parameters are read: nothing an unauthenticated client sends
     // reaches the log.
-    if cfg.auth.is_some() {
+    if cfg.auth.is_some() && cfg.iperf3_gate.is_none() {
         if ho.claim() {
             let reason = "this server requires pinperf's authentication (--auth-keys)";
             refused(ctl, "auth", super::IEAUTHTEST, reason);
         }
         return None;
     }
-    let read = server::read_params(ctl, &cfg.limits, &cfg.affinity, ho.deadline);
+    let read = server::read_params(ctl, cfg, ho.deadline);
     // A handshake the acceptor cut was logged there.
     if !ho.claim() {
         return None;
@@ -117,7 +117,11 @@ fn admit(ctl: &mut Ctl, ho: &Handover) -> Option<Admitted> {
     match read {
         Ok(Ok(admitted)) => Some(admitted),
         Ok(Err(u)) => {
-            refused(ctl, "params", u.code, &u.reason);
+            let why = match u.code == super::IEAUTHTEST {
+                true => "auth",
+                false => "params",
+            };
+            refused(ctl, why, u.code, &u.reason);
             None
         }
         Err(e) => {
@@ -155,7 +159,7 @@ fn run(
     });
     let opening = server::opening_line(peer, &admitted.test);
     if !cfg.quiet {
-        serverlog::test_start(peer, None, &admitted.test);
+        serverlog::test_start(peer, admitted.user.as_deref(), &admitted.test);
         serverlog::message(opening.clone());
     }
     let listening = Listening::of(&admitted.test);

@@ -32,8 +32,7 @@ use crate::wire::{self, ControlMsg};
 /// and it has no spare descriptor left to refuse the client with: a tenth of
 /// [`timeouts::BUSY_ANSWER`], the longest a refusal holds a descriptor, so a freed one is
 /// noticed soon while the failing `accept()` costs no measurable CPU.
-const ACCEPT_RETRY: Duration =
-    Duration::from_millis(timeouts::BUSY_ANSWER.as_millis() as u64 / 10);
+const ACCEPT_RETRY: Duration = Duration::from_millis(timeouts::BUSY_ANSWER.as_millis() as u64 / 10);
 
 impl Server {
     /// Serves tests until killed (or one test with `-1`, whose result it returns).

@@ -39,6 +39,17 @@ pub(super) fn handshake(
     deadline: Instant,
 ) -> std::result::Result<(Admitted, Option<String>), Turned> {
     let peer = ctl.peer;
+    // A server that asks iperf3's clients for credentials and has none of pinperf's own
+    // lets no pinperf client test unasked.
+    if cfg.iperf3_gate.is_some() && cfg.auth.is_none() {
+        let reason = "this server takes iperf3's RSA authentication only: --peer iperf3 \
+                      --username USER --rsa-public-key-path FILE";
+        return Err(Turned::Refused(crate::server::admission::Refusal::plain(
+            "auth",
+            reason.into(),
+            None,
+        )));
+    }
     let mut machine = Handshake::new(cfg.auth.clone(), cfg.limits, cfg.affinity.clone())
         .map_err(Turned::Broken)?;
     loop {

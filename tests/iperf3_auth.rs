@@ -1,0 +1,174 @@
+//! iperf3's RSA authentication against the real iperf3 (Debian's 3.12, which pads with
+//! PKCS#1 v1.5: both ends here take `--use-pkcs1-padding`), both ways, and between two
+//! pinperf ends with OAEP. The key pair and users file (mary/secret) are fixtures. Each
+//! test skips, saying so, when no `iperf3` is on PATH.
+
+mod util;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use util::iperf3::{LIMIT, iperf3, listening};
+use util::{Server, pinperf};
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/tests/fixtures/iperf3-auth/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// `pinperf -c … --peer iperf3` with mary's credentials and `password`.
+fn client(port: u16, password: &str, extra: &[&str]) -> util::Run {
+    let key = fixture("public.pem");
+    let port = port.to_string();
+    let mut args = vec![
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--peer",
+        "iperf3",
+        "-t",
+        "0.5",
+        "--username",
+        "mary",
+        "--rsa-public-key-path",
+        &key,
+    ];
+    args.extend_from_slice(extra);
+    let t0 = std::time::Instant::now();
+    let output = Command::new("timeout")
+        .arg(LIMIT.as_secs().to_string())
+        .arg(util::bin())
+        .args(&args)
+        .env("IPERF3_PASSWORD", password)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run pinperf");
+    util::Run {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        output,
+        elapsed: t0.elapsed(),
+    }
+}
+
+/// `iperf3 -s -1` with the fixture key and users.
+fn iperf3_server() -> (std::process::Child, u16) {
+    let port = util::free_port();
+    let child = Command::new("iperf3")
+        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .args(["--rsa-private-key-path", &fixture("private.pem")])
+        .args(["--authorized-users-path", &fixture("users.csv")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn iperf3 -s");
+    util::wait_until(
+        "iperf3 -s listens",
+        Duration::from_secs(5),
+        || listening(port).then_some(()),
+        String::new,
+    );
+    (child, port)
+}
+
+#[test]
+fn pinperfs_credentials_open_an_iperf3_server_and_a_wrong_password_does_not() {
+    let test = "pinperfs_credentials_open_an_iperf3_server_and_a_wrong_password_does_not";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let (mut server, port) = iperf3_server();
+    client(port, "secret", &["--use-pkcs1-padding"]).assert_ok();
+    let _ = server.wait();
+    let (mut server, port) = iperf3_server();
+    let run = client(port, "guess", &["--use-pkcs1-padding"]);
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains("test authorization failed"),
+        "{}",
+        run.explain()
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// A pinperf server with iperf3's gate: an iperf3 client with the password tests, one
+/// with another is refused (logged as `auth`), and a pinperf client of pinperf's own
+/// protocol is told what the server takes.
+#[test]
+fn an_iperf3_client_authenticates_at_a_pinperf_server() {
+    let test = "an_iperf3_client_authenticates_at_a_pinperf_server";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let (key, users) = (fixture("private.pem"), fixture("users.csv"));
+    let mut server = Server::start(&[
+        "--rsa-private-key-path",
+        &key,
+        "--authorized-users-path",
+        &users,
+        "--use-pkcs1-padding",
+    ]);
+    let public = fixture("public.pem");
+    let port = server.port_arg();
+    let iperf3 = |password: &str| {
+        Command::new("timeout")
+            .arg(LIMIT.as_secs().to_string())
+            .args(["iperf3", "-c", "127.0.0.1", "-p", &port, "-t", "1"])
+            .args(["--username", "mary", "--rsa-public-key-path", &public])
+            .env("IPERF3_PASSWORD", password)
+            .output()
+            .expect("run iperf3 -c")
+    };
+    let ok = iperf3("secret");
+    assert!(ok.status.success(), "{ok:?}{}", server.explain());
+    server.wait_for_log("user mary", Duration::from_secs(5));
+    let bad = iperf3("guess");
+    assert!(!bad.status.success(), "{bad:?}");
+    let said = String::from_utf8_lossy(&bad.stderr) + String::from_utf8_lossy(&bad.stdout);
+    assert!(said.contains("authorization failed"), "{said}");
+    server.wait_for_log("unknown, or a wrong password", Duration::from_secs(5));
+    let native = pinperf(&["-c", "127.0.0.1", "-p", &port, "-t", "0.5"], LIMIT);
+    assert_eq!(native.code(), Some(1), "{}", native.explain());
+    assert!(
+        native.stderr().contains("iperf3's RSA authentication only"),
+        "{}",
+        native.explain()
+    );
+}
+
+/// Two pinperf ends, OAEP as iperf3 3.17 and later: the client's credentials open the
+/// server; without them it is refused.
+#[test]
+fn two_pinperf_ends_speak_iperf3s_oaep_credentials() {
+    let (key, users) = (fixture("private.pem"), fixture("users.csv"));
+    let server = Server::start(&[
+        "--rsa-private-key-path",
+        &key,
+        "--authorized-users-path",
+        &users,
+    ]);
+    client(server.port, "secret", &[]).assert_ok();
+    let port = server.port_arg();
+    let bare = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--peer",
+            "iperf3",
+            "-t",
+            "0.5",
+        ],
+        LIMIT,
+    );
+    assert_eq!(bare.code(), Some(1), "{}", bare.explain());
+    assert!(
+        bare.stderr().contains("test authorization failed"),
+        "{}",
+        bare.explain()
+    );
+}
