@@ -210,6 +210,8 @@ pub struct ServerConfig {
     pub allow: Vec<crate::server::allow::Cidr>,
     /// `--max-tests-per-minute` per source.
     pub max_tests_per_minute: Option<u32>,
+    /// `--idle-timeout` (with `-1`): how long the server waits for a test.
+    pub idle_timeout: Option<Duration>,
     /// Where and how the log is written: `--log-format`, `--logfile`, `--timestamps`, `-T`.
     pub log: LogOutput,
 }
@@ -258,6 +260,7 @@ impl ServerConfig {
             iperf3_gate: None,
             allow: Vec::new(),
             max_tests_per_minute: None,
+            idle_timeout: None,
             log: LogOutput::default(),
         }
     }
@@ -312,7 +315,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
     cfg.auth = client_auth(args)?;
-    cfg.iperf3_auth = iperf3_credentials(args)?;
+    cfg.iperf3_auth = crate::iperf3::auth::credentials(args).map_err(usage)?;
     cfg.check_engine()?;
     Ok(Mode::Client(cfg))
 }
@@ -360,6 +363,11 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             ))
         })?;
     }
+    if args.idle_timeout.is_some_and(|t| t.is_zero()) {
+        return Err(usage(
+            "--idle-timeout 0: at least a second (leave it out to wait on)",
+        ));
+    }
     if args.max_tests_per_minute == Some(0) {
         return Err(usage(
             "--max-tests-per-minute 0: must be at least 1 (leave it out for no limit)",
@@ -381,8 +389,9 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             .map(crate::server::auth::Keys::load)
             .transpose()?,
         allow: crate::server::allow::parse_list(&args.allow).map_err(usage)?,
-        iperf3_gate: iperf3_gate(args)?,
+        iperf3_gate: crate::iperf3::auth::gate(args).map_err(usage)?,
         max_tests_per_minute: args.max_tests_per_minute,
+        idle_timeout: args.idle_timeout,
         log: server_log(args)?,
     })
 }
@@ -491,52 +500,6 @@ fn client_auth(args: &Args) -> Result<Option<crate::server::auth::ClientAuth>> {
             )
         })
         .transpose()
-}
-
-/// `--rsa-private-key-path`, `--authorized-users-path` and `--time-skew-threshold`: the
-/// server's gate for iperf3's clients, read now so a mistake stops it before it serves.
-fn iperf3_gate(args: &Args) -> Result<Option<std::sync::Arc<crate::iperf3::auth::Gate>>> {
-    let (Some(key), Some(users)) = (&args.rsa_private_key_path, &args.authorized_users_path) else {
-        return Ok(None);
-    };
-    let padding = match args.use_pkcs1_padding {
-        true => crate::iperf3::auth::Padding::Pkcs1,
-        false => crate::iperf3::auth::Padding::Oaep,
-    };
-    crate::iperf3::auth::Gate::load(key, users, args.time_skew_threshold, padding)
-        .map(|g| Some(std::sync::Arc::new(g)))
-        .map_err(usage)
-}
-
-/// `--username`, `--rsa-public-key-path` and `$IPERF3_PASSWORD`: iperf3's credentials, for
-/// an iperf3 server (pinperf's own authenticate with `--auth`).
-fn iperf3_credentials(args: &Args) -> Result<Option<crate::iperf3::auth::Credentials>> {
-    let (Some(user), Some(key)) = (&args.username, &args.rsa_public_key_path) else {
-        return Ok(None);
-    };
-    if args.auth.is_some() {
-        return Err(usage(
-            "--username and --auth: iperf3's credentials or pinperf's, not both",
-        ));
-    }
-    if args.target.peer != crate::choices::Peer::Iperf3 {
-        return Err(usage(
-            "--username: iperf3's credentials are for an iperf3 server; add --peer iperf3",
-        ));
-    }
-    let password = std::env::var(crate::iperf3::auth::PASSWORD_ENV).map_err(|_| {
-        usage(format!(
-            "--username {user}: the password comes from ${} (set it for this command)",
-            crate::iperf3::auth::PASSWORD_ENV
-        ))
-    })?;
-    let padding = match args.use_pkcs1_padding {
-        true => crate::iperf3::auth::Padding::Pkcs1,
-        false => crate::iperf3::auth::Padding::Oaep,
-    };
-    crate::iperf3::auth::Credentials::load(user, &password, key, padding)
-        .map(Some)
-        .map_err(usage)
 }
 
 /// `--format`, or the shortcut flags (clap rejects more than one).

@@ -1741,3 +1741,32 @@ fn a_servers_words_reach_the_clients_terminal_escaped() {
         "{err:?}"
     );
 }
+
+/// `-1 --idle-timeout`: no test within it, and the server ends on its own, status 0 (as
+/// pScheduler's `iperf3 -s -1 --idle-timeout N` expects); a test that comes in time is
+/// served, and then the one-off server ends as always.
+#[test]
+fn a_one_off_server_ends_when_no_test_comes_within_its_idle_timeout() {
+    let mut idle = Server::start(&["-1", "--idle-timeout", "0.5"]);
+    let status = util::wait_until(
+        "the idle server ends",
+        Duration::from_secs(5),
+        || idle.child.try_wait().ok().flatten(),
+        String::new,
+    );
+    assert!(status.success(), "{status}{}", idle.explain());
+    assert!(
+        idle.log().contains("no test for 0.5 s (--idle-timeout)"),
+        "{}",
+        idle.explain()
+    );
+    let mut served = Server::start(&["-1", "--idle-timeout", "3"]);
+    client("127.0.0.1", &served.port_arg(), &["-t", "0.5"]).assert_ok();
+    let status = util::wait_until(
+        "the one-off server ends",
+        Duration::from_secs(5),
+        || served.child.try_wait().ok().flatten(),
+        String::new,
+    );
+    assert!(status.success(), "{status}{}", served.explain());
+}

@@ -383,11 +383,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     ),
     (
         "",
-        "--idle-timeout",
-        "not yet: run `pinperf -s -1` under a timeout(1)",
-    ),
-    (
-        "",
         "--server-max-duration",
         "a pinperf server refuses longer tests with --max-duration SECS",
     ),
@@ -747,6 +742,11 @@ pub struct Args {
     /// Serve one test, then exit.
     #[arg(short = '1', long = "one-off", help_heading = "Server")]
     pub one_off: bool,
+
+    /// With -1: exit (status 0) when no test has started for this long, as iperf3 -s -1
+    /// --idle-timeout does; a serving server has no state to reset and goes on.
+    #[arg(long, value_name = "SECS", value_parser = units::parse_duration, help_heading = "Server")]
+    pub idle_timeout: Option<Duration>,
 
     /// Largest number of streams a client may ask for.
     #[arg(

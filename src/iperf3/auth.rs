@@ -16,6 +16,47 @@ use rsa::pkcs8::{DecodePrivateKey, DecodePublicKey};
 use rsa::{Oaep, Pkcs1v15Encrypt, RsaPrivateKey, RsaPublicKey};
 use sha2::{Digest, Sha256};
 
+use crate::cli::Args;
+
+/// `--use-pkcs1-padding`'s choice.
+fn padding(args: &Args) -> Padding {
+    match args.use_pkcs1_padding {
+        true => Padding::Pkcs1,
+        false => Padding::Oaep,
+    }
+}
+
+/// `--username`, `--rsa-public-key-path` and `$IPERF3_PASSWORD`: a client's credentials
+/// for an iperf3 server (pinperf's own authenticate with `--auth`).
+pub fn credentials(args: &Args) -> Result<Option<Credentials>, String> {
+    let (Some(user), Some(key)) = (&args.username, &args.rsa_public_key_path) else {
+        return Ok(None);
+    };
+    if args.auth.is_some() {
+        return Err("--username and --auth: iperf3's credentials or pinperf's, not both".into());
+    }
+    if args.target.peer != crate::choices::Peer::Iperf3 {
+        return Err(
+            "--username: iperf3's credentials are for an iperf3 server; add --peer iperf3".into(),
+        );
+    }
+    let password = std::env::var(PASSWORD_ENV).map_err(|_| {
+        format!(
+            "--username {user}: the password comes from ${PASSWORD_ENV} (set it for this command)"
+        )
+    })?;
+    Credentials::load(user, &password, key, padding(args)).map(Some)
+}
+
+/// `--rsa-private-key-path`, `--authorized-users-path` and `--time-skew-threshold`: a
+/// server's gate for iperf3's clients, read now so a mistake stops it before it serves.
+pub fn gate(args: &Args) -> Result<Option<std::sync::Arc<Gate>>, String> {
+    let (Some(key), Some(users)) = (&args.rsa_private_key_path, &args.authorized_users_path) else {
+        return Ok(None);
+    };
+    Gate::load(key, users, args.time_skew_threshold, padding(args)).map(|g| Some(g.into()))
+}
+
 /// How the token is padded before RSA: both ends must agree (it is not negotiated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Padding {

@@ -51,6 +51,9 @@ impl Server {
             if let Ok(result) = done_rx.try_recv() {
                 return result;
             }
+            if acceptor.idle_too_long() {
+                return Ok(());
+            }
             for cut in acceptor.shared.pending.cut_expired(Instant::now()) {
                 log_refused(&acceptor.cfg, cut.peer, None, "handshake", &cut.reason);
             }
@@ -87,6 +90,8 @@ struct Acceptor {
     /// While out of descriptors: how many clients were refused for it.
     fd_burst: Option<u64>,
     signalled: Option<Instant>,
+    /// Since when no test has held the slot (for `--idle-timeout`).
+    idle_since: Instant,
     /// What the control port's listener sets on the sockets it accepts (see
     /// [`Relisten`]), and since when a request to change it waits.
     listening: Listening,
@@ -125,6 +130,7 @@ impl Acceptor {
             spare: server.spare,
             fd_burst: None,
             signalled: None,
+            idle_since: Instant::now(),
             listening: Listening::default(),
             asked_at: None,
         };
@@ -147,6 +153,27 @@ impl Acceptor {
             log!(self.cfg.quiet, "pinperf: server stopped by {name}");
             crate::os::sys::die_by(sig);
         }
+    }
+
+    /// A `-1` server with `--idle-timeout` that no test has reached for that long: it
+    /// says so and ends (status 0), as iperf3's does.
+    fn idle_too_long(&mut self) -> bool {
+        let Some(limit) = self.cfg.idle_timeout.filter(|_| self.done.is_some()) else {
+            return false;
+        };
+        if self.shared.slot.state.load(Ordering::Acquire) != IDLE {
+            self.idle_since = Instant::now();
+            return false;
+        }
+        let idle = self.idle_since.elapsed() > limit;
+        if idle {
+            log!(
+                self.cfg.quiet,
+                "pinperf: no test for {} s (--idle-timeout): server stopped",
+                limit.as_secs_f64()
+            );
+        }
+        idle
     }
 
     /// Waits a [`timeouts::POLL`] at most: whether a connection and a request to listen
