@@ -11,6 +11,9 @@ pub enum Format {
     /// One document in iperf3 3.x's `-J` shape and types, pinperf's own under "pinperf".
     #[value(name = "iperf3-json")]
     Iperf3Json,
+    /// iperf3 3.x's text report (its lines, columns and units), for scripts that read it.
+    #[value(name = "iperf3-text")]
+    Iperf3Text,
 }
 
 /// What the client's server speaks (`--peer`).
@@ -122,19 +125,41 @@ pub enum RateUnit {
     /// TiB/s.
     #[value(name = "T")]
     TeraBytes,
+    /// iperf3's adaptive bits (`a`, its default): `--format iperf3-text` picks Kbit/s to
+    /// Tbit/s per figure; pinperf's own text shows Mb/s.
+    #[value(name = "a")]
+    AdaptiveBits,
+    /// iperf3's adaptive bytes (`A`): in `--format iperf3-text` KByte/s to TByte/s per
+    /// figure; pinperf's own text shows MiB/s.
+    #[value(name = "A")]
+    AdaptiveBytes,
 }
 
 impl RateUnit {
+    /// iperf3's `-f` letter for this unit.
+    pub fn letter(self) -> char {
+        match self {
+            RateUnit::KiloBits => 'k',
+            RateUnit::MegaBits => 'm',
+            RateUnit::GigaBits => 'g',
+            RateUnit::KiloBytes => 'K',
+            RateUnit::MegaBytes => 'M',
+            RateUnit::GigaBytes => 'G',
+            RateUnit::AdaptiveBits => 'a',
+            RateUnit::AdaptiveBytes => 'A',
+        }
+    }
+
     /// `bits_per_second` in this unit.
     pub fn scale(self, bits_per_second: f64) -> f64 {
         let bytes = bits_per_second / 8.0;
         match self {
             RateUnit::KiloBits => bits_per_second / 1e3,
-            RateUnit::MegaBits => bits_per_second / 1e6,
+            RateUnit::MegaBits | RateUnit::AdaptiveBits => bits_per_second / 1e6,
             RateUnit::GigaBits => bits_per_second / 1e9,
             RateUnit::TeraBits => bits_per_second / 1e12,
             RateUnit::KiloBytes => bytes / 1024.0,
-            RateUnit::MegaBytes => bytes / (1024.0 * 1024.0),
+            RateUnit::MegaBytes | RateUnit::AdaptiveBytes => bytes / (1024.0 * 1024.0),
             RateUnit::GigaBytes => bytes / (1024.0 * 1024.0 * 1024.0),
             RateUnit::TeraBytes => bytes / (1024.0 * 1024.0 * 1024.0 * 1024.0),
         }
@@ -144,11 +169,11 @@ impl RateUnit {
     pub fn label(self) -> &'static str {
         match self {
             RateUnit::KiloBits => "Kb/s",
-            RateUnit::MegaBits => "Mb/s",
+            RateUnit::MegaBits | RateUnit::AdaptiveBits => "Mb/s",
             RateUnit::GigaBits => "Gb/s",
             RateUnit::TeraBits => "Tb/s",
             RateUnit::KiloBytes => "KiB/s",
-            RateUnit::MegaBytes => "MiB/s",
+            RateUnit::MegaBytes | RateUnit::AdaptiveBytes => "MiB/s",
             RateUnit::GigaBytes => "GiB/s",
             RateUnit::TeraBytes => "TiB/s",
         }

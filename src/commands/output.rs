@@ -15,6 +15,7 @@ use crate::commands::{html, plot};
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
 use crate::iperf3::json::Iperf3JsonFormatter;
+use crate::iperf3::text::Iperf3TextFormatter;
 use crate::report::Formatter;
 use crate::report::format::csv::CsvFormatter;
 use crate::report::format::json::{Document, JsonFormatter, JsonLinesFormatter};
@@ -118,6 +119,11 @@ pub(crate) fn display(
         Format::JsonLines => Box::new(JsonLinesFormatter::new(out)),
         Format::Csv => Box::new(CsvFormatter::new(out)),
         Format::Iperf3Json => Box::new(Iperf3JsonFormatter::new(out).titled(t.title.clone())),
+        Format::Iperf3Text => Box::new(Iperf3TextFormatter::new(
+            crate::report::prefix::Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
+            t.unit,
+            t.verbose,
+        )),
     }
 }
 

@@ -34,6 +34,7 @@ pub mod json;
 pub mod personality;
 pub mod server;
 pub(crate) mod session;
+pub(crate) mod text;
 pub mod udp;
 pub mod wording;
 

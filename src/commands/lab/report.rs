@@ -416,7 +416,7 @@ impl LabOut {
         self.end.warnings.extend(failed);
         self.write_files();
         match self.format {
-            Format::Text | Format::Csv | Format::Iperf3Json => {
+            Format::Text | Format::Csv | Format::Iperf3Json | Format::Iperf3Text => {
                 self.line(line);
             }
             Format::JsonLines => {
@@ -463,7 +463,7 @@ impl LabOut {
     fn line(&mut self, line: &str) -> bool {
         match self.format {
             // With the client's prefixes (`--timestamps`, `-T`), as its own lines.
-            Format::Text => {
+            Format::Text | Format::Iperf3Text => {
                 let prefix = crate::report::prefix::line_prefix(
                     self.text.timestamps.as_deref(),
                     self.text.title.as_deref(),
