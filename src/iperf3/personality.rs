@@ -293,6 +293,13 @@ impl Iperf3Args {
         }
         if self.json {
             out.extend(["--format".into(), "iperf3-json".into()]);
+        } else if !self.server {
+            // iperf3's text, in its units: adaptive unless -f chose one. (A server's
+            // report flags are its log's; it keeps pinperf's.)
+            out.extend(["--format".into(), "iperf3-text".into()]);
+            if self.format.is_none() {
+                out.extend(["-f".into(), "a".into()]);
+            }
         }
         if !self.server {
             // What iperf3 speaks: a pinperf server speaks it too, so there is nothing to
@@ -354,6 +361,11 @@ mod tests {
         assert!(line.contains("--connect-timeout 3 "), "{line}");
         assert!(line.contains("-A 0/1"), "{line}");
         assert!(line.contains("-t 86400"), "{line}");
+        assert!(line.contains("--format iperf3-text -f a"), "{line}");
+        let unit = native(&["-c", "h", "-f", "M"]).unwrap().join(" ");
+        assert!(unit.contains("-f M") && !unit.contains("-f a"), "{unit}");
+        let json = native(&["-c", "h", "-J"]).unwrap().join(" ");
+        assert!(json.contains("--format iperf3-json") && !json.contains("iperf3-text"));
         let server = native(&["-s", "-1", "-J", "-p", "5301"]).unwrap().join(" ");
         assert_eq!(server, "pinperf -s -p 5301 -1 --format iperf3-json");
     }
