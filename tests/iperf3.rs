@@ -1519,6 +1519,81 @@ fn the_iperf3_command_line_runs_a_test_against_iperf3() {
     assert_eq!(doc["start"]["test_start"]["num_streams"], 2, "{doc}");
 }
 
+/// iperf3's text figure `23.9 MBytes` in bytes, and how far off its rounding lets it be
+/// (half its last place).
+fn iperf3_bytes(value: &str, unit: &str) -> (f64, f64) {
+    let scale = match unit {
+        "Bytes" => 1.0,
+        "KBytes" => 1024.0,
+        "MBytes" => 1024.0 * 1024.0,
+        "GBytes" => 1024.0 * 1024.0 * 1024.0,
+        "TBytes" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => panic!("not a byte unit: {other}"),
+    };
+    let places = value.split_once('.').map_or(0, |(_, d)| d.len());
+    let v: f64 = value.parse().expect("a number");
+    (v * scale, 0.5 * 10f64.powi(-(places as i32)) * scale)
+}
+
+/// `pinperf iperf3 -c` without `-J` prints iperf3's text: its last `receiver` line parses
+/// as iperf3's, and its `sender` line's Transfer is the iperf3 server's byte count to the
+/// precision iperf3 shows it.
+#[test]
+fn the_iperf3_command_line_prints_iperf3_s_text() {
+    let test = "the_iperf3_command_line_prints_iperf3_s_text";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    let port = server.port.to_string();
+    let run = pinperf(
+        &[
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-b",
+            "200M",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let out = run.stdout();
+    assert!(
+        out.starts_with(&format!("Connecting to host 127.0.0.1, port {port}\n")),
+        "{}",
+        run.explain()
+    );
+    assert!(out.ends_with("\niperf Done.\n"), "{}", run.explain());
+    // `[  0]   0.00-1.00   sec  23.9 MBytes   200 Mbits/sec ... sender|receiver`.
+    let figures = |role: &str| -> Vec<String> {
+        let line = out
+            .lines()
+            .rfind(|l| l.starts_with("[  ") && l.ends_with(role))
+            .unwrap_or_else(|| panic!("no {role} line{}", run.explain()));
+        let after = line.split_once(" sec  ").expect("sec").1;
+        after.split_whitespace().map(str::to_string).collect()
+    };
+    let received = figures("receiver");
+    let parses = |i: usize| received[i].parse::<f64>().is_ok();
+    assert!(parses(0) && received[1].ends_with("Bytes"), "{received:?}");
+    assert!(
+        parses(2) && received[3].ends_with("bits/sec"),
+        "{received:?}"
+    );
+    let sent = figures("sender");
+    let theirs = bytes(&server.document(), "sum_received") as f64;
+    let (shown, slack) = iperf3_bytes(&sent[0], &sent[1]);
+    assert!(
+        (shown - theirs).abs() <= slack * 1.0001,
+        "sender {sent:?} against the iperf3 server's {theirs} bytes{}",
+        run.explain()
+    );
+}
+
 /// Run under the name `iperf3` (a link to the binary), it serves as `iperf3 -s -1`: one
 /// test from a real iperf3 client, then it exits.
 #[test]
