@@ -202,5 +202,22 @@ mod tests {
             assert_eq!(unit.label(), label);
         }
         assert_eq!(RateUnit::default(), RateUnit::MegaBits);
+        // iperf3's adaptive letters: pinperf's own text shows them in Mb/s and MiB/s.
+        assert_eq!(RateUnit::AdaptiveBits.label(), "Mb/s");
+        assert_eq!(RateUnit::AdaptiveBytes.scale(bps), 1024.0);
+        let letters: String = [
+            RateUnit::KiloBits,
+            RateUnit::MegaBits,
+            RateUnit::GigaBits,
+            RateUnit::KiloBytes,
+            RateUnit::MegaBytes,
+            RateUnit::GigaBytes,
+            RateUnit::AdaptiveBits,
+            RateUnit::AdaptiveBytes,
+        ]
+        .map(RateUnit::letter)
+        .iter()
+        .collect();
+        assert_eq!(letters, "kmgKMGaA");
     }
 }
