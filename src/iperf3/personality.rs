@@ -2,7 +2,8 @@
 //! iperf3 3.21's flags with iperf3's meanings and defaults, turned into the same test in
 //! pinperf's own flags, so the test runs on pinperf's pinned threads and is checked by the
 //! same rules. A flag of iperf3's that this cannot honour yet is refused by name; none is
-//! taken and ignored.
+//! taken and ignored. A client reports as iperf3 does: its text (`--format iperf3-text`,
+//! in iperf3's adaptive units unless `-f` chose one), or with `-J` its JSON.
 
 use std::ffi::OsString;
 
