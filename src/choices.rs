@@ -142,9 +142,11 @@ impl RateUnit {
             RateUnit::KiloBits => 'k',
             RateUnit::MegaBits => 'm',
             RateUnit::GigaBits => 'g',
+            RateUnit::TeraBits => 't',
             RateUnit::KiloBytes => 'K',
             RateUnit::MegaBytes => 'M',
             RateUnit::GigaBytes => 'G',
+            RateUnit::TeraBytes => 'T',
             RateUnit::AdaptiveBits => 'a',
             RateUnit::AdaptiveBytes => 'A',
         }

@@ -1648,8 +1648,8 @@ fn the_iperf3_command_line_refuses_what_it_cannot_honour() {
             "-n: an iperf3 option",
         ),
         (
-            &["iperf3", "-s", "--idle-timeout", "5"][..],
-            "--idle-timeout: an iperf3 option",
+            &["iperf3", "-c", "127.0.0.1", "--json-stream"][..],
+            "--json-stream: an iperf3 option",
         ),
         (
             &["iperf3", "-c", "127.0.0.1", "-b", "1M/10"][..],

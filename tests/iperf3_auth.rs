@@ -172,3 +172,82 @@ fn two_pinperf_ends_speak_iperf3s_oaep_credentials() {
         bare.explain()
     );
 }
+
+/// pScheduler's server command, `iperf3 -s -1 --idle-timeout N --json -p PORT` with its
+/// key and users, run through pinperf's iperf3 command line: a real iperf3 client with
+/// the credentials tests, then the one-off server ends; with no client it ends when idle.
+#[test]
+fn pschedulers_server_command_serves_an_authenticated_iperf3_client() {
+    let test = "pschedulers_server_command_serves_an_authenticated_iperf3_client";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = |idle: &str| {
+        let port = util::free_port();
+        let child = Command::new(util::bin())
+            .args(["iperf3", "-s", "-1", "--idle-timeout", idle, "--json"])
+            .args([
+                "-B",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--use-pkcs1-padding",
+            ])
+            .args(["--authorized-users-path", &fixture("users.csv")])
+            .args(["--rsa-private-key-path", &fixture("private.pem")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn pinperf iperf3 -s");
+        util::wait_until(
+            "the server listens",
+            Duration::from_secs(5),
+            || listening(port).then_some(()),
+            String::new,
+        );
+        (child, port)
+    };
+    let (mut child, port) = server("10");
+    let out = Command::new("timeout")
+        .arg(LIMIT.as_secs().to_string())
+        .args([
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-J",
+        ])
+        .args([
+            "--username",
+            "mary",
+            "--rsa-public-key-path",
+            &fixture("public.pem"),
+        ])
+        .env("IPERF3_PASSWORD", "secret")
+        .output()
+        .expect("run iperf3 -c");
+    assert!(out.status.success(), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["end"]["sum_received"]["bytes"].as_u64() > Some(0),
+        "{doc}"
+    );
+    let ended = util::wait_until(
+        "the one-off server ends",
+        Duration::from_secs(5),
+        || child.try_wait().ok().flatten(),
+        String::new,
+    );
+    assert!(ended.success(), "{ended}");
+    let (mut idle, _) = server("1");
+    let ended = util::wait_until(
+        "the idle server ends",
+        Duration::from_secs(5),
+        || idle.try_wait().ok().flatten(),
+        String::new,
+    );
+    assert!(ended.success(), "{ended}");
+}

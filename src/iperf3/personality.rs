@@ -127,6 +127,27 @@ pub struct Iperf3Args {
     /// Get results from the server.
     #[arg(long)]
     pub get_server_output: bool,
+    /// Server: with -1, exit when no client has come for this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<String>,
+    /// Client: the username for iperf3's RSA authentication (password: $IPERF3_PASSWORD).
+    #[arg(long, value_name = "USER")]
+    pub username: Option<String>,
+    /// Client: the server's RSA public key (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub rsa_public_key_path: Option<String>,
+    /// Server: the RSA private key that opens the clients' credentials (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub rsa_private_key_path: Option<String>,
+    /// Server: the authorized users file (`user,sha256` lines).
+    #[arg(long, value_name = "FILE")]
+    pub authorized_users_path: Option<String>,
+    /// Server: the largest difference between the client's clock and this one, seconds.
+    #[arg(long, value_name = "SECS")]
+    pub time_skew_threshold: Option<String>,
+    /// PKCS#1 v1.5 padding for the credentials, for peers before iperf3 3.17.
+    #[arg(long)]
+    pub use_pkcs1_padding: bool,
 }
 
 /// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
@@ -163,15 +184,8 @@ const NOT_YET: &[&str] = &[
     "--cntl-ka",
     "--pacing-timer",
     "--no-fq-socket-pacing",
-    "--idle-timeout",
     "--server-max-duration",
     "--server-bitrate-limit",
-    "--time-skew-threshold",
-    "--username",
-    "--rsa-public-key-path",
-    "--rsa-private-key-path",
-    "--authorized-users-path",
-    "--use-pkcs1-padding",
     "--sctp",
     "-X",
     "--xbind",
@@ -236,6 +250,7 @@ impl Iperf3Args {
             (self.get_server_output, "--get-server-output"),
             (self.forceflush, "--forceflush"),
             (self.verbose, "-V"),
+            (self.use_pkcs1_padding, "--use-pkcs1-padding"),
         ];
         out.extend(
             plain
@@ -258,6 +273,12 @@ impl Iperf3Args {
             ("-S", &self.tos),
             ("-O", &self.omit),
             ("-T", &self.title),
+            ("--idle-timeout", &self.idle_timeout),
+            ("--username", &self.username),
+            ("--rsa-public-key-path", &self.rsa_public_key_path),
+            ("--rsa-private-key-path", &self.rsa_private_key_path),
+            ("--authorized-users-path", &self.authorized_users_path),
+            ("--time-skew-threshold", &self.time_skew_threshold),
         ];
         for (f, v) in valued {
             if let Some(v) = v {
@@ -292,7 +313,11 @@ impl Iperf3Args {
             Some(None) => out.push("--timestamps".into()),
             None => {}
         }
-        if self.json {
+        if self.json && self.server {
+            // A server's -J: its log as JSON lines (iperf3's server document is not
+            // written yet).
+            out.extend(["--log-format".into(), "json".into()]);
+        } else if self.json {
             out.extend(["--format".into(), "iperf3-json".into()]);
         } else if !self.server {
             // iperf3's text, in its units: adaptive unless -f chose one. (A server's
@@ -368,12 +393,12 @@ mod tests {
         let json = native(&["-c", "h", "-J"]).unwrap().join(" ");
         assert!(json.contains("--format iperf3-json") && !json.contains("iperf3-text"));
         let server = native(&["-s", "-1", "-J", "-p", "5301"]).unwrap().join(" ");
-        assert_eq!(server, "pinperf -s -p 5301 -1 --format iperf3-json");
+        assert_eq!(server, "pinperf -s -p 5301 -1 --log-format json");
     }
 
     #[test]
     fn what_cannot_be_honoured_is_refused_by_name() {
-        for flag in ["-n", "--idle-timeout", "--username", "-k"] {
+        for flag in ["-n", "--json-stream", "--cport", "-k"] {
             let e = native(&["-c", "h", flag, "1"]).unwrap_err();
             assert!(e.starts_with(flag), "{e}");
         }
