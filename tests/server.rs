@@ -1592,6 +1592,18 @@ fn a_source_that_guesses_secrets_is_locked_out_and_told_for_how_long() {
         "{}",
         explain(&fourth)
     );
+    // The fourth refusal's line may reach the log after the client has its answer.
+    util::wait_until(
+        "the lockout in the log",
+        Duration::from_secs(5),
+        || {
+            server
+                .log()
+                .contains("its connections are refused for 1 s")
+                .then_some(())
+        },
+        || server.log(),
+    );
     let lines = server.log().lines().count();
     let locked = guess();
     assert_eq!(locked.status.code(), Some(1), "{}", explain(&locked));
