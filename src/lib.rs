@@ -65,6 +65,12 @@ pub fn run_from_env() -> Result<()> {
     let personality = named || argv.get(1).is_some_and(|a| a == "iperf3");
     if personality {
         let rest = &argv[if named { 1 } else { 2 }..];
+        if let Some(text) = iperf3::personality::version(rest) {
+            use std::io::Write as _;
+            return std::io::stdout()
+                .write_all(text.as_bytes())
+                .map_err(|_| Error::OutputClosed);
+        }
         argv = iperf3::personality::native_argv(rest).map_err(Error::Usage)?;
     }
     let argv = cli::attach_signed_values(argv);

@@ -251,3 +251,33 @@ fn pschedulers_server_command_serves_an_authenticated_iperf3_client() {
     );
     assert!(ended.success(), "{ended}");
 }
+
+/// iperf3 credentials that fail count against their source as pinperf's do: the fourth
+/// failure within a minute locks the address out, and the log says for how long.
+#[test]
+fn failed_iperf3_credentials_lock_their_source_out() {
+    let test = "failed_iperf3_credentials_lock_their_source_out";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let (key, users) = (fixture("private.pem"), fixture("users.csv"));
+    let mut server = Server::start(&[
+        "--rsa-private-key-path",
+        &key,
+        "--authorized-users-path",
+        &users,
+        "--use-pkcs1-padding",
+    ]);
+    let (port, public) = (server.port_arg(), fixture("public.pem"));
+    for _ in 0..4 {
+        let out = Command::new("timeout")
+            .arg(LIMIT.as_secs().to_string())
+            .args(["iperf3", "-c", "127.0.0.1", "-p", &port, "-t", "1"])
+            .args(["--username", "mary", "--rsa-public-key-path", &public])
+            .env("IPERF3_PASSWORD", "guess")
+            .output()
+            .expect("run iperf3 -c");
+        assert!(!out.status.success(), "{out:?}");
+    }
+    server.wait_for_log("its connections are refused for", Duration::from_secs(5));
+}

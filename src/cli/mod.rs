@@ -860,14 +860,10 @@ pub struct Args {
         help_heading = "Authentication"
     )]
     pub authorized_users_path: Option<std::path::PathBuf>,
-    /// Server: how far an iperf3 client's clock may be from this one's, in seconds.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 10,
-        help_heading = "Authentication"
-    )]
-    pub time_skew_threshold: u64,
+    /// Server: how far an iperf3 client's clock may be from this one's, in seconds
+    /// [default: 10].
+    #[arg(long, value_name = "SECS", help_heading = "Authentication")]
+    pub time_skew_threshold: Option<u64>,
     /// iperf3's RSA credentials in PKCS#1 v1.5 padding, as iperf3 before 3.17 (OAEP
     /// otherwise); both ends must agree.
     #[arg(long, help_heading = "Authentication")]

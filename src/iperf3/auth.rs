@@ -27,9 +27,32 @@ fn padding(args: &Args) -> Padding {
 }
 
 /// `--username`, `--rsa-public-key-path` and `$IPERF3_PASSWORD`: a client's credentials
-/// for an iperf3 server (pinperf's own authenticate with `--auth`).
+/// for an iperf3 server (pinperf's own authenticate with `--auth`). A server's options
+/// here are refused, not ignored.
 pub fn credentials(args: &Args) -> Result<Option<Credentials>, String> {
+    if let Some(flag) = given(&[
+        (
+            args.rsa_private_key_path.is_some(),
+            "--rsa-private-key-path",
+        ),
+        (
+            args.authorized_users_path.is_some(),
+            "--authorized-users-path",
+        ),
+        (args.time_skew_threshold.is_some(), "--time-skew-threshold"),
+    ]) {
+        return Err(format!(
+            "{flag}: a server option (-s); a client gives --username and --rsa-public-key-path"
+        ));
+    }
     let (Some(user), Some(key)) = (&args.username, &args.rsa_public_key_path) else {
+        if args.use_pkcs1_padding {
+            return Err(
+                "--use-pkcs1-padding: pads iperf3's credentials; give --username and \
+                 --rsa-public-key-path"
+                    .into(),
+            );
+        }
         return Ok(None);
     };
     if args.auth.is_some() {
@@ -50,11 +73,37 @@ pub fn credentials(args: &Args) -> Result<Option<Credentials>, String> {
 
 /// `--rsa-private-key-path`, `--authorized-users-path` and `--time-skew-threshold`: a
 /// server's gate for iperf3's clients, read now so a mistake stops it before it serves.
+/// A client's options here are refused, not ignored.
 pub fn gate(args: &Args) -> Result<Option<std::sync::Arc<Gate>>, String> {
+    if let Some(flag) = given(&[
+        (args.username.is_some(), "--username"),
+        (args.rsa_public_key_path.is_some(), "--rsa-public-key-path"),
+    ]) {
+        return Err(format!(
+            "{flag}: a client option; a server takes --rsa-private-key-path and \
+             --authorized-users-path"
+        ));
+    }
     let (Some(key), Some(users)) = (&args.rsa_private_key_path, &args.authorized_users_path) else {
+        if args.use_pkcs1_padding || args.time_skew_threshold.is_some() {
+            return Err(
+                "--use-pkcs1-padding and --time-skew-threshold: for iperf3's credentials; \
+                 give --rsa-private-key-path and --authorized-users-path"
+                    .into(),
+            );
+        }
         return Ok(None);
     };
-    Gate::load(key, users, args.time_skew_threshold, padding(args)).map(|g| Some(g.into()))
+    let skew = args.time_skew_threshold.unwrap_or(SKEW_SECS);
+    Gate::load(key, users, skew, padding(args)).map(|g| Some(g.into()))
+}
+
+/// iperf3's default `--time-skew-threshold`, in seconds.
+const SKEW_SECS: u64 = 10;
+
+/// The first flag given of `flags`.
+fn given(flags: &[(bool, &'static str)]) -> Option<&'static str> {
+    flags.iter().find(|(g, _)| *g).map(|(_, f)| *f)
 }
 
 /// How the token is padded before RSA: both ends must agree (it is not negotiated).
@@ -315,6 +364,38 @@ mod tests {
             ..gate
         };
         assert_eq!(pkcs1.check(&token, 1000), Err(Refusal::Unreadable));
+    }
+
+    /// Each end's options in the other's mode are refused by name, never ignored.
+    #[test]
+    fn the_other_ends_options_are_refused() {
+        use clap::Parser;
+        let args = |argv: &[&str]| {
+            let all = std::iter::once("pinperf").chain(argv.iter().copied());
+            crate::cli::Args::try_parse_from(all).unwrap()
+        };
+        let client = credentials(&args(&["-c", "h", "--time-skew-threshold", "5"]));
+        assert!(
+            client
+                .unwrap_err()
+                .starts_with("--time-skew-threshold: a server option")
+        );
+        let client = credentials(&args(&["-c", "h", "--use-pkcs1-padding"]));
+        assert!(client.unwrap_err().contains("give --username"));
+        let server = gate(&args(&[
+            "-s",
+            "--username",
+            "u",
+            "--rsa-public-key-path",
+            "k",
+        ]));
+        assert!(
+            server
+                .unwrap_err()
+                .starts_with("--username: a client option")
+        );
+        assert!(gate(&args(&["-s", "--use-pkcs1-padding"])).is_err());
+        assert!(matches!(gate(&args(&["-s"])), Ok(None)));
     }
 
     #[test]

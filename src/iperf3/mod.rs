@@ -470,7 +470,6 @@ impl Params {
             "sctp" => "--sctp".to_string(),
             "flowlabel" => "-L (flow label)".into(),
             "burst" => "-b RATE/BURST (a burst)".into(),
-            "authtoken" => "--username (authentication)".into(),
             "dont_fragment" => "--dont-fragment".into(),
             other => format!("iperf3 parameter '{}'", crate::wire::printable(other, 64)),
         };
@@ -478,12 +477,6 @@ impl Params {
             "sctp" => Unsupported {
                 code: IEPROTOCOL,
                 reason: "--sctp: this pinperf server runs TCP tests for iperf3 clients".into(),
-            },
-            "authtoken" => Unsupported {
-                code: IEAUTHTEST,
-                reason: "--username: this pinperf server does not take iperf3's RSA \
-                         authentication"
-                    .into(),
             },
             _ => unimp(name),
         })

@@ -1,9 +1,11 @@
 //! iperf3's command line (`pinperf iperf3 ARGS`, or the binary run under the name `iperf3`):
 //! iperf3 3.21's flags with iperf3's meanings and defaults, turned into the same test in
 //! pinperf's own flags, so the test runs on pinperf's pinned threads and is checked by the
-//! same rules. A flag of iperf3's that this cannot honour yet is refused by name; none is
-//! taken and ignored. A client reports as iperf3 does: its text (`--format iperf3-text`,
-//! in iperf3's adaptive units unless `-f` chose one), or with `-J` its JSON.
+//! same rules. A flag of iperf3's that this cannot honour yet is refused by name. A client
+//! reports as iperf3 does: its text (`--format iperf3-text`, in iperf3's adaptive units
+//! unless `-f` chose one), or with `-J` its JSON. A server keeps pinperf's log: its `-J`
+//! makes that log JSON lines (iperf3's per-test server document is not written yet), and
+//! its report flags (`-i`, `-f`, `-V`) are said in the log to be ignored.
 
 use std::ffi::OsString;
 
@@ -192,6 +194,17 @@ const NOT_YET: &[&str] = &[
     "--nstreams",
 ];
 
+/// `-v`/`--version`: the iperf3 version whose command line this takes first (readers such
+/// as pScheduler take the second word for the version), then pinperf's.
+pub fn version(args: &[String]) -> Option<String> {
+    matches!(args, [a] if a == "-v" || a == "--version").then(|| {
+        format!(
+            "iperf 3.21 (pinperf {}: iperf3's command line on pinperf's pinned threads)\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    })
+}
+
 /// Whether `argv0` (the program's name as run) asks for iperf3's command line.
 pub fn is_iperf3_name(argv0: &str) -> bool {
     std::path::Path::new(argv0)
@@ -250,7 +263,13 @@ impl Iperf3Args {
             (self.get_server_output, "--get-server-output"),
             (self.forceflush, "--forceflush"),
             (self.verbose, "-V"),
-            (self.use_pkcs1_padding, "--use-pkcs1-padding"),
+            // The credentials' padding; without credentials it pads nothing (pScheduler
+            // adds it for old peers whether or not it authenticates).
+            (
+                self.use_pkcs1_padding
+                    && (self.username.is_some() || self.rsa_private_key_path.is_some()),
+                "--use-pkcs1-padding",
+            ),
         ];
         out.extend(
             plain
@@ -394,6 +413,15 @@ mod tests {
         assert!(json.contains("--format iperf3-json") && !json.contains("iperf3-text"));
         let server = native(&["-s", "-1", "-J", "-p", "5301"]).unwrap().join(" ");
         assert_eq!(server, "pinperf -s -p 5301 -1 --log-format json");
+    }
+
+    /// `-v` says the iperf3 version first, as its readers expect (`iperf 3.21 ...`).
+    #[test]
+    fn the_version_reads_as_iperf3s() {
+        let v = version(&["-v".to_string()]).unwrap();
+        assert_eq!(v.split_whitespace().nth(1), Some("3.21"), "{v}");
+        assert!(v.contains("pinperf"), "{v}");
+        assert_eq!(version(&["-v".to_string(), "-c".to_string()]), None);
     }
 
     #[test]

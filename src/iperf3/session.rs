@@ -116,12 +116,18 @@ fn admit(ctl: &mut Ctl, ho: &Handover) -> Option<Admitted> {
     }
     match read {
         Ok(Ok(admitted)) => Some(admitted),
-        Ok(Err(u)) => {
-            let why = match u.code == super::IEAUTHTEST {
-                true => "auth",
-                false => "params",
+        Ok(Err(u)) if u.code == super::IEAUTHTEST => {
+            // Credentials that failed count against their source, as pinperf's do.
+            let lockout = cfg.public().then(|| ho.penalize()).flatten();
+            let reason = match lockout {
+                Some(l) => format!("{}; {}", u.reason, crate::server::allow::lockout_words(l)),
+                None => u.reason,
             };
-            refused(ctl, why, u.code, &u.reason);
+            refused(ctl, "auth", u.code, &reason);
+            None
+        }
+        Ok(Err(u)) => {
+            refused(ctl, "params", u.code, &u.reason);
             None
         }
         Err(e) => {
@@ -167,16 +173,22 @@ fn run(
         ho.listen_for(listening);
     }
     let t0 = Instant::now();
+    let user = admitted.user.clone();
     let result = server::run_test(&mut ctl, admitted, &rx, &opening, cfg, ho.slot());
     let result = ho.judged(result);
     *ho.shared.by_cookie.lock() = None;
     ho.listen_after(listening);
     ho.slot().finishing();
-    Some(logged(result, t0, ho))
+    Some(logged(result, t0, user.as_deref(), ho))
 }
 
 /// The test's end in the server's log.
-fn logged(result: Result<(u64, u64)>, t0: Instant, ho: &Handover) -> Result<()> {
+fn logged(
+    result: Result<(u64, u64)>,
+    t0: Instant,
+    user: Option<&str>,
+    ho: &Handover,
+) -> Result<()> {
     let (quiet, peer) = (ho.cfg.quiet, ho.peer);
     match result {
         Ok((received, sent)) => {
@@ -189,12 +201,12 @@ fn logged(result: Result<(u64, u64)>, t0: Instant, ho: &Handover) -> Result<()> 
             Ok(())
         }
         Err(Error::Exceeded(why)) => {
-            ho.refused(None, "exceeded", &why);
+            ho.refused(user, "exceeded", &why);
             Err(Error::Exceeded(why))
         }
         Err(e) => {
             if !quiet {
-                serverlog::failed(Some(peer), None, "iperf3 test", &e.to_string());
+                serverlog::failed(Some(peer), user, "iperf3 test", &e.to_string());
             }
             Err(e)
         }

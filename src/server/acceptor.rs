@@ -134,6 +134,13 @@ impl Acceptor {
             listening: Listening::default(),
             asked_at: None,
         };
+        if acceptor.cfg.idle_timeout.is_some() && acceptor.done.is_none() {
+            log!(
+                acceptor.cfg.quiet,
+                "pinperf: --idle-timeout ignored without -1: a serving pinperf server has no \
+                 state to reset (iperf3 restarts its own); it serves on"
+            );
+        }
         Ok((acceptor, server.listener))
     }
 

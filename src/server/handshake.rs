@@ -39,17 +39,6 @@ pub(super) fn handshake(
     deadline: Instant,
 ) -> std::result::Result<(Admitted, Option<String>), Turned> {
     let peer = ctl.peer;
-    // A server that asks iperf3's clients for credentials and has none of pinperf's own
-    // lets no pinperf client test unasked.
-    if cfg.iperf3_gate.is_some() && cfg.auth.is_none() {
-        let reason = "this server takes iperf3's RSA authentication only: --peer iperf3 \
-                      --username USER --rsa-public-key-path FILE";
-        return Err(Turned::Refused(crate::server::admission::Refusal::plain(
-            "auth",
-            reason.into(),
-            None,
-        )));
-    }
     let mut machine = Handshake::new(cfg.auth.clone(), cfg.limits, cfg.affinity.clone())
         .map_err(Turned::Broken)?;
     loop {
@@ -58,6 +47,18 @@ pub(super) fn handshake(
             return Err(Turned::Broken(wire::no_answer(peer)));
         }
         let (msg, body) = ctl.recv_raw(left).map_err(Turned::Broken)?;
+        // A server that asks iperf3's clients for credentials and has none of pinperf's
+        // own lets no pinperf client test unasked (said after its hello is read, so the
+        // refusal is not lost to a reset).
+        if cfg.iperf3_gate.is_some() && cfg.auth.is_none() {
+            let reason = "this server takes iperf3's RSA authentication only: --peer iperf3 \
+                          --username USER --rsa-public-key-path FILE";
+            return Err(Turned::Refused(crate::server::admission::Refusal::plain(
+                "auth",
+                reason.into(),
+                None,
+            )));
+        }
         match machine.input(msg, &body) {
             Step::Reply(msg) => ctl.send(&msg).map_err(Turned::Broken)?,
             Step::Wait => {}
