@@ -147,6 +147,9 @@ pub struct Iperf3Args {
     /// Server: the largest difference between the client's clock and this one, seconds.
     #[arg(long, value_name = "SECS")]
     pub time_skew_threshold: Option<String>,
+    /// The DSCP (0-63, or a name: af11, cs1, ef, va, ...), as the TOS byte's upper six bits.
+    #[arg(long, value_name = "DSCP")]
+    pub dscp: Option<String>,
     /// PKCS#1 v1.5 padding for the credentials, for peers before iperf3 3.17.
     #[arg(long)]
     pub use_pkcs1_padding: bool,
@@ -175,7 +178,6 @@ const NOT_YET: &[&str] = &[
     "--json-stream-full-output",
     "--cport",
     "--bind-dev",
-    "--dscp",
     "--gsro",
     "--udp-counters-64bit",
     "--repeating-payload",
@@ -311,6 +313,11 @@ impl Iperf3Args {
         if self.bitrate.as_deref().is_some_and(|b| b.contains('/')) {
             return Err("-b RATE/BURST: bursts are not taken yet; give the rate alone".into());
         }
+        match (&self.dscp, &self.tos) {
+            (Some(_), Some(_)) => return Err("--dscp and -S: the same byte; give one".into()),
+            (Some(d), None) => out.extend(["-S".into(), dscp_tos(d)?.to_string()]),
+            _ => {}
+        }
         if let Some(t) = &self.time {
             out.extend(["-t".into(), time(t)?]);
         }
@@ -353,6 +360,54 @@ impl Iperf3Args {
         }
         Ok(())
     }
+}
+
+/// `--dscp`: iperf3's names (the TOS byte they stand for) or a number 0-63 in C's
+/// notation, shifted into the TOS byte's upper six bits.
+fn dscp_tos(d: &str) -> Result<u8, String> {
+    const NAMES: &[(&str, u8)] = &[
+        ("af11", 0x28),
+        ("af12", 0x30),
+        ("af13", 0x38),
+        ("af21", 0x48),
+        ("af22", 0x50),
+        ("af23", 0x58),
+        ("af31", 0x68),
+        ("af32", 0x70),
+        ("af33", 0x78),
+        ("af41", 0x88),
+        ("af42", 0x90),
+        ("af43", 0x98),
+        ("cs0", 0x00),
+        ("cs1", 0x20),
+        ("cs2", 0x40),
+        ("cs3", 0x60),
+        ("cs4", 0x80),
+        ("cs5", 0xa0),
+        ("cs6", 0xc0),
+        ("cs7", 0xe0),
+        ("ef", 0xb8),
+        ("va", 0xb0),
+        ("lowdelay", 0x10),
+        ("throughput", 0x08),
+        ("reliability", 0x04),
+    ];
+    if let Some((_, tos)) = NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(d.trim())) {
+        return Ok(*tos);
+    }
+    let t = d.trim();
+    let value = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u8::from_str_radix(hex, 16)
+    } else if t.len() > 1 && t.starts_with('0') {
+        u8::from_str_radix(&t[1..], 8)
+    } else {
+        t.parse()
+    };
+    value
+        .ok()
+        .filter(|v| *v <= 63)
+        .map(|v| v << 2)
+        .ok_or_else(|| format!("--dscp {d}: a DSCP 0 to 63, or a name such as af11, cs1, ef"))
 }
 
 /// `-t`: iperf3's seconds, where 0 is no time limit (pinperf's longest test).
@@ -413,6 +468,23 @@ mod tests {
         assert!(json.contains("--format iperf3-json") && !json.contains("iperf3-text"));
         let server = native(&["-s", "-1", "-J", "-p", "5301"]).unwrap().join(" ");
         assert_eq!(server, "pinperf -s -p 5301 -1 --log-format json");
+    }
+
+    #[test]
+    fn a_dscp_becomes_its_tos_byte() {
+        for (dscp, tos) in [
+            ("10", 40),
+            ("AF11", 40),
+            ("ef", 184),
+            ("0x2e", 184),
+            ("0", 0),
+        ] {
+            assert_eq!(dscp_tos(dscp), Ok(tos), "{dscp}");
+        }
+        assert!(dscp_tos("64").is_err() && dscp_tos("af99").is_err());
+        let line = native(&["-c", "h", "--dscp", "ef"]).unwrap().join(" ");
+        assert!(line.contains("-S 184"), "{line}");
+        assert!(native(&["-c", "h", "--dscp", "ef", "-S", "4"]).is_err());
     }
 
     /// `-v` says the iperf3 version first, as its readers expect (`iperf 3.21 ...`).
