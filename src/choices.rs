@@ -14,6 +14,9 @@ pub enum Format {
     /// iperf3 3.x's text report (its lines, columns and units), for scripts that read it.
     #[value(name = "iperf3-text")]
     Iperf3Text,
+    /// iperf3's --json-stream: a line per event (start, each interval, end), as it runs.
+    #[value(name = "iperf3-json-stream")]
+    Iperf3JsonStream,
 }
 
 /// What the client's server speaks (`--peer`).

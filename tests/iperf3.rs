@@ -1648,8 +1648,8 @@ fn the_iperf3_command_line_refuses_what_it_cannot_honour() {
             "-n: an iperf3 option",
         ),
         (
-            &["iperf3", "-c", "127.0.0.1", "--json-stream"][..],
-            "--json-stream: an iperf3 option",
+            &["iperf3", "-c", "127.0.0.1", "--json-stream-full-output"][..],
+            "--json-stream-full-output: an iperf3 option",
         ),
         (
             &["iperf3", "-c", "127.0.0.1", "-b", "1M/10"][..],
@@ -1660,4 +1660,64 @@ fn the_iperf3_command_line_refuses_what_it_cannot_honour() {
         assert_eq!(run.code(), Some(2), "{}", run.explain());
         assert!(run.stderr().contains(says), "{says}: {}", run.explain());
     }
+}
+
+/// `pinperf iperf3 -c … --json-stream`: a JSON object a line, `start`, an `interval` per
+/// interval, `end`, whose received bytes are the iperf3 server's own count; a test that
+/// cannot start writes `error`, then an empty `end`, as iperf3 does.
+#[test]
+fn the_iperf3_command_line_streams_json_events() {
+    let test = "the_iperf3_command_line_streams_json_events";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let server = Iperf3Server::start(&[]);
+    let port = server.port.to_string();
+    let args = [
+        "iperf3",
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1",
+        "-i",
+        "0.5",
+        "--json-stream",
+    ];
+    let run = pinperf(&args, LIMIT);
+    run.assert_ok();
+    let events: Vec<Value> = run
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["start", "interval", "interval", "end"],
+        "{}",
+        run.explain()
+    );
+    let theirs = server.document();
+    assert_eq!(
+        events[3]["data"]["sum_received"]["bytes"],
+        theirs["end"]["sum_received"]["bytes"],
+        "{}",
+        run.explain()
+    );
+    let closed = util::free_port().to_string();
+    let run = pinperf(
+        &["iperf3", "-c", "127.0.0.1", "-p", &closed, "--json-stream"],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    let lines: Vec<Value> = run
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", run.explain());
+    assert_eq!(lines[0]["event"], "error");
+    assert_eq!(lines[1], serde_json::json!({"event": "end", "data": {}}));
 }

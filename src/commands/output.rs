@@ -119,6 +119,9 @@ pub(crate) fn display(
         Format::JsonLines => Box::new(JsonLinesFormatter::new(out)),
         Format::Csv => Box::new(CsvFormatter::new(out)),
         Format::Iperf3Json => Box::new(Iperf3JsonFormatter::new(out).titled(t.title.clone())),
+        Format::Iperf3JsonStream => {
+            Box::new(crate::iperf3::json_stream::Iperf3StreamFormatter::new(out))
+        }
         Format::Iperf3Text => Box::new(Iperf3TextFormatter::new(
             crate::report::prefix::Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
             t.unit,

@@ -73,7 +73,7 @@ pub(crate) struct RunFacts {
 
 impl RunFacts {
     /// This host, now.
-    fn here_now() -> RunFacts {
+    pub(super) fn here_now() -> RunFacts {
         let read = |name: &str| {
             std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
                 .map(|s| s.trim().to_string())
@@ -175,7 +175,7 @@ struct Iperf3Doc<'a> {
 }
 
 #[derive(Serialize)]
-struct Start {
+pub(super) struct Start {
     connected: Vec<Connected>,
     version: String,
     system_info: String,
@@ -242,7 +242,7 @@ struct TestStart {
 }
 
 #[derive(Serialize, Default)]
-struct Interval {
+pub(super) struct Interval {
     streams: Vec<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sum: Option<Entry>,
@@ -309,7 +309,7 @@ struct UdpLoss {
 }
 
 #[derive(Serialize, Default)]
-struct End {
+pub(super) struct End {
     #[serde(flatten)]
     whole: Option<EndWhole>,
 }
@@ -495,7 +495,7 @@ fn interval_sum(s: &SumRow, omitted: bool, role: Role) -> Entry {
 /// The intervals, both directions of `--bidir` in one entry per interval as iperf3 has
 /// them (the client's streams first). A cut-short test's rows past the sender's last
 /// report are left out: iperf3's document has no mark for them, and `end` leaves them out.
-fn intervals(doc: &Document) -> Vec<Interval> {
+pub(super) fn intervals(doc: &Document) -> Vec<Interval> {
     let header = &doc.start;
     let mut out: Vec<(u32, Interval)> = Vec::new();
     for iv in doc.intervals.iter().filter(|iv| !iv.uncounted) {
@@ -614,7 +614,7 @@ fn congestion(header: &Header) -> (Option<String>, Option<String>) {
     }
 }
 
-fn end(doc: &Document) -> End {
+pub(super) fn end(doc: &Document) -> End {
     let header = &doc.start;
     let summaries: Vec<&Summary> = doc.end.iter().chain(doc.end_reverse.iter()).collect();
     if summaries.is_empty() {
@@ -659,7 +659,7 @@ fn cpu(s: Option<&Summary>) -> Cpu {
     }
 }
 
-fn start(header: &Header, facts: &RunFacts) -> Start {
+pub(super) fn start(header: &Header, facts: &RunFacts) -> Start {
     let local = host_port(&header.local);
     let remote = host_port(&header.remote);
     let connected = header

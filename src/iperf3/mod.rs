@@ -31,6 +31,7 @@ pub mod auth;
 pub mod client;
 pub(crate) mod deadlines;
 pub mod json;
+pub mod json_stream;
 pub mod personality;
 pub mod server;
 pub(crate) mod session;

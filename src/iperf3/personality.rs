@@ -49,6 +49,9 @@ pub struct Iperf3Args {
     /// Output in JSON format.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Output in line-delimited JSON format, an event a line as the test runs.
+    #[arg(long)]
+    pub json_stream: bool,
     /// Send output to a log file.
     #[arg(long, value_name = "FILE")]
     pub logfile: Option<String>,
@@ -174,7 +177,6 @@ const NOT_YET: &[&str] = &[
     "--flowlabel",
     "-m",
     "--mptcp",
-    "--json-stream",
     "--json-stream-full-output",
     "--cport",
     "--bind-dev",
@@ -339,7 +341,9 @@ impl Iperf3Args {
             Some(None) => out.push("--timestamps".into()),
             None => {}
         }
-        if self.json && self.server {
+        if self.json_stream && !self.server {
+            out.extend(["--format".into(), "iperf3-json-stream".into()]);
+        } else if (self.json || self.json_stream) && self.server {
             // A server's -J: its log as JSON lines (iperf3's server document is not
             // written yet).
             out.extend(["--log-format".into(), "json".into()]);
@@ -498,7 +502,7 @@ mod tests {
 
     #[test]
     fn what_cannot_be_honoured_is_refused_by_name() {
-        for flag in ["-n", "--json-stream", "--cport", "-k"] {
+        for flag in ["-n", "--json-stream-full-output", "--cport", "-k"] {
             let e = native(&["-c", "h", flag, "1"]).unwrap_err();
             assert!(e.starts_with(flag), "{e}");
         }

@@ -416,7 +416,11 @@ impl LabOut {
         self.end.warnings.extend(failed);
         self.write_files();
         match self.format {
-            Format::Text | Format::Csv | Format::Iperf3Json | Format::Iperf3Text => {
+            Format::Text
+            | Format::Csv
+            | Format::Iperf3Json
+            | Format::Iperf3Text
+            | Format::Iperf3JsonStream => {
                 self.line(line);
             }
             Format::JsonLines => {
@@ -471,7 +475,9 @@ impl LabOut {
                 .unwrap_or_default();
                 self.write(format!("{prefix}{line}\n").as_bytes(), true)
             }
-            Format::Csv | Format::Iperf3Json => self.write(format!("{line}\n").as_bytes(), false),
+            Format::Csv | Format::Iperf3Json | Format::Iperf3JsonStream => {
+                self.write(format!("{line}\n").as_bytes(), false)
+            }
             Format::Json => {
                 self.held.push(line.to_string());
                 true
