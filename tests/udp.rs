@@ -290,3 +290,32 @@ fn a_paused_udp_client_keeps_the_rows_of_its_pause() {
     assert!(said.contains("no data moved from 1.0 s to "), "{said}");
     assert!(!said.contains("could not keep up"), "{said}");
 }
+
+/// `-u --fq-rate`, which iperf3 paces UDP with, is taken for UDP too, both directions, and
+/// the datagram counts of both ends come back (its kernel pacing needs the fq qdisc; `-b`
+/// paces anyway).
+#[test]
+fn udp_takes_the_kernel_pacing_rate_as_iperf3_does() {
+    for way in [&[][..], &["-R"][..]] {
+        let mut args = vec![
+            "--loopback",
+            "-u",
+            "-b",
+            "20M",
+            "--fq-rate",
+            "50M",
+            "-t",
+            "0.5",
+        ];
+        args.extend_from_slice(way);
+        let run = pinperf(&args, LIMIT);
+        run.assert_ok();
+        assert!(
+            run.stdout()
+                .lines()
+                .any(|l| l.starts_with("# datagrams: sender sent ")),
+            "{way:?}{}",
+            run.explain()
+        );
+    }
+}

@@ -79,8 +79,9 @@ pub struct TestArgs {
     #[arg(long)]
     pub get_server_output: bool,
 
-    /// Kernel pacing per TCP stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G; 0 = none (as
-    /// iperf3's). A rate whose kernel bursts would come more than half the 10 s stall limit apart is refused.
+    /// Kernel pacing per stream (SO_MAX_PACING_RATE) in bits/s, e.g. 1G; 0 = none (as
+    /// iperf3's). TCP: a rate whose kernel bursts would come more than half the 10 s stall
+    /// limit apart is refused. UDP: paced by it only under the fq qdisc (-b paces anyway).
     #[arg(long = "fq-rate", value_name = "RATE", allow_negative_numbers = true, value_parser = units::parse_rate_or_zero)]
     pub fq_rate_bps: Option<u64>,
 

@@ -153,6 +153,11 @@ impl Threads {
                 (Threads::Receive(set), (rx, free))
             }
             (Err((socks, wire)), true, _) => {
+                if let Some(fq) = test.fq_rate_bps {
+                    for s in &socks {
+                        crate::os::net::set_udp_pacing(s, fq)?;
+                    }
+                }
                 let job = udp::UdpSend {
                     rate_bps: rate,
                     datagram: block,

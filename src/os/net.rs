@@ -364,6 +364,13 @@ pub fn tcp_info(stream: &TcpStream) -> Option<TcpInfo> {
         .map(|(info, _)| info)
 }
 
+/// `--fq-rate` with `-u`: the socket's `SO_MAX_PACING_RATE`, as iperf3 sets it. The kernel
+/// paces UDP by it only under the fq qdisc; the sender's own `-b` pacing runs either way.
+pub fn set_udp_pacing(sock: &std::net::UdpSocket, rate_bps: u64) -> Result<()> {
+    crate::os::sys::set_max_pacing_rate(sock.as_fd(), rate_bps / 8)
+        .op(|| format!("set SO_MAX_PACING_RATE to {rate_bps} bit/s (--fq-rate)"))
+}
+
 /// `--fq-rate`: caps the kernel's pacing of a TCP connection at `rate_bps` bits/s
 /// (`SO_MAX_PACING_RATE`, which counts bytes/s; TCP paces itself on kernels since 4.13,
 /// the fq qdisc is not needed). Returns what the kernel holds, bits/s. Call on a sending

@@ -536,7 +536,8 @@ impl TestParams {
         }
     }
 
-    /// `-u` where UDP is allowed, `-b` within `--max-rate`, and `--fq-rate`'s least.
+    /// `-u` where UDP is allowed, `-b` within `--max-rate`, and `--fq-rate`'s least (TCP's
+    /// and UDP's: iperf3 paces both with it).
     fn check_rates(&self, limits: &Limits) -> Result<(), String> {
         if self.udp && !limits.udp {
             return Err(format!(
@@ -591,7 +592,6 @@ impl TestParams {
     /// TCP's own flags with `-u`.
     fn check_tcp_only(&self) -> Result<(), String> {
         let tcp_only: Vec<&str> = [
-            (self.fq_rate_bps.is_some(), "--fq-rate"),
             (self.transport.congestion.is_some(), "-C"),
             (self.transport.mss.is_some(), "-M"),
             (self.transport.no_delay, "-N"),
