@@ -372,23 +372,24 @@ fn whole_seconds(s: f64) -> u64 {
     float(s).max(0.0).ceil() as u64
 }
 
-/// What a direction's streams are on this host.
+/// What a direction's streams are on this host, as iperf3's client reports them (here and
+/// in `--format iperf3-text`).
 #[derive(Clone, Copy)]
-struct Role {
+pub(super) struct Role {
     /// This host sends them (not `-R`'s direction).
-    sender: bool,
-    udp: bool,
-    /// `--bidir`'s server-to-client direction: its sums are iperf3's `*_bidir_reverse`.
-    bidir_reverse: bool,
-    /// Its streams' `socket` numbers start here.
-    first_socket: u64,
+    pub(super) sender: bool,
+    pub(super) udp: bool,
+    /// The test runs both ways (`--bidir`).
+    pub(super) bidir: bool,
+    /// Its streams' `socket` numbers (the text's `[ ID]`) start here.
+    pub(super) first_socket: u64,
     /// Where iperf3's clock starts, seconds on pinperf's: `-O`'s end (iperf3 restarts its
     /// clock after the omitted seconds), 0 for the omitted rows themselves.
-    clock_from: f64,
+    pub(super) clock_from: f64,
 }
 
 impl Role {
-    fn of(header: &Header, reverse: bool) -> Role {
+    pub(super) fn of(header: &Header, reverse: bool) -> Role {
         let k = header
             .direction
             .reversed()
@@ -398,14 +399,19 @@ impl Role {
         Role {
             sender: !reverse,
             udp: header.udp,
-            bidir_reverse: header.direction == Direction::Bidir && reverse,
+            bidir: header.direction == Direction::Bidir,
             first_socket: k as u64 * u64::from(header.streams),
             clock_from: header.omit_s,
         }
     }
 
+    /// `--bidir`'s server-to-client direction: its sums are iperf3's `*_bidir_reverse`.
+    fn bidir_reverse(&self) -> bool {
+        self.bidir && !self.sender
+    }
+
     /// The role of `-O`'s omitted rows: on the test's own clock.
-    fn omitted(self) -> Role {
+    pub(super) fn omitted(self) -> Role {
         Role {
             clock_from: 0.0,
             ..self
@@ -511,7 +517,7 @@ pub(super) fn intervals(doc: &Document) -> Vec<Interval> {
                 .map(|r| interval_stream(r, iv.omitted, role, header)),
         );
         let sum = Some(interval_sum(&iv.sum, iv.omitted, role));
-        match role.bidir_reverse {
+        match role.bidir_reverse() {
             true => entry.sum_bidir_reverse = sum,
             false => entry.sum = sum,
         }
@@ -630,7 +636,7 @@ pub(super) fn end(doc: &Document) -> End {
             .streams
             .extend(s.streams.iter().map(|r| end_stream(r, role, s)));
         let [sum, sent, received] = end_sums(s, role);
-        match role.bidir_reverse {
+        match role.bidir_reverse() {
             false => (whole.sum, whole.sum_sent, whole.sum_received) = (sum, sent, received),
             true => {
                 (

@@ -34,6 +34,7 @@
 use std::io::{self, Write};
 use std::net::SocketAddr;
 
+use super::json::Role;
 use crate::choices::RateUnit;
 use crate::report::Formatter;
 use crate::report::model::{
@@ -125,36 +126,7 @@ struct Span {
     bits_per_second: f64,
 }
 
-/// One direction's streams on this host, as iperf3's client sees them.
-#[derive(Clone, Copy)]
-struct Role {
-    /// This host sends them.
-    sender: bool,
-    udp: bool,
-    bidir: bool,
-    /// Their `[ ID]` numbers start here (iperf3-json's `socket`).
-    first_socket: u64,
-    /// Where iperf3's clock starts on pinperf's: `-O`'s end, or 0 for the omitted rows.
-    clock_from: f64,
-}
-
 impl Role {
-    fn of(header: &Header, reverse: bool) -> Role {
-        let k = header
-            .direction
-            .reversed()
-            .iter()
-            .position(|&r| r == reverse)
-            .unwrap_or(0);
-        Role {
-            sender: !reverse,
-            udp: header.udp,
-            bidir: header.direction == Direction::Bidir,
-            first_socket: k as u64 * u64::from(header.streams),
-            clock_from: header.omit_s,
-        }
-    }
-
     /// `--bidir`'s `[TX-C]`/`[RX-C]` after the ID.
     fn tag(&self) -> &'static str {
         match (self.bidir, self.sender) {
@@ -325,10 +297,8 @@ impl<W: Write> Iperf3TextFormatter<W> {
     }
 
     fn interval_rows(&mut self, h: &Header, iv: &IntervalReport) -> io::Result<()> {
-        let mut role = Role::of(h, iv.reverse);
-        if iv.omitted {
-            role.clock_from = 0.0;
-        }
+        let role = Role::of(h, iv.reverse);
+        let role = if iv.omitted { role.omitted() } else { role };
         let omitted = if iv.omitted { "(omitted)" } else { "" };
         let tag = role.tag();
         for r in &iv.streams {
