@@ -53,24 +53,58 @@ fn client(port: u16, password: &str, extra: &[&str]) -> util::Run {
     }
 }
 
-/// `iperf3 -s -1` with the fixture key and users.
-fn iperf3_server() -> (std::process::Child, u16) {
-    let port = util::free_port();
-    let child = Command::new("iperf3")
-        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
-        .args(["--rsa-private-key-path", &fixture("private.pem")])
-        .args(["--authorized-users-path", &fixture("users.csv")])
+/// Spawns `cmd` (a server told to listen on `port`) and waits until it listens.
+fn listening_on(mut cmd: Command, port: u16) -> std::process::Child {
+    let child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("spawn iperf3 -s");
+        .expect("spawn the server");
     util::wait_until(
-        "iperf3 -s listens",
+        "the server listens",
         Duration::from_secs(5),
         || listening(port).then_some(()),
         String::new,
     );
-    (child, port)
+    child
+}
+
+/// Waits for a server that should end on its own, and says whether it ended well.
+fn ends_well(child: &mut std::process::Child, what: &str) -> bool {
+    util::wait_until(
+        what,
+        Duration::from_secs(5),
+        || child.try_wait().ok().flatten(),
+        String::new,
+    )
+    .success()
+}
+
+/// `iperf3 -s -1` with the fixture key and users.
+fn iperf3_server() -> (std::process::Child, u16) {
+    let port = util::free_port();
+    let mut cmd = Command::new("iperf3");
+    cmd.args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .args(["--rsa-private-key-path", &fixture("private.pem")])
+        .args(["--authorized-users-path", &fixture("users.csv")]);
+    (listening_on(cmd, port), port)
+}
+
+/// The real `iperf3 -c 127.0.0.1 -p port -t 1` as mary, with `password` and `extra`.
+fn iperf3_as_mary(port: &str, password: &str, extra: &[&str]) -> std::process::Output {
+    Command::new("timeout")
+        .arg(LIMIT.as_secs().to_string())
+        .args(["iperf3", "-c", "127.0.0.1", "-p", port, "-t", "1"])
+        .args([
+            "--username",
+            "mary",
+            "--rsa-public-key-path",
+            &fixture("public.pem"),
+        ])
+        .args(extra)
+        .env("IPERF3_PASSWORD", password)
+        .output()
+        .expect("run iperf3 -c")
 }
 
 #[test]
@@ -111,17 +145,8 @@ fn an_iperf3_client_authenticates_at_a_pinperf_server() {
         &users,
         "--use-pkcs1-padding",
     ]);
-    let public = fixture("public.pem");
     let port = server.port_arg();
-    let iperf3 = |password: &str| {
-        Command::new("timeout")
-            .arg(LIMIT.as_secs().to_string())
-            .args(["iperf3", "-c", "127.0.0.1", "-p", &port, "-t", "1"])
-            .args(["--username", "mary", "--rsa-public-key-path", &public])
-            .env("IPERF3_PASSWORD", password)
-            .output()
-            .expect("run iperf3 -c")
-    };
+    let iperf3 = |password: &str| iperf3_as_mary(&port, password, &[]);
     let ok = iperf3("secret");
     assert!(ok.status.success(), "{ok:?}{}", server.explain());
     server.wait_for_log("user mary", Duration::from_secs(5));
@@ -184,8 +209,8 @@ fn pschedulers_server_command_serves_an_authenticated_iperf3_client() {
     }
     let server = |idle: &str| {
         let port = util::free_port();
-        let child = Command::new(util::bin())
-            .args(["iperf3", "-s", "-1", "--idle-timeout", idle, "--json"])
+        let mut cmd = Command::new(util::bin());
+        cmd.args(["iperf3", "-s", "-1", "--idle-timeout", idle, "--json"])
             .args([
                 "-B",
                 "127.0.0.1",
@@ -194,62 +219,20 @@ fn pschedulers_server_command_serves_an_authenticated_iperf3_client() {
                 "--use-pkcs1-padding",
             ])
             .args(["--authorized-users-path", &fixture("users.csv")])
-            .args(["--rsa-private-key-path", &fixture("private.pem")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn pinperf iperf3 -s");
-        util::wait_until(
-            "the server listens",
-            Duration::from_secs(5),
-            || listening(port).then_some(()),
-            String::new,
-        );
-        (child, port)
+            .args(["--rsa-private-key-path", &fixture("private.pem")]);
+        (listening_on(cmd, port), port)
     };
     let (mut child, port) = server("10");
-    let out = Command::new("timeout")
-        .arg(LIMIT.as_secs().to_string())
-        .args([
-            "iperf3",
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-t",
-            "1",
-            "-J",
-        ])
-        .args([
-            "--username",
-            "mary",
-            "--rsa-public-key-path",
-            &fixture("public.pem"),
-        ])
-        .env("IPERF3_PASSWORD", "secret")
-        .output()
-        .expect("run iperf3 -c");
+    let out = iperf3_as_mary(&port.to_string(), "secret", &["-J"]);
     assert!(out.status.success(), "{out:?}");
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         doc["end"]["sum_received"]["bytes"].as_u64() > Some(0),
         "{doc}"
     );
-    let ended = util::wait_until(
-        "the one-off server ends",
-        Duration::from_secs(5),
-        || child.try_wait().ok().flatten(),
-        String::new,
-    );
-    assert!(ended.success(), "{ended}");
+    assert!(ends_well(&mut child, "the one-off server ends"));
     let (mut idle, _) = server("1");
-    let ended = util::wait_until(
-        "the idle server ends",
-        Duration::from_secs(5),
-        || idle.try_wait().ok().flatten(),
-        String::new,
-    );
-    assert!(ended.success(), "{ended}");
+    assert!(ends_well(&mut idle, "the idle server ends"));
 }
 
 /// iperf3 credentials that fail count against their source as pinperf's do: the fourth
@@ -268,15 +251,9 @@ fn failed_iperf3_credentials_lock_their_source_out() {
         &users,
         "--use-pkcs1-padding",
     ]);
-    let (port, public) = (server.port_arg(), fixture("public.pem"));
+    let port = server.port_arg();
     for _ in 0..4 {
-        let out = Command::new("timeout")
-            .arg(LIMIT.as_secs().to_string())
-            .args(["iperf3", "-c", "127.0.0.1", "-p", &port, "-t", "1"])
-            .args(["--username", "mary", "--rsa-public-key-path", &public])
-            .env("IPERF3_PASSWORD", "guess")
-            .output()
-            .expect("run iperf3 -c");
+        let out = iperf3_as_mary(&port, "guess", &[]);
         assert!(!out.status.success(), "{out:?}");
     }
     server.wait_for_log("its connections are refused for", Duration::from_secs(5));
