@@ -176,6 +176,9 @@ fn two_pinperf_ends_speak_iperf3s_oaep_credentials() {
         &users,
     ]);
     client(server.port, "secret", &[]).assert_ok();
+    // Credentials to a server that asks none are not needed, and not refused (as at
+    // iperf3's server).
+    client(Server::start(&[]).port, "secret", &[]).assert_ok();
     let port = server.port_arg();
     let bare = pinperf(
         &[

@@ -12,6 +12,7 @@ use crate::choices::{Engine, Format, RateUnit, TableFormat};
 use crate::units;
 
 mod test_args;
+pub(crate) use test_args::c_number;
 pub use test_args::{TestArgs, TransportArgs};
 
 /// Subcommands.
@@ -469,10 +470,12 @@ pub fn iperf3_meaning(args: &Args) -> Option<String> {
             two[1].trim()
         ));
     }
+    let longest = crate::wire::params::Limits::PROTOCOL.max_duration.as_secs();
     args.test.duration.is_zero().then(|| {
-        "-t 0: iperf3's \"no time limit\" is -t 86400 here (a day, the longest test), or \
-         `pinperf iperf3 -t 0`"
-            .to_string()
+        format!(
+            "-t 0: iperf3's \"no time limit\" is -t {longest} here (the longest test), or \
+             `pinperf iperf3 -t 0`"
+        )
     })
 }
 

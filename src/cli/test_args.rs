@@ -166,17 +166,22 @@ fn parse_mss(text: &str) -> Result<u32, String> {
 /// (octal), `16`.
 fn parse_tos(text: &str) -> Result<u8, String> {
     let t = text.trim();
-    let value = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        u64::from_str_radix(hex, 16)
-    } else if t.len() > 1 && t.starts_with('0') {
-        u64::from_str_radix(&t[1..], 8)
-    } else {
-        t.parse()
-    };
-    value
-        .ok()
+    c_number(t)
         .and_then(|v| u8::try_from(v).ok())
         .ok_or_else(|| format!("'{t}': the TOS byte is 0 to 255 (0x00 to 0xff)"))
+}
+
+/// A number in C's notation, as iperf3 reads its `-S`, `--dscp` and `-A` (`strtol` base
+/// 0): `0x10` (hex), `020` (octal), `16`.
+pub(crate) fn c_number(text: &str) -> Option<u64> {
+    let t = text.trim();
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16).ok()
+    } else if t.len() > 1 && t.starts_with('0') {
+        u64::from_str_radix(&t[1..], 8).ok()
+    } else {
+        t.parse().ok()
+    }
 }
 
 impl TestArgs {

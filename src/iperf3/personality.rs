@@ -11,6 +11,8 @@ use std::ffi::OsString;
 
 use clap::Parser;
 
+use crate::wire::params::Limits;
+
 /// iperf3's default control port.
 pub const PORT: u16 = 5201;
 
@@ -399,25 +401,16 @@ fn dscp_tos(d: &str) -> Result<u8, String> {
     if let Some((_, tos)) = NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(d.trim())) {
         return Ok(*tos);
     }
-    let t = d.trim();
-    let value = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        u8::from_str_radix(hex, 16)
-    } else if t.len() > 1 && t.starts_with('0') {
-        u8::from_str_radix(&t[1..], 8)
-    } else {
-        t.parse()
-    };
-    value
-        .ok()
+    crate::cli::c_number(d)
         .filter(|v| *v <= 63)
-        .map(|v| v << 2)
+        .map(|v| (v as u8) << 2)
         .ok_or_else(|| format!("--dscp {d}: a DSCP 0 to 63, or a name such as af11, cs1, ef"))
 }
 
-/// `-t`: iperf3's seconds, where 0 is no time limit (pinperf's longest test).
+/// `-t`: iperf3's seconds, where 0 is no time limit (the protocol's longest test).
 fn time(t: &str) -> Result<String, String> {
     match t.trim().parse::<f64>() {
-        Ok(0.0) => Ok("86400".into()),
+        Ok(0.0) => Ok(Limits::PROTOCOL.max_duration.as_secs().to_string()),
         Ok(s) if s > 0.0 => Ok(t.trim().into()),
         _ => Err(format!("-t {t}: a number of seconds (0: no limit)")),
     }
@@ -427,9 +420,9 @@ fn time(t: &str) -> Result<String, String> {
 fn affinity(a: &str, server: bool) -> Result<String, String> {
     let cores: Vec<&str> = a.split(',').map(str::trim).collect();
     let core = |c: &str| {
-        c.parse::<u32>()
+        crate::cli::c_number(c)
             .map(|n| n.to_string())
-            .map_err(|_| format!("-A {a}: a core number, or two as n,m"))
+            .ok_or_else(|| format!("-A {a}: a core number, or two as n,m"))
     };
     match cores.as_slice() {
         [n] => core(n),
