@@ -867,3 +867,43 @@ fn a_server_stopped_by_sigterm_tells_its_client_and_its_log() {
         );
     }
 }
+
+/// iperf3's JSON stream stopped by SIGTERM mid-test: the intervals so far, then `error`
+/// (the signal), then `end` with the totals so far, every line one JSON object, as
+/// iperf3's `--json-stream` ends an interrupted test.
+#[test]
+fn sigterm_ends_the_iperf3_json_stream_with_error_and_the_totals_so_far() {
+    let _one = ONE_AT_A_TIME.lock();
+    let mut run = Watched::spawn(&[
+        "--loopback",
+        "-t",
+        "10",
+        "-i",
+        "0.3",
+        "--format",
+        "iperf3-json-stream",
+    ]);
+    run.wait_line("an interval event", |l| {
+        l.starts_with(r#"{"event":"interval""#)
+    });
+    let end = run.stop_with(libc::SIGTERM);
+    end.assert_stopped(143, "SIGTERM");
+    let events: Vec<serde_json::Value> = end
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}{}", end.explain)))
+        .collect();
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(names.first(), Some(&"start"), "{}", end.explain);
+    assert!(names.contains(&"interval"), "{}", end.explain);
+    assert_eq!(
+        names[names.len() - 2..],
+        ["error", "end"],
+        "{}",
+        end.explain
+    );
+    let error = events[events.len() - 2]["data"].as_str().unwrap_or("");
+    assert!(error.contains("SIGTERM"), "{}", end.explain);
+    let sent = &events[events.len() - 1]["data"]["sum_sent"]["bytes"];
+    assert!(sent.as_u64() > Some(0), "{}", end.explain);
+}
