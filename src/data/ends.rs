@@ -59,6 +59,19 @@ impl Socks {
         }
     }
 
+    /// `--fq-rate` on a sending direction's sockets: TCP's connections (whose burst rule
+    /// [`crate::os::net::set_fq_rate`] checks) or UDP's sockets.
+    fn pace_by_kernel(&self, fq: u64) -> Result<()> {
+        match self {
+            Socks::Tcp(v) | Socks::TcpEndedByClose(v) => v
+                .iter()
+                .try_for_each(|s| crate::os::net::set_fq_rate(&s.data, fq).map(drop)),
+            Socks::Udp(v) | Socks::UdpAs(v, _) => v
+                .iter()
+                .try_for_each(|s| crate::os::net::set_udp_pacing(s, fq)),
+        }
+    }
+
     /// The TOS byte the first data socket carries, as the kernel keeps it (`-S`).
     pub(crate) fn tos(&self) -> Option<u8> {
         match self {
@@ -96,7 +109,7 @@ macro_rules! each {
 impl Threads {
     /// Spawns this end's threads of one direction, pinned per `plan`, waiting for
     /// [`Ends::start`]: senders (`sends`) or receivers, one per socket. Senders pace at
-    /// `-b` and, over TCP, have the kernel pace at `--fq-rate`; UDP receivers listen until
+    /// `-b` and have the kernel pace at `--fq-rate`; UDP receivers listen until
     /// `settle` past the run time.
     pub(crate) fn spawn(
         sends: bool,
@@ -113,6 +126,9 @@ impl Threads {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
         };
+        if let (true, Some(fq)) = (sends, test.fq_rate_bps) {
+            socks.pace_by_kernel(fq)?;
+        }
         // TCP's sockets, or UDP's with the header their datagrams carry.
         let socks = match socks {
             Socks::Tcp(s) => Ok((s, Drain::ToEof)),
@@ -122,11 +138,6 @@ impl Threads {
         };
         Ok(match (socks, sends, engine) {
             (Ok((socks, drain)), true, engine) => {
-                if let Some(fq) = test.fq_rate_bps {
-                    for s in &socks {
-                        crate::os::net::set_fq_rate(&s.data, fq)?;
-                    }
-                }
                 let (set, rx, free) = match engine {
                     Engine::Threads => {
                         StreamSet::spawn_paced(socks, plan, block, rate, move |ctx, s| {
@@ -153,11 +164,6 @@ impl Threads {
                 (Threads::Receive(set), (rx, free))
             }
             (Err((socks, wire)), true, _) => {
-                if let Some(fq) = test.fq_rate_bps {
-                    for s in &socks {
-                        crate::os::net::set_udp_pacing(s, fq)?;
-                    }
-                }
                 let job = udp::UdpSend {
                     rate_bps: rate,
                     datagram: block,
