@@ -214,6 +214,9 @@ pub struct ServerConfig {
     pub idle_timeout: Option<Duration>,
     /// Where and how the log is written: `--log-format`, `--logfile`, `--timestamps`, `-T`.
     pub log: LogOutput,
+    /// `--format iperf3-json`: each iperf3 client's test as `iperf3 -s -J` writes it, on
+    /// stdout.
+    pub iperf3_documents: bool,
 }
 
 impl ServerConfig {
@@ -262,6 +265,7 @@ impl ServerConfig {
             max_tests_per_minute: None,
             idle_timeout: None,
             log: LogOutput::default(),
+            iperf3_documents: false,
         }
     }
 }
@@ -368,6 +372,17 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
             "--idle-timeout 0: at least a second (leave it out to wait on)",
         ));
     }
+    // -J on a server is iperf3's flag and said to be ignored (server_log); --format
+    // iperf3-json is the one report a server writes.
+    let format = args.format;
+    if !matches!(format, Format::Text | Format::Iperf3Json) {
+        let name = clap::ValueEnum::to_possible_value(&format)
+            .map_or(String::new(), |v| v.get_name().to_string());
+        return Err(usage(format!(
+            "--format {name}: a client's report; a server writes iperf3's document of each \
+             iperf3 client's test with --format iperf3-json, and logs every test to stderr"
+        )));
+    }
     if args.max_tests_per_minute == Some(0) {
         return Err(usage(
             "--max-tests-per-minute 0: must be at least 1 (leave it out for no limit)",
@@ -393,6 +408,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         max_tests_per_minute: args.max_tests_per_minute,
         idle_timeout: args.idle_timeout,
         log: server_log(args)?,
+        iperf3_documents: format == Format::Iperf3Json,
     })
 }
 

@@ -339,3 +339,149 @@ fn the_comparison_finds_a_missing_key_and_a_wrong_type() {
         [".end.sum_sent.jitter: pinperf writes it, iperf3 does not"]
     );
 }
+
+/// `iperf3 -c args` against `iperf3 -s -1 -J` and against `pinperf -s -1 --format
+/// iperf3-json` at the same time: the two servers' documents.
+fn server_documents(args: &[&str]) -> (Value, Value) {
+    let theirs = Iperf3Server::start(&[]);
+    let mut ours = util::Server::start(&["-1", "--format", "iperf3-json"]);
+    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let port = theirs.port;
+    let iperf3_run = std::thread::spawn(move || {
+        let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+        iperf3_client(port, &args)
+    });
+    let (code, out, err, _) = iperf3_client(ours.port, args);
+    assert_eq!(
+        code,
+        Some(0),
+        "iperf3 -c {args:?} against pinperf:\n{out}{err}{}",
+        ours.explain()
+    );
+    let (code, out, err, _) = iperf3_run.join().expect("the iperf3 run");
+    assert_eq!(
+        code,
+        Some(0),
+        "iperf3 -c {args:?} against iperf3:\n{out}{err}"
+    );
+    let status = ours.child.wait().expect("pinperf -s -1 ends");
+    assert!(status.success(), "{}", ours.explain());
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut ours.child.stdout.take().expect("stdout"), &mut text)
+        .expect("pinperf -s's stdout");
+    (theirs.document(), parse("pinperf -s", &text))
+}
+
+/// The servers' documents have the same keys and types; pinperf's names the client's
+/// connection and cookie as iperf3's does, and its `end` holds both ends' figures.
+fn same_server_shape(test: &str, args: &[&str]) -> Option<Value> {
+    iperf3(test)?;
+    let (theirs, ours) = server_documents(args);
+    let wrong = differences(&theirs, &ours);
+    assert!(
+        wrong.is_empty(),
+        "pinperf -s's document differs from iperf3 -s's ({} paths):\n{}\n--- iperf3 ---\n{theirs:#}\n--- pinperf ---\n{ours:#}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    assert_eq!(ours["start"]["accepted_connection"]["host"], "127.0.0.1");
+    assert_eq!(
+        ours["start"]["cookie"].as_str().map(str::len),
+        Some(36),
+        "{ours:#}"
+    );
+    Some(ours)
+}
+
+#[test]
+fn a_server_document_has_iperf3_s_keys_and_both_ends_bytes() {
+    let Some(doc) = same_server_shape(
+        "a_server_document_has_iperf3_s_keys_and_both_ends_bytes",
+        &["-P", "2", "-t", "1", "-i", "0.5"],
+    ) else {
+        return;
+    };
+    // This server received: its rows say so (one a second: an iperf3 client does not
+    // send its -i, and a server reports on its own), and what it read is at least what
+    // the client said it wrote (the client's count is taken at its TEST_END).
+    assert_eq!(doc["intervals"][0]["streams"][1]["sender"], false);
+    assert_eq!(doc["intervals"].as_array().map(Vec::len), Some(1));
+    let (sent, received) = (
+        doc["end"]["sum_sent"]["bytes"].as_u64().unwrap(),
+        doc["end"]["sum_received"]["bytes"].as_u64().unwrap(),
+    );
+    assert!(sent > 0 && received >= sent, "{doc:#}");
+    let rows: u64 = (doc["intervals"].as_array().unwrap().iter())
+        .map(|iv| iv["sum"]["bytes"].as_u64().unwrap())
+        .sum();
+    assert!(
+        rows <= received && rows * 10 >= received * 9,
+        "rows {rows}, end {received}"
+    );
+}
+
+#[test]
+fn a_reverse_server_document_has_its_senders_tcp_info() {
+    let Some(doc) = same_server_shape(
+        "a_reverse_server_document_has_its_senders_tcp_info",
+        &["-t", "1", "-i", "0.5", "-R"],
+    ) else {
+        return;
+    };
+    let row = &doc["intervals"][0]["streams"][0];
+    assert_eq!(row["sender"], true);
+    assert!(row["snd_cwnd"].as_u64() > Some(0), "{row}");
+    assert!(doc["end"]["streams"][0]["sender"]["max_snd_cwnd"].as_u64() > Some(0));
+    assert!(
+        doc["end"]["sum_received"]["bytes"].as_u64() > Some(0),
+        "the client's count"
+    );
+}
+
+#[test]
+fn a_udp_server_document_has_iperf3_s_keys_and_its_loss() {
+    for extra in [&[][..], &["-R"][..]] {
+        let mut args = vec!["-u", "-b", "50M", "-t", "1", "-i", "0.5"];
+        args.extend_from_slice(extra);
+        let Some(doc) = same_server_shape(
+            "a_udp_server_document_has_iperf3_s_keys_and_its_loss",
+            &args,
+        ) else {
+            return;
+        };
+        // The receiver's datagram count (this end's, or the client's under -R) is in `sum`.
+        let sum = &doc["end"]["sum"];
+        assert!(sum["packets"].as_u64() > Some(100), "{args:?}: {doc:#}");
+        assert!(sum["lost_packets"].is_u64(), "{args:?}: {sum}");
+    }
+}
+
+#[test]
+fn a_failed_test_s_server_document_says_why() {
+    let test = "a_failed_test_s_server_document_says_why";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let mut ours = util::Server::start(&["-1", "--format", "iperf3-json"]);
+    let mut client = std::process::Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &ours.port_arg(), "-t", "5"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("iperf3 -c");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    client.kill().expect("SIGKILL the iperf3 client");
+    let _ = client.wait();
+    let _ = ours.child.wait();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut ours.child.stdout.take().expect("stdout"), &mut text)
+        .expect("stdout");
+    let doc = parse("pinperf -s", &text);
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(error.contains("closed the control connection"), "{doc:#}");
+    assert_eq!(doc["start"]["test_start"]["duration"], 5);
+    assert!(
+        doc["intervals"].as_array().is_some_and(|iv| !iv.is_empty()),
+        "{doc:#}"
+    );
+}

@@ -598,8 +598,10 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
         // The report's flags; the server's log takes the text prefixes and a file, as
         // iperf3 -s does (serverlog.rs), and flushes every line anyway. iperf3 -s's own
         // -J, -V and -f are taken and said to be ignored (config::server_log), so a unit
-        // file moved over from iperf3 still starts.
+        // file moved over from iperf3 still starts. `--format iperf3-json` is a server's
+        // per-test documents (config::server_config).
         let log = [
+            "format",
             "logfile",
             "timestamps",
             "title",

@@ -184,12 +184,12 @@ pub(super) struct Start {
 }
 
 #[derive(Serialize)]
-struct Connected {
-    socket: u64,
-    local_host: String,
-    local_port: u64,
-    remote_host: String,
-    remote_port: u64,
+pub(super) struct Connected {
+    pub(super) socket: u64,
+    pub(super) local_host: String,
+    pub(super) local_port: u64,
+    pub(super) remote_host: String,
+    pub(super) remote_port: u64,
 }
 
 #[derive(Serialize)]
@@ -212,153 +212,153 @@ struct StartTest {
 }
 
 #[derive(Serialize)]
-struct Timestamp {
-    time: String,
-    timesecs: u64,
-    timemillisecs: u64,
+pub(super) struct Timestamp {
+    pub(super) time: String,
+    pub(super) timesecs: u64,
+    pub(super) timemillisecs: u64,
 }
 
 #[derive(Serialize)]
-struct HostPort {
-    host: String,
-    port: u64,
+pub(super) struct HostPort {
+    pub(super) host: String,
+    pub(super) port: u64,
 }
 
 #[derive(Serialize)]
-struct TestStart {
-    protocol: &'static str,
-    num_streams: u64,
-    blksize: u64,
-    omit: u64,
-    duration: u64,
-    bytes: u64,
-    blocks: u64,
-    reverse: u64,
-    tos: u64,
-    target_bitrate: u64,
-    bidir: u64,
-    fqrate: u64,
-    interval: f64,
+pub(super) struct TestStart {
+    pub(super) protocol: &'static str,
+    pub(super) num_streams: u64,
+    pub(super) blksize: u64,
+    pub(super) omit: u64,
+    pub(super) duration: u64,
+    pub(super) bytes: u64,
+    pub(super) blocks: u64,
+    pub(super) reverse: u64,
+    pub(super) tos: u64,
+    pub(super) target_bitrate: u64,
+    pub(super) bidir: u64,
+    pub(super) fqrate: u64,
+    pub(super) interval: f64,
 }
 
 #[derive(Serialize, Default)]
 pub(super) struct Interval {
-    streams: Vec<Entry>,
+    pub(super) streams: Vec<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum: Option<Entry>,
+    pub(super) sum: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum_bidir_reverse: Option<Entry>,
+    pub(super) sum_bidir_reverse: Option<Entry>,
 }
 
 /// One of iperf3's span objects: an interval's stream or sum, a stream's total on one
 /// side, a test's sum. The members a role lacks are left out, in iperf3's order.
 #[derive(Serialize, Default)]
-struct Entry {
+pub(super) struct Entry {
     #[serde(skip_serializing_if = "Option::is_none")]
-    socket: Option<u64>,
-    start: f64,
-    end: f64,
-    seconds: f64,
-    bytes: u64,
-    bits_per_second: f64,
+    pub(super) socket: Option<u64>,
+    pub(super) start: f64,
+    pub(super) end: f64,
+    pub(super) seconds: f64,
+    pub(super) bytes: u64,
+    pub(super) bits_per_second: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    retransmits: Option<u64>,
+    pub(super) retransmits: Option<u64>,
     #[serde(flatten)]
-    tcp_now: Option<TcpNow>,
+    pub(super) tcp_now: Option<TcpNow>,
     #[serde(flatten)]
-    tcp_peaks: Option<TcpPeaks>,
+    pub(super) tcp_peaks: Option<TcpPeaks>,
     /// A UDP sender's interval: datagrams sent.
     #[serde(skip_serializing_if = "Option::is_none")]
-    packets: Option<u64>,
+    pub(super) packets: Option<u64>,
     #[serde(flatten)]
-    udp: Option<UdpLoss>,
+    pub(super) udp: Option<UdpLoss>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    out_of_order: Option<u64>,
+    pub(super) out_of_order: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    omitted: Option<bool>,
-    sender: bool,
+    pub(super) omitted: Option<bool>,
+    pub(super) sender: bool,
 }
 
 /// A sending TCP stream's `TCP_INFO` at an interval's end.
 #[derive(Serialize)]
-struct TcpNow {
-    snd_cwnd: u64,
-    snd_wnd: u64,
-    rtt: u64,
-    rttvar: u64,
-    pmtu: u64,
+pub(super) struct TcpNow {
+    pub(super) snd_cwnd: u64,
+    pub(super) snd_wnd: u64,
+    pub(super) rtt: u64,
+    pub(super) rttvar: u64,
+    pub(super) pmtu: u64,
 }
 
 /// A sending TCP stream's `TCP_INFO` over the test.
-#[derive(Serialize)]
-struct TcpPeaks {
-    max_snd_cwnd: u64,
-    max_snd_wnd: u64,
-    max_rtt: u64,
-    min_rtt: u64,
-    mean_rtt: u64,
+#[derive(Serialize, Default)]
+pub(super) struct TcpPeaks {
+    pub(super) max_snd_cwnd: u64,
+    pub(super) max_snd_wnd: u64,
+    pub(super) max_rtt: u64,
+    pub(super) min_rtt: u64,
+    pub(super) mean_rtt: u64,
 }
 
 /// A UDP receiver's view.
 #[derive(Serialize)]
-struct UdpLoss {
-    jitter_ms: f64,
-    lost_packets: u64,
-    packets: u64,
-    lost_percent: f64,
+pub(super) struct UdpLoss {
+    pub(super) jitter_ms: f64,
+    pub(super) lost_packets: u64,
+    pub(super) packets: u64,
+    pub(super) lost_percent: f64,
 }
 
 #[derive(Serialize, Default)]
 pub(super) struct End {
     #[serde(flatten)]
-    whole: Option<EndWhole>,
+    pub(super) whole: Option<EndWhole>,
 }
 
 #[derive(Serialize, Default)]
-struct EndWhole {
-    streams: Vec<EndStream>,
+pub(super) struct EndWhole {
+    pub(super) streams: Vec<EndStream>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum: Option<Entry>,
+    pub(super) sum: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum_sent: Option<Entry>,
+    pub(super) sum_sent: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum_received: Option<Entry>,
+    pub(super) sum_received: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum_bidir_reverse: Option<Entry>,
+    pub(super) sum_bidir_reverse: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum_sent_bidir_reverse: Option<Entry>,
+    pub(super) sum_sent_bidir_reverse: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sum_received_bidir_reverse: Option<Entry>,
-    cpu_utilization_percent: Cpu,
+    pub(super) sum_received_bidir_reverse: Option<Entry>,
+    pub(super) cpu_utilization_percent: Cpu,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sender_tcp_congestion: Option<String>,
+    pub(super) sender_tcp_congestion: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    receiver_tcp_congestion: Option<String>,
+    pub(super) receiver_tcp_congestion: Option<String>,
 }
 
 #[derive(Serialize, Default)]
-struct EndStream {
+pub(super) struct EndStream {
     #[serde(skip_serializing_if = "Option::is_none")]
-    sender: Option<Entry>,
+    pub(super) sender: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    receiver: Option<Entry>,
+    pub(super) receiver: Option<Entry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    udp: Option<Entry>,
+    pub(super) udp: Option<Entry>,
 }
 
 #[derive(Serialize, Default)]
-struct Cpu {
-    host_total: f64,
-    host_user: f64,
-    host_system: f64,
-    remote_total: f64,
-    remote_user: f64,
-    remote_system: f64,
+pub(super) struct Cpu {
+    pub(super) host_total: f64,
+    pub(super) host_user: f64,
+    pub(super) host_system: f64,
+    pub(super) remote_total: f64,
+    pub(super) remote_user: f64,
+    pub(super) remote_system: f64,
 }
 
 /// A float as JSON can carry it (serde writes NaN and infinities as `null`, which no
 /// reader of iperf3's floats expects).
-fn float(x: f64) -> f64 {
+pub(super) fn float(x: f64) -> f64 {
     if x.is_finite() { x } else { 0.0 }
 }
 
@@ -709,22 +709,29 @@ pub(super) fn start(header: &Header, facts: &RunFacts) -> Start {
             sock_bufsize: header.local_window.requested.unwrap_or(0),
             sndbuf_actual: header.local_window.sndbuf,
             rcvbuf_actual: header.local_window.rcvbuf,
-            test_start: TestStart {
-                protocol: if header.udp { "UDP" } else { "TCP" },
-                num_streams: u64::from(header.streams),
-                blksize: header.block_bytes,
-                omit: whole_seconds(header.omit_s),
-                duration: whole_seconds(header.duration_s),
-                bytes: 0,
-                blocks: 0,
-                reverse: u64::from(header.direction == Direction::Reverse),
-                tos: header.tos.map_or(0, u64::from),
-                target_bitrate: rate,
-                bidir: u64::from(header.direction == Direction::Bidir),
-                fqrate: fq_rate,
-                interval: float(header.interval_s),
-            },
+            test_start: test_start(header),
         }),
+    }
+}
+
+/// `start.test_start`: the test's parameters as iperf3 lists them (both ends' documents).
+pub(super) fn test_start(header: &Header) -> TestStart {
+    let rate = header.rate_bps.unwrap_or(0);
+    let fq_rate = header.fq_rate_bps.unwrap_or(0);
+    TestStart {
+        protocol: if header.udp { "UDP" } else { "TCP" },
+        num_streams: u64::from(header.streams),
+        blksize: header.block_bytes,
+        omit: whole_seconds(header.omit_s),
+        duration: whole_seconds(header.duration_s),
+        bytes: 0,
+        blocks: 0,
+        reverse: u64::from(header.direction == Direction::Reverse),
+        tos: header.tos.map_or(0, u64::from),
+        target_bitrate: rate,
+        bidir: u64::from(header.direction == Direction::Bidir),
+        fqrate: fq_rate,
+        interval: float(header.interval_s),
     }
 }
 
@@ -761,7 +768,7 @@ fn failed_early<'a>(title: Option<&'a str>, error: &'a str, facts: &RunFacts) ->
 
 /// `secs` since the Unix epoch as RFC 7231's date, in GMT (iperf3's `timestamp.time`):
 /// `Mon, 30 Nov 2026 18:56:56 GMT`.
-fn http_date(secs: u64) -> String {
+pub(super) fn http_date(secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",

@@ -34,6 +34,7 @@ pub mod json;
 pub mod json_stream;
 pub mod personality;
 pub mod server;
+pub(crate) mod server_doc;
 pub(crate) mod session;
 pub(crate) mod text;
 pub mod udp;

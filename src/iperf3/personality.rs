@@ -3,9 +3,10 @@
 //! pinperf's own flags, so the test runs on pinperf's pinned threads and is checked by the
 //! same rules. A flag of iperf3's that this cannot honour yet is refused by name. A client
 //! reports as iperf3 does: its text (`--format iperf3-text`, in iperf3's adaptive units
-//! unless `-f` chose one), or with `-J` its JSON. A server keeps pinperf's log: its `-J`
-//! makes that log JSON lines (iperf3's per-test server document is not written yet), and
-//! its report flags (`-i`, `-f`, `-V`) are said in the log to be ignored.
+//! unless `-f` chose one), or with `-J` its JSON. A server keeps pinperf's log on stderr;
+//! its `-J` writes iperf3's document of each test on stdout (`--format iperf3-json`, see
+//! [`super::server_doc`]) and makes the log JSON lines, and its report flags (`-i`, `-f`,
+//! `-V`) are said in the log to be ignored.
 
 use std::ffi::OsString;
 
@@ -346,9 +347,8 @@ impl Iperf3Args {
         if self.json_stream && !self.server {
             out.extend(["--format".into(), "iperf3-json-stream".into()]);
         } else if (self.json || self.json_stream) && self.server {
-            // A server's -J: its log as JSON lines (iperf3's server document is not
-            // written yet).
-            out.extend(["--log-format".into(), "json".into()]);
+            // A server's -J: each test's document on stdout, the log as JSON lines.
+            out.extend(["--format", "iperf3-json", "--log-format", "json"].map(String::from));
         } else if self.json {
             out.extend(["--format".into(), "iperf3-json".into()]);
         } else if !self.server {
@@ -464,7 +464,10 @@ mod tests {
         let json = native(&["-c", "h", "-J"]).unwrap().join(" ");
         assert!(json.contains("--format iperf3-json") && !json.contains("iperf3-text"));
         let server = native(&["-s", "-1", "-J", "-p", "5301"]).unwrap().join(" ");
-        assert_eq!(server, "pinperf -s -p 5301 -1 --log-format json");
+        assert_eq!(
+            server,
+            "pinperf -s -p 5301 -1 --format iperf3-json --log-format json"
+        );
     }
 
     #[test]

@@ -28,17 +28,18 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
-use super::{Ctl, Params, Results, StreamResult, stream_id};
+use super::{Ctl, Params, Results, StreamResult, server_doc, stream_id};
 use crate::data::ends::{Ends, Socks, Threads};
 use crate::data::pin::{self, PinPlan};
 use crate::data::stream::{StreamSocks, UdpSnapshot, spawn_named};
 use crate::data::udp::wire::Format;
 use crate::error::{Error, Result};
 use crate::os::cpu::CpuMark;
+use crate::report::interval::IntervalCutter;
 use crate::server::bounds::Bounds;
 use crate::server::shared::Slot;
 use crate::timeouts;
-use crate::wire::measure::TcpSample;
+use crate::wire::measure::{ClosedInterval, TcpSample};
 use crate::wire::params::TestParams;
 
 /// An iperf3 test that may run here: pinperf's parameters, the pin plan, the header its
@@ -49,6 +50,13 @@ pub(crate) struct Admitted {
     pub wire: Format,
     /// The user its RSA credentials spoke for, on a server that asks for them.
     pub user: Option<String>,
+}
+
+/// `--format iperf3-json` on a server: the test's cookie (its document names it) and,
+/// once the test is over, its document.
+pub(crate) struct Document {
+    pub cookie: Vec<u8>,
+    pub value: Option<String>,
 }
 
 /// A test's parameters, or the refusal the client gets (iperf3's code) and the log's words.
@@ -121,41 +129,31 @@ pub(crate) fn run_test(
     ctl: &mut Ctl,
     admitted: Admitted,
     streams: &Receiver<(u64, TcpStream)>,
-    opening: &str,
+    opening_line: &str,
     cfg: &crate::config::ServerConfig,
     slot: &Slot,
+    doc: Option<&mut Document>,
 ) -> Result<(u64, u64)> {
     let Admitted {
         test, plan, wire, ..
     } = admitted;
     let test = &test;
-    let n = test.streams as usize;
     let rtt = crate::os::net::rtt(&ctl.sock);
-    let (mut socks, dups) = connect(ctl, test, streams, wire, cfg, rtt)?;
+    let (socks, dups) = connect(ctl, test, streams, wire, cfg, rtt)?;
     let sockets = socks.duplicates();
-    let mut ends = Ends::default();
-    let mut counters = Vec::new();
+    let opening = doc
+        .as_ref()
+        .map(|d| server_doc::Opening::of(&sockets, ctl.peer, &d.cookie, test.udp));
     let reversed = test.direction().reversed();
-    let mut spawn = || -> Result<()> {
-        for (k, &reverse) in reversed.iter().enumerate() {
-            let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
-            let (threads, batches) = Threads::spawn(
-                reverse,
-                crate::choices::Engine::Threads,
-                socks.take(n),
-                &plan,
-                test,
-                timeouts::udp_settle(rtt),
-            )?;
-            ends.0.push(threads);
-            counters.push(Counts::spawn(batches, n, test.omit())?);
+    let cut = opening.is_some();
+    let mut ends = Ends::default();
+    let counters = match spawn(&mut ends, socks, &plan, test, rtt, cut) {
+        Ok(counters) => counters,
+        Err(e) => {
+            ends.abort();
+            return Err(init_failed(ctl, e));
         }
-        Ok(())
     };
-    if let Err(e) = spawn() {
-        ends.abort();
-        return Err(init_failed(ctl, e));
-    }
     ctl.send_state(super::TEST_START)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
@@ -164,16 +162,22 @@ pub(crate) fn run_test(
     slot.running();
     ctl.send_state(super::TEST_RUNNING)?;
 
-    // `--get-server-output`: this server's lines about the test, for the client.
-    let told = test.get_server_output.then(|| vec![opening.to_string()]);
+    // `--get-server-output`: this server's lines about the test, for the client (a server
+    // writing documents sends its document instead).
+    let told = (test.get_server_output && !cut).then(|| vec![opening_line.to_string()]);
     let mut watched = Watched {
         ends: &ends,
         counters: &counters,
         reversed,
         bounds: &mut bounds,
+        opening,
+        rendered: None,
     };
     let result = watch(ctl, &mut watched, test, cfg, t0)
         .and_then(|()| finish(ctl, test, &mut watched, &dups, &cpu, t0, told, slot));
+    if let Some(doc) = doc {
+        doc.value = watched.document(test, &result);
+    }
     if result.is_err() {
         // The test is over for its client (it terminated, closed, or was told why): the
         // next client waits out the streams' end for the slot instead of hearing "busy, about
@@ -192,6 +196,35 @@ pub(crate) fn run_test(
     // with data still unread (`-R`), which resets a sender draining to EOF.
     let _ = ends.join(test.zerocopy);
     result
+}
+
+/// Each direction's pinned threads (into `ends`) and their counts, with intervals cut
+/// when the server writes the test's document.
+fn spawn(
+    ends: &mut Ends,
+    mut socks: Socks,
+    plan: &PinPlan,
+    test: &TestParams,
+    rtt: Duration,
+    cut: bool,
+) -> Result<Vec<Arc<Mutex<Counts>>>> {
+    let n = test.streams as usize;
+    let mut counters = Vec::new();
+    for (k, &reverse) in test.direction().reversed().iter().enumerate() {
+        let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
+        let (threads, batches) = Threads::spawn(
+            reverse,
+            crate::choices::Engine::Threads,
+            socks.take(n),
+            &plan,
+            test,
+            timeouts::udp_settle(rtt),
+        )?;
+        ends.0.push(threads);
+        let cutter = cut.then(|| IntervalCutter::for_test(n, test));
+        counters.push(Counts::spawn(batches, n, test.omit(), cutter)?);
+    }
+    Ok(counters)
 }
 
 /// The test's streams, TCP (with a duplicate of each socket, to shut it) or UDP, once
@@ -233,6 +266,8 @@ struct Counts {
     udp: Vec<Option<UdpSnapshot>>,
     /// TCP senders: each stream's retransmits, from its kernel samples.
     retransmits: Vec<Retransmits>,
+    /// A server writing documents: the direction's intervals, and those closed so far.
+    cuts: Option<(IntervalCutter, Vec<ClosedInterval>)>,
 }
 
 /// A sending stream's retransmits as iperf3 counts them: after `-O`'s omitted seconds.
@@ -264,6 +299,7 @@ impl Counts {
         batches: crate::data::ends::Batches,
         n: usize,
         omit: Duration,
+        cutter: Option<IntervalCutter>,
     ) -> Result<Arc<Mutex<Counts>>> {
         let count = Arc::new(Mutex::new(Counts {
             bytes: vec![0; n],
@@ -272,6 +308,7 @@ impl Counts {
             last_ns: vec![0; n],
             udp: vec![None; n],
             retransmits: vec![Retransmits::default(); n],
+            cuts: cutter.map(|c| (c, Vec::new())),
         }));
         let c2 = Arc::clone(&count);
         let omit_ns = omit.as_nanos() as u64;
@@ -309,6 +346,10 @@ impl Counts {
                 if let Some(r) = c.retransmits.get_mut(i) {
                     batch.samples.iter().for_each(|s| r.sample(s, omit_ns));
                 }
+                if let Some((cutter, closed)) = c.cuts.as_mut() {
+                    cutter.add(&batch);
+                    closed.extend(std::iter::from_fn(|| cutter.pop_ready()));
+                }
                 drop(c);
                 let _ = free.try_send(batch);
             }
@@ -334,9 +375,37 @@ struct Watched<'a> {
     /// Each direction's: true where this end sends.
     reversed: &'a [bool],
     bounds: &'a mut Bounds,
+    /// A server writing documents: what it knew at the start, and the document once the
+    /// results are exchanged.
+    opening: Option<server_doc::Opening>,
+    rendered: Option<String>,
 }
 
 impl Watched<'_> {
+    /// The test's document: rendered with both ends' results, or (it failed) its rows so
+    /// far and the error.
+    fn document(&mut self, test: &TestParams, result: &Result<(u64, u64)>) -> Option<String> {
+        let opening = self.opening.as_ref()?;
+        match (self.rendered.take(), result) {
+            (Some(doc), Ok(_)) => Some(doc),
+            (_, r) => {
+                let error = r.as_ref().err().map(|e| e.to_string());
+                let cuts = cut_so_far(self.counters);
+                let figures = server_doc::Figures {
+                    cuts: &cuts,
+                    ours: None,
+                    theirs: None,
+                };
+                Some(server_doc::render(
+                    test,
+                    opening,
+                    &figures,
+                    error.as_deref(),
+                ))
+            }
+        }
+    }
+
     /// Why the server cuts the test now ([`Bounds::check`]), if it does: `SERVER_ERROR`
     /// with iperf3's code for it is sent to the client.
     fn exceeded(&mut self, ctl: &mut Ctl) -> Option<Error> {
@@ -602,8 +671,21 @@ fn finish(
     ctl.send_state(super::EXCHANGE_RESULTS)?;
     let theirs: Results = ctl.read_json(timeouts::HANDSHAKE, "the client's results")?;
     drain(ctl, test, watched, dups, &theirs)?;
-    let (ours, received, sent) =
+    let (mut ours, received, sent) =
         results(ctl.peer, test, watched.counters, dups, cpu, elapsed, told);
+    if let Some(opening) = &watched.opening {
+        let cuts = cut_so_far(watched.counters);
+        let figures = server_doc::Figures {
+            cuts: &cuts,
+            ours: Some(&ours),
+            theirs: Some(&theirs),
+        };
+        let doc = server_doc::render(test, opening, &figures, None);
+        if test.get_server_output {
+            ours.server_output_json = serde_json::from_str(&doc).ok();
+        }
+        watched.rendered = Some(doc);
+    }
     slot.finishing();
     ctl.send_json(&ours, "the server's results")?;
     ctl.send_state(super::DISPLAY_RESULTS)?;
@@ -618,6 +700,22 @@ fn wait_done(counts: &Mutex<Counts>, limit: Duration) {
     while !counts.lock().done.iter().all(|d| *d) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Each direction's intervals: those closed, and the rest closed now (the streams ended,
+/// or the test failed and what they counted so far is all there is).
+fn cut_so_far(counters: &[Arc<Mutex<Counts>>]) -> Vec<Vec<ClosedInterval>> {
+    counters
+        .iter()
+        .map(|c| match c.lock().cuts.as_mut() {
+            Some((cutter, closed)) => {
+                cutter.finish();
+                closed.extend(std::iter::from_fn(|| cutter.pop_ready()));
+                closed.clone()
+            }
+            None => Vec::new(),
+        })
+        .collect()
 }
 
 /// Receivers: until each stream has what the client wrote (`theirs`), or has ended, or

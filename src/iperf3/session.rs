@@ -174,7 +174,15 @@ fn run(
     }
     let t0 = Instant::now();
     let user = admitted.user.clone();
-    let result = server::run_test(&mut ctl, admitted, &rx, &opening, cfg, ho.slot());
+    let mut doc = cfg.iperf3_documents.then(|| server::Document {
+        cookie: cookie.to_vec(),
+        value: None,
+    });
+    let slot = ho.slot();
+    let result = server::run_test(&mut ctl, admitted, &rx, &opening, cfg, slot, doc.as_mut());
+    if let Some(value) = doc.and_then(|d| d.value) {
+        super::server_doc::print(&value);
+    }
     let result = ho.judged(result);
     *ho.shared.by_cookie.lock() = None;
     ho.listen_after(listening);
