@@ -17,11 +17,14 @@ use crate::wire::params::Limits;
 /// iperf3's default control port.
 pub const PORT: u16 = 5201;
 
-/// iperf3 3.21's flags that the personality honours, under iperf3's names.
+/// iperf3 3.21's flags that the personality honours, under iperf3's names; a long flag
+/// may be shortened while it stays unambiguous, as getopt_long takes it
+/// (`--authorized-user` in iperf3's own auth_test.sh).
 #[derive(Debug, Parser)]
 #[command(
     name = "iperf3",
     disable_version_flag = true,
+    infer_long_args = true,
     about = "iperf3's command line, run on pinperf's pinned threads"
 )]
 pub struct Iperf3Args {
@@ -468,6 +471,14 @@ mod tests {
             server,
             "pinperf -s -p 5301 -1 --format iperf3-json --log-format json"
         );
+    }
+
+    #[test]
+    fn a_long_flag_may_be_shortened_while_it_is_unambiguous() {
+        let line = native(&["-s", "--authorized-user=u.csv", "--rsa-private-key-path=k"])
+            .unwrap()
+            .join(" ");
+        assert!(line.contains("--authorized-users-path u.csv"), "{line}");
     }
 
     #[test]
