@@ -84,6 +84,9 @@ pub fn run(
                 let t_ns = stamps.now_ns();
                 bytes += n as u64;
                 last_read_ns = t_ns;
+                if let Some(budget) = &ctx.budget {
+                    budget.arrived(n as u64);
+                }
                 if let Some((echo_sock, echo)) = echo.as_mut() {
                     let read = copy_len.then(|| &buf[..n]);
                     echo_block(id, &sock, echo_sock, echo, read, n, t_ns)?;
