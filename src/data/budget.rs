@@ -10,7 +10,7 @@
 //! arrived, so an end that only receives can tell that the budget has come (iperf3's
 //! client ends a `-R` test so).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::wire::params::Budget;
 
@@ -23,6 +23,8 @@ pub struct Spend {
     left: AtomicU64,
     /// Bytes the receivers have read.
     arrived: AtomicU64,
+    /// Senders that found the budget spent (each then ends its stream).
+    stopped: AtomicUsize,
 }
 
 impl Spend {
@@ -36,6 +38,7 @@ impl Spend {
             block_bytes: block_bytes.max(1),
             left: AtomicU64::new(left),
             arrived: AtomicU64::new(0),
+            stopped: AtomicUsize::new(0),
         }
     }
 
@@ -55,6 +58,16 @@ impl Spend {
                 (granted > 0).then(|| left.saturating_sub(granted * unit))
             });
         granted
+    }
+
+    /// A sender found the budget spent: it writes no more.
+    pub fn sender_stopped(&self) {
+        self.stopped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many senders have found it spent.
+    pub fn senders_stopped(&self) -> usize {
+        self.stopped.load(Ordering::Relaxed)
     }
 
     /// A receiver read `bytes`.

@@ -240,14 +240,14 @@ impl Ends {
     }
 
     /// `-n`/`-k`: for each direction, whether its budget is spent as this end sees it:
-    /// its senders here have all ended, or its receivers here have read all of it (empty
+    /// its senders here have all stopped writing, or its receivers here have read all of it (empty
     /// without a budget).
     pub(crate) fn budgets_spent(&self) -> Vec<bool> {
         self.0
             .iter()
             .filter_map(|t| match t {
-                Threads::Send(s) => s.budget().map(|_| s.finished()),
-                Threads::UdpSend(s) => s.budget().map(|_| s.finished()),
+                Threads::Send(s) => s.budget_sent(),
+                Threads::UdpSend(s) => s.budget_sent(),
                 Threads::Receive(s) => s.budget().map(Spend::all_arrived),
                 Threads::UdpReceive(s) => s.budget().map(Spend::all_arrived),
             })

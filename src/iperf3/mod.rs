@@ -94,6 +94,8 @@ pub const IEMSS: i32 = 10;
 pub const IESETNODELAY: i32 = 122;
 pub const IESETMSS: i32 = 123;
 pub const IEUNIMP: i32 = 13;
+pub const IEBURST: i32 = 15;
+pub const IEENDCONDITIONS: i32 = 16;
 pub const IEINITSTREAM: i32 = 201;
 pub const IESTREAMLISTEN: i32 = 202;
 pub const IESTREAMACCEPT: i32 = 204;
@@ -329,6 +331,9 @@ pub struct Params {
     pub bandwidth: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fqrate: Option<f64>,
+    /// `-b RATE/BURST`'s burst (iperf3 writes it only when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
     /// `-S`: iperf3 writes the key only for a TOS other than 0.
@@ -400,9 +405,13 @@ impl Params {
             tcp: !test.udp,
             udp: test.udp,
             omit: test.omit().as_secs_f64(),
-            time: test.duration().as_secs_f64(),
-            num: 0.0,
-            blockcount: 0.0,
+            // iperf3 sends -n/-k with no time: the count alone ends the test.
+            time: match test.budget() {
+                Some(_) => 0.0,
+                None => test.duration().as_secs_f64(),
+            },
+            num: test.bytes.unwrap_or(0) as f64,
+            blockcount: test.blocks.unwrap_or(0) as f64,
             parallel: f64::from(test.streams),
             reverse: test.reverse,
             bidirectional: test.bidir,
@@ -410,6 +419,7 @@ impl Params {
             len: Some(test.block_bytes() as f64),
             bandwidth: test.rate().map(|r| r as f64),
             fqrate: test.fq_rate_bps.map(|r| r as f64),
+            burst: test.burst.map(f64::from),
             congestion: test.transport.congestion.clone(),
             tos: test.tos.map(f64::from),
             mss: test.transport.mss.map(f64::from),
@@ -441,7 +451,24 @@ impl Params {
         test.streams = self.parallel as u16;
         test.len = size(self.len, "-l", IEBLOCKSIZE)?;
         test.window_bytes = size(self.window, "-w", IEBUFSIZE)?;
-        test.duration = Duration::from_secs_f64(self.time);
+        test.bytes = count(self.num, "-n")?;
+        test.blocks = count(self.blockcount, "-k")?;
+        test.burst = match self.burst {
+            Some(b) if finite(b, f64::from(u32::MAX)) && b >= 1.0 => Some(b as u32),
+            Some(b) => {
+                return Err(Unsupported {
+                    code: IEBURST,
+                    reason: format!("-b RATE/{}: not a burst", shown(b)),
+                });
+            }
+            None => None,
+        };
+        // -n/-k come without a time (iperf3's 0: none): the protocol's longest, which
+        // the server cuts to its own.
+        test.duration = match (test.budget(), self.time) {
+            (Some(_), t) if t <= 0.0 => Limits::PROTOCOL.max_duration,
+            _ => Duration::from_secs_f64(self.time),
+        };
         test.omit = Duration::from_secs_f64(self.omit);
         test.interval = None;
         test.reverse = self.reverse && !self.bidirectional;
@@ -470,7 +497,6 @@ impl Params {
         let name = match key.as_str() {
             "sctp" => "--sctp".to_string(),
             "flowlabel" => "-L (flow label)".into(),
-            "burst" => "-b RATE/BURST (a burst)".into(),
             "dont_fragment" => "--dont-fragment".into(),
             other => format!("iperf3 parameter '{}'", crate::wire::printable(other, 64)),
         };
@@ -485,9 +511,6 @@ impl Params {
 
     /// Known parameters whose tests this server does not run.
     fn refuse_unsupported(&self) -> std::result::Result<(), Unsupported> {
-        if self.num > 0.0 || self.blockcount > 0.0 {
-            return Err(unimp("-n/-k (a byte or block count instead of -t)".into()));
-        }
         if self.udp && self.omit > 0.0 {
             return Err(unimp(
                 "-O with -u (iperf3 counts datagrams across the omitted seconds and bytes \
@@ -568,6 +591,18 @@ impl Params {
     }
 }
 
+/// `-n`/`-k`: a count, or none for iperf3's 0.
+fn count(v: f64, flag: &str) -> std::result::Result<Option<u64>, Unsupported> {
+    match v {
+        v if v == 0.0 => Ok(None),
+        v if finite(v, u64::MAX as f64) && v.fract() == 0.0 => Ok(Some(v as u64)),
+        v => Err(Unsupported {
+            code: IEENDCONDITIONS,
+            reason: format!("{flag} {}: not a count", shown(v)),
+        }),
+    }
+}
+
 /// A refusal of what this server does not do.
 fn unimp(what: String) -> Unsupported {
     Unsupported {
@@ -614,6 +649,7 @@ pub fn code_for(reason: &str) -> i32 {
         // IEUDPBLOCKSIZE.
         "-l" if reason.contains("UDP datagram") => IEUDPBLOCKSIZE,
         "-l" => IEBLOCKSIZE,
+        "-b" if reason.contains("burst") => IEBURST,
         "-b" => IETOTALRATE,
         "-u" => IEPROTOCOL,
         "-C" => IESETCONGESTION,
@@ -623,6 +659,7 @@ pub fn code_for(reason: &str) -> i32 {
         "-M" if reason.contains("no less") || reason.contains("set TCP_MAXSEG") => IESETMSS,
         "-M" => IEMSS,
         "-N" => IESETNODELAY,
+        "-n" | "-k" => IEENDCONDITIONS,
         _ => IEUNIMP,
     }
 }

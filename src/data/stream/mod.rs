@@ -400,6 +400,7 @@ impl<T: Send + 'static> StreamSet<T> {
     /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
     /// [`StreamSet::start`]. Returns the set and the reporter's ends of the batch channels.
     /// The sockets are TCP connections or connected UDP sockets.
+    #[cfg(test)]
     pub(crate) fn spawn<S, F>(
         socks: Vec<StreamSocks<S>>,
         plan: &crate::data::pin::PinPlan,
@@ -495,6 +496,14 @@ impl<T: Send + 'static> StreamSet<T> {
     /// True when every stream thread has ended.
     pub(crate) fn finished(&self) -> bool {
         self.workers.iter().all(|w| w.is_finished())
+    }
+
+    /// `-n`/`-k`: whether every stream has stopped writing, its budget spent (or its
+    /// thread ended); `None` without a budget.
+    pub(crate) fn budget_sent(&self) -> Option<bool> {
+        self.budget
+            .as_ref()
+            .map(|b| b.senders_stopped() >= self.streams || self.finished())
     }
 
     /// `-n`/`-k`: the direction's budget, if it has one.

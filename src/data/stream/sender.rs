@@ -169,7 +169,10 @@ impl Sender {
         loop {
             if self.at.seq >= self.granted {
                 match self.ctx.budget.as_ref().map_or(0, |b| b.take(1)) {
-                    0 => return Ok(()),
+                    0 => {
+                        self.ctx.budget.iter().for_each(|b| b.sender_stopped());
+                        return Ok(());
+                    }
                     _ => self.granted = self.at.seq + 1,
                 }
             }

@@ -195,6 +195,9 @@ impl UdpSender {
             return true;
         };
         self.len = budget.take((self.buf.len() / dg) as u64) as usize * dg;
+        if self.len == 0 {
+            budget.sender_stopped();
+        }
         self.len > 0
     }
 
