@@ -123,20 +123,16 @@ impl Threads {
         let run_time = test.run_time();
         let block = test.block_bytes() as usize;
         let rate = test.rate();
-        // -n/-k: one budget for the direction's streams; its receivers count what arrived.
-        let shared = Shared {
-            rate_bps: rate,
-            burst: test.burst,
-            budget: test
-                .budget()
-                .map(|b| std::sync::Arc::new(Spend::new(b, block as u64))),
-        };
+        let shared = shared(test, block);
         let copy = Copying {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
         };
         if let (true, Some(fq)) = (sends, test.fq_rate_bps) {
             socks.pace_by_kernel(fq)?;
+        }
+        if sends && engine == Engine::Single && !test.udp {
+            single_takes(test)?;
         }
         // TCP's sockets, or UDP's with the header their datagrams carry.
         let socks = match socks {
@@ -152,18 +148,6 @@ impl Threads {
                         StreamSet::spawn_with(socks, plan, block, shared, move |ctx, s| {
                             sender::run(ctx, s, run_time, copy, drain)
                         })?
-                    }
-                    Engine::Single if shared.budget.is_some() || shared.burst.is_some() => {
-                        return Err(Error::Test(
-                            "-n/-k/-b RATE/BURST: the single engine sends by time alone; use \
-                             --engine threads"
-                                .into(),
-                        ));
-                    }
-                    Engine::Single if copy.zerocopy.is_some() => {
-                        return Err(Error::Test(
-                            "-Z: the single engine sends with copies; use --engine threads".into(),
-                        ));
                     }
                     Engine::Single => {
                         StreamSet::spawn_single(socks, plan, block, move |ctxs, socks| {
@@ -205,6 +189,31 @@ impl Threads {
             }
         })
     }
+}
+
+/// What a direction's streams share: `-b` and its burst, and (`-n`/`-k`) one budget, which
+/// its receivers count what arrived against.
+fn shared(test: &TestParams, block: usize) -> Shared {
+    Shared {
+        rate_bps: test.rate(),
+        burst: test.burst,
+        budget: test
+            .budget()
+            .map(|b| std::sync::Arc::new(Spend::new(b, block as u64))),
+    }
+}
+
+/// What the single engine's senders cannot do: `-Z` (it sends with copies), and `-n`,
+/// `-k` and bursts (it sends by time alone).
+fn single_takes(test: &TestParams) -> Result<()> {
+    let no = |what: &str| Err(Error::Test(format!("{what}; use --engine threads")));
+    if test.zerocopy.is_some() {
+        return no("-Z: the single engine sends with copies");
+    }
+    if test.budget().is_some() || test.burst.is_some() {
+        return no("-n/-k/-b RATE/BURST: the single engine sends by time alone");
+    }
+    Ok(())
 }
 
 fn udp_socks(socks: Vec<UdpSocket>) -> Vec<StreamSocks<UdpSocket>> {

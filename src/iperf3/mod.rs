@@ -1008,9 +1008,9 @@ mod tests {
                 "-O with -u",
             ),
             (
-                r#"{"tcp":true,"time":0,"num":1000,"parallel":1}"#,
-                IEUNIMP,
-                "-n/-k",
+                r#"{"tcp":true,"time":1,"burst":0.5,"parallel":1}"#,
+                IEBURST,
+                "-b RATE/0.5: not a burst",
             ),
             (
                 r#"{"tcp":true,"time":1,"parallel":0}"#,
@@ -1115,5 +1115,29 @@ mod tests {
         assert_eq!(code_for(&mss(20, "the kernel takes no less")), IESETMSS);
         assert_eq!(code_for(&mss(9999, "iperf3's largest")), IEMSS);
         assert_eq!(code_for("something else"), IEUNIMP);
+    }
+
+    /// iperf3's `num`, `blockcount` (with `time` 0) and `burst`, both ways.
+    #[test]
+    fn byte_and_block_counts_travel_as_iperf3s_keys() {
+        let theirs = |doc: &str| serde_json::from_str::<Params>(doc).unwrap().to_test();
+        let t =
+            theirs(r#"{"tcp":true,"time":0,"num":5242880,"blockcount":0,"parallel":1}"#).unwrap();
+        assert_eq!((t.bytes, t.blocks), (Some(5 << 20), None));
+        assert_eq!(t.duration, Limits::PROTOCOL.max_duration);
+        let t = theirs(
+            r#"{"udp":true,"time":0,"blockcount":9,"bandwidth":1e6,"burst":10,"parallel":1}"#,
+        )
+        .unwrap();
+        assert_eq!((t.blocks, t.burst), (Some(9), Some(10)));
+        let mut ours = TestParams::defaults();
+        (ours.bytes, ours.burst, ours.rate_bps) = (Some(1 << 20), Some(4), Some(1_000_000));
+        let v = serde_json::to_value(Params::from_test(&ours)).unwrap();
+        assert_eq!(
+            (v["time"].as_f64(), v["num"].as_f64()),
+            (Some(0.0), Some(1048576.0))
+        );
+        assert_eq!(v["burst"].as_f64(), Some(4.0));
+        assert_eq!(code_for("-n and -k: only one"), IEENDCONDITIONS);
     }
 }

@@ -449,12 +449,12 @@ impl TestParams {
         self.check_streams(limits)?;
         self.check_block(limits)?;
         self.check_window(limits)?;
+        self.check_budget()?;
         self.check_times(limits)?;
         self.check_remote_pin()?;
         self.check_congestion()?;
         self.check_rates(limits)?;
         self.check_mss()?;
-        self.check_budget()?;
         self.check_tcp_only()
     }
 
@@ -1062,6 +1062,58 @@ mod tests {
         v["zerocopy"] = serde_json::json!("msg");
         let p: TestParams = serde_json::from_value(v).unwrap();
         assert_eq!(p.zerocopy, Some(ZeroCopy::Msg));
+    }
+
+    /// `-n`/`-k`: one of them, not empty, without -O; bursts of 1 to 1000 with a rate. A
+    /// server cuts a budget's longest run to its own longest test, and older peers'
+    /// parameters, which have none of these, still parse.
+    #[test]
+    fn a_budget_is_one_end_condition_within_the_limits() {
+        let with = |change: fn(&mut TestParams)| {
+            let mut p = TestParams::defaults();
+            change(&mut p);
+            p.validate(&Limits::PROTOCOL).err()
+        };
+        let table: &[(fn(&mut TestParams), Option<&str>)] = &[
+            (|p| p.bytes = Some(1 << 20), None),
+            (|p| p.blocks = Some(7), None),
+            (
+                |p| (p.bytes, p.blocks) = (Some(1), Some(1)),
+                Some("-n and -k: only one test end condition (-t, -n, -k) may be given; drop one"),
+            ),
+            (|p| p.bytes = Some(0), Some("-n 0: send at least 1 byte")),
+            (
+                |p| (p.blocks, p.omit) = (Some(9), Duration::from_secs(2)),
+                Some(
+                    "-O 2 with -n/-k: the omitted seconds' bytes would count against the \
+                     budget; drop -O",
+                ),
+            ),
+            (
+                |p| (p.rate_bps, p.burst) = (Some(1_000_000), Some(1000)),
+                None,
+            ),
+            (
+                |p| (p.rate_bps, p.burst) = (Some(1_000_000), Some(1001)),
+                Some("-b RATE/1001: a burst must be 1 to 1000 blocks"),
+            ),
+            (
+                |p| p.burst = Some(10),
+                Some("-b 0/10: a burst needs a rate to keep; give -b RATE/10"),
+            ),
+        ];
+        for (i, (change, want)) in table.iter().enumerate() {
+            assert_eq!(with(*change).as_deref(), *want, "row {i}");
+        }
+        let mut p = TestParams::defaults();
+        (p.bytes, p.duration) = (Some(1), Limits::PROTOCOL.max_duration);
+        p.fit_budget(&SERVER);
+        assert_eq!(p.duration, SERVER.max_duration);
+        let mut v = serde_json::to_value(params()).unwrap();
+        assert!(v.get("bytes").is_none() && v.get("burst").is_none());
+        v.as_object_mut().unwrap().remove("omit_us");
+        let old: TestParams = serde_json::from_value(v).unwrap();
+        assert_eq!((old.budget(), old.burst), (None, None));
     }
 
     #[test]
