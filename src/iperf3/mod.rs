@@ -594,7 +594,7 @@ impl Params {
 /// `-n`/`-k`: a count, or none for iperf3's 0.
 fn count(v: f64, flag: &str) -> std::result::Result<Option<u64>, Unsupported> {
     match v {
-        v if v == 0.0 => Ok(None),
+        0.0 => Ok(None),
         v if finite(v, u64::MAX as f64) && v.fract() == 0.0 => Ok(Some(v as u64)),
         v => Err(Unsupported {
             code: IEENDCONDITIONS,

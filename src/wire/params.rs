@@ -1074,7 +1074,8 @@ mod tests {
             change(&mut p);
             p.validate(&Limits::PROTOCOL).err()
         };
-        let table: &[(fn(&mut TestParams), Option<&str>)] = &[
+        type Change = fn(&mut TestParams);
+        let table: &[(Change, Option<&str>)] = &[
             (|p| p.bytes = Some(1 << 20), None),
             (|p| p.blocks = Some(7), None),
             (
