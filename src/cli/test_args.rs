@@ -64,9 +64,22 @@ pub struct TestArgs {
 
     /// Target rate per stream in bits/s (100M, 2.5G); 0 = as fast as possible. TCP: each
     /// stream thread paces its writes. UDP [default: 1M, as iperf3].
-    #[arg(short = 'b', allow_negative_numbers = true, long = "bitrate", visible_alias = "bandwidth", value_name = "RATE",
-          value_parser = units::parse_rate_or_zero)]
-    pub rate_bps: Option<u64>,
+    /// `/BURST` (iperf3's burst mode): BURST blocks (UDP: datagrams) back to back, then a
+    /// wait that keeps the rate on average; 1 to 1000.
+    #[arg(short = 'b', allow_negative_numbers = true, long = "bitrate", visible_alias = "bandwidth", value_name = "RATE[/BURST]",
+          value_parser = parse_bitrate)]
+    pub rate_bps: Option<(u64, Option<u32>)>,
+
+    /// End the test once the senders have sent SIZE bytes in all (each direction its own
+    /// SIZE), e.g. 10M; -t is then the longest it may run (give one of -t, -n, -k).
+    #[arg(short = 'n', long = "bytes", value_name = "SIZE", conflicts_with_all = ["duration", "blocks"],
+          value_parser = units::parse_size)]
+    pub bytes: Option<u64>,
+
+    /// The same as -n in blocks: writes of -l (UDP: datagrams), e.g. 1000 or 10k.
+    #[arg(short = 'k', long = "blockcount", value_name = "COUNT", conflicts_with = "duration",
+          value_parser = units::parse_size)]
+    pub blocks: Option<u64>,
 
     /// UDP without the kernel's segmentation and receive offloads (GSO, GRO): one datagram
     /// per message each way, as most tools send (a like-for-like comparison, or a NIC
@@ -155,6 +168,19 @@ fn parse_streams(text: &str) -> Result<u16, String> {
         .map_err(|_| format!("streams must be 1 to {}", Limits::PROTOCOL.max_streams))
 }
 
+/// `-b RATE[/BURST]`: a rate (0: as fast as possible) and the burst, a count of blocks
+/// (its range is `validate`'s).
+fn parse_bitrate(text: &str) -> Result<(u64, Option<u32>), String> {
+    let Some((rate, burst)) = text.split_once('/') else {
+        return units::parse_rate_or_zero(text).map(|r| (r, None));
+    };
+    let burst = burst
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{burst}': a burst is a count of blocks, 1 to 1000"))?;
+    Ok((units::parse_rate_or_zero(rate)?, Some(burst)))
+}
+
 /// `-M`: a number of bytes (the range is `validate`'s, which says it for `-M 0` too).
 fn parse_mss(text: &str) -> Result<u32, String> {
     text.trim()
@@ -206,7 +232,21 @@ impl TestArgs {
             transport,
             zerocopy,
             skip_rx_copy,
+            bytes,
+            blocks,
         } = self.clone();
+        // -n/-k end the test; -t, which they exclude, becomes the longest it may run (at
+        // most the rows a test may make at -i).
+        let duration = match bytes.or(blocks) {
+            Some(_) => {
+                let step = interval
+                    .filter(|i| !i.is_zero())
+                    .unwrap_or(Duration::from_secs(1));
+                let rows = u32::try_from(crate::wire::params::MAX_INTERVALS).unwrap_or(u32::MAX);
+                Limits::PROTOCOL.max_duration.min(step.saturating_mul(rows))
+            }
+            None => duration,
+        };
         TestParams {
             streams,
             len,
@@ -218,7 +258,7 @@ impl TestArgs {
             reverse,
             bidir,
             udp,
-            rate_bps,
+            rate_bps: rate_bps.map(|(r, _)| r),
             no_gsro,
             get_server_output,
             fq_rate_bps,
@@ -227,6 +267,9 @@ impl TestArgs {
             pin,
             zerocopy,
             skip_rx_copy,
+            bytes,
+            blocks,
+            burst: rate_bps.and_then(|(_, b)| b),
         }
     }
 }

@@ -11,9 +11,10 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::choices::Engine;
 use crate::choices::ZeroCopy;
+use crate::data::budget::Spend;
 use crate::data::pin::PinPlan;
 use crate::data::stream::{
-    Batch, Copying, Drain, Failure, StreamSet, StreamSocks, receiver, sender, single,
+    Batch, Copying, Drain, Failure, Shared, StreamSet, StreamSocks, receiver, sender, single,
 };
 use crate::data::udp;
 use crate::error::{Error, Result};
@@ -122,12 +123,16 @@ impl Threads {
         let run_time = test.run_time();
         let block = test.block_bytes() as usize;
         let rate = test.rate();
+        let shared = shared(test, block);
         let copy = Copying {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
         };
         if let (true, Some(fq)) = (sends, test.fq_rate_bps) {
             socks.pace_by_kernel(fq)?;
+        }
+        if sends && engine == Engine::Single && !test.udp {
+            single_takes(test)?;
         }
         // TCP's sockets, or UDP's with the header their datagrams carry.
         let socks = match socks {
@@ -140,14 +145,9 @@ impl Threads {
             (Ok((socks, drain)), true, engine) => {
                 let (set, rx, free) = match engine {
                     Engine::Threads => {
-                        StreamSet::spawn_paced(socks, plan, block, rate, move |ctx, s| {
+                        StreamSet::spawn_with(socks, plan, block, shared, move |ctx, s| {
                             sender::run(ctx, s, run_time, copy, drain)
                         })?
-                    }
-                    Engine::Single if copy.zerocopy.is_some() => {
-                        return Err(Error::Test(
-                            "-Z: the single engine sends with copies; use --engine threads".into(),
-                        ));
                     }
                     Engine::Single => {
                         StreamSet::spawn_single(socks, plan, block, move |ctxs, socks| {
@@ -158,21 +158,23 @@ impl Threads {
                 (Threads::Send(set), (rx, free))
             }
             (Ok((socks, _)), false, _) => {
-                let (set, rx, free) = StreamSet::spawn(socks, plan, block, move |ctx, s| {
-                    receiver::run(ctx, s, run_time, copy)
-                })?;
+                let (set, rx, free) =
+                    StreamSet::spawn_with(socks, plan, block, shared, move |ctx, s| {
+                        receiver::run(ctx, s, run_time, copy)
+                    })?;
                 (Threads::Receive(set), (rx, free))
             }
             (Err((socks, wire)), true, _) => {
                 let job = udp::UdpSend {
                     rate_bps: rate,
+                    burst: test.burst,
                     datagram: block,
                     run_time,
                     gso: !test.no_gsro,
                     wire,
                 };
                 let (set, rx, free) =
-                    StreamSet::spawn(udp_socks(socks), plan, block, move |ctx, s| {
+                    StreamSet::spawn_with(udp_socks(socks), plan, block, shared, move |ctx, s| {
                         udp::send(ctx, s, job)
                     })?;
                 (Threads::UdpSend(set), (rx, free))
@@ -180,13 +182,38 @@ impl Threads {
             (Err((socks, wire)), false, _) => {
                 let until = run_time + settle;
                 let (set, rx, free) =
-                    StreamSet::spawn(udp_socks(socks), plan, block, move |ctx, s| {
+                    StreamSet::spawn_with(udp_socks(socks), plan, block, shared, move |ctx, s| {
                         udp::receive(ctx, s, until, wire)
                     })?;
                 (Threads::UdpReceive(set), (rx, free))
             }
         })
     }
+}
+
+/// What a direction's streams share: `-b` and its burst, and (`-n`/`-k`) one budget, which
+/// its receivers count what arrived against.
+fn shared(test: &TestParams, block: usize) -> Shared {
+    Shared {
+        rate_bps: test.rate(),
+        burst: test.burst,
+        budget: test
+            .budget()
+            .map(|b| std::sync::Arc::new(Spend::new(b, block as u64))),
+    }
+}
+
+/// What the single engine's senders cannot do: `-Z` (it sends with copies), and `-n`,
+/// `-k` and bursts (it sends by time alone).
+fn single_takes(test: &TestParams) -> Result<()> {
+    let no = |what: &str| Err(Error::Test(format!("{what}; use --engine threads")));
+    if test.zerocopy.is_some() {
+        return no("-Z: the single engine sends with copies");
+    }
+    if test.budget().is_some() || test.burst.is_some() {
+        return no("-n/-k/-b RATE/BURST: the single engine sends by time alone");
+    }
+    Ok(())
 }
 
 fn udp_socks(socks: Vec<UdpSocket>) -> Vec<StreamSocks<UdpSocket>> {
@@ -219,6 +246,21 @@ impl Ends {
     /// True when every thread of every direction has ended.
     pub(crate) fn finished(&self) -> bool {
         self.0.iter().all(|t| each!(t, s => s.finished()))
+    }
+
+    /// `-n`/`-k`: for each direction, whether its budget is spent as this end sees it:
+    /// its senders here have all stopped writing, or its receivers here have read all of it (empty
+    /// without a budget).
+    pub(crate) fn budgets_spent(&self) -> Vec<bool> {
+        self.0
+            .iter()
+            .filter_map(|t| match t {
+                Threads::Send(s) => s.budget_sent(),
+                Threads::UdpSend(s) => s.budget_sent(),
+                Threads::Receive(s) => s.budget().map(Spend::all_arrived),
+                Threads::UdpReceive(s) => s.budget().map(Spend::all_arrived),
+            })
+            .collect()
     }
 
     pub(crate) fn abort(&self) {

@@ -12,6 +12,10 @@
 //! on a 2-core host at load 3, where iperf3, which catches all of it up at full
 //! speed, kept 1000 Mbit/s.
 //!
+//! With a burst (`-b RATE/BURST`, [`Pacer::with_burst`]) the schedule counts in whole
+//! bursts: a burst's first chunk waits until the bursts before it are due, the rest follow
+//! it at once, so the rate is kept on average and the bursts are back to back.
+//!
 //! Used by one stream thread at a time (no sharing); no allocation, no I/O.
 
 use std::time::{Duration, Instant};
@@ -48,6 +52,8 @@ pub struct Pacer {
     /// behind as the sender keeps its rate and gives up all but [`CATCH_UP`] of its lead:
     /// it holds back only a sender catching up.
     fast_origin: Instant,
+    /// The bytes of one burst (1: none); the schedule counts whole bursts.
+    burst_bytes: u64,
 }
 
 impl Pacer {
@@ -59,7 +65,15 @@ impl Pacer {
             bytes: 0,
             forgiven: Duration::ZERO,
             fast_origin: start,
+            burst_bytes: 1,
         }
+    }
+
+    /// The same schedule in bursts of `bytes`: each burst leaves back to back once the
+    /// bursts before it are due.
+    pub fn with_burst(mut self, bytes: u64) -> Pacer {
+        self.burst_bytes = bytes.max(1);
+        self
     }
 
     /// Bytes the rate carries in `span` (for sizing chunks), at least 1.
@@ -82,7 +96,8 @@ impl Pacer {
     /// The time the bytes so far take at `speed` times the rate.
     fn span(&self, speed: u32) -> Duration {
         let rate = u128::from(self.rate_bps) * u128::from(speed);
-        let ns = u128::from(self.bytes) * 8 * 1_000_000_000 / rate;
+        let whole = self.bytes - self.bytes % self.burst_bytes;
+        let ns = u128::from(whole) * 8 * 1_000_000_000 / rate;
         Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
@@ -198,6 +213,27 @@ mod tests {
         assert_eq!(p.step(due + 3 * DEBT), Step::Go);
         assert_eq!(p.forgiven(), 2 * DEBT);
         assert_eq!(p.due(), due + 2 * DEBT);
+    }
+
+    /// A burst of 4 leaves at once; the next waits until the first 4 are due.
+    #[test]
+    fn a_burst_leaves_back_to_back_and_keeps_the_rate() {
+        let t0 = Instant::now();
+        // 8 Mbit/s, 1000-byte blocks in bursts of 4: 4 ms per burst.
+        let mut p = Pacer::new(8_000_000, t0).with_burst(4000);
+        for _ in 0..3 {
+            p.sent(1000);
+            assert_eq!(p.step(t0), Step::Go);
+        }
+        p.sent(1000);
+        assert_eq!(p.step(t0), Step::Wait(4 * MS));
+        assert_eq!(p.step(t0 + 4 * MS), Step::Go);
+        for _ in 0..3 {
+            p.sent(1000);
+            assert_eq!(p.step(t0 + 4 * MS), Step::Go);
+        }
+        p.sent(1000);
+        assert_eq!(p.step(t0 + 4 * MS), Step::Wait(4 * MS));
     }
 
     /// Real sleeping and spinning: 200 chunks of 1 ms at 80 Mbit/s. No chunk leaves before

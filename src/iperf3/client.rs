@@ -290,7 +290,11 @@ fn start_threads(
         let cutter = IntervalCutter::for_test(n, test);
         let tx = remote_tx.clone();
         // A UDP direction this end sends: its last row waits for the server's counts.
-        let hold = (test.udp && !reverse).then_some(test.run_time());
+        // With -n/-k the end is not known before it comes: every row is held.
+        let hold = (test.udp && !reverse).then_some(match test.budget() {
+            Some(_) => Duration::ZERO,
+            None => test.run_time(),
+        });
         let stop = Arc::clone(&stopped);
         mirrors.push(spawn_named("mirror".into(), move || {
             mirror(batches, relay_tx, cutter, reverse, tx, hold, &stop)
@@ -728,6 +732,8 @@ fn drive(
     // The bytes the server's kernel has acknowledged; the stall clock starts at the run
     // time's end.
     let mut progress = timeouts::Progress::new(timeouts::STALL, 0, t0 + run_time);
+    // -n/-k: when every direction's budget was spent as this end sees it.
+    let mut spent: Option<Instant> = None;
     loop {
         if let Some(f) = ends.failure() {
             return Err(stream_failed(ctl, f, ran));
@@ -746,17 +752,24 @@ fn drive(
         // Past the run time, looked at every millisecond (poll's timer, finer than a
         // socket timeout's): when the data was acknowledged ends the server's receiving
         // (see `finish`).
-        let look = match t0.elapsed() + Duration::from_millis(20) < run_time {
+        let look = match spent.is_none() && t0.elapsed() + Duration::from_millis(20) < run_time {
             true => Duration::from_millis(20),
             false => Duration::from_millis(1),
         };
         if let Some(word) = their_word(ctl, look)? {
             return Err(server_spoke(ends, word, ran));
         }
-        let over = t0.elapsed() >= run_time;
+        if spent.is_none() && budgets_spent(ends) {
+            spent = Some(Instant::now());
+            progress = timeouts::Progress::new(timeouts::STALL, 0, Instant::now());
+        }
+        let over = t0.elapsed() >= run_time || spent.is_some();
         let done = match cfg.test.udp {
             // Datagrams are not acknowledged: a round trip lets the last ones arrive.
-            true => t0.elapsed() >= run_time + ending.udp_wait,
+            true => {
+                t0.elapsed() >= run_time + ending.udp_wait
+                    || spent.is_some_and(|at| at.elapsed() >= ending.udp_wait)
+            }
             false => over && delivered(dups, &sends, &mut tail, &mut progress),
         };
         if done {
@@ -765,6 +778,15 @@ fn drive(
     }
     ctl.send_state(super::TEST_END)?;
     Ok((cpu, t0, tail.received(), Instant::now()))
+}
+
+/// `-n`/`-k`: whether every direction's budget is spent here, as iperf3's client tells
+/// the end: its senders have sent it, or its receivers have read it (an iperf3 server
+/// sends on until `TEST_END`). With `--bidir` iperf3 ends at the first direction's; this
+/// end waits for both, so its own senders have stopped at theirs.
+fn budgets_spent(ends: &Ends) -> bool {
+    let spent = ends.budgets_spent();
+    !spent.is_empty() && spent.iter().all(|&s| s)
 }
 
 /// A stream failed: the server's word, if it says one soon, follows the stream (3.12

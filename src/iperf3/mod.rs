@@ -95,6 +95,8 @@ pub const IEMSS: i32 = 10;
 pub const IESETNODELAY: i32 = 122;
 pub const IESETMSS: i32 = 123;
 pub const IEUNIMP: i32 = 13;
+pub const IEBURST: i32 = 15;
+pub const IEENDCONDITIONS: i32 = 16;
 pub const IEINITSTREAM: i32 = 201;
 pub const IESTREAMLISTEN: i32 = 202;
 pub const IESTREAMACCEPT: i32 = 204;
@@ -330,6 +332,9 @@ pub struct Params {
     pub bandwidth: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fqrate: Option<f64>,
+    /// `-b RATE/BURST`'s burst (iperf3 writes it only when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
     /// `-S`: iperf3 writes the key only for a TOS other than 0.
@@ -401,9 +406,13 @@ impl Params {
             tcp: !test.udp,
             udp: test.udp,
             omit: test.omit().as_secs_f64(),
-            time: test.duration().as_secs_f64(),
-            num: 0.0,
-            blockcount: 0.0,
+            // iperf3 sends -n/-k with no time: the count alone ends the test.
+            time: match test.budget() {
+                Some(_) => 0.0,
+                None => test.duration().as_secs_f64(),
+            },
+            num: test.bytes.unwrap_or(0) as f64,
+            blockcount: test.blocks.unwrap_or(0) as f64,
             parallel: f64::from(test.streams),
             reverse: test.reverse,
             bidirectional: test.bidir,
@@ -411,6 +420,7 @@ impl Params {
             len: Some(test.block_bytes() as f64),
             bandwidth: test.rate().map(|r| r as f64),
             fqrate: test.fq_rate_bps.map(|r| r as f64),
+            burst: test.burst.map(f64::from),
             congestion: test.transport.congestion.clone(),
             tos: test.tos.map(f64::from),
             mss: test.transport.mss.map(f64::from),
@@ -442,7 +452,24 @@ impl Params {
         test.streams = self.parallel as u16;
         test.len = size(self.len, "-l", IEBLOCKSIZE)?;
         test.window_bytes = size(self.window, "-w", IEBUFSIZE)?;
-        test.duration = Duration::from_secs_f64(self.time);
+        test.bytes = count(self.num, "-n")?;
+        test.blocks = count(self.blockcount, "-k")?;
+        test.burst = match self.burst {
+            Some(b) if finite(b, f64::from(u32::MAX)) && b >= 1.0 => Some(b as u32),
+            Some(b) => {
+                return Err(Unsupported {
+                    code: IEBURST,
+                    reason: format!("-b RATE/{}: not a burst", shown(b)),
+                });
+            }
+            None => None,
+        };
+        // -n/-k come without a time (iperf3's 0: none): the protocol's longest, which
+        // the server cuts to its own.
+        test.duration = match (test.budget(), self.time) {
+            (Some(_), t) if t <= 0.0 => Limits::PROTOCOL.max_duration,
+            _ => Duration::from_secs_f64(self.time),
+        };
         test.omit = Duration::from_secs_f64(self.omit);
         test.interval = None;
         test.reverse = self.reverse && !self.bidirectional;
@@ -471,7 +498,6 @@ impl Params {
         let name = match key.as_str() {
             "sctp" => "--sctp".to_string(),
             "flowlabel" => "-L (flow label)".into(),
-            "burst" => "-b RATE/BURST (a burst)".into(),
             "dont_fragment" => "--dont-fragment".into(),
             other => format!("iperf3 parameter '{}'", crate::wire::printable(other, 64)),
         };
@@ -486,9 +512,6 @@ impl Params {
 
     /// Known parameters whose tests this server does not run.
     fn refuse_unsupported(&self) -> std::result::Result<(), Unsupported> {
-        if self.num > 0.0 || self.blockcount > 0.0 {
-            return Err(unimp("-n/-k (a byte or block count instead of -t)".into()));
-        }
         if self.udp && self.omit > 0.0 {
             return Err(unimp(
                 "-O with -u (iperf3 counts datagrams across the omitted seconds and bytes \
@@ -569,6 +592,18 @@ impl Params {
     }
 }
 
+/// `-n`/`-k`: a count, or none for iperf3's 0.
+fn count(v: f64, flag: &str) -> std::result::Result<Option<u64>, Unsupported> {
+    match v {
+        0.0 => Ok(None),
+        v if finite(v, u64::MAX as f64) && v.fract() == 0.0 => Ok(Some(v as u64)),
+        v => Err(Unsupported {
+            code: IEENDCONDITIONS,
+            reason: format!("{flag} {}: not a count", shown(v)),
+        }),
+    }
+}
+
 /// A refusal of what this server does not do.
 fn unimp(what: String) -> Unsupported {
     Unsupported {
@@ -615,6 +650,7 @@ pub fn code_for(reason: &str) -> i32 {
         // IEUDPBLOCKSIZE.
         "-l" if reason.contains("UDP datagram") => IEUDPBLOCKSIZE,
         "-l" => IEBLOCKSIZE,
+        "-b" if reason.contains("burst") => IEBURST,
         "-b" => IETOTALRATE,
         "-u" => IEPROTOCOL,
         "-C" => IESETCONGESTION,
@@ -624,6 +660,7 @@ pub fn code_for(reason: &str) -> i32 {
         "-M" if reason.contains("no less") || reason.contains("set TCP_MAXSEG") => IESETMSS,
         "-M" => IEMSS,
         "-N" => IESETNODELAY,
+        "-n" | "-k" => IEENDCONDITIONS,
         _ => IEUNIMP,
     }
 }
@@ -972,9 +1009,9 @@ mod tests {
                 "-O with -u",
             ),
             (
-                r#"{"tcp":true,"time":0,"num":1000,"parallel":1}"#,
-                IEUNIMP,
-                "-n/-k",
+                r#"{"tcp":true,"time":1,"burst":0.5,"parallel":1}"#,
+                IEBURST,
+                "-b RATE/0.5: not a burst",
             ),
             (
                 r#"{"tcp":true,"time":1,"parallel":0}"#,
@@ -1079,5 +1116,29 @@ mod tests {
         assert_eq!(code_for(&mss(20, "the kernel takes no less")), IESETMSS);
         assert_eq!(code_for(&mss(9999, "iperf3's largest")), IEMSS);
         assert_eq!(code_for("something else"), IEUNIMP);
+    }
+
+    /// iperf3's `num`, `blockcount` (with `time` 0) and `burst`, both ways.
+    #[test]
+    fn byte_and_block_counts_travel_as_iperf3s_keys() {
+        let theirs = |doc: &str| serde_json::from_str::<Params>(doc).unwrap().to_test();
+        let t =
+            theirs(r#"{"tcp":true,"time":0,"num":5242880,"blockcount":0,"parallel":1}"#).unwrap();
+        assert_eq!((t.bytes, t.blocks), (Some(5 << 20), None));
+        assert_eq!(t.duration, Limits::PROTOCOL.max_duration);
+        let t = theirs(
+            r#"{"udp":true,"time":0,"blockcount":9,"bandwidth":1e6,"burst":10,"parallel":1}"#,
+        )
+        .unwrap();
+        assert_eq!((t.blocks, t.burst), (Some(9), Some(10)));
+        let mut ours = TestParams::defaults();
+        (ours.bytes, ours.burst, ours.rate_bps) = (Some(1 << 20), Some(4), Some(1_000_000));
+        let v = serde_json::to_value(Params::from_test(&ours)).unwrap();
+        assert_eq!(
+            (v["time"].as_f64(), v["num"].as_f64()),
+            (Some(0.0), Some(1048576.0))
+        );
+        assert_eq!(v["burst"].as_f64(), Some(4.0));
+        assert_eq!(code_for("-n and -k: only one"), IEENDCONDITIONS);
     }
 }

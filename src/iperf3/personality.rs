@@ -82,9 +82,21 @@ pub struct Iperf3Args {
     /// Timeout for the control connection setup, in milliseconds.
     #[arg(long, value_name = "MS")]
     pub connect_timeout: Option<u64>,
-    /// Target bitrate in bits/s (0 for unlimited); the default 1 Mbit/s for UDP.
-    #[arg(short = 'b', long, visible_alias = "bandwidth", value_name = "RATE")]
+    /// Target bitrate in bits/s (0 for unlimited); the default 1 Mbit/s for UDP; a slash
+    /// and a count of blocks for bursts.
+    #[arg(
+        short = 'b',
+        long,
+        visible_alias = "bandwidth",
+        value_name = "RATE[/BURST]"
+    )]
     pub bitrate: Option<String>,
+    /// Number of bytes to transmit (instead of -t).
+    #[arg(short = 'n', long, value_name = "SIZE")]
+    pub bytes: Option<String>,
+    /// Number of blocks (packets) to transmit (instead of -t or -n).
+    #[arg(short = 'k', long, value_name = "COUNT")]
+    pub blockcount: Option<String>,
     /// Socket pacing rate in bits/s (fair queueing).
     #[arg(long, value_name = "RATE")]
     pub fq_rate: Option<String>,
@@ -167,10 +179,6 @@ pub struct Iperf3Args {
 /// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
 /// than taken and ignored.
 const NOT_YET: &[&str] = &[
-    "-n",
-    "--bytes",
-    "-k",
-    "--blockcount",
     "-F",
     "--file",
     "-D",
@@ -318,17 +326,12 @@ impl Iperf3Args {
 
     /// The flags whose iperf3 meaning takes another spelling in pinperf.
     fn converted(&self, out: &mut Vec<String>) -> Result<(), String> {
-        if self.bitrate.as_deref().is_some_and(|b| b.contains('/')) {
-            return Err("-b RATE/BURST: bursts are not taken yet; give the rate alone".into());
-        }
         match (&self.dscp, &self.tos) {
             (Some(_), Some(_)) => return Err("--dscp and -S: the same byte; give one".into()),
             (Some(d), None) => out.extend(["-S".into(), dscp_tos(d)?.to_string()]),
             _ => {}
         }
-        if let Some(t) = &self.time {
-            out.extend(["-t".into(), time(t)?]);
-        }
+        self.end_condition(out)?;
         if let Some(ms) = self.connect_timeout {
             // iperf3 counts milliseconds; pinperf's flag takes seconds.
             out.extend([
@@ -368,6 +371,34 @@ impl Iperf3Args {
             out.extend(["--peer".into(), "iperf3".into()]);
         }
         Ok(())
+    }
+}
+
+impl Iperf3Args {
+    /// `-t`, `-n` or `-k`: one of them (iperf3 refuses two), and a count of 0 is none.
+    fn end_condition(&self, out: &mut Vec<String>) -> Result<(), String> {
+        let counted =
+            |v: &Option<String>| v.clone().filter(|v| crate::units::parse_size(v) != Ok(0));
+        let given = [
+            ("-t", self.time.clone()),
+            ("-n", counted(&self.bytes)),
+            ("-k", counted(&self.blockcount)),
+        ];
+        let mut given = given.into_iter().filter_map(|(f, v)| v.map(|v| (f, v)));
+        match (given.next(), given.next()) {
+            (Some(_), Some(_)) => {
+                Err("only one test end condition (-t, -n, -k) may be specified".into())
+            }
+            (Some(("-t", t)), None) => {
+                out.extend(["-t".into(), time(&t)?]);
+                Ok(())
+            }
+            (Some((flag, v)), None) => {
+                out.extend([flag.into(), v]);
+                Ok(())
+            }
+            (None, _) => Ok(()),
+        }
     }
 }
 
@@ -509,15 +540,10 @@ mod tests {
 
     #[test]
     fn what_cannot_be_honoured_is_refused_by_name() {
-        for flag in ["-n", "--json-stream-full-output", "--cport", "-k"] {
+        for flag in ["-F", "--json-stream-full-output", "--cport", "-L"] {
             let e = native(&["-c", "h", flag, "1"]).unwrap_err();
             assert!(e.starts_with(flag), "{e}");
         }
-        assert!(
-            native(&["-c", "h", "-b", "10M/100"])
-                .unwrap_err()
-                .contains("BURST")
-        );
         assert!(
             native(&["-s", "-A", "0,1"])
                 .unwrap_err()
@@ -529,5 +555,32 @@ mod tests {
                 .contains("client (-c) or server (-s)")
         );
         assert!(is_iperf3_name("/usr/lib/pinperf/iperf3") && !is_iperf3_name("pinperf"));
+    }
+
+    /// `-n`, `-k` and bursts pass on; two end conditions are refused in iperf3's words,
+    /// and a count of 0 is none (iperf3's default).
+    #[test]
+    fn byte_and_block_counts_and_bursts_pass_on() {
+        let line = |a: &[&str]| native(a).map(|v| v.join(" "));
+        assert!(line(&["-c", "h", "-n", "5M"]).unwrap().contains(" -n 5M"));
+        assert!(
+            line(&["-c", "h", "--blockcount", "10K"])
+                .unwrap()
+                .contains(" -k 10K")
+        );
+        assert!(
+            line(&["-c", "h", "-u", "-b", "10M/100"])
+                .unwrap()
+                .contains(" -b 10M/100")
+        );
+        let zero = line(&["-c", "h", "-n", "0"]).unwrap();
+        assert!(!zero.contains("-n"), "{zero}");
+        for two in [&["-t", "3", "-n", "1M"][..], &["-n", "1M", "-k", "9"]] {
+            let argv: Vec<&str> = ["-c", "h"].iter().chain(two).copied().collect();
+            assert_eq!(
+                native(&argv),
+                Err("only one test end condition (-t, -n, -k) may be specified".into())
+            );
+        }
     }
 }

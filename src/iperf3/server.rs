@@ -73,10 +73,11 @@ pub(crate) fn read_params(
         Ok(user) => user,
         Err(u) => return Ok(Err(u)),
     };
-    let test = match params.to_test() {
+    let mut test = match params.to_test() {
         Ok(t) => t,
         Err(u) => return Ok(Err(u)),
     };
+    test.fit_budget(limits);
     if let Err(reason) = test.validate(&super::limits(*limits)) {
         return Ok(Err(super::Unsupported {
             code: super::code_for(&reason),

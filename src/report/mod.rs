@@ -1007,8 +1007,9 @@ fn summarize(
     reverse: bool,
 ) -> Summary {
     let start = header.omit_s;
-    // A test cut short (a failure, a signal) spans what it ran, not what it planned.
-    let planned = if cut_short {
+    // A test cut short (a failure, a signal) spans what it ran, not what it planned; one
+    // with a budget (-n, -k) what it took to send it.
+    let planned = if cut_short || header.budget.is_some() {
         start
     } else {
         header.run_time_s()

@@ -31,6 +31,9 @@ pub struct Header {
     /// Why this placement (e.g. the same-host rule), when there is something to say.
     pub placement_note: Option<String>,
     pub duration_s: f64,
+    /// `-n`/`-k`: what ends the test (then `duration_s` is the longest it may run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::wire::params::Budget>,
     /// `-O`: seconds run before `duration_s` and left out of the totals.
     #[serde(default)]
     pub omit_s: f64,
@@ -107,6 +110,7 @@ impl Header {
             remote_pin: PinPlan(Vec::new()),
             placement_note: None,
             duration_s: test.duration().as_secs_f64(),
+            budget: test.budget(),
             omit_s: test.omit().as_secs_f64(),
             interval_s: test.interval().as_secs_f64(),
             echo: test.echo(),

@@ -247,6 +247,8 @@ impl Handshake {
         if let Some(refused) = self.unproven(body) {
             return refused;
         }
+        let mut params = params;
+        params.fit_budget(&self.limits);
         if let Err(reason) = params.validate(&self.limits) {
             return Step::Refuse(Refusal::plain("params", reason, self.user.clone()));
         }

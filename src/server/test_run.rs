@@ -374,8 +374,13 @@ impl TestRun<'_> {
         let received: u64 = done.bytes.iter().sum();
         let sent: u64 = done.sent.iter().sum();
         // The test's span, as the client's totals take it: to the later of the planned end
-        // and the last byte (a sparse UDP test's last datagram may come at 0.7 ms).
-        let secs = (done.elapsed_us as f64 / 1e6).max(params.run_time().as_secs_f64());
+        // and the last byte (a sparse UDP test's last datagram may come at 0.7 ms); a
+        // budget's (-n, -k) ends with its last byte.
+        let planned = match params.budget() {
+            Some(_) => 0.0,
+            None => params.run_time().as_secs_f64(),
+        };
+        let secs = (done.elapsed_us as f64 / 1e6).max(planned);
         let mut what = Vec::new();
         if params.direction() != crate::wire::params::Direction::Reverse {
             let omit = match params.omit().is_zero() {

@@ -102,6 +102,17 @@ pub struct TestParams {
     /// `--skip-rx-copy`: the receiver reads with MSG_TRUNC.
     #[serde(default)]
     pub skip_rx_copy: bool,
+    /// `-n`: the test ends once each sending direction has sent this many bytes, all its
+    /// streams together; `-t` is then the longest it may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// `-k`: the same in blocks (TCP writes of `-l`; UDP datagrams).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u64>,
+    /// `-b RATE/BURST`: blocks (datagrams) sent back to back, then a wait that keeps the
+    /// rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
 }
 
 impl TestParams {
@@ -127,8 +138,19 @@ impl TestParams {
             pin: None,
             zerocopy: None,
             skip_rx_copy: false,
+            bytes: None,
+            blocks: None,
+            burst: None,
         }
     }
+}
+
+/// What ends a test besides its time: `-n`'s bytes or `-k`'s blocks per sending direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Budget {
+    Bytes(u64),
+    Blocks(u64),
 }
 
 /// Which ends send.
@@ -169,6 +191,9 @@ pub struct Transport {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_delay: bool,
 }
+
+/// `-b RATE/BURST`'s largest burst (iperf3's).
+pub const MAX_BURST: u32 = 1000;
 
 /// `-M`'s bounds: Linux's smallest MSS (`TCP_MIN_MSS`) and iperf3's largest (`MAX_MSS`).
 pub const MIN_MSS: u32 = 88;
@@ -310,6 +335,24 @@ impl TestParams {
         }
     }
 
+    /// `-n` or `-k`: what ends each sending direction early, if anything does.
+    pub fn budget(&self) -> Option<Budget> {
+        match (self.bytes, self.blocks) {
+            (Some(n), _) => Some(Budget::Bytes(n)),
+            (None, Some(k)) => Some(Budget::Blocks(k)),
+            (None, None) => None,
+        }
+    }
+
+    /// A budgeted test (`-n`, `-k`) runs until its budget is spent, but never past the
+    /// longest test `limits` allow: its `-t` (the longest it may run) is cut to fit.
+    pub fn fit_budget(&mut self, limits: &Limits) {
+        let max = limits.max_duration.min(Limits::PROTOCOL.max_duration);
+        if self.budget().is_some() && self.run_time() > max {
+            self.duration = max.saturating_sub(self.omit).max(MIN_INTERVAL);
+        }
+    }
+
     /// Which ends send.
     pub fn direction(&self) -> Direction {
         match (self.reverse, self.bidir) {
@@ -355,8 +398,17 @@ impl TestParams {
             (None, true) => ", -N".into(),
             (None, false) => String::new(),
         };
+        let rate = match self.burst {
+            Some(b) if self.udp => format!("{rate} in bursts of {b}"),
+            _ => rate,
+        };
+        let budget = match self.budget() {
+            Some(Budget::Bytes(n)) => format!(", up to {} bytes each way", n),
+            Some(Budget::Blocks(k)) => format!(", up to {k} blocks each way"),
+            None => String::new(),
+        };
         format!(
-            "{} {} stream(s){}, {} {}, window {}{mss}{rate}, {} s{omit}",
+            "{} {} stream(s){}, {} {}, window {}{mss}{rate}, {} s{omit}{budget}",
             self.streams,
             if self.udp { "UDP" } else { "TCP" },
             match self.direction() {
@@ -397,12 +449,44 @@ impl TestParams {
         self.check_streams(limits)?;
         self.check_block(limits)?;
         self.check_window(limits)?;
+        self.check_budget()?;
         self.check_times(limits)?;
         self.check_remote_pin()?;
         self.check_congestion()?;
         self.check_rates(limits)?;
         self.check_mss()?;
         self.check_tcp_only()
+    }
+
+    /// `-n` and `-k`: one of them, at least one byte or block; a burst of 1 to
+    /// [`MAX_BURST`] blocks, with a rate to keep.
+    fn check_budget(&self) -> Result<(), String> {
+        if self.bytes.is_some() && self.blocks.is_some() {
+            return Err(
+                "-n and -k: only one test end condition (-t, -n, -k) may be given; drop one".into(),
+            );
+        }
+        match self.budget() {
+            Some(Budget::Bytes(0)) => return Err("-n 0: send at least 1 byte".into()),
+            Some(Budget::Blocks(0)) => return Err("-k 0: send at least 1 block".into()),
+            _ => {}
+        }
+        if self.budget().is_some() && !self.omit.is_zero() {
+            return Err(format!(
+                "-O {} with -n/-k: the omitted seconds' bytes would count against the budget; \
+                 drop -O",
+                secs(self.omit)
+            ));
+        }
+        match self.burst {
+            Some(b) if !(1..=MAX_BURST).contains(&b) => Err(format!(
+                "-b RATE/{b}: a burst must be 1 to {MAX_BURST} blocks"
+            )),
+            Some(b) if self.rate().is_none() => Err(format!(
+                "-b 0/{b}: a burst needs a rate to keep; give -b RATE/{b}"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// `-P`, and `--bidir`'s streams each way counted together.
@@ -978,6 +1062,59 @@ mod tests {
         v["zerocopy"] = serde_json::json!("msg");
         let p: TestParams = serde_json::from_value(v).unwrap();
         assert_eq!(p.zerocopy, Some(ZeroCopy::Msg));
+    }
+
+    /// `-n`/`-k`: one of them, not empty, without -O; bursts of 1 to 1000 with a rate. A
+    /// server cuts a budget's longest run to its own longest test, and older peers'
+    /// parameters, which have none of these, still parse.
+    #[test]
+    fn a_budget_is_one_end_condition_within_the_limits() {
+        let with = |change: fn(&mut TestParams)| {
+            let mut p = TestParams::defaults();
+            change(&mut p);
+            p.validate(&Limits::PROTOCOL).err()
+        };
+        type Change = fn(&mut TestParams);
+        let table: &[(Change, Option<&str>)] = &[
+            (|p| p.bytes = Some(1 << 20), None),
+            (|p| p.blocks = Some(7), None),
+            (
+                |p| (p.bytes, p.blocks) = (Some(1), Some(1)),
+                Some("-n and -k: only one test end condition (-t, -n, -k) may be given; drop one"),
+            ),
+            (|p| p.bytes = Some(0), Some("-n 0: send at least 1 byte")),
+            (
+                |p| (p.blocks, p.omit) = (Some(9), Duration::from_secs(2)),
+                Some(
+                    "-O 2 with -n/-k: the omitted seconds' bytes would count against the \
+                     budget; drop -O",
+                ),
+            ),
+            (
+                |p| (p.rate_bps, p.burst) = (Some(1_000_000), Some(1000)),
+                None,
+            ),
+            (
+                |p| (p.rate_bps, p.burst) = (Some(1_000_000), Some(1001)),
+                Some("-b RATE/1001: a burst must be 1 to 1000 blocks"),
+            ),
+            (
+                |p| p.burst = Some(10),
+                Some("-b 0/10: a burst needs a rate to keep; give -b RATE/10"),
+            ),
+        ];
+        for (i, (change, want)) in table.iter().enumerate() {
+            assert_eq!(with(*change).as_deref(), *want, "row {i}");
+        }
+        let mut p = TestParams::defaults();
+        (p.bytes, p.duration) = (Some(1), Limits::PROTOCOL.max_duration);
+        p.fit_budget(&SERVER);
+        assert_eq!(p.duration, SERVER.max_duration);
+        let mut v = serde_json::to_value(params()).unwrap();
+        assert!(v.get("bytes").is_none() && v.get("burst").is_none());
+        v.as_object_mut().unwrap().remove("omit_us");
+        let old: TestParams = serde_json::from_value(v).unwrap();
+        assert_eq!((old.budget(), old.burst), (None, None));
     }
 
     #[test]

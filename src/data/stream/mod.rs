@@ -270,6 +270,10 @@ pub(crate) struct StreamCtx {
     pub block_bytes: usize,
     /// `-b`: the stream's rate, bits/s (`None`: as fast as it goes).
     pub rate_bps: Option<u64>,
+    /// `-b RATE/BURST`: blocks sent back to back before the pacer waits.
+    pub burst: Option<u32>,
+    /// `-n`/`-k`: the direction's budget, shared by its streams.
+    pub budget: Option<Arc<crate::data::budget::Spend>>,
     /// The echo connection for block RTT (`None` with `--no-echo`): the receiver writes
     /// header echoes to it and the sender reads them, so the data connection stays one-way.
     pub echo: Option<std::net::TcpStream>,
@@ -306,6 +310,15 @@ impl StreamCtx {
     }
 }
 
+/// What a direction's streams share besides their channels: the pace of its senders and
+/// its budget.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Shared {
+    pub rate_bps: Option<u64>,
+    pub burst: Option<u32>,
+    pub budget: Option<Arc<crate::data::budget::Spend>>,
+}
+
 /// One side's stream threads: spawned pinned and waiting, started together, stopped
 /// together, joined with the first failure named. Normally one `stream-N` thread per
 /// stream; the `single` engine runs every stream on one `stream-mux` thread.
@@ -316,6 +329,8 @@ pub(crate) struct StreamSet<T> {
     abort: Arc<AtomicBool>,
     start_tx: Sender<Instant>,
     failure: Arc<parking_lot::Mutex<Option<Failure>>>,
+    /// `-n`/`-k`: the direction's budget.
+    budget: Option<Arc<crate::data::budget::Spend>>,
 }
 
 /// The first stream of a side to fail, as it happened: the owner polls for it so the test
@@ -348,7 +363,7 @@ impl<T: Send + 'static> StreamSet<T> {
         socks: Vec<StreamSocks<S>>,
         plan: &crate::data::pin::PinPlan,
         block_bytes: usize,
-        rate_bps: Option<u64>,
+        shared: Shared,
     ) -> Prepared<T, S> {
         let (datas, echoes): (Vec<_>, Vec<_>) = socks.into_iter().map(|s| (s.data, s.echo)).unzip();
         let n = echoes.len();
@@ -360,6 +375,7 @@ impl<T: Send + 'static> StreamSet<T> {
             abort: Arc::new(AtomicBool::new(false)),
             start_tx,
             failure: Arc::default(),
+            budget: shared.budget.clone(),
         };
         let ctxs = echoes
             .into_iter()
@@ -368,7 +384,9 @@ impl<T: Send + 'static> StreamSet<T> {
                 id: id as u16,
                 cpu: plan.0.get(id).copied().flatten(),
                 block_bytes,
-                rate_bps,
+                rate_bps: shared.rate_bps,
+                burst: shared.burst,
+                budget: shared.budget.clone(),
                 echo,
                 batches: channels.tx.clone(),
                 free: channels.free_rx.clone(),
@@ -382,6 +400,7 @@ impl<T: Send + 'static> StreamSet<T> {
     /// Spawns `stream-N` for each socket, pinned per `plan`, running `body`; each waits for
     /// [`StreamSet::start`]. Returns the set and the reporter's ends of the batch channels.
     /// The sockets are TCP connections or connected UDP sockets.
+    #[cfg(test)]
     pub(crate) fn spawn<S, F>(
         socks: Vec<StreamSocks<S>>,
         plan: &crate::data::pin::PinPlan,
@@ -392,23 +411,23 @@ impl<T: Send + 'static> StreamSet<T> {
         S: Send + 'static,
         F: Fn(StreamCtx, S) -> Result<T> + Send + Clone + 'static,
     {
-        Self::spawn_paced(socks, plan, block_bytes, None, body)
+        Self::spawn_with(socks, plan, block_bytes, Shared::default(), body)
     }
 
-    /// [`StreamSet::spawn`] with each stream's rate (`-b`) in its [`StreamCtx::rate_bps`].
-    pub(crate) fn spawn_paced<S, F>(
+    /// [`StreamSet::spawn`] with each stream's rate (`-b`), burst and budget in its
+    /// [`StreamCtx`].
+    pub(crate) fn spawn_with<S, F>(
         socks: Vec<StreamSocks<S>>,
         plan: &crate::data::pin::PinPlan,
         block_bytes: usize,
-        rate_bps: Option<u64>,
+        shared: Shared,
         body: F,
     ) -> Result<(StreamSet<T>, Receiver<Batch>, Sender<Batch>)>
     where
         S: Send + 'static,
         F: Fn(StreamCtx, S) -> Result<T> + Send + Clone + 'static,
     {
-        let (mut set, ctxs, datas, (rx, free_tx)) =
-            Self::prepare(socks, plan, block_bytes, rate_bps);
+        let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes, shared);
         for (ctx, sock) in ctxs.into_iter().zip(datas) {
             let body = body.clone();
             let name = format!("stream-{}", ctx.id);
@@ -437,7 +456,8 @@ impl<T: Send + 'static> StreamSet<T> {
     where
         F: FnOnce(Vec<StreamCtx>, Vec<std::net::TcpStream>) -> Result<Vec<T>> + Send + 'static,
     {
-        let (mut set, ctxs, datas, (rx, free_tx)) = Self::prepare(socks, plan, block_bytes, None);
+        let (mut set, ctxs, datas, (rx, free_tx)) =
+            Self::prepare(socks, plan, block_bytes, Shared::default());
         let report = set.reporter();
         set.workers.push(spawn_named("stream-mux".into(), move || {
             timed(|| report(body(ctxs, datas)))
@@ -476,6 +496,19 @@ impl<T: Send + 'static> StreamSet<T> {
     /// True when every stream thread has ended.
     pub(crate) fn finished(&self) -> bool {
         self.workers.iter().all(|w| w.is_finished())
+    }
+
+    /// `-n`/`-k`: whether every stream has stopped writing, its budget spent (or its
+    /// thread ended); `None` without a budget.
+    pub(crate) fn budget_sent(&self) -> Option<bool> {
+        self.budget
+            .as_ref()
+            .map(|b| b.senders_stopped() >= self.streams || self.finished())
+    }
+
+    /// `-n`/`-k`: the direction's budget, if it has one.
+    pub(crate) fn budget(&self) -> Option<&crate::data::budget::Spend> {
+        self.budget.as_deref()
     }
 
     /// The first stream failure so far, if any.

@@ -55,7 +55,6 @@ pub fn run(
     let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
     let mut echo = echo_of(&ctx)?;
-
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
     // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
@@ -84,6 +83,7 @@ pub fn run(
                 let t_ns = stamps.now_ns();
                 bytes += n as u64;
                 last_read_ns = t_ns;
+                ctx.budget.iter().for_each(|b| b.arrived(n as u64));
                 if let Some((echo_sock, echo)) = echo.as_mut() {
                     let read = copy_len.then(|| &buf[..n]);
                     echo_block(id, &sock, echo_sock, echo, read, n, t_ns)?;

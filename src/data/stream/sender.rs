@@ -87,6 +87,9 @@ struct Sender {
     /// Echoes are read as they arrive by the echo thread, never after a blocked write().
     echoes: Option<EchoReader>,
     end_ns: u64,
+    /// Blocks `..granted` may be sent: `-n`/`-k` hands them out one at a time
+    /// ([`crate::data::budget`]); without a budget, all.
+    granted: u64,
     bytes: u64,
     writes: u64,
 }
@@ -117,9 +120,11 @@ impl Sender {
         } else {
             None
         };
-        let piece = ctx.rate_bps.map_or(block.len(), |r| {
-            (Pacer::bytes_in(r, pace::QUANTUM) as usize).clamp(1, block.len())
-        });
+        // A burst goes out in whole blocks, back to back.
+        let piece = match (ctx.rate_bps, ctx.burst) {
+            (Some(r), None) => (Pacer::bytes_in(r, pace::QUANTUM) as usize).clamp(1, block.len()),
+            _ => block.len(),
+        };
         if ctx.rate_bps.is_some() {
             crate::os::sys::set_timer_slack(1_000);
         }
@@ -129,11 +134,15 @@ impl Sender {
             Some(echo_sock) => Some(EchoReader::start(id, echo_sock, clock)?),
             None => None,
         };
-        let pacer = ctx.rate_bps.map(|r| Pacer::new(r, clock.t0));
+        let burst = u64::from(ctx.burst.unwrap_or(1)) * ctx.block_bytes as u64;
+        let pacer = ctx
+            .rate_bps
+            .map(|r| Pacer::new(r, clock.t0).with_burst(burst));
         let stamps = match pacer.is_some() {
             true => BlockClock::monotonic(clock),
             false => BlockClock::new(clock),
         };
+        let ctx_budget = ctx.budget.is_some();
         Ok(Sender {
             at: Blocks::new(ctx.block_bytes),
             ctx,
@@ -149,14 +158,24 @@ impl Sender {
             clock,
             echoes,
             end_ns: run_time.as_nanos() as u64,
+            granted: if ctx_budget { 0 } else { u64::MAX },
             bytes: 0,
             writes: 0,
         })
     }
 
-    /// Writes until the test's time is up.
+    /// Writes until the test's time is up or (`-n`/`-k`) its budget is spent.
     fn send_until_end(&mut self) -> Result<()> {
         loop {
+            if self.at.seq >= self.granted {
+                match self.ctx.budget.as_ref().map_or(0, |b| b.take(1)) {
+                    0 => {
+                        self.ctx.budget.iter().for_each(|b| b.sender_stopped());
+                        return Ok(());
+                    }
+                    _ => self.granted = self.at.seq + 1,
+                }
+            }
             if self.pacer.is_some() {
                 let sample = |t_ns| TcpSample::read(&self.sock, t_ns);
                 let (ctx, clock, end_ns) = (&self.ctx, &self.clock, self.end_ns);

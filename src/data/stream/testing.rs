@@ -26,6 +26,8 @@ pub(crate) fn side(
         cpu: None,
         block_bytes,
         rate_bps,
+        burst: None,
+        budget: None,
         echo: None,
         batches: ch.tx.clone(),
         free: ch.free_rx.clone(),

@@ -53,12 +53,19 @@ pub fn receive(
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
-    let until_ns = until.as_nanos() as u64;
+    let mut until_ns = until.as_nanos() as u64;
+    let mut budget = ctx.budget.as_ref().map(|b| BudgetEnd::new(b, &ctx, wire));
     loop {
+        if let Some(b) = budget.as_mut() {
+            until_ns = until_ns.min(b.end_ns());
+        }
         match sys::recv_datagrams(sock.as_fd(), &mut bufs, SLOT_BYTES, &mut meta) {
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
                 let bytes = account(&mut acc, &meta[..n], &bufs, t_ns, &mut gro_seen);
+                if let Some(b) = budget.as_mut() {
+                    b.arrived(bytes, t_ns);
+                }
                 batcher.push_udp(acc.counters.snapshot(t_ns));
                 let full = batcher.push(t_ns, u32::try_from(bytes).unwrap_or(u32::MAX));
                 if full || t_ns >= until_ns {
@@ -100,6 +107,50 @@ pub fn receive(
         cpu: cpu::thread_since(cpu_start),
         gro_seen,
     })
+}
+
+/// `-n`/`-k`: a receiving stream of a budgeted direction ends once the direction's whole
+/// budget has arrived, or when nothing more has for a while (datagrams lost, or the budget
+/// spent by the other streams): [`BUDGET_IDLE`], or four datagrams' time at the rate when
+/// that is longer. From an iperf3 peer, by the idle time only: an iperf3 sender sends on
+/// past the budget until `TEST_END`, and a socket closed before then refuses its datagrams.
+struct BudgetEnd<'a> {
+    spend: &'a crate::data::budget::Spend,
+    idle_ns: u64,
+    last_ns: u64,
+    /// The whole budget's arrival ends the stream (a pinperf sender stops at it).
+    at_budget: bool,
+}
+
+/// How long a budgeted direction's receiver waits for a next datagram at least.
+const BUDGET_IDLE: Duration = Duration::from_secs(1);
+
+impl<'a> BudgetEnd<'a> {
+    fn new(spend: &'a crate::data::budget::Spend, ctx: &StreamCtx, wire: Format) -> BudgetEnd<'a> {
+        let gap_ns = ctx.rate_bps.map_or(0, |r| {
+            (ctx.block_bytes as u128 * 8 * 4 * 1_000_000_000 / u128::from(r.max(1))) as u64
+        });
+        BudgetEnd {
+            spend,
+            idle_ns: (BUDGET_IDLE.as_nanos() as u64).max(gap_ns),
+            last_ns: 0,
+            at_budget: wire == Format::Pinperf,
+        }
+    }
+
+    fn arrived(&mut self, bytes: u64, t_ns: u64) {
+        self.spend.arrived(bytes);
+        self.last_ns = t_ns;
+    }
+
+    /// When this stream stops: now once the budget has arrived, else an idle time after
+    /// its last datagram (or the start).
+    fn end_ns(&self) -> u64 {
+        match self.at_budget && self.spend.all_arrived() {
+            true => 0,
+            false => self.last_ns.saturating_add(self.idle_ns),
+        }
+    }
 }
 
 /// Counts the `meta.len()` messages one `recvmmsg` filled (each a datagram, or several

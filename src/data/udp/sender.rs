@@ -24,6 +24,8 @@ use crate::os::sys;
 pub struct UdpSend {
     /// Bits/s of UDP payload; `None`: as fast as the socket takes them.
     pub rate_bps: Option<u64>,
+    /// `-b RATE/BURST`: datagrams sent back to back, then a wait that keeps the rate.
+    pub burst: Option<u32>,
     /// Payload bytes per datagram (`-l`, or [`crate::wire::params::datagram_for_mtu`]).
     pub datagram: usize,
     /// Stop sending this long after the start.
@@ -88,6 +90,8 @@ struct UdpSender {
     segs: usize,
     /// Each batch's datagrams, headers rewritten per batch.
     buf: Vec<u8>,
+    /// This batch's bytes of `buf`: all of it, or what is left of `-n`/`-k`'s budget.
+    len: usize,
     batcher: Batcher,
     clock: TestClock,
     pacer: Option<Pacer>,
@@ -109,15 +113,20 @@ impl UdpSender {
         }
         let segs = (MAX_DATAGRAM / dg).min(64);
         let gso = plan.gso && segs > 1 && sys::udp_gso_supported(sock.as_fd());
-        let per_batch = match plan.rate_bps {
-            Some(r) => (Pacer::bytes_in(r, pace::QUANTUM) as usize / dg).max(1),
-            None => (UNPACED_BATCH_BYTES / dg).max(1),
+        // A burst is a batch (or, past what one call sends, a few back to back).
+        let per_batch = match (plan.rate_bps, plan.burst) {
+            (Some(_), Some(b)) => b as usize,
+            (Some(r), None) => (Pacer::bytes_in(r, pace::QUANTUM) as usize / dg).max(1),
+            (None, _) => (UNPACED_BATCH_BYTES / dg).max(1),
         }
         .min(sys::MAX_MSGS * segs);
+        let burst = u64::from(plan.burst.unwrap_or(1)) * dg as u64;
         let batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
         let clock = ctx.wait_start()?;
         Ok(UdpSender {
-            pacer: plan.rate_bps.map(|r| Pacer::new(r, clock.t0)),
+            pacer: plan
+                .rate_bps
+                .map(|r| Pacer::new(r, clock.t0).with_burst(burst)),
             end_ns: plan.run_time.as_nanos() as u64,
             awake: Awake::new(clock.ns(Instant::now())),
             out: UdpSendOutcome {
@@ -135,6 +144,7 @@ impl UdpSender {
             plan,
             segs,
             buf: vec![0x5au8; per_batch * dg],
+            len: per_batch * dg,
             batcher,
             clock,
         })
@@ -165,22 +175,36 @@ impl UdpSender {
             if let Some(e) = paused.take() {
                 return Err(e);
             }
-            if !waited || stamp_ns >= self.end_ns {
+            if !waited || stamp_ns >= self.end_ns || !self.grant() {
                 return Ok(());
             }
             self.stamp(stamp_ns);
             let off = self.send_batch()?;
             self.count(off)?;
-            if off < self.buf.len() {
+            if off < self.len {
                 return Ok(()); // the end came while the batch waited for the socket
             }
         }
     }
 
+    /// `-n`/`-k`: the datagrams of the next batch the budget still holds (false: none);
+    /// a whole batch without a budget.
+    fn grant(&mut self) -> bool {
+        let dg = self.plan.datagram;
+        let Some(budget) = &self.ctx.budget else {
+            return true;
+        };
+        self.len = budget.take((self.buf.len() / dg) as u64) as usize * dg;
+        if self.len == 0 {
+            budget.sender_stopped();
+        }
+        self.len > 0
+    }
+
     /// The batch's headers: the next sequences, stamped `stamp_ns`.
     fn stamp(&mut self, stamp_ns: u64) {
         let dg = self.plan.datagram;
-        for (k, d) in self.buf.chunks_mut(dg).enumerate() {
+        for (k, d) in self.buf[..self.len].chunks_mut(dg).enumerate() {
             let h = Header {
                 stream: self.ctx.id,
                 seq: self.out.datagrams + k as u64,
@@ -195,11 +219,11 @@ impl UdpSender {
     fn send_batch(&mut self) -> Result<usize> {
         let dg = self.plan.datagram;
         let mut off = 0;
-        while off < self.buf.len() {
+        while off < self.len {
             let msg_len = if self.out.gso { self.segs * dg } else { dg };
             let seg = self.out.gso.then_some(dg as u16);
-            match sys::send_datagrams(self.sock.as_fd(), &self.buf[off..], msg_len, seg) {
-                Ok(n) => off = (off + n * msg_len).min(self.buf.len()),
+            match sys::send_datagrams(self.sock.as_fd(), &self.buf[off..self.len], msg_len, seg) {
+                Ok(n) => off = (off + n * msg_len).min(self.len),
                 Err(e) => {
                     if self.send_failed(e)? {
                         break;

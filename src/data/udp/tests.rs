@@ -39,6 +39,7 @@ fn run_pair(
     let until = run + Duration::from_millis(200);
     let receiver = std::thread::spawn(move || receive(rctx, rx, until, wire::Format::Pinperf));
     let plan = UdpSend {
+        burst: None,
         rate_bps: rate,
         datagram,
         run_time: run,
@@ -168,6 +169,7 @@ fn a_closed_port_is_counted_and_does_not_fail_the_sender() {
     drop(rx);
     let (ctx, rep, start) = side(0, 1472, Some(50_000_000));
     let plan = UdpSend {
+        burst: None,
         rate_bps: Some(50_000_000),
         datagram: 1472,
         run_time: Duration::from_millis(300),
@@ -187,6 +189,7 @@ fn a_datagram_smaller_than_the_header_is_a_usage_error() {
     let (tx, _rx) = pair();
     let (ctx, _rep, _start) = side(0, 1472, None);
     let plan = UdpSend {
+        burst: None,
         rate_bps: None,
         datagram: wire::HEADER_BYTES - 1,
         run_time: Duration::from_secs(1),

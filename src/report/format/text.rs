@@ -246,10 +246,21 @@ fn placement_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
 
 /// How long the test runs, how often it reports, and what its RTT figures are.
 fn timing_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
+    use crate::wire::params::Budget;
+    let duration = match h.budget {
+        Some(Budget::Bytes(n)) => format!(
+            "until {n} bytes are sent each way (at most {}s)",
+            h.duration_s
+        ),
+        Some(Budget::Blocks(k)) => format!(
+            "until {k} blocks are sent each way (at most {}s)",
+            h.duration_s
+        ),
+        None => format!("{}s", h.duration_s),
+    };
     writeln!(
         o,
-        "# test duration = {}s; reporting interval = {}s{}",
-        h.duration_s,
+        "# test duration = {duration}; reporting interval = {}s{}",
         h.interval_s,
         if h.omit_s > 0.0 {
             format!("; first {}s omitted from the totals (-O)", h.omit_s)
