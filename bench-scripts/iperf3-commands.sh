@@ -5,7 +5,7 @@
 # command passes when it exits 0 (with -J, when its output also parses as JSON). Prints
 # each command's three results and the counts; `-t 5` becomes `-t $SECS`.
 #
-#   bench-scripts/iperf3-commands.sh          # SECS=1 HOST=localhost
+#   bench-scripts/iperf3-commands.sh          # SECS=1 HOST=localhost IPERF3=iperf3
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 SECS=${SECS:-1}
@@ -21,7 +21,8 @@ cleanup() {
   rm -rf "$link_dir"
 }
 trap cleanup EXIT
-iperf3 -s -p 5431 >/dev/null 2>&1 & pids+=($!)
+"$IPERF3" -s -p 5431 >/dev/null 2>&1 & pids+=($!)
+echo "iperf3: $("$IPERF3" -v | head -1)" >>"$out/env.txt"
 "$AS_IPERF3" -s -p 5432 >/dev/null 2>&1 & pids+=($!)
 sleep 0.5
 
@@ -55,7 +56,7 @@ table=$out/table.md
 } >"$table"
 ref=0; vs_real=0; vs_own=0; both=0
 for c in "${commands[@]}"; do
-  a=$(run iperf3 5431 "$c"); b=$(run "$AS_IPERF3" 5431 "$c"); d=$(run "$AS_IPERF3" 5432 "$c")
+  a=$(run "$IPERF3" 5431 "$c"); b=$(run "$AS_IPERF3" 5431 "$c"); d=$(run "$AS_IPERF3" 5432 "$c")
   echo "| \`iperf3 -c $HOST $c\` | $a | $b | $d |" | tee -a "$table"
   [ "$a" = ok ] && ref=$((ref + 1))
   [ "$a" = ok ] && [ "$b" = ok ] && vs_real=$((vs_real + 1))
