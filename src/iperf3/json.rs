@@ -46,8 +46,11 @@
 //!   control is known only on one host (both ends use `-C`, else the host's default); on
 //!   two hosts the key is left out, as iperf3 leaves it out when its peer did not say.
 //!
-//! The interval rows are pinperf's: the receiver's bytes in each interval; the totals in
-//! `end` keep iperf3's sides (`sender` the bytes written, `receiver` the bytes read). Times
+//! The interval rows are iperf3's: a sending host's rows carry what its senders wrote in
+//! the interval (and, UDP, those bytes as datagrams), a receiving host's what it read (and
+//! its loss and jitter); the receiver's view of every interval is in `pinperf.intervals`.
+//! The totals in `end` keep iperf3's sides (`sender` the bytes written, `receiver` the
+//! bytes read). Times
 //! are iperf3's: seconds since the test's start for `-O`'s omitted rows, since their end
 //! for the rest and for `end` (iperf3 restarts its clock after them). Keys newer iperf3
 //! versions added and pinperf has no measurement for are not written: `reorder`,
@@ -386,6 +389,8 @@ pub(super) struct Role {
     /// Where iperf3's clock starts, seconds on pinperf's: `-O`'s end (iperf3 restarts its
     /// clock after the omitted seconds), 0 for the omitted rows themselves.
     pub(super) clock_from: f64,
+    /// UDP's datagram: a sender's bytes over it are its datagrams.
+    pub(super) datagram: u64,
 }
 
 impl Role {
@@ -402,6 +407,7 @@ impl Role {
             bidir: header.direction == Direction::Bidir,
             first_socket: k as u64 * u64::from(header.streams),
             clock_from: header.omit_s,
+            datagram: header.block_bytes.max(1),
         }
     }
 
@@ -460,9 +466,19 @@ fn span(start: f64, end: f64, seconds: f64, bytes: u64, bits_per_second: f64, ro
     }
 }
 
+/// The bytes of an interval row as iperf3 writes them: a sending host's are what its
+/// senders wrote in the span, a receiving host's what it read.
+fn row_bytes(role: Role, seconds: f64, (sent, read, read_bps): (u64, u64, f64)) -> (u64, f64) {
+    match role.sender {
+        true => (sent, sent as f64 * 8.0 / seconds.max(1e-9)),
+        false => (read, read_bps),
+    }
+}
+
 /// A stream's interval row.
 fn interval_stream(r: &StreamRow, omitted: bool, role: Role, header: &Header) -> Entry {
-    let mut e = span(r.start, r.end, r.seconds, r.bytes, r.bits_per_second, role);
+    let (bytes, bps) = row_bytes(role, r.seconds, (r.sent_bytes, r.bytes, r.bits_per_second));
+    let mut e = span(r.start, r.end, r.seconds, bytes, bps, role);
     e.socket = Some(role.socket(r.stream));
     e.omitted = Some(omitted);
     let udp = r.udp.unwrap_or_default();
@@ -478,7 +494,7 @@ fn interval_stream(r: &StreamRow, omitted: bool, role: Role, header: &Header) ->
             });
         }
         (false, false) => {}
-        (true, true) => e.packets = Some(udp.packets),
+        (true, true) => e.packets = Some(bytes / role.datagram),
         (true, false) => e.udp = Some(loss(&udp)),
     }
     e
@@ -486,13 +502,14 @@ fn interval_stream(r: &StreamRow, omitted: bool, role: Role, header: &Header) ->
 
 /// An interval's sum row.
 fn interval_sum(s: &SumRow, omitted: bool, role: Role) -> Entry {
-    let mut e = span(s.start, s.end, s.seconds, s.bytes, s.bits_per_second, role);
+    let (bytes, bps) = row_bytes(role, s.seconds, (s.sent_bytes, s.bytes, s.bits_per_second));
+    let mut e = span(s.start, s.end, s.seconds, bytes, bps, role);
     e.omitted = Some(omitted);
     let udp = s.udp.unwrap_or_default();
     match (role.udp, role.sender) {
         (false, true) => e.retransmits = Some(s.retransmits.unwrap_or(0)),
         (false, false) => {}
-        (true, true) => e.packets = Some(udp.packets),
+        (true, true) => e.packets = Some(bytes / role.datagram),
         (true, false) => e.udp = Some(loss(&udp)),
     }
     e
@@ -956,6 +973,44 @@ mod tests {
 
     /// `-R`: this host receives, so rows have no `TCP_INFO` members and `sender` is false;
     /// UDP rows carry iperf3's receiver figures.
+    /// A sending host's rows are what its senders wrote (UDP: as datagrams), whatever
+    /// the receiver read of it; a receiving host's are what it read.
+    #[test]
+    fn interval_rows_carry_the_bytes_of_this_host_s_role() {
+        let lossy = |reverse: bool| {
+            rendered(|d| {
+                d.start.udp = true;
+                d.start.block_bytes = 1000;
+                d.start.direction = [Direction::Forward, Direction::Reverse][usize::from(reverse)];
+                let iv = &mut d.intervals[0];
+                iv.reverse = reverse;
+                let row = &mut iv.streams[0];
+                (row.bytes, row.sent_bytes) = (600_000, 1_000_000);
+                row.udp = Some(UdpFigures {
+                    packets: 600,
+                    lost_packets: 400,
+                    ..UdpFigures::default()
+                });
+            })
+        };
+        let sent = lossy(false);
+        let row = &sent["intervals"][0]["streams"][0];
+        assert_eq!(
+            (row["bytes"].as_u64(), row["packets"].as_u64()),
+            (Some(1_000_000), Some(1000))
+        );
+        let seconds = row["seconds"].as_f64().unwrap();
+        assert_eq!(
+            row["bits_per_second"].as_f64(),
+            Some(8e6 / seconds),
+            "{row}"
+        );
+        let read = lossy(true);
+        let row = &read["intervals"][0]["streams"][0];
+        assert_eq!(row["bytes"].as_u64(), Some(600_000), "{row}");
+        assert_eq!(row["lost_packets"].as_u64(), Some(400), "{row}");
+    }
+
     #[test]
     fn a_receiving_host_writes_iperf3_s_receiver_shape() {
         let doc = rendered(|d| {

@@ -10,7 +10,8 @@
 //! and `iperf Done.`.
 //!
 //! The figures are the report model's, mapped as `--format iperf3-json` maps them (see
-//! `json.rs`), so text and JSON agree: the interval rows carry the receiver's bytes; the
+//! `json.rs`), so text and JSON agree: a sending host's interval rows carry what its
+//! senders wrote, a receiving host's what it read; the
 //! end block keeps iperf3's sides (`sender` the bytes written, `receiver` the bytes read);
 //! times restart after `-O`'s omitted seconds as iperf3's clock does; a cut-short test's
 //! rows past the sender's last report are not printed; a side whose count never came is
@@ -164,6 +165,30 @@ impl Role {
     /// What an interval row (`sum`: its `[SUM]` row) ends with, by role: TCP sender
     /// `Retr  Cwnd`, TCP receiver nothing, UDP sender datagrams sent, UDP receiver jitter
     /// and loss.
+    /// An interval row's span as iperf3 prints it: a sending host's bytes are what its
+    /// senders wrote (`sent`), a receiving host's what it read (as `json.rs` writes them).
+    fn row(&self, read: Span, sent: u64) -> Span {
+        match self.sender {
+            true => Span {
+                bytes: sent,
+                bits_per_second: sent as f64 * 8.0 / (read.end - read.start).max(1e-9),
+                ..read
+            },
+            false => read,
+        }
+    }
+
+    /// A UDP sending row's datagrams: its senders' bytes over the datagram.
+    fn row_udp(&self, udp: Option<UdpFigures>, sent: u64) -> Option<UdpFigures> {
+        match self.sender && self.udp {
+            true => Some(UdpFigures {
+                packets: sent / self.datagram,
+                ..udp.unwrap_or_default()
+            }),
+            false => udp,
+        }
+    }
+
     fn interval_tail(
         &self,
         tcp: (Option<u64>, Option<u64>),
@@ -302,14 +327,16 @@ impl<W: Write> Iperf3TextFormatter<W> {
         let omitted = if iv.omitted { "(omitted)" } else { "" };
         let tag = role.tag();
         for r in &iv.streams {
-            let span = role.span(&stream_span(r), self.letter);
-            let tail = role.interval_tail((r.retransmits, r.snd_cwnd), r.udp, false);
+            let span = role.span(&role.row(stream_span(r), r.sent_bytes), self.letter);
+            let udp = role.row_udp(r.udp, r.sent_bytes);
+            let tail = role.interval_tail((r.retransmits, r.snd_cwnd), udp, false);
             writeln!(self.out, "{}{tag}{span}{tail}{omitted}", role.id(r.stream))?;
         }
         if h.streams > 1 {
             let s = &iv.sum;
-            let span = role.span(&sum_span(s), self.letter);
-            let tail = role.interval_tail((s.retransmits, None), s.udp, true);
+            let span = role.span(&role.row(sum_span(s), s.sent_bytes), self.letter);
+            let udp = role.row_udp(s.udp, s.sent_bytes);
+            let tail = role.interval_tail((s.retransmits, None), udp, true);
             writeln!(self.out, "[SUM]{tag}{span}{tail}{omitted}")?;
         }
         Ok(())
@@ -624,7 +651,9 @@ mod tests {
 
     const ROW0: &str = "[  0]   1.00-1.25   sec  3.22 GBytes   111 Gbits/sec";
     const ROW1: &str = "[  1]   1.00-1.25   sec  3.46 GBytes   120 Gbits/sec";
-    const SUM: &str = "[SUM]   1.00-1.25   sec  6.68 GBytes  57.3 Gbits/sec";
+    /// A sending host's sum row: its senders' bytes over the span (the sample's receiver
+    /// figures under it are not the sum's).
+    const SUM: &str = "[SUM]   1.00-1.25   sec  6.68 GBytes   231 Gbits/sec";
     const END0: &str = "[  0]   0.00-1.00   sec  3.22 GBytes  27.6 Gbits/sec";
     const END1: &str = "[  1]   0.00-1.00   sec  3.46 GBytes  29.7 Gbits/sec";
     const END_SUM: &str = "[SUM]   0.00-1.00   sec  6.68 GBytes  57.3 Gbits/sec";
@@ -707,9 +736,10 @@ mod tests {
         let l = lines(&out);
         let expected = [
             "[ ID] Interval           Transfer     Bitrate         Total Datagrams",
-            &format!("{ROW0}  850  "),
-            &format!("{ROW1}  850  "),
-            &format!("{SUM}  1700  "),
+            // Datagrams sent: the senders' bytes over the datagram (128k in the sample).
+            &format!("{ROW0}  26388  "),
+            &format!("{ROW1}  28342  "),
+            &format!("{SUM}  54730  "),
         ];
         assert_eq!(l[3..7], expected, "{out}");
         let end = [
