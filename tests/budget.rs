@@ -69,9 +69,10 @@ fn blocks_end_each_direction_at_its_count() {
     let server = Server::start(&[]);
     let doc = json_run(&server, &["-k", "40", "-l", "128k", "--bidir"]);
     let want = 40 * (128 << 10);
-    for sum in ["sum_sent", "sum_received", "sum_sent_bidir_reverse"] {
-        if doc["end"].get(sum).is_some() {
-            assert_eq!(end(&doc, sum, "bytes") as u64, want, "{sum}");
+    for part in ["end", "end_reverse"] {
+        for sum in ["sum_sent", "sum_received"] {
+            let bytes = doc[part][sum]["bytes"].as_u64();
+            assert_eq!(bytes, Some(want), "{part}.{sum}");
         }
     }
     assert!(end(&doc, "sum", "seconds") < 5.0);
@@ -85,6 +86,23 @@ fn udp_ends_at_its_datagram_count() {
     assert_eq!(end(&doc, "sum", "packets") as u64, 1000);
     assert_eq!(end(&doc, "sum_sent", "bytes") as u64, 1_400_000);
     assert!(end(&doc, "sum", "seconds") < 2.0);
+}
+
+/// A count that takes longer than the receiver's idle second to arrive is read to its
+/// end: the receiver's stop moves on with every datagram.
+#[test]
+fn a_slow_udp_count_is_read_to_its_last_datagram() {
+    let server = Server::start(&[]);
+    let doc = json_run(&server, &["-u", "-b", "10M", "-l", "1000", "-n", "1500k"]);
+    let sent = end(&doc, "sum_sent", "bytes") as u64;
+    assert_eq!(sent, 1_536_000, "1536 datagrams of 1000 bytes");
+    assert_eq!(
+        end(&doc, "sum_received", "bytes") as u64,
+        sent,
+        "{}",
+        doc["end"]
+    );
+    assert!(end(&doc, "sum", "seconds") > 1.1, "{}", doc["end"]);
 }
 
 /// `-b RATE/BURST`: bursts back to back, the rate kept on average (TCP and UDP).

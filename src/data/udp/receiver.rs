@@ -53,12 +53,13 @@ pub fn receive(
 
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
-    let mut until_ns = until.as_nanos() as u64;
+    let listen_ns = until.as_nanos() as u64;
     let mut budget = ctx.budget.as_ref().map(|b| BudgetEnd::new(b, &ctx, wire));
     loop {
-        if let Some(b) = budget.as_mut() {
-            until_ns = until_ns.min(b.end_ns());
-        }
+        // A budgeted stream's end moves on with each datagram: taken afresh every pass.
+        let until_ns = budget
+            .as_ref()
+            .map_or(listen_ns, |b| listen_ns.min(b.end_ns()));
         match sys::recv_datagrams(sock.as_fd(), &mut bufs, SLOT_BYTES, &mut meta) {
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
