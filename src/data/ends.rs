@@ -249,8 +249,9 @@ impl Ends {
     }
 
     /// `-n`/`-k`: for each direction, whether its budget is spent as this end sees it:
-    /// its senders here have all stopped writing, or its receivers here have read all of it (empty
-    /// without a budget).
+    /// its senders here have all stopped writing, or its receivers here have read all of
+    /// it or ended (a UDP receiver ends an idle time after its last datagram: what is
+    /// missing was lost) (empty without a budget).
     pub(crate) fn budgets_spent(&self) -> Vec<bool> {
         self.0
             .iter()
@@ -258,7 +259,7 @@ impl Ends {
                 Threads::Send(s) => s.budget_sent(),
                 Threads::UdpSend(s) => s.budget_sent(),
                 Threads::Receive(s) => s.budget().map(Spend::all_arrived),
-                Threads::UdpReceive(s) => s.budget().map(Spend::all_arrived),
+                Threads::UdpReceive(s) => s.budget().map(|b| b.all_arrived() || s.finished()),
             })
             .collect()
     }
