@@ -87,6 +87,11 @@ pub struct TestArgs {
     #[arg(long, requires = "udp")]
     pub no_gsro: bool,
 
+    /// UDP over IPv4: set Don't Fragment on both ends' datagrams, so one larger than the
+    /// path MTU fails to send instead of travelling in fragments.
+    #[arg(long, requires = "udp")]
+    pub dont_fragment: bool,
+
     /// Ask the server for its own view of the test (its log lines and what its stream
     /// threads counted per interval), printed after the client's report (iperf3's flag).
     #[arg(long)]
@@ -226,6 +231,7 @@ impl TestArgs {
             udp,
             rate_bps,
             no_gsro,
+            dont_fragment,
             get_server_output,
             fq_rate_bps,
             tos,
@@ -260,6 +266,7 @@ impl TestArgs {
             udp,
             rate_bps: rate_bps.map(|(r, _)| r),
             no_gsro,
+            dont_fragment,
             get_server_output,
             fq_rate_bps,
             tos,

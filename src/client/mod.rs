@@ -103,7 +103,7 @@ fn connect_control(cfg: &ClientConfig) -> Result<(std::net::TcpStream, SocketAdd
     };
     let (stream, _) = net::connect(
         &addrs,
-        cfg.target.bind,
+        &cfg.target.source.control(),
         &net::SocketOpts::default(),
         cfg.target.connect_timeout,
     )?;
@@ -253,7 +253,7 @@ fn open_data(
         false => connect_streams(cfg, ctl.peer, accept).map(|(s, w)| (Socks::Tcp(s), w)),
         true => crate::wire::udp_rendezvous::connect(
             ctl,
-            cfg.target.bind,
+            &cfg.target.source,
             &accept.udp_ports,
             accept.cookie,
             &cfg.test,
@@ -480,7 +480,7 @@ fn connect_streams(
     let opts = net::SocketOpts::of(&cfg.test);
     let mut local_window = None;
     let mut socks = Vec::with_capacity(cfg.test.threads());
-    for &reverse in cfg.test.direction().reversed() {
+    for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {
         let hello = |stream: usize, echo: bool| {
             DataHello {
                 cookie: accept.cookie,
@@ -493,7 +493,7 @@ fn connect_streams(
         for id in 0..n {
             let (mut data, grant) = net::connect(
                 &[data_addr],
-                cfg.target.bind,
+                &cfg.target.source.stream(k * n + id),
                 &opts,
                 cfg.target.connect_timeout,
             )
@@ -504,7 +504,7 @@ fn connect_streams(
             let echo = if cfg.test.echo() {
                 let (mut echo, _) = net::connect(
                     &[data_addr],
-                    cfg.target.bind,
+                    &cfg.target.source.control(),
                     &opts.echo(),
                     cfg.target.connect_timeout,
                 )

@@ -83,6 +83,9 @@ pub struct TestParams {
     /// `--no-gsro`: UDP without GSO and GRO.
     #[serde(default)]
     pub no_gsro: bool,
+    /// `--dont-fragment`: UDP over IPv4 with DF set, on both ends' sockets.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dont_fragment: bool,
     /// `--get-server-output`: the server's own view comes back with its results.
     #[serde(default)]
     pub get_server_output: bool,
@@ -131,6 +134,7 @@ impl TestParams {
             udp: false,
             rate_bps: None,
             no_gsro: false,
+            dont_fragment: false,
             get_server_output: false,
             fq_rate_bps: None,
             tos: None,
