@@ -1647,8 +1647,8 @@ fn the_iperf3_command_line_refuses_what_it_cannot_honour() {
             "-F: an iperf3 option",
         ),
         (
-            &["iperf3", "-c", "127.0.0.1", "--json-stream-full-output"][..],
-            "--json-stream-full-output: an iperf3 option",
+            &["iperf3", "-c", "127.0.0.1", "--sctp"][..],
+            "--sctp: an option you are trying to set is not implemented yet",
         ),
         (
             &["iperf3", "-c", "127.0.0.1", "-t", "3", "-n", "1M"][..],
@@ -1719,4 +1719,121 @@ fn the_iperf3_command_line_streams_json_events() {
     assert_eq!(lines.len(), 2, "{}", run.explain());
     assert_eq!(lines[0]["event"], "error");
     assert_eq!(lines[1], serde_json::json!({"event": "end", "data": {}}));
+}
+
+/// iperf3's socket flags through its command line: `--cport` numbers the data
+/// connections from its port (the server's document names them), `-m` runs them over
+/// MPTCP, `--json-stream-full-output` ends the events with the whole document and its
+/// `--extra-data`.
+#[test]
+fn the_iperf3_command_line_sets_up_its_connections_as_asked() {
+    let mut server = Server::start(&["--format", "iperf3-json"]);
+    let port = server.port_arg();
+    let cport = util::free_port();
+    let first = cport.to_string();
+    let mut args = vec![
+        "iperf3",
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1",
+        "-P",
+        "2",
+    ];
+    args.extend([
+        "--cport",
+        &first,
+        "--json-stream",
+        "--json-stream-full-output",
+    ]);
+    args.extend(["--extra-data", "site-a"]);
+    let mptcp =
+        std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|v| v.trim() == "1");
+    if mptcp {
+        args.push("-m");
+    } else {
+        util::skipped("-m", "net.mptcp.enabled is not 1 here: -m is left out");
+    }
+    let run = pinperf(&args, LIMIT);
+    run.assert_ok();
+    let out = run.stdout();
+    let events = out.lines().take_while(|l| l.starts_with("{\"event\""));
+    let names: Vec<String> = events
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"].to_string())
+        .collect();
+    assert_eq!(
+        names.last().map(String::as_str),
+        Some("\"end\""),
+        "{}",
+        run.explain()
+    );
+    let whole: String = out.lines().skip(names.len()).collect::<Vec<_>>().join("\n");
+    let doc: Value = serde_json::from_str(&whole).unwrap_or_else(|e| panic!("{e}: {whole}"));
+    assert_eq!(doc["extra_data"], "site-a", "{doc}");
+    assert!(bytes(&doc, "sum_received") > 0, "{doc}");
+    // The server writes its document before it logs the test's end.
+    server.wait_for_log("done, received", Duration::from_secs(5));
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut server.child.stdout.take().unwrap(), &mut text).unwrap();
+    let theirs: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let ports: Vec<u64> = theirs["start"]["connected"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|s| s["remote_port"].as_u64()).collect())
+        .unwrap_or_default();
+    let want = [u64::from(cport), u64::from(cport) + 1];
+    assert_eq!(ports, want, "{theirs}");
+}
+
+/// `-L`: an IPv6 flow label on the data connections; an IPv4 test cannot carry one and
+/// fails as iperf3's does.
+#[test]
+fn a_flow_label_needs_ipv6() {
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let run = pinperf(
+        &[
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-L",
+            "0x1234",
+        ],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains("unable to set IPv6 flow label"),
+        "{}",
+        run.explain()
+    );
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        return util::skipped("a_flow_label_needs_ipv6", "no ::1 on this host");
+    }
+    let port = util::free_port();
+    let p = port.to_string();
+    let mut v6 = util::Spawned::start(&["iperf3", "-s", "-1", "-B", "::1", "-p", &p]);
+    let listens = || {
+        let needle = format!(":{port:04X} 00000000000000000000000000000000:0000 0A");
+        std::fs::read_to_string("/proc/net/tcp6").is_ok_and(|t| t.contains(&needle))
+    };
+    util::wait_until(
+        "the server listens on ::1",
+        Duration::from_secs(10),
+        || listens().then_some(()),
+        String::new,
+    );
+    let run = pinperf(
+        &["iperf3", "-c", "::1", "-p", &p, "-t", "1", "-L", "0x1234"],
+        LIMIT,
+    );
+    run.assert_ok();
+    v6.kill();
 }
