@@ -115,6 +115,42 @@ impl Target {
     }
 }
 
+/// `-F FILE`: a TCP test whose blocks are the file's bytes, which therefore carry no echo
+/// header (kernel RTT only); without `-n`/`-k` a sending test ends at the file's end, as
+/// iperf3's does. The file must exist to be sent; one to receive into is created.
+fn with_file(test: &mut TestParams) -> Result<()> {
+    let Some(path) = test.file.clone() else {
+        return Ok(());
+    };
+    let shown = path.display();
+    if test.udp {
+        return Err(usage(format!(
+            "-F {shown}: cannot transfer a file using UDP (iperf3's rule); drop -u"
+        )));
+    }
+    if test.zerocopy.is_some() || test.skip_rx_copy {
+        return Err(usage(format!(
+            "-F {shown}: the file's bytes are copied; drop -Z and --skip-rx-copy"
+        )));
+    }
+    test.transport.no_echo = true;
+    if test.reverse {
+        return Ok(());
+    }
+    let size = std::fs::metadata(&path)
+        .map_err(|e| usage(format!("-F {shown}: cannot send it: {e}")))?
+        .len();
+    if size == 0 {
+        return Err(usage(format!(
+            "-F {shown}: the file is empty: nothing to send"
+        )));
+    }
+    if test.budget().is_none() {
+        test.bytes = Some(size);
+    }
+    Ok(())
+}
+
 /// A client's `-B`, `--bind-dev`, `--cport`, `-m` and `-L`, checked against each other.
 fn source(a: &TargetArgs) -> Result<Source> {
     if a.loopback && (a.bind_dev.is_some() || a.cport.is_some() || a.flowlabel.is_some()) {
@@ -336,7 +372,8 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         (Affinity::None, None) => Some(Affinity::None),
         (_, remote) => remote,
     };
-    let test = args.test.to_params(remote_plan);
+    let mut test = args.test.to_params(remote_plan);
+    with_file(&mut test)?;
     let mut cfg = ClientConfig::new(target, test, local_plan)?;
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;
@@ -413,6 +450,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
     }
     let t = &args.target;
     let client_only = [
+        (args.test.file.is_some(), "-F FILE"),
         (
             t.bind_dev.is_some(),
             "--bind-dev DEV (a server listens on -B ADDR, the device's address)",

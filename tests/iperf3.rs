@@ -1837,3 +1837,65 @@ fn a_flow_label_needs_ipv6() {
     run.assert_ok();
     v6.kill();
 }
+
+/// `-F`: the file's bytes are what crosses: a real iperf3 server writing what it reads to
+/// its own `-F` file ends with the same bytes, and the test ends at the file's end; `-R -F`
+/// writes what arrives.
+#[test]
+fn a_file_crosses_whole() {
+    let dir = std::env::temp_dir().join(format!("pinperf-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sent = dir.join("sent");
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&sent, &data).unwrap();
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let got = dir.join("got");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (sent_s, got_s) = (path(&sent), path(&got));
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &port, "-F", &sent_s, "-J"],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert_eq!(bytes(&doc, "sum_received"), data.len() as u64, "{doc}");
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-R",
+            "-t",
+            "1",
+            "-F",
+            &got_s,
+            "-J",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: Value = serde_json::from_str(&run.stdout()).unwrap();
+    let written = std::fs::metadata(&got).unwrap().len();
+    assert_eq!(written, bytes(&doc, "sum_received"), "{doc}");
+    let test = "a_file_crosses_whole";
+    if iperf3(test).is_some() {
+        let theirs = dir.join("theirs");
+        let iperf3 = Iperf3Server::start(&["-F", theirs.to_str().unwrap()]);
+        let p = iperf3.port.to_string();
+        let run = pinperf(
+            &["iperf3", "-c", "127.0.0.1", "-p", &p, "-F", &sent_s],
+            LIMIT,
+        );
+        run.assert_ok();
+        let _ = iperf3.document();
+        assert!(
+            std::fs::read(&theirs).unwrap() == data,
+            "the iperf3 server's file differs"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -353,7 +353,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--debug",
         "the report and the server's log say what happened",
     ),
-    ("-F", "--file", "pinperf sends generated blocks"),
     ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
     ("-I", "--pidfile", "run `pinperf -s` under systemd"),
     (

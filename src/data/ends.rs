@@ -200,6 +200,7 @@ fn shared(test: &TestParams, block: usize) -> Shared {
         budget: test
             .budget()
             .map(|b| std::sync::Arc::new(Spend::new(b, block as u64))),
+        file: test.file.as_deref().map(std::sync::Arc::from),
     }
 }
 

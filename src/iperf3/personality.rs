@@ -177,6 +177,9 @@ pub struct Iperf3Args {
     /// With --json-stream: the whole JSON document at the end too (alone: nothing).
     #[arg(long)]
     pub json_stream_full_output: bool,
+    /// Client: send this file (ending at its end without -t), or receive (-R) into it.
+    #[arg(short = 'F', long, value_name = "FILE")]
+    pub file: Option<String>,
     /// Perform pre-test for N seconds and omit the pre-test statistics.
     #[arg(short = 'O', long, value_name = "SECS")]
     pub omit: Option<String>,
@@ -215,8 +218,6 @@ pub struct Iperf3Args {
 /// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
 /// than taken and ignored.
 const NOT_YET: &[&str] = &[
-    "-F",
-    "--file",
     "-D",
     "--daemon",
     "-I",
@@ -433,6 +434,9 @@ impl Iperf3Args {
         if self.dont_fragment && self.udp {
             out.push("--dont-fragment".into());
         }
+        if let Some(f) = &self.file {
+            out.extend(["-F".into(), f.clone()]);
+        }
     }
 
     /// Flags pinperf honours by what it always does, or by its own means: taken, and where
@@ -646,8 +650,6 @@ mod tests {
 
     #[test]
     fn what_cannot_be_honoured_is_refused_by_name() {
-        let e = native(&["-c", "h", "-F", "1"]).unwrap_err();
-        assert!(e.starts_with("-F"), "{e}");
         for flag in ["--sctp", "-X", "--nstreams"] {
             let e = native(&["-c", "h", flag, "1"]).unwrap_err();
             assert_eq!(
@@ -735,6 +737,7 @@ mod tests {
         assert_eq!(host_dev("2001:db8::1%eth0"), ("2001:db8::1", Some("eth0")));
         assert!(line(&["-c", "h", "-u", "--dont-fragment"]).contains("--dont-fragment"));
         assert!(!line(&["-c", "h", "--dont-fragment"]).contains("--dont-fragment"));
+        assert!(line(&["-c", "h", "--file", "f.bin"]).contains("-F f.bin"));
     }
 
     /// Flags pinperf honours by its own means pass, or change what pinperf does as they

@@ -116,6 +116,10 @@ pub struct TestParams {
     /// rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// `-F`: this end's streams send this file's bytes, or write what they read to it.
+    /// This end's alone: never sent to the peer.
+    #[serde(skip)]
+    pub file: Option<std::path::PathBuf>,
 }
 
 impl TestParams {
@@ -135,6 +139,7 @@ impl TestParams {
             rate_bps: None,
             no_gsro: false,
             dont_fragment: false,
+            file: None,
             get_server_output: false,
             fq_rate_bps: None,
             tos: None,
