@@ -1011,13 +1011,19 @@ mod tests {
     fn iperf3_flags_we_lack_get_a_hint_and_ours_pass() {
         let hint = |argv: &[&str]| not_yet(argv);
         assert!(
-            hint(&["-c", "h", "-F", "f"])
+            hint(&["-c", "h", "--sctp"])
                 .unwrap()
-                .starts_with("-F/--file (an iperf3 flag) is not supported (yet): ")
+                .starts_with("--sctp (an iperf3 flag) is not supported (yet): ")
         );
         assert!(hint(&["-d"]).unwrap().starts_with("-d/--debug"));
         // Implemented now: left to clap.
         for flag in [
+            "-F",
+            "--cport",
+            "--bind-dev",
+            "-L",
+            "--mptcp",
+            "--extra-data",
             "-Z",
             "--zerocopy",
             "--skip-rx-copy",
