@@ -265,6 +265,18 @@ impl Ends {
             .collect()
     }
 
+    /// `-n`/`-k`: this end's senders stop at their next block, whatever their budget has
+    /// left ([`Spend::close`]).
+    pub(crate) fn close_budgets(&self) {
+        for t in &self.0 {
+            match t {
+                Threads::Send(s) => s.budget().iter().for_each(|b| b.close()),
+                Threads::UdpSend(s) => s.budget().iter().for_each(|b| b.close()),
+                Threads::Receive(_) | Threads::UdpReceive(_) => {}
+            }
+        }
+    }
+
     pub(crate) fn abort(&self) {
         for t in &self.0 {
             each!(t, s => s.abort());
