@@ -1775,10 +1775,7 @@ fn the_iperf3_command_line_sets_up_its_connections_as_asked() {
     assert!(bytes(&doc, "sum_received") > 0, "{doc}");
     // The server writes its document before it logs the test's end.
     server.wait_for_log("done, received", Duration::from_secs(5));
-    let _ = server.child.kill();
-    let _ = server.child.wait();
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut server.child.stdout.take().unwrap(), &mut text).unwrap();
+    let text = server.stdout_at_exit();
     let theirs: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     let ports: Vec<u64> = theirs["start"]["connected"]
         .as_array()

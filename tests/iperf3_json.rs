@@ -475,9 +475,7 @@ fn a_failed_test_s_server_document_says_why() {
     client.kill().expect("SIGKILL the iperf3 client");
     let _ = client.wait();
     let _ = ours.child.wait();
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut ours.child.stdout.take().expect("stdout"), &mut text)
-        .expect("stdout");
+    let text = ours.stdout_at_exit();
     let doc = parse("pinperf -s", &text);
     let error = doc["error"].as_str().unwrap_or_default();
     assert!(error.contains("closed the control connection"), "{doc:#}");
@@ -501,11 +499,7 @@ fn a_refused_test_s_server_document_says_why() {
     assert_ne!(code, Some(0), "a refused test fails its client");
     // The document is written before the refusal is logged.
     ours.wait_for_log("refused", std::time::Duration::from_secs(10));
-    let _ = ours.child.kill();
-    let _ = ours.child.wait();
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut ours.child.stdout.take().expect("stdout"), &mut text)
-        .expect("stdout");
+    let text = ours.stdout_at_exit();
     let doc = parse("pinperf -s", &text);
     let error = doc["error"].as_str().unwrap_or_default();
     assert!(
