@@ -55,7 +55,7 @@ ln -s ../../bin/$name "$stage/usr/lib/$name/iperf3"
 for unit in $name.service $name-mesh.service; do
   awk '/^# Install/ { skip = 1; next }
        skip && /^#$/ { skip = 0; print "# Installed by the pinperf package, disabled: systemctl enable --now '"${unit%.service}"'"; print; next }
-       !skip' "contrib/$unit" | sed -e 's|/usr/local/bin/pinperf|/usr/bin/pinperf|g' -e 's|contrib/pinperf.service|pinperf.service|g' | f lib/systemd/system/$unit
+       !skip' "contrib/$unit" | sed -e 's|/usr/local/bin/pinperf|/usr/bin/pinperf|g' -e 's|contrib/pinperf.service|pinperf.service|g' | f "lib/systemd/system/$unit"
   if grep -q /usr/local "$stage/lib/systemd/system/$unit"; then
     echo "build-deb: $unit still names /usr/local after rewriting contrib/$unit" >&2; exit 1
   fi

@@ -64,7 +64,7 @@ step man -w pinperf
 command -v man >/dev/null || fail "man is missing (apt-get install man-db)"
 [ "$(man -w pinperf)" = /usr/share/man/man1/pinperf.1.gz ] || fail "man -w pinperf: $(man -w pinperf 2>&1)"
 man -w pinperf
-MANPAGER=cat man pinperf 2>/dev/null | head -4
+man -P cat pinperf 2>/dev/null | head -4
 
 step completions
 for c in /usr/share/bash-completion/completions/pinperf /usr/share/zsh/vendor-completions/_pinperf \
