@@ -258,6 +258,56 @@ fn stream_threads_are_named_and_pinned_on_both_ends() {
     }
 }
 
+/// One stream on one host with 1500-byte frames' segments: its sender and receiver on two
+/// cores (split measured faster there); two streams: each pair on one core.
+#[test]
+fn one_stream_of_small_segments_splits_across_cores() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        return util::skipped(
+            "one_stream_of_small_segments_splits_across_cores",
+            "one core",
+        );
+    }
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &port, "-t", "0.5", "-M", "1448"],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    let (local, remote) = (pin_plan(&text, "local"), pin_plan(&text, "remote"));
+    assert_eq!(local.len(), 1, "{text}");
+    assert_ne!(local, remote, "split\n{text}");
+    assert!(
+        text.contains("# placement: same host, one stream"),
+        "{text}"
+    );
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "0.5",
+            "-M",
+            "1448",
+            "-P",
+            "2",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    assert_eq!(
+        pin_plan(&text, "local"),
+        pin_plan(&text, "remote"),
+        "paired\n{text}"
+    );
+}
+
 /// `-S 0x28` marks every data and echo connection on both ends, both ways (-R: the
 /// server's listener carries it to what it accepts), and leaves the control connection
 /// alone; the header says so.

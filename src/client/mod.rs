@@ -57,8 +57,12 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
             return crate::iperf3::client::run(cfg, out, stream, local_plan, sent);
         }
     };
-    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
     let mut cfg = cfg;
+    let (local_plan, placement) = match split(&mut cfg, ctl.peer, &allowed) {
+        Some((plan, why)) => (plan, Some(why)),
+        None => (local_plan, placement),
+    };
+    // UDP without -l: datagrams that fit the path's MTU, as the control connection sees it.
     if cfg.test.udp && cfg.test.len.is_none() {
         let mtu = net::path_info(&ctl.socket()).mtu;
         let ipv6 = ctl.peer.is_ipv6();
@@ -125,6 +129,35 @@ fn placed(
             (round_robin, Some(note))
         }
     }
+}
+
+/// `-A auto` against a pinperf server on this host (its loopback address), one stream in
+/// one direction, where splitting measured faster ([`pin::split_one_stream`]): this end's
+/// stream on the first allowed core, the server's on the second (sent as the remote plan).
+fn split(cfg: &mut ClientConfig, peer: SocketAddr, allowed: &[usize]) -> Option<(PinPlan, String)> {
+    let test = &cfg.test;
+    let bbr = match &test.transport.congestion {
+        Some(cc) => cc == "bbr",
+        None => net::default_congestion().is_some_and(|cc| cc == "bbr"),
+    };
+    let asked = cfg.affinity == Affinity::Auto && test.pin.is_none() && !test.udp;
+    let (&mine, &theirs) = (allowed.first()?, allowed.get(1)?);
+    if !asked
+        || !peer.ip().is_loopback()
+        || !pin::split_one_stream(usize::from(test.streams), test.bidir, bbr, test.mss())
+    {
+        return None;
+    }
+    let why = format!(
+        "same host, one stream{}: its sender and receiver on two cores (this end cpu{mine}, \
+         the server cpu{theirs}), measured faster than sharing one (bench-scripts/placement.sh)",
+        match bbr {
+            true => " under bbr",
+            false => " with 1500-byte frames' segments",
+        }
+    );
+    cfg.test.pin = Some(Affinity::List(vec![theirs]));
+    Some((PinPlan(vec![Some(mine)]), why))
 }
 
 /// The control connection to the server (one started in this process with `--loopback`),
