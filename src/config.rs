@@ -440,6 +440,7 @@ fn server_limits(args: &Args) -> Result<Limits> {
         max_rate_bps: args.max_rate,
         udp: !args.no_udp,
         server: true,
+        total_rate: args.server_bitrate_limit,
         ..Limits::PROTOCOL
     })
 }

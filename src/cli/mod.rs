@@ -385,11 +385,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--server-max-duration",
         "a pinperf server refuses longer tests with --max-duration SECS",
     ),
-    (
-        "",
-        "--server-bitrate-limit",
-        "a pinperf server limits each stream's -b with --max-rate RATE",
-    ),
 ];
 
 /// A usage error for a flag iperf3 has and pinperf not (yet), naming what to do instead.
@@ -814,6 +809,13 @@ pub struct Args {
     #[arg(long, value_name = "FORMAT", default_value = "text",
           value_parser = ["text", "json"], help_heading = "Server")]
     pub log_format: String,
+
+    /// The highest total rate of a test's streams (sent and received), averaged over SECS
+    /// (default 5; 0: the whole test so far), as iperf3's: a test asking for more (-b times
+    /// -P) is refused, one that moves more is ended.
+    #[arg(long, value_name = "RATE[/SECS]", value_parser = crate::wire::params::TotalRate::parse,
+          help_heading = "Server")]
+    pub server_bitrate_limit: Option<crate::wire::params::TotalRate>,
 
     // ---- authentication (client) ----
     /// Authenticate as USER (the server has --auth-keys); the secret comes from

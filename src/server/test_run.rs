@@ -247,7 +247,8 @@ impl TestRun<'_> {
         let t0 = Instant::now();
         let (params, max_rate) = (&self.test.params, self.cfg.limits.max_rate_bps);
         let sockets = std::mem::take(&mut running.sockets);
-        let bounds = Bounds::new(t0, params, self.rtt, max_rate, sockets);
+        let bounds = Bounds::new(t0, params, self.rtt, max_rate, sockets)
+            .with_total_rate(self.cfg.limits.total_rate);
         running.ends.start(t0);
         self.slot.running();
         self.ctl.send(&ControlMsg::Start)?;
