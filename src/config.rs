@@ -217,6 +217,10 @@ pub struct ServerConfig {
     /// `--format iperf3-json`: each iperf3 client's test as `iperf3 -s -J` writes it, on
     /// stdout.
     pub iperf3_documents: bool,
+    /// `-D`: run in the background once listening.
+    pub daemon: bool,
+    /// `-I`: the file the server's process ID is written to, removed when it exits.
+    pub pidfile: Option<std::path::PathBuf>,
 }
 
 impl ServerConfig {
@@ -266,6 +270,8 @@ impl ServerConfig {
             idle_timeout: None,
             log: LogOutput::default(),
             iperf3_documents: false,
+            daemon: false,
+            pidfile: None,
         }
     }
 }
@@ -409,6 +415,8 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         idle_timeout: args.idle_timeout,
         log: server_log(args)?,
         iperf3_documents: format == Format::Iperf3Json,
+        daemon: args.daemon,
+        pidfile: args.pidfile.clone(),
     })
 }
 

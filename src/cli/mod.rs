@@ -318,8 +318,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "the report and the server's log say what happened",
     ),
     ("-F", "--file", "pinperf sends generated blocks"),
-    ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
-    ("-I", "--pidfile", "run `pinperf -s` under systemd"),
     ("", "--json-stream", "use --json-lines"),
     ("", "--json-stream-full-output", "use --json-lines"),
     (
@@ -816,6 +814,15 @@ pub struct Args {
     #[arg(long, value_name = "RATE[/SECS]", value_parser = crate::wire::params::TotalRate::parse,
           help_heading = "Server")]
     pub server_bitrate_limit: Option<crate::wire::params::TotalRate>,
+
+    /// Run in the background (a daemon) once listening: the command returns, stdio go to
+    /// /dev/null (log with --logfile).
+    #[arg(short = 'D', long, help_heading = "Server")]
+    pub daemon: bool,
+
+    /// Write the server's process ID to FILE, removed when it exits.
+    #[arg(short = 'I', long, value_name = "FILE", help_heading = "Server")]
+    pub pidfile: Option<PathBuf>,
 
     // ---- authentication (client) ----
     /// Authenticate as USER (the server has --auth-keys); the secret comes from

@@ -37,6 +37,7 @@ pub mod auth;
 pub(crate) mod bounds;
 mod control;
 mod handshake;
+mod pidfile;
 pub(crate) mod relisten;
 pub(crate) mod serverlog;
 pub(crate) mod shared;
@@ -174,16 +175,26 @@ impl Server {
 
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
-    if cfg.signals {
-        crate::signals::take_over()?;
-    }
     serverlog::set_output(&cfg.log)?;
     let ignored = cfg.log.ignored.clone();
     let (auth, allow) = (
         cfg.auth.is_some(),
         cfg.allow.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
     );
+    let (daemon, pidfile, signals) = (cfg.daemon, cfg.pidfile.clone(), cfg.signals);
     let mut server = Server::bind(cfg)?;
+    // `-D` once the port is held (a port in use is said on the terminal), and before any
+    // thread starts: a fork keeps only the calling thread.
+    if daemon {
+        crate::os::sys::daemonize().map_err(|e| Error::io("-D/--daemon: detach", e))?;
+    }
+    let _pidfile = pidfile
+        .as_deref()
+        .map(pidfile::Pidfile::create)
+        .transpose()?;
+    if signals {
+        crate::signals::take_over()?;
+    }
     serverlog::listening(server.local_addr()?, SOFTWARE, auth, &allow);
     if let Some(note) = server.note.take() {
         serverlog::message(note);
