@@ -136,6 +136,8 @@ pub struct ClientConfig {
     pub peer: crate::choices::Peer,
     /// `--username` and `--rsa-public-key-path`: iperf3's credentials for its server.
     pub iperf3_auth: Option<crate::iperf3::auth::Credentials>,
+    /// `--snd-timeout` and `--cntl-ka`: this end's own socket options.
+    pub sockets: crate::os::net::HostSockets,
 }
 
 impl ClientConfig {
@@ -180,6 +182,7 @@ impl ClientConfig {
             engine: Engine::Threads,
             auth: None,
             iperf3_auth: None,
+            sockets: Default::default(),
         })
     }
 }
@@ -221,6 +224,8 @@ pub struct ServerConfig {
     pub daemon: bool,
     /// `-I`: the file the server's process ID is written to, removed when it exits.
     pub pidfile: Option<std::path::PathBuf>,
+    /// `--snd-timeout` and `--cntl-ka`: set on the listeners, so every connection has them.
+    pub sockets: crate::os::net::HostSockets,
 }
 
 impl ServerConfig {
@@ -272,6 +277,7 @@ impl ServerConfig {
             iperf3_documents: false,
             daemon: false,
             pidfile: None,
+            sockets: Default::default(),
         }
     }
 }
@@ -326,6 +332,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.engine = args.engine;
     cfg.auth = client_auth(args)?;
     cfg.iperf3_auth = crate::iperf3::auth::credentials(args).map_err(usage)?;
+    cfg.sockets = host_sockets(args);
     cfg.check_engine()?;
     Ok(Mode::Client(cfg))
 }
@@ -417,7 +424,19 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         iperf3_documents: format == Format::Iperf3Json,
         daemon: args.daemon,
         pidfile: args.pidfile.clone(),
+        sockets: host_sockets(args),
     })
+}
+
+/// `--snd-timeout` (0: the system's) and `--cntl-ka`.
+fn host_sockets(args: &Args) -> crate::os::net::HostSockets {
+    crate::os::net::HostSockets {
+        user_timeout: args
+            .snd_timeout
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis),
+        keepalive: args.cntl_ka,
+    }
 }
 
 /// `--max-streams`, `--max-duration`, `--max-window`, `--max-rate` and `--no-udp`: the

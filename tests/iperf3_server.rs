@@ -232,3 +232,52 @@ fn debug_keeps_the_json_document_whole() {
         text.explain()
     );
 }
+
+/// The keepalive timers `ss` shows on the established connections to or from `port`.
+fn keepalive_timers(port: &str) -> Option<Vec<String>> {
+    let filter = format!("( sport = :{port} or dport = :{port} )");
+    let out = std::process::Command::new("ss")
+        .args(["-tnoH", "state", "established", &filter])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Some(
+        text.lines()
+            .filter(|l| l.contains("timer:(keepalive"))
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// `--cntl-ka=IDLE/INTV/CNT` on both ends: during the test the client's control connection
+/// and the server's connections carry keepalive timers of their own IDLE (`ss` shows the
+/// time left: 3x s of the client's 40, 4x s of the server's 50); without the flag, none
+/// does.
+#[test]
+fn cntl_ka_sets_keepalive_on_the_control_connection() {
+    let test = "cntl_ka_sets_keepalive_on_the_control_connection";
+    if keepalive_timers("1").is_none() {
+        util::skipped(test, "no ss (iproute2) to read the sockets' timers");
+        return;
+    }
+    for ka in [true, false] {
+        let extra: &[&str] = if ka { &["--cntl-ka=50/5/3"] } else { &[] };
+        let (_server, port) = personality_server(extra);
+        let mut args = vec!["iperf3", "-c", "127.0.0.1", "-p", &port, "-t", "1"];
+        if ka {
+            args.push("--cntl-ka=40/5/3");
+        }
+        let mut client = Spawned::start(&args);
+        std::thread::sleep(Duration::from_millis(500));
+        let timers = keepalive_timers(&port).unwrap_or_default();
+        client.finish(LIMIT).assert_ok();
+        let from_client = timers
+            .iter()
+            .any(|l| l.contains(&format!(":{port} ")) && l.contains("keepalive,3"));
+        let at_server = timers.iter().any(|l| l.contains("keepalive,4"));
+        match ka {
+            true => assert!(from_client && at_server, "{timers:#?}"),
+            false => assert!(timers.is_empty(), "{timers:#?}"),
+        }
+    }
+}

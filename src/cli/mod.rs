@@ -362,16 +362,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--rcv-timeout",
         "pinperf ends a stalled test by its own deadlines",
     ),
-    (
-        "",
-        "--snd-timeout",
-        "pinperf ends a stalled test by its own deadlines",
-    ),
-    (
-        "",
-        "--cntl-ka",
-        "pinperf's control connection has its own deadlines",
-    ),
     ("", "--pacing-timer", "pinperf paces -b with its own timer"),
     (
         "",
@@ -823,6 +813,20 @@ pub struct Args {
     /// Write the server's process ID to FILE, removed when it exits.
     #[arg(short = 'I', long, value_name = "FILE", help_heading = "Server")]
     pub pidfile: Option<PathBuf>,
+
+    /// TCP_USER_TIMEOUT on this end's control and data connections, in milliseconds, as
+    /// iperf3's: how long sent data may go unacknowledged before the connection fails (0:
+    /// the system's).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=86_400_000),
+          help_heading = "Connection")]
+    pub snd_timeout: Option<u64>,
+
+    /// TCP keepalive on this end's control connections, as iperf3's: probes after IDLE
+    /// seconds of silence, INTV apart, CNT of them (each may be left out: the system's).
+    #[arg(long, value_name = "IDLE/INTV/CNT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = crate::choices::Keepalive::parse,
+          help_heading = "Connection")]
+    pub cntl_ka: Option<crate::choices::Keepalive>,
 
     // ---- authentication (client) ----
     /// Authenticate as USER (the server has --auth-keys); the secret comes from

@@ -189,6 +189,12 @@ pub struct Iperf3Args {
     /// Server: the highest total rate of a test, averaged over SECS (default 5).
     #[arg(long, value_name = "RATE[/SECS]")]
     pub server_bitrate_limit: Option<String>,
+    /// TCP_USER_TIMEOUT on this end's connections, in milliseconds.
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub snd_timeout: Option<String>,
+    /// TCP keepalive on the control connection: IDLE/INTV/CNT seconds, each optional.
+    #[arg(long, value_name = "IDLE/INTV/CNT", num_args = 0..=1, require_equals = true)]
+    pub cntl_ka: Option<Option<String>>,
 }
 
 /// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
@@ -209,8 +215,6 @@ const NOT_YET: &[&str] = &[
     "--dont-fragment",
     "--extra-data",
     "--rcv-timeout",
-    "--snd-timeout",
-    "--cntl-ka",
     "--pacing-timer",
     "--no-fq-socket-pacing",
     "--sctp",
@@ -272,6 +276,7 @@ impl Iperf3Args {
         self.same_meaning(&mut out);
         self.converted(&mut out)?;
         self.server_side(&mut out)?;
+        self.socket_flags(&mut out);
         Ok(out)
     }
 
@@ -517,6 +522,20 @@ impl Iperf3Args {
     }
 }
 
+impl Iperf3Args {
+    /// `--snd-timeout` and `--cntl-ka`: pinperf's flags of the same names and meaning.
+    fn socket_flags(&self, out: &mut Vec<String>) {
+        if let Some(ms) = &self.snd_timeout {
+            out.extend(["--snd-timeout".into(), ms.clone()]);
+        }
+        match &self.cntl_ka {
+            Some(Some(ka)) => out.push(format!("--cntl-ka={ka}")),
+            Some(None) => out.push("--cntl-ka".into()),
+            None => {}
+        }
+    }
+}
+
 /// `--server-max-duration`: iperf3's whole seconds, 0 (its default) for no limit.
 fn max_duration(secs: &str) -> Result<String, String> {
     let longest = Limits::PROTOCOL.max_duration.as_secs();
@@ -666,6 +685,11 @@ mod tests {
             ),
             (&["-c", "h", "-d"], "-V"),
             (&["-c", "h", "--debug=2", "-J"], "-V"),
+            (
+                &["-c", "h", "--snd-timeout", "5000", "--cntl-ka=30/5/3"],
+                "--snd-timeout 5000 --cntl-ka=30/5/3",
+            ),
+            (&["-s", "--cntl-ka"], "-s -p 5201 --cntl-ka"),
         ] {
             let line = native(args).unwrap().join(" ");
             assert!(line.ends_with(want), "{args:?}: {line}");

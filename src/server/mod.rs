@@ -108,6 +108,9 @@ impl Server {
                 other => other?,
             },
         };
+        // Accepted connections inherit --snd-timeout and --cntl-ka from the listener.
+        cfg.sockets
+            .apply_control(socket2::SockRef::from(&listener))?;
         // Every TCP test listens on --data-port: one taken by another program is said now,
         // not by every test's client ("bind 127.0.0.1:6110: Address already in use").
         let mut note = None;

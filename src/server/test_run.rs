@@ -128,8 +128,11 @@ impl TestRun<'_> {
                 })?;
             // Set on the listener before Accept (accepted sockets inherit them), so an unknown
             // congestion control is a clean refusal, not a broken test.
-            net::SocketOpts::of(params)
-                .apply(&socket2::SockRef::from(&listener))
+            let opts = net::SocketOpts {
+                user_timeout: cfg.sockets.user_timeout,
+                ..net::SocketOpts::of(params)
+            };
+            opts.apply(&socket2::SockRef::from(&listener))
                 .map_err(refuse)?;
             (Data::Tcp(listener), window)
         };
