@@ -360,7 +360,8 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     (
         "",
         "--rcv-timeout",
-        "pinperf ends a stalled test by its own deadlines",
+        "pinperf's receivers fail a test 10 s after its end with nothing arriving (a fixed \
+         deadline); during the test a stream at 0 is reported as starved, not cut",
     ),
     ("", "--pacing-timer", "pinperf paces -b with its own timer"),
     (
