@@ -3,7 +3,10 @@
 # it compares (A B C, B C A, ...) and summarises by medians: these machines are noisy.
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PINPERF=${PINPERF:-$root/target/release/pinperf}
+# The cargo profile to build and run: release (stripped, what users install), or profiling
+# (release with symbols and line tables, for perf; profile.sh sets it).
+PINPERF_PROFILE=${PINPERF_PROFILE:-release}
+PINPERF=${PINPERF:-$root/target/$PINPERF_PROFILE/pinperf}
 YARDSTICK=${YARDSTICK:-$root/../shared/yardstick/blast.c}
 BLAST=${BLAST:-/tmp/pinperf-blast}
 # The peers to run: IPERF3 names the iperf3 (e.g. a threaded >= 3.16 built from the
@@ -24,7 +27,7 @@ start_run() {
 # Builds unless PINPERF names a binary built elsewhere (NO_BUILD=1 skips the build: a run
 # under `flock -x` must not wait for its own shared-lock build).
 build_pinperf() {
-  [ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --release --quiet)
+  [ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --profile "$PINPERF_PROFILE" --quiet)
 }
 
 build_blast() {

@@ -9,6 +9,8 @@
 #   IPERF3=/work/peers/iperf3/bin/iperf3 bench-scripts/profile.sh
 #   # BLOCK=8k STREAMS="1 2" CCS="cubic bbr" TOOLS="pinperf iperf2" SECS=4 PINPERF_ARGS=
 set -euo pipefail
+# perf needs symbols: the release build with them (target/profiling/pinperf).
+PINPERF_PROFILE=${PINPERF_PROFILE:-profiling}
 source "$(dirname "$0")/lib.sh"
 BLOCK=${BLOCK:-8k}
 STREAMS=${STREAMS:-"1 2"}

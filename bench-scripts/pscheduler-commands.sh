@@ -42,12 +42,17 @@ cases=(
   "fq-rate|-t 3 --fq-rate 1G"
   "auth|-t 3 AUTH"
   "auth-reverse|-t 3 -R AUTH"
+  "flowlabel|-t 3 -L 4660 V6"
 )
 port=5440
 for c in "${cases[@]}"; do
   name=${c%%|*}
   flags=${c#*|}
-  s_extra="" c_extra=""
+  s_extra="" c_extra="" host=127.0.0.1
+  if [[ $flags == *V6* ]]; then
+    flags=${flags/V6/}
+    host=::1
+  fi
   if [[ $flags == *AUTH* ]]; then
     flags=${flags/AUTH/}
     s_extra=$server_auth c_extra=$client_auth
@@ -64,7 +69,7 @@ for c in "${cases[@]}"; do
     spid=$!
     sleep 0.4
     # shellcheck disable=SC2086
-    "${cli[@]}" $c_extra -p $port -c 127.0.0.1 $flags --json >"$work/$name.$orient.client.json" \
+    "${cli[@]}" $c_extra -p $port -c $host $flags --json >"$work/$name.$orient.client.json" \
       2>"$work/$name.$orient.client.err" && crc=0 || crc=$?
     wait $spid && src=0 || src=$?
     echo "$name|$orient|$flags|$crc|$src" >>"$work/runs.txt"

@@ -17,6 +17,10 @@ pub enum Format {
     /// iperf3's --json-stream: a line per event (start, each interval, end), as it runs.
     #[value(name = "iperf3-json-stream")]
     Iperf3JsonStream,
+    /// iperf3's --json-stream --json-stream-full-output: the event lines, then the whole
+    /// iperf3-json document.
+    #[value(name = "iperf3-json-stream-full")]
+    Iperf3JsonStreamFull,
 }
 
 /// What the client's server speaks (`--peer`).

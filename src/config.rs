@@ -11,15 +11,15 @@ use crate::choices::{Engine, Format};
 use crate::cli::{Args, DEFAULT_PORT, TargetArgs};
 use crate::data::pin::Affinity;
 use crate::error::{Error, Result};
-use crate::os::net::Family;
+use crate::os::net::{Family, Source};
 use crate::units::format_size;
 use crate::wire::params::{Limits, MAX_WINDOW, MIN_INTERVAL, MIN_WINDOW, TestParams};
 
 /// What this invocation does.
 #[derive(Debug)]
 pub enum Mode {
-    Server(ServerConfig),
-    Client(ClientConfig),
+    Server(Box<ServerConfig>),
+    Client(Box<ClientConfig>),
 }
 
 /// Where the server is: `host` and `port`, or an in-process server with `loopback`.
@@ -28,7 +28,8 @@ pub struct Target {
     /// Server host; `None` with `loopback`.
     pub host: Option<String>,
     pub port: u16,
-    pub bind: Option<IpAddr>,
+    /// `-B`, `--bind-dev`, `--cport`, `-m`, `-L`: where connections come from.
+    pub source: Source,
     pub family: Family,
     pub connect_timeout: Duration,
     pub loopback: bool,
@@ -105,13 +106,71 @@ impl Target {
         Ok(Target {
             host: a.client.clone(),
             port: a.port(),
-            bind: a.bind,
+            source: source(a)?,
             family,
             connect_timeout: a.connect_timeout,
             loopback: a.loopback,
             peer: a.peer,
         })
     }
+}
+
+/// `-F FILE`: a TCP test whose blocks are the file's bytes, which therefore carry no echo
+/// header (kernel RTT only); without `-n`/`-k` a sending test ends at the file's end, as
+/// iperf3's does. The file must exist to be sent; one to receive into is created.
+fn with_file(test: &mut TestParams) -> Result<()> {
+    let Some(path) = test.file.clone() else {
+        return Ok(());
+    };
+    let shown = path.display();
+    if test.udp {
+        return Err(usage(format!(
+            "-F {shown}: cannot transfer a file using UDP (iperf3's rule); drop -u"
+        )));
+    }
+    if test.zerocopy.is_some() || test.skip_rx_copy {
+        return Err(usage(format!(
+            "-F {shown}: the file's bytes are copied; drop -Z and --skip-rx-copy"
+        )));
+    }
+    test.transport.no_echo = true;
+    if test.reverse {
+        return Ok(());
+    }
+    let size = std::fs::metadata(&path)
+        .map_err(|e| usage(format!("-F {shown}: cannot send it: {e}")))?
+        .len();
+    if size == 0 {
+        return Err(usage(format!(
+            "-F {shown}: the file is empty: nothing to send"
+        )));
+    }
+    if test.budget().is_none() {
+        test.bytes = Some(size);
+    }
+    Ok(())
+}
+
+/// A client's `-B`, `--bind-dev`, `--cport`, `-m` and `-L`, checked against each other.
+fn source(a: &TargetArgs) -> Result<Source> {
+    if a.loopback && (a.bind_dev.is_some() || a.cport.is_some() || a.flowlabel.is_some()) {
+        return Err(usage(
+            "--bind-dev, --cport and --flowlabel are for -c HOST: --loopback's server is in \
+             this process, on 127.0.0.1",
+        ));
+    }
+    if let (Some(label), true) = (a.flowlabel, a.ipv4) {
+        return Err(usage(format!(
+            "--flowlabel {label}: unable to set IPv6 flow label: -4 asks for IPv4 (drop one)"
+        )));
+    }
+    Ok(Source {
+        ip: a.bind,
+        device: a.bind_dev.clone(),
+        port: a.cport,
+        mptcp: a.mptcp,
+        flowlabel: a.flowlabel,
+    })
 }
 
 /// A client's test: the parameters sent to the server and what stays local.
@@ -317,7 +376,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         if remote_plan.is_some() {
             return Err(usage("-A: a server takes one CPU list, not LOCAL/REMOTE"));
         }
-        return Ok(Mode::Server(server_config(args, local_plan)?));
+        return Ok(Mode::Server(Box::new(server_config(args, local_plan)?)));
     }
     let target = Target::from_args(t)?;
     // `-A none` means both ends, as `auto` does (a remote plan is named after a `/`).
@@ -325,7 +384,8 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         (Affinity::None, None) => Some(Affinity::None),
         (_, remote) => remote,
     };
-    let test = args.test.to_params(remote_plan);
+    let mut test = args.test.to_params(remote_plan);
+    with_file(&mut test)?;
     let mut cfg = ClientConfig::new(target, test, local_plan)?;
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;
@@ -334,7 +394,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.iperf3_auth = crate::iperf3::auth::credentials(args).map_err(usage)?;
     cfg.sockets = host_sockets(args);
     cfg.check_engine()?;
-    Ok(Mode::Client(cfg))
+    Ok(Mode::Client(Box::new(cfg)))
 }
 
 impl ClientConfig {
@@ -400,6 +460,22 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         return Err(usage(
             "--max-tests-per-minute 0: must be at least 1 (leave it out for no limit)",
         ));
+    }
+    let t = &args.target;
+    let client_only = [
+        (args.test.file.is_some(), "-F FILE"),
+        (
+            t.bind_dev.is_some(),
+            "--bind-dev DEV (a server listens on -B ADDR, the device's address)",
+        ),
+        (t.cport.is_some(), "--cport"),
+        (t.mptcp, "--mptcp"),
+        (t.flowlabel.is_some(), "--flowlabel"),
+    ];
+    if let Some((_, flag)) = client_only.iter().find(|(given, _)| *given) {
+        return Err(usage(format!(
+            "{flag}: a client's flag; a server does not take it"
+        )));
     }
     Ok(ServerConfig {
         bind: args.target.bind,

@@ -110,10 +110,10 @@ pub(crate) fn run(args: &cli::Args) -> Result<()> {
         return commands::lab::run(l);
     }
     match config::from_args(args)? {
-        config::Mode::Server(cfg) => server::serve(cfg),
+        config::Mode::Server(cfg) => server::serve(*cfg),
         config::Mode::Client(cfg) => {
             signals::take_over()?;
-            commands::render::run_client(cfg, &args.output)
+            commands::render::run_client(*cfg, &args.output)
         }
     }
 }

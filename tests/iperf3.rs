@@ -1643,12 +1643,12 @@ fn run_as_iperf3_it_serves_an_iperf3_client_once() {
 fn the_iperf3_command_line_refuses_what_it_cannot_honour() {
     for (args, says) in [
         (
-            &["iperf3", "-c", "127.0.0.1", "-F", "f"][..],
-            "-F: an iperf3 option",
+            &["iperf3", "-c", "127.0.0.1", "--rcv-timeout", "5000"][..],
+            "--rcv-timeout: an iperf3 option",
         ),
         (
-            &["iperf3", "-c", "127.0.0.1", "--json-stream-full-output"][..],
-            "--json-stream-full-output: an iperf3 option",
+            &["iperf3", "-c", "127.0.0.1", "--sctp"][..],
+            "--sctp: an option you are trying to set is not implemented yet",
         ),
         (
             &["iperf3", "-c", "127.0.0.1", "-t", "3", "-n", "1M"][..],
@@ -1719,4 +1719,180 @@ fn the_iperf3_command_line_streams_json_events() {
     assert_eq!(lines.len(), 2, "{}", run.explain());
     assert_eq!(lines[0]["event"], "error");
     assert_eq!(lines[1], serde_json::json!({"event": "end", "data": {}}));
+}
+
+/// iperf3's socket flags through its command line: `--cport` numbers the data
+/// connections from its port (the server's document names them), `-m` runs them over
+/// MPTCP, `--json-stream-full-output` ends the events with the whole document and its
+/// `--extra-data`.
+#[test]
+fn the_iperf3_command_line_sets_up_its_connections_as_asked() {
+    let mut server = Server::start(&["--format", "iperf3-json"]);
+    let port = server.port_arg();
+    let cport = util::free_port();
+    let first = cport.to_string();
+    let mut args = vec![
+        "iperf3",
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1",
+        "-P",
+        "2",
+    ];
+    args.extend([
+        "--cport",
+        &first,
+        "--json-stream",
+        "--json-stream-full-output",
+    ]);
+    args.extend(["--extra-data", "site-a"]);
+    let mptcp =
+        std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|v| v.trim() == "1");
+    if mptcp {
+        args.push("-m");
+    } else {
+        util::skipped("-m", "net.mptcp.enabled is not 1 here: -m is left out");
+    }
+    let run = pinperf(&args, LIMIT);
+    run.assert_ok();
+    let out = run.stdout();
+    let events = out.lines().take_while(|l| l.starts_with("{\"event\""));
+    let names: Vec<String> = events
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"].to_string())
+        .collect();
+    assert_eq!(
+        names.last().map(String::as_str),
+        Some("\"end\""),
+        "{}",
+        run.explain()
+    );
+    let whole: String = out.lines().skip(names.len()).collect::<Vec<_>>().join("\n");
+    let doc: Value = serde_json::from_str(&whole).unwrap_or_else(|e| panic!("{e}: {whole}"));
+    assert_eq!(doc["extra_data"], "site-a", "{doc}");
+    assert!(bytes(&doc, "sum_received") > 0, "{doc}");
+    // The server writes its document before it logs the test's end.
+    server.wait_for_log("done, received", Duration::from_secs(5));
+    let text = server.stdout_at_exit();
+    let theirs: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let ports: Vec<u64> = theirs["start"]["connected"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|s| s["remote_port"].as_u64()).collect())
+        .unwrap_or_default();
+    let want = [u64::from(cport), u64::from(cport) + 1];
+    assert_eq!(ports, want, "{theirs}");
+}
+
+/// `-L`: an IPv6 flow label on the data connections; an IPv4 test cannot carry one and
+/// fails as iperf3's does.
+#[test]
+fn a_flow_label_needs_ipv6() {
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let run = pinperf(
+        &[
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-L",
+            "0x1234",
+        ],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains("unable to set IPv6 flow label"),
+        "{}",
+        run.explain()
+    );
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        return util::skipped("a_flow_label_needs_ipv6", "no ::1 on this host");
+    }
+    let port = util::free_port();
+    let p = port.to_string();
+    let mut v6 = util::Spawned::start(&["iperf3", "-s", "-1", "-B", "::1", "-p", &p]);
+    let listens = || {
+        let needle = format!(":{port:04X} 00000000000000000000000000000000:0000 0A");
+        std::fs::read_to_string("/proc/net/tcp6").is_ok_and(|t| t.contains(&needle))
+    };
+    util::wait_until(
+        "the server listens on ::1",
+        Duration::from_secs(10),
+        || listens().then_some(()),
+        String::new,
+    );
+    let run = pinperf(
+        &["iperf3", "-c", "::1", "-p", &p, "-t", "1", "-L", "0x1234"],
+        LIMIT,
+    );
+    run.assert_ok();
+    v6.kill();
+}
+
+/// `-F`: the file's bytes are what crosses: a real iperf3 server writing what it reads to
+/// its own `-F` file ends with the same bytes, and the test ends at the file's end; `-R -F`
+/// writes what arrives.
+#[test]
+fn a_file_crosses_whole() {
+    let dir = std::env::temp_dir().join(format!("pinperf-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sent = dir.join("sent");
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&sent, &data).unwrap();
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let got = dir.join("got");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (sent_s, got_s) = (path(&sent), path(&got));
+    let run = pinperf(
+        &["-c", "127.0.0.1", "-p", &port, "-F", &sent_s, "-J"],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert_eq!(bytes(&doc, "sum_received"), data.len() as u64, "{doc}");
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-R",
+            "-t",
+            "1",
+            "-F",
+            &got_s,
+            "-J",
+        ],
+        LIMIT,
+    );
+    run.assert_ok();
+    let doc: Value = serde_json::from_str(&run.stdout()).unwrap();
+    let written = std::fs::metadata(&got).unwrap().len();
+    assert_eq!(written, bytes(&doc, "sum_received"), "{doc}");
+    let test = "a_file_crosses_whole";
+    if iperf3(test).is_some() {
+        let theirs = dir.join("theirs");
+        let iperf3 = Iperf3Server::start(&["-F", theirs.to_str().unwrap()]);
+        let p = iperf3.port.to_string();
+        let run = pinperf(
+            &["iperf3", "-c", "127.0.0.1", "-p", &p, "-F", &sent_s],
+            LIMIT,
+        );
+        run.assert_ok();
+        let _ = iperf3.document();
+        assert!(
+            std::fs::read(&theirs).unwrap() == data,
+            "the iperf3 server's file differs"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

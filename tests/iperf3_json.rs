@@ -469,13 +469,13 @@ fn a_failed_test_s_server_document_says_why() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("iperf3 -c");
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Killed once its test runs (the log's opening line), a little into the first interval.
+    ours.wait_for_log("iperf3 test from", std::time::Duration::from_secs(10));
+    std::thread::sleep(std::time::Duration::from_millis(300));
     client.kill().expect("SIGKILL the iperf3 client");
     let _ = client.wait();
     let _ = ours.child.wait();
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut ours.child.stdout.take().expect("stdout"), &mut text)
-        .expect("stdout");
+    let text = ours.stdout_at_exit();
     let doc = parse("pinperf -s", &text);
     let error = doc["error"].as_str().unwrap_or_default();
     assert!(error.contains("closed the control connection"), "{doc:#}");
@@ -484,4 +484,33 @@ fn a_failed_test_s_server_document_says_why() {
         doc["intervals"].as_array().is_some_and(|iv| !iv.is_empty()),
         "{doc:#}"
     );
+}
+
+/// A test refused at its parameters still gets its document: the connection, the cookie,
+/// no rows and the error, as iperf3's server writes it.
+#[test]
+fn a_refused_test_s_server_document_says_why() {
+    let test = "a_refused_test_s_server_document_says_why";
+    if iperf3(test).is_none() {
+        return;
+    }
+    let mut ours = util::Server::start(&["-1", "--format", "iperf3-json", "--max-streams", "2"]);
+    let (code, _, _, _) = iperf3_client(ours.port, &["-P", "4", "-t", "1"]);
+    assert_ne!(code, Some(0), "a refused test fails its client");
+    // The document is written before the refusal is logged.
+    ours.wait_for_log("refused", std::time::Duration::from_secs(10));
+    let text = ours.stdout_at_exit();
+    let doc = parse("pinperf -s", &text);
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("error - ") && error.contains("-P 4"),
+        "{doc:#}"
+    );
+    assert!(
+        doc["start"]["cookie"]
+            .as_str()
+            .is_some_and(|c| c.len() == 36),
+        "{doc:#}"
+    );
+    assert_eq!(doc["intervals"], serde_json::json!([]), "{doc:#}");
 }

@@ -131,6 +131,14 @@ pub struct TextArgs {
     /// pacing rate, unsent bytes, send buffer) and block-RTT median under its rows.
     #[arg(short = 'V', long, help_heading = "Output")]
     pub verbose: bool,
+    /// A string written as "extra_data" in iperf3-json documents (iperf3's --extra-data).
+    #[arg(
+        long,
+        value_name = "STR",
+        allow_hyphen_values = true,
+        help_heading = "Output"
+    )]
+    pub extra_data: Option<String>,
 }
 
 /// Where a test's report goes besides stdout's format (a client's flags).
@@ -302,10 +310,38 @@ pub struct TargetArgs {
           allow_negative_numbers = true, help_heading = "Connection")]
     pub connect_timeout: Duration,
 
+    /// Client: every connection leaves by this network interface (SO_BINDTODEVICE).
+    #[arg(long, value_name = "DEV", help_heading = "Connection")]
+    pub bind_dev: Option<String>,
+
+    /// Client: data connection k (directions in order) comes from port PORT+k, as iperf3's
+    /// --cport; the control connection keeps a kernel-chosen port.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..),
+          help_heading = "Connection")]
+    pub cport: Option<u16>,
+
+    /// Client: data connections are MPTCP (the server's end falls back to TCP unless it
+    /// listens with MPTCP too).
+    #[arg(short = 'm', long, help_heading = "Connection")]
+    pub mptcp: bool,
+
+    /// Client: data connections carry this IPv6 flow label (1-0xfffff, C notation).
+    #[arg(short = 'L', long, value_name = "N", value_parser = parse_flowlabel,
+          help_heading = "Connection")]
+    pub flowlabel: Option<u32>,
+
     /// What the server speaks: auto (pinperf, or iperf3 when the server stays silent after
     /// pinperf's preamble), pinperf, or iperf3 (its control protocol; pinned threads here).
     #[arg(long, value_enum, default_value = "auto", help_heading = "Connection")]
     pub peer: crate::choices::Peer,
+}
+
+/// `--flowlabel`: an IPv6 flow label, 1 to 0xfffff in C's notation (as iperf3's `-L`).
+fn parse_flowlabel(text: &str) -> Result<u32, String> {
+    c_number(text)
+        .filter(|v| (1..=0xf_ffff).contains(v))
+        .map(|v| v as u32)
+        .ok_or_else(|| format!("'{}': a flow label is 1 to 0xfffff", text.trim()))
 }
 
 /// Flags users bring from iperf3 that pinperf's own command line does not have, with what
@@ -317,29 +353,24 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--debug",
         "the report and the server's log say what happened",
     ),
-    ("-F", "--file", "pinperf sends generated blocks"),
-    ("", "--json-stream", "use --json-lines"),
-    ("", "--json-stream-full-output", "use --json-lines"),
     (
         "",
-        "--cport",
-        "the kernel picks the source port (-B ADDR sets the source address only)",
+        "--json-stream",
+        "use --format iperf3-json-stream (pinperf's own events: --json-lines)",
     ),
     (
         "",
-        "--bind-dev",
-        "bind to the device's address with -B ADDR",
+        "--json-stream-full-output",
+        "use --format iperf3-json-stream-full",
     ),
     (
         "",
         "--dscp",
         "give the TOS byte with -S: the DSCP shifted left by 2 (--dscp 10 is -S 40)",
     ),
-    ("-m", "--mptcp", "pinperf runs TCP and UDP only"),
     ("", "--sctp", "pinperf runs TCP and UDP only"),
     ("-X", "--xbind", "pinperf runs TCP and UDP only"),
     ("", "--nstreams", "pinperf runs TCP and UDP only"),
-    ("-L", "--flowlabel", "pinperf sets no IPv6 flow label"),
     (
         "",
         "--gsro",
@@ -351,12 +382,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "pinperf's datagrams always carry 64-bit sequences",
     ),
     ("", "--repeating-payload", "pinperf sends generated blocks"),
-    (
-        "",
-        "--dont-fragment",
-        "not yet: pinperf's UDP takes the kernel's path MTU discovery",
-    ),
-    ("", "--extra-data", "name the test with -T TITLE"),
     (
         "",
         "--rcv-timeout",
@@ -1000,13 +1025,19 @@ mod tests {
     fn iperf3_flags_we_lack_get_a_hint_and_ours_pass() {
         let hint = |argv: &[&str]| not_yet(argv);
         assert!(
-            hint(&["-c", "h", "-F", "f"])
+            hint(&["-c", "h", "--sctp"])
                 .unwrap()
-                .starts_with("-F/--file (an iperf3 flag) is not supported (yet): ")
+                .starts_with("--sctp (an iperf3 flag) is not supported (yet): ")
         );
         assert!(hint(&["-d"]).unwrap().starts_with("-d/--debug"));
         // Implemented now: left to clap.
         for flag in [
+            "-F",
+            "--cport",
+            "--bind-dev",
+            "-L",
+            "--mptcp",
+            "--extra-data",
             "-Z",
             "--zerocopy",
             "--skip-rx-copy",

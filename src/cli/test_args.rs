@@ -87,6 +87,16 @@ pub struct TestArgs {
     #[arg(long, requires = "udp")]
     pub no_gsro: bool,
 
+    /// TCP client: send this file's bytes (the test ends at its end unless -n or -k says
+    /// otherwise), or, receiving (-R), write what arrives to it; as iperf3's -F.
+    #[arg(short = 'F', long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+
+    /// UDP over IPv4: set Don't Fragment on both ends' datagrams, so one larger than the
+    /// path MTU fails to send instead of travelling in fragments.
+    #[arg(long, requires = "udp")]
+    pub dont_fragment: bool,
+
     /// Ask the server for its own view of the test (its log lines and what its stream
     /// threads counted per interval), printed after the client's report (iperf3's flag).
     #[arg(long)]
@@ -226,6 +236,8 @@ impl TestArgs {
             udp,
             rate_bps,
             no_gsro,
+            file,
+            dont_fragment,
             get_server_output,
             fq_rate_bps,
             tos,
@@ -260,6 +272,7 @@ impl TestArgs {
             udp,
             rate_bps: rate_bps.map(|(r, _)| r),
             no_gsro,
+            dont_fragment,
             get_server_output,
             fq_rate_bps,
             tos,
@@ -270,6 +283,7 @@ impl TestArgs {
             bytes,
             blocks,
             burst: rate_bps.and_then(|(_, b)| b),
+            file,
         }
     }
 }

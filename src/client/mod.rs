@@ -50,6 +50,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         crate::iperf3::client::refuse_unsupported(&cfg)?;
     }
     let (stream, local) = connect_control(&cfg)?;
+    let (local_plan, placement) = placed(&cfg, local, local_plan, &allowed);
     let ctl = match meet(&cfg, stream)? {
         Met::Pinperf(ctl) => ctl,
         Met::Iperf3(stream, sent) => {
@@ -71,7 +72,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         accept,
     };
     let (mut socks, local_window) = open_data(&cfg, &session)?;
-    let header = session.header(&cfg, &socks, local_window, &local_plan, &allowed);
+    let mut header = session.header(&cfg, &socks, local_window, &local_plan, &allowed);
+    header.placement_note = header.placement_note.or(placement);
     let (ends, feeds) = spawn_ends(&cfg, &session.ctl, &mut socks, &local_plan)?;
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let out = out.take().expect("the formatter is handed to one reporter");
@@ -92,6 +94,39 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     )
 }
 
+/// `-A auto` toward another host: the plan made for this host's layout around the NIC the
+/// control connection leaves by ([`pin::place`]), and the header's words for it; the
+/// round-robin plan, said so, when that interface is virtual.
+fn placed(
+    cfg: &ClientConfig,
+    local: SocketAddr,
+    round_robin: PinPlan,
+    allowed: &[usize],
+) -> (PinPlan, Option<String>) {
+    if cfg.affinity != Affinity::Auto || cfg.target.loopback || local.ip().is_loopback() {
+        return (round_robin, None);
+    }
+    let interface = crate::os::topology::interface_of(local.ip());
+    let host =
+        crate::os::topology::read_host(std::path::Path::new("/"), allowed, interface.as_deref());
+    match pin::place(cfg.test.threads(), &host) {
+        Some(p) => {
+            if let Some(w) = &p.warning {
+                eprintln!("pinperf: warning: {w}");
+            }
+            (p.plan, Some(p.why))
+        }
+        None => {
+            let name = interface.unwrap_or_else(|| format!("the interface of {}", local.ip()));
+            let note = format!(
+                "{name} has no NIC to follow (a virtual interface): streams \
+                 round-robin over the allowed cores"
+            );
+            (round_robin, Some(note))
+        }
+    }
+}
+
 /// The control connection to the server (one started in this process with `--loopback`),
 /// and this end's address on it.
 fn connect_control(cfg: &ClientConfig) -> Result<(std::net::TcpStream, SocketAddr)> {
@@ -103,7 +138,7 @@ fn connect_control(cfg: &ClientConfig) -> Result<(std::net::TcpStream, SocketAdd
     };
     let (stream, _) = net::connect(
         &addrs,
-        cfg.target.bind,
+        &cfg.target.source.control(),
         &net::SocketOpts::default(),
         cfg.target.connect_timeout,
     )?;
@@ -254,7 +289,7 @@ fn open_data(
         false => connect_streams(cfg, ctl.peer, accept).map(|(s, w)| (Socks::Tcp(s), w)),
         true => crate::wire::udp_rendezvous::connect(
             ctl,
-            cfg.target.bind,
+            &cfg.target.source,
             &accept.udp_ports,
             accept.cookie,
             &cfg.test,
@@ -484,7 +519,7 @@ fn connect_streams(
     };
     let mut local_window = None;
     let mut socks = Vec::with_capacity(cfg.test.threads());
-    for &reverse in cfg.test.direction().reversed() {
+    for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {
         let hello = |stream: usize, echo: bool| {
             DataHello {
                 cookie: accept.cookie,
@@ -497,7 +532,7 @@ fn connect_streams(
         for id in 0..n {
             let (mut data, grant) = net::connect(
                 &[data_addr],
-                cfg.target.bind,
+                &cfg.target.source.stream(k * n + id),
                 &opts,
                 cfg.target.connect_timeout,
             )
@@ -508,7 +543,7 @@ fn connect_streams(
             let echo = if cfg.test.echo() {
                 let (mut echo, _) = net::connect(
                     &[data_addr],
-                    cfg.target.bind,
+                    &cfg.target.source.control(),
                     &opts.echo(),
                     cfg.target.connect_timeout,
                 )

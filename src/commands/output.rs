@@ -118,10 +118,17 @@ pub(crate) fn display(
         Format::Json => Box::new(JsonFormatter::new(out).titled(t.title.clone())),
         Format::JsonLines => Box::new(JsonLinesFormatter::new(out)),
         Format::Csv => Box::new(CsvFormatter::new(out)),
-        Format::Iperf3Json => Box::new(Iperf3JsonFormatter::new(out).titled(t.title.clone())),
-        Format::Iperf3JsonStream => {
-            Box::new(crate::iperf3::json_stream::Iperf3StreamFormatter::new(out))
+        Format::Iperf3Json => {
+            Box::new(Iperf3JsonFormatter::new(out, t.extra_data.clone()).titled(t.title.clone()))
         }
+        Format::Iperf3JsonStream | Format::Iperf3JsonStreamFull => Box::new(
+            crate::iperf3::json_stream::Iperf3StreamFormatter::new(
+                out,
+                format == Format::Iperf3JsonStreamFull,
+                t.extra_data.clone(),
+            )
+            .titled(t.title.clone()),
+        ),
         Format::Iperf3Text => Box::new(Iperf3TextFormatter::new(
             crate::report::prefix::Prefixed::new(out, t.timestamps.clone(), t.title.clone()),
             t.unit,

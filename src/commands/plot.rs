@@ -46,7 +46,7 @@ fn colour(i: usize, n: usize) -> RGBAColor {
         let (r, g, b) = TEN[i % TEN.len()];
         RGBColor(r, g, b).to_rgba()
     } else {
-        let l = if i % 2 == 0 { 0.42 } else { 0.55 };
+        let l = if i.is_multiple_of(2) { 0.42 } else { 0.55 };
         HSLColor(i as f64 / n as f64 * 0.92, 0.75, l).to_rgba()
     }
 }

@@ -60,6 +60,12 @@ impl Spend {
         granted
     }
 
+    /// Spends what is left at once: every sender stops at its next block (an end told by
+    /// the peer, for a budget kept open until then).
+    pub fn close(&self) {
+        self.left.store(0, Ordering::Relaxed);
+    }
+
     /// A sender found the budget spent: it writes no more.
     pub fn sender_stopped(&self) {
         self.stopped.fetch_add(1, Ordering::Relaxed);

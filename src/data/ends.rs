@@ -200,6 +200,7 @@ fn shared(test: &TestParams, block: usize) -> Shared {
         budget: test
             .budget()
             .map(|b| std::sync::Arc::new(Spend::new(b, block as u64))),
+        file: test.file.as_deref().map(std::sync::Arc::from),
     }
 }
 
@@ -262,6 +263,18 @@ impl Ends {
                 Threads::UdpReceive(s) => s.budget().map(|b| b.all_arrived() || s.finished()),
             })
             .collect()
+    }
+
+    /// `-n`/`-k`: this end's senders stop at their next block, whatever their budget has
+    /// left ([`Spend::close`]).
+    pub(crate) fn close_budgets(&self) {
+        for t in &self.0 {
+            match t {
+                Threads::Send(s) => s.budget().iter().for_each(|b| b.close()),
+                Threads::UdpSend(s) => s.budget().iter().for_each(|b| b.close()),
+                Threads::Receive(_) | Threads::UdpReceive(_) => {}
+            }
+        }
     }
 
     pub(crate) fn abort(&self) {

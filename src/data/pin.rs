@@ -123,6 +123,105 @@ pub fn plan(affinity: &Affinity, streams: usize, allowed: &[usize]) -> Result<Pi
     Ok(PinPlan(cpus))
 }
 
+/// One CPU this process may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cpu {
+    pub id: usize,
+    /// Its NUMA node (`None`: the kernel names none).
+    pub node: Option<usize>,
+    /// Its physical core: (package, core id); SMT siblings have the same.
+    pub core: (usize, usize),
+}
+
+/// A network interface backed by a device (a NIC), not a virtual one (loopback, veth, TUN).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nic {
+    pub name: String,
+    /// The device's NUMA node (`None`: one node, or the kernel names none).
+    pub node: Option<usize>,
+    /// The CPUs its interrupts (MSI vectors) may run on.
+    pub irq_cpus: Vec<usize>,
+}
+
+/// What placement looks at: the allowed CPUs and, when the test's interface is a NIC, it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    pub cpus: Vec<Cpu>,
+    /// The interface the test's connections use, by name, and its device if it has one.
+    pub interface: Option<(String, Option<Nic>)>,
+}
+
+/// A plan made for the host's layout, with the reason the header gives for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub plan: PinPlan,
+    /// `stream-0:cpu4 stream-1:cpu5 (node 0 with eth0; eth0's IRQs on cpu0-3; ...)`.
+    pub why: String,
+    /// Every allowed core is off the NIC's node.
+    pub warning: Option<String>,
+}
+
+/// `-A auto` where the test leaves by a NIC: stream threads on the NIC's NUMA node, one per
+/// physical core before any SMT sibling, and off the cores its interrupts run on while
+/// others are left. `None` without a NIC (loopback, veth, TUN): the round-robin plan stands.
+pub fn place(streams: usize, host: &Host) -> Option<Placed> {
+    let (name, Some(nic)) = host.interface.as_ref()? else {
+        return None;
+    };
+    let near: Vec<&Cpu> = host
+        .cpus
+        .iter()
+        .filter(|c| nic.node.is_none() || c.node == nic.node)
+        .collect();
+    let (pool, warning) = match (near.is_empty(), nic.node) {
+        (true, Some(node)) => (
+            host.cpus.iter().collect::<Vec<_>>(),
+            Some(format!(
+                "every core this process may use is off {name}'s NUMA node {node}: its traffic \
+                 crosses between nodes (run pinperf on node {node}'s cores, e.g. numactl -N {node})"
+            )),
+        ),
+        _ => (near, None),
+    };
+    // A core's place among its SMT siblings in the pool: 0 for the first.
+    let sibling = |c: &Cpu| {
+        pool.iter()
+            .filter(|o| o.core == c.core && o.id < c.id)
+            .count()
+    };
+    let mut order = pool.clone();
+    order.sort_by_key(|c| (nic.irq_cpus.contains(&c.id), sibling(c), c.id));
+    if order.is_empty() || streams == 0 {
+        return None;
+    }
+    let plan = PinPlan(
+        (0..streams)
+            .map(|i| Some(order[i % order.len()].id))
+            .collect(),
+    );
+    let node = nic
+        .node
+        .map_or(String::new(), |n| format!("node {n} with {name}; "));
+    let irq_list = format_cpu_list(&nic.irq_cpus);
+    let irqs = match (
+        nic.irq_cpus.is_empty(),
+        pool.iter().all(|c| nic.irq_cpus.contains(&c.id)),
+    ) {
+        (true, _) => format!("{name}'s IRQs not found; one stream per physical core"),
+        (false, true) => {
+            format!("{name}'s IRQs on cpu{irq_list}, every core here; one stream per physical core")
+        }
+        (false, false) => format!(
+            "{name}'s IRQs on cpu{irq_list}; one stream per physical core, off the IRQ cores"
+        ),
+    };
+    Some(Placed {
+        why: format!("{plan} ({node}{irqs})"),
+        plan,
+        warning,
+    })
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_current(cpu: usize) -> Result<(), String> {
     if core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
@@ -252,5 +351,66 @@ mod tests {
             plan(&Affinity::List(vec![5]), 1, &allowed),
             Err("CPU 5 is not available to this process (allowed: 0-1)".to_string())
         );
+    }
+
+    fn host(cpus: &[(usize, usize, usize)], nic: Option<(Option<usize>, Vec<usize>)>) -> Host {
+        Host {
+            cpus: cpus
+                .iter()
+                .map(|&(id, node, core)| Cpu {
+                    id,
+                    node: Some(node),
+                    core: (0, core),
+                })
+                .collect(),
+            interface: Some((
+                "eth0".into(),
+                nic.map(|(node, irq_cpus)| Nic {
+                    name: "eth0".into(),
+                    node,
+                    irq_cpus,
+                }),
+            )),
+        }
+    }
+
+    /// Two nodes, SMT pairs (cpu n and n+4 share a core), the NIC on node 1 with its IRQs
+    /// on cpu2: streams go to node 1, first cores off the IRQs, then their siblings.
+    #[test]
+    fn auto_follows_the_nic_to_its_node_off_its_irq_cores() {
+        let cpus = [
+            (0, 0, 0),
+            (1, 0, 1),
+            (2, 1, 2),
+            (3, 1, 3),
+            (4, 0, 0),
+            (5, 0, 1),
+            (6, 1, 2),
+            (7, 1, 3),
+        ];
+        let placed = place(4, &host(&cpus, Some((Some(1), vec![2])))).unwrap();
+        // cpu3 (a core of its own, no IRQs), cpu6 (the other physical core, beside the IRQ
+        // core), cpu7 (cpu3's sibling), then cpu2 (the IRQ core) last.
+        assert_eq!(placed.plan.0, vec![Some(3), Some(6), Some(7), Some(2)]);
+        assert_eq!(
+            placed.why,
+            "stream-0:cpu3 stream-1:cpu6 stream-2:cpu7 stream-3:cpu2 (node 1 with eth0; \
+             eth0's IRQs on cpu2; one stream per physical core, off the IRQ cores)"
+        );
+        assert_eq!(placed.warning, None);
+    }
+
+    #[test]
+    fn cores_all_on_the_far_node_are_used_with_a_warning() {
+        let placed = place(2, &host(&[(0, 0, 0), (1, 0, 1)], Some((Some(1), vec![])))).unwrap();
+        assert_eq!(placed.plan.0, vec![Some(0), Some(1)]);
+        assert!(placed.warning.unwrap().contains("off eth0's NUMA node 1"));
+    }
+
+    #[test]
+    fn a_virtual_interface_leaves_the_round_robin_plan() {
+        assert_eq!(place(2, &host(&[(0, 0, 0)], None)), None);
+        let no_node = place(1, &host(&[(0, 0, 0), (1, 0, 1)], Some((None, vec![0])))).unwrap();
+        assert_eq!(no_node.plan.0, vec![Some(1)], "off the IRQ core, any node");
     }
 }

@@ -176,6 +176,7 @@ fn negotiate(
     ctl.write(&cookie[sent.len()..], "the cookie")?;
     expect_cookie_answer(&mut ctl, !sent.is_empty())?;
     let mut params = Params::from_test(&cfg.test);
+    params.set_source(&cfg.target.source);
     if let Some(who) = &cfg.iperf3_auth {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -204,7 +205,7 @@ fn connect_streams(
     let allowed = timeouts::streams_arrive(test.threads(), rtt);
     let peer = ctl.peer;
     let spoke = &mut || spoke_first(ctl, test.window_bytes.is_some());
-    let (socks, window) = super::udp::connect(peer, cfg.target.bind, test, allowed, spoke)?;
+    let (socks, window) = super::udp::connect(peer, &cfg.target.source, test, allowed, spoke)?;
     Ok((Socks::UdpAs(socks, params.wire()), Vec::new(), window))
 }
 
@@ -387,9 +388,9 @@ fn tcp_streams(
     let mut dups = Vec::new();
     let mut local_window = None;
     for k in 0..test.threads() {
-        let (mut data, grant) =
-            net::connect(&[peer], cfg.target.bind, &opts, cfg.target.connect_timeout)
-                .map_err(|e| Error::Test(format!("stream-{}: {e}", k % n)))?;
+        let from = cfg.target.source.stream(k);
+        let (mut data, grant) = net::connect(&[peer], &from, &opts, cfg.target.connect_timeout)
+            .map_err(|e| Error::Test(format!("stream-{}: {e}", k % n)))?;
         std::io::Write::write_all(&mut data, cookie)
             .op(|| format!("stream-{}: send the cookie to {peer}", k % n))?;
         local_window.get_or_insert(grant);

@@ -64,6 +64,7 @@ use serde::Serialize;
 
 use crate::report::format::json::{Document, Printer, WholeDocument};
 use crate::report::model::{Direction, Header, SideTotal, StreamRow, SumRow, Summary, UdpFigures};
+use crate::wire::params::Budget;
 
 /// When and on what the test ran, as iperf3's `start` says it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -110,6 +111,20 @@ pub struct Iperf3Printer<W> {
     /// A live run: the host and the time are read when the test starts.
     live: bool,
     facts: RunFacts,
+    /// `--extra-data`: written beside the document's title.
+    extra_data: Option<String>,
+}
+
+impl<W> Iperf3Printer<W> {
+    /// A printer for a test running now.
+    pub(super) fn live(out: W, extra_data: Option<String>) -> Self {
+        Iperf3Printer {
+            out,
+            live: true,
+            facts: RunFacts::default(),
+            extra_data,
+        }
+    }
 }
 
 impl<W: Write + Send> Printer for Iperf3Printer<W> {
@@ -122,13 +137,18 @@ impl<W: Write + Send> Printer for Iperf3Printer<W> {
     fn print(&mut self, doc: Option<Document>, title: Option<&str>, error: &str) -> io::Result<()> {
         let out = &mut self.out;
         match doc {
-            Some(doc) => serde_json::to_writer_pretty(&mut *out, &document(&doc, &self.facts))?,
+            Some(doc) => {
+                let mut whole = document(&doc, &self.facts);
+                whole.extra_data = self.extra_data.as_deref();
+                serde_json::to_writer_pretty(&mut *out, &whole)?
+            }
             None => {
                 // Failed before the test started: this host is still known.
                 if self.live {
                     self.facts = RunFacts::here_now();
                 }
-                let doc = failed_early(title, error, &self.facts);
+                let mut doc = failed_early(title, error, &self.facts);
+                doc.extra_data = self.extra_data.as_deref();
                 serde_json::to_writer_pretty(&mut *out, &doc)?
             }
         }
@@ -141,13 +161,9 @@ impl<W: Write + Send> Printer for Iperf3Printer<W> {
 pub type Iperf3JsonFormatter<W> = WholeDocument<Iperf3Printer<W>>;
 
 impl<W: Write> WholeDocument<Iperf3Printer<W>> {
-    /// For a test running now.
-    pub fn new(out: W) -> Self {
-        WholeDocument::with_printer(Iperf3Printer {
-            out,
-            live: true,
-            facts: RunFacts::default(),
-        })
+    /// For a test running now; `extra_data` is `--extra-data`'s.
+    pub fn new(out: W, extra_data: Option<String>) -> Self {
+        WholeDocument::with_printer(Iperf3Printer::live(out, extra_data))
     }
 
     /// For a saved test: its time and host are not known.
@@ -156,6 +172,7 @@ impl<W: Write> WholeDocument<Iperf3Printer<W>> {
             out,
             live: false,
             facts: RunFacts::default(),
+            extra_data: None,
         })
     }
 }
@@ -170,6 +187,8 @@ struct Iperf3Doc<'a> {
     error: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     title: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_data: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     server_output_text: Option<&'a str>,
     /// pinperf's own `-J` document.
@@ -740,9 +759,19 @@ pub(super) fn test_start(header: &Header) -> TestStart {
         num_streams: u64::from(header.streams),
         blksize: header.block_bytes,
         omit: whole_seconds(header.omit_s),
-        duration: whole_seconds(header.duration_s),
-        bytes: 0,
-        blocks: 0,
+        // iperf3 writes a count test's count and no duration (0).
+        duration: match header.budget {
+            Some(_) => 0,
+            None => whole_seconds(header.duration_s),
+        },
+        bytes: match header.budget {
+            Some(Budget::Bytes(n)) => n,
+            _ => 0,
+        },
+        blocks: match header.budget {
+            Some(Budget::Blocks(n)) => n,
+            _ => 0,
+        },
         reverse: u64::from(header.direction == Direction::Reverse),
         tos: header.tos.map_or(0, u64::from),
         target_bitrate: rate,
@@ -760,6 +789,7 @@ fn document<'a>(doc: &'a Document, facts: &RunFacts) -> Iperf3Doc<'a> {
         end: end(doc),
         error: doc.error.as_deref(),
         title: doc.title.as_deref(),
+        extra_data: None,
         server_output_text: doc.server_output_text.as_deref(),
         pinperf: Some(doc),
     }
@@ -778,6 +808,7 @@ fn failed_early<'a>(title: Option<&'a str>, error: &'a str, facts: &RunFacts) ->
         end: End::default(),
         error: Some(error),
         title,
+        extra_data: None,
         server_output_text: None,
         pinperf: None,
     }
@@ -1162,7 +1193,7 @@ mod tests {
         );
 
         let mut out = Vec::new();
-        Iperf3JsonFormatter::new(&mut out)
+        Iperf3JsonFormatter::new(&mut out, None)
             .failed("connect: refused")
             .unwrap();
         let doc: Value = serde_json::from_slice(&out).unwrap();
@@ -1180,7 +1211,7 @@ mod tests {
 
         // Cut short: the totals so far and the reason.
         let mut out = Vec::new();
-        let mut f = Iperf3JsonFormatter::new(&mut out);
+        let mut f = Iperf3JsonFormatter::new(&mut out, None);
         f.header(&sample::header()).unwrap();
         f.cut_short(&sample::summary(), "interrupted").unwrap();
         drop(f);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::json::RunFacts;
+use super::json::{Iperf3Printer, RunFacts};
 use crate::report::Formatter;
 use crate::report::format::json::{Document, Printer, WholeDocument};
 use crate::report::model::{Header, IntervalReport, Summary};
@@ -41,26 +41,45 @@ impl<W: Write> Shared<W> {
 }
 
 /// Prints the end events once the collected test is over.
-struct EndPrinter<W>(Shared<W>);
+impl<W: Write> Write for Shared<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.lock().flush()
+    }
+}
+
+/// The closing events; with `--json-stream-full-output`, then the whole `-J` document.
+struct EndPrinter<W> {
+    out: Shared<W>,
+    full: Option<Iperf3Printer<Shared<W>>>,
+}
 
 impl<W: Write + Send> Printer for EndPrinter<W> {
-    fn print(
-        &mut self,
-        doc: Option<Document>,
-        _title: Option<&str>,
-        error: &str,
-    ) -> io::Result<()> {
-        if !error.is_empty() {
-            self.0.event("error", &error)?;
+    fn started(&mut self) {
+        if let Some(full) = &mut self.full {
+            full.started();
         }
-        match doc {
+    }
+
+    fn print(&mut self, doc: Option<Document>, title: Option<&str>, error: &str) -> io::Result<()> {
+        if !error.is_empty() {
+            self.out.event("error", &error)?;
+        }
+        match &doc {
             Some(doc) => {
                 if let Some(text) = &doc.server_output_text {
-                    self.0.event("server_output_text", text)?;
+                    self.out.event("server_output_text", text)?;
                 }
-                self.0.event("end", &super::json::end(&doc))
+                self.out.event("end", &super::json::end(doc))?;
             }
-            None => self.0.event("end", &serde_json::json!({})),
+            None => self.out.event("end", &serde_json::json!({}))?,
+        }
+        match &mut self.full {
+            Some(full) => full.print(doc, title, error),
+            None => Ok(()),
         }
     }
 }
@@ -76,10 +95,16 @@ pub struct Iperf3StreamFormatter<W> {
 }
 
 impl<W: Write + Send> Iperf3StreamFormatter<W> {
-    pub fn new(out: W) -> Self {
+    /// The event lines on `out`; `full`: then the whole document (`--json-stream-full-output`)
+    /// with `extra_data`.
+    pub fn new(out: W, full: bool, extra_data: Option<String>) -> Self {
         let out = Shared(Arc::new(Mutex::new(out)));
+        let full = full.then(|| Iperf3Printer::live(out.clone(), extra_data));
         Iperf3StreamFormatter {
-            whole: WholeDocument::with_printer(EndPrinter(out.clone())),
+            whole: WholeDocument::with_printer(EndPrinter {
+                out: out.clone(),
+                full,
+            }),
             out,
             header: None,
             pending: Vec::new(),
@@ -87,6 +112,12 @@ impl<W: Write + Send> Iperf3StreamFormatter<W> {
     }
 
     /// The pending interval as iperf3's `interval` event.
+    /// `-T`'s title, in the whole document of `--json-stream-full-output`.
+    pub fn titled(mut self, title: Option<String>) -> Self {
+        self.whole = self.whole.titled(title);
+        self
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         let Some(header) = &self.header else {
             return Ok(());

@@ -354,6 +354,9 @@ pub struct Params {
     /// value; 32-bit ones without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_counters_64bit: Option<Value>,
+    /// `--dont-fragment`: DF on IPv4 UDP datagrams, both ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dont_fragment: Option<Value>,
     /// `--get-server-output`: the server's results carry its report (likewise presence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub get_server_output: Option<Value>,
@@ -391,6 +394,10 @@ const HARMLESS: &[&str] = &[
     "extra_data",
     "server_affinity",
     "skip_rx_copy",
+    // The client's data connections' own: its flow label, and MPTCP, which this server's
+    // TCP listener takes as plain TCP (an MPTCP client falls back to it).
+    "flowlabel",
+    "mptcp",
 ];
 
 /// Why an iperf3 test cannot run here: iperf3's error code for the client and words for
@@ -430,9 +437,21 @@ impl Params {
             client_version: Some(format!("pinperf {}", env!("CARGO_PKG_VERSION"))),
             // 64-bit sequences: a long fast test never wraps.
             udp_counters_64bit: test.udp.then(|| Value::from(1)),
+            dont_fragment: (test.udp && test.dont_fragment).then(|| Value::from(1)),
             get_server_output: test.get_server_output.then(|| Value::from(1)),
             authtoken: None,
             other: serde_json::Map::new(),
+        }
+    }
+
+    /// What the client's data connections are, as iperf3's client says it: MPTCP (an
+    /// iperf3 server then listens for them with MPTCP) and the flow label.
+    pub fn set_source(&mut self, from: &crate::os::net::Source) {
+        if from.mptcp {
+            self.other.insert("mptcp".into(), Value::Bool(true));
+        }
+        if let Some(label) = from.flowlabel {
+            self.other.insert("flowlabel".into(), Value::from(label));
         }
     }
 
@@ -478,6 +497,12 @@ impl Params {
         test.bidir = self.bidirectional;
         test.rate_bps = self.rate()?;
         test.get_server_output = self.get_server_output.is_some();
+        // iperf3 reads the number: 0 is no.
+        test.dont_fragment = self.udp
+            && self
+                .dont_fragment
+                .as_ref()
+                .is_some_and(|v| v.as_f64() != Some(0.0));
         test.tos = self.tos_byte()?;
         test.fq_rate_bps = match self.fqrate {
             Some(f) if finite(f, u64::MAX as f64) && f > 0.0 => Some(f as u64),
@@ -499,8 +524,6 @@ impl Params {
         };
         let name = match key.as_str() {
             "sctp" => "--sctp".to_string(),
-            "flowlabel" => "-L (flow label)".into(),
-            "dont_fragment" => "--dont-fragment".into(),
             other => format!("iperf3 parameter '{}'", crate::wire::printable(other, 64)),
         };
         Err(match key.as_str() {

@@ -141,6 +141,45 @@ pub struct Iperf3Args {
     /// Ignore the received payload (MSG_TRUNC).
     #[arg(long)]
     pub skip_rx_copy: bool,
+    /// Set the IPv6 flow label of the data connections.
+    #[arg(short = 'L', long, value_name = "N")]
+    pub flowlabel: Option<String>,
+    /// Use MPTCP rather than plain TCP.
+    #[arg(short = 'm', long)]
+    pub mptcp: bool,
+    /// Bind the data streams to this client port (stream k to PORT+k).
+    #[arg(long, value_name = "PORT")]
+    pub cport: Option<u16>,
+    /// Bind to the network interface with SO_BINDTODEVICE.
+    #[arg(long, value_name = "DEV")]
+    pub bind_dev: Option<String>,
+    /// UDP GSO/GRO (pinperf's UDP uses them unless its --no-gsro).
+    #[arg(long)]
+    pub gsro: bool,
+    /// 64-bit UDP counters (pinperf's datagrams always carry them).
+    #[arg(long)]
+    pub udp_counters_64bit: bool,
+    /// A repeating payload (pinperf's blocks are always a repeated byte).
+    #[arg(long)]
+    pub repeating_payload: bool,
+    /// Set IPv4 Don't Fragment on UDP datagrams.
+    #[arg(long)]
+    pub dont_fragment: bool,
+    /// Data string to include in the JSON output.
+    #[arg(long, value_name = "STR", allow_hyphen_values = true)]
+    pub extra_data: Option<String>,
+    /// Pacing timer interval in microseconds (pinperf's pacer keeps its own).
+    #[arg(long, value_name = "USEC")]
+    pub pacing_timer: Option<String>,
+    /// Disable fair-queuing based socket pacing (deprecated in iperf3: --fq-rate 0).
+    #[arg(long)]
+    pub no_fq_socket_pacing: bool,
+    /// With --json-stream: the whole JSON document at the end too (alone: nothing).
+    #[arg(long)]
+    pub json_stream_full_output: bool,
+    /// Client: send this file (ending at its end without -t), or receive (-R) into it.
+    #[arg(short = 'F', long, value_name = "FILE")]
+    pub file: Option<String>,
     /// Perform pre-test for N seconds and omit the pre-test statistics.
     #[arg(short = 'O', long, value_name = "SECS")]
     pub omit: Option<String>,
@@ -199,29 +238,10 @@ pub struct Iperf3Args {
 
 /// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
 /// than taken and ignored.
-const NOT_YET: &[&str] = &[
-    "-F",
-    "--file",
-    "-L",
-    "--flowlabel",
-    "-m",
-    "--mptcp",
-    "--json-stream-full-output",
-    "--cport",
-    "--bind-dev",
-    "--gsro",
-    "--udp-counters-64bit",
-    "--repeating-payload",
-    "--dont-fragment",
-    "--extra-data",
-    "--rcv-timeout",
-    "--pacing-timer",
-    "--no-fq-socket-pacing",
-    "--sctp",
-    "-X",
-    "--xbind",
-    "--nstreams",
-];
+const NOT_YET: &[&str] = &["--rcv-timeout"];
+
+/// iperf3's SCTP flags: refused in the words of an iperf3 built without SCTP.
+const SCTP: &[&str] = &["--sctp", "-X", "--xbind", "--nstreams"];
 
 /// `-v`/`--version`: the iperf3 version whose command line this takes first (readers such
 /// as pScheduler take the second word for the version), then pinperf's.
@@ -253,6 +273,15 @@ pub fn native_argv(args: &[String]) -> Result<Vec<String>, String> {
             "{flag}: an iperf3 option pinperf's iperf3 command line does not take yet"
         ));
     }
+    if let Some(flag) = args.iter().take_while(|a| *a != "--").find_map(|a| {
+        let flag = a.split('=').next().unwrap_or(a);
+        SCTP.contains(&flag).then_some(flag)
+    }) {
+        return Err(format!(
+            "parameter error - {flag}: an option you are trying to set is not implemented yet \
+             (pinperf runs TCP and UDP)"
+        ));
+    }
     let parsed = Iperf3Args::try_parse_from(
         std::iter::once(OsString::from("iperf3")).chain(args.iter().map(OsString::from)),
     )
@@ -270,13 +299,15 @@ impl Iperf3Args {
                 return Err("parameter error - must either be a client (-c) or server (-s)".into());
             }
             (true, None) => out.push("-s".into()),
-            (false, Some(host)) => out.extend(["-c".into(), host.clone()]),
+            (false, Some(host)) => out.extend(["-c".into(), host_dev(host).0.into()]),
         }
         out.extend(["-p".into(), self.port.to_string()]);
         self.same_meaning(&mut out);
         self.converted(&mut out)?;
         self.server_side(&mut out)?;
         self.socket_flags(&mut out);
+        self.sockets(&mut out);
+        self.quietly_ours(&mut out);
         Ok(out)
     }
 
@@ -309,7 +340,6 @@ impl Iperf3Args {
                 .map(|(_, f)| f.to_string()),
         );
         let valued = [
-            ("-B", &self.bind),
             ("-i", &self.interval),
             ("-f", &self.format),
             ("--logfile", &self.logfile),
@@ -384,6 +414,84 @@ impl Iperf3Args {
             out.extend(["--peer".into(), "iperf3".into()]);
         }
         Ok(())
+    }
+}
+
+impl Iperf3Args {
+    /// Where connections come from and what they are: `-B` and `-c` with iperf3's
+    /// `ADDR%DEV` (`--bind-dev`'s shorthand; `--bind-dev` itself wins), `--cport`, `-m`,
+    /// `-L`; `--dont-fragment` (UDP's).
+    fn sockets(&self, out: &mut Vec<String>) {
+        let (bind, bind_dev) = match self.bind.as_deref().map(host_dev) {
+            Some((b, dev)) => (Some(b), dev),
+            None => (None, None),
+        };
+        let host_dev = self.client.as_deref().and_then(|c| host_dev(c).1);
+        if let Some(b) = bind {
+            out.extend(["-B".into(), b.into()]);
+        }
+        if let Some(dev) = self.bind_dev.as_deref().or(host_dev).or(bind_dev) {
+            out.extend(["--bind-dev".into(), dev.into()]);
+        }
+        if let Some(port) = self.cport {
+            out.extend(["--cport".into(), port.to_string()]);
+        }
+        if let Some(label) = &self.flowlabel {
+            out.extend(["--flowlabel".into(), label.clone()]);
+        }
+        if self.mptcp {
+            out.push("--mptcp".into());
+        }
+        if self.dont_fragment && self.udp {
+            out.push("--dont-fragment".into());
+        }
+        if let Some(f) = &self.file {
+            out.extend(["-F".into(), f.clone()]);
+        }
+    }
+
+    /// Flags pinperf honours by what it always does, or by its own means: taken, and where
+    /// that differs from iperf3's, said on stderr.
+    fn quietly_ours(&self, out: &mut Vec<String>) {
+        // --gsro, --udp-counters-64bit and --repeating-payload: pinperf's UDP always
+        // batches with GSO/GRO and sends 64-bit sequences; its blocks are a repeated byte.
+        if let Some(t) = &self.pacing_timer {
+            eprintln!(
+                "iperf3: --pacing-timer {t}: pinperf paces -b with its own timer (500 us \
+                 batches); ignored"
+            );
+        }
+        if let Some(e) = &self.extra_data {
+            out.extend(["--extra-data".into(), e.clone()]);
+        }
+        if self.no_fq_socket_pacing {
+            // iperf3 3.21 takes it as --fq-rate 0: no socket pacing.
+            if let Some(i) = out.iter().position(|a| a == "--fq-rate") {
+                out.drain(i..(i + 2).min(out.len()));
+            }
+        }
+        if self.json_stream_full_output
+            && let Some(f) = out.iter_mut().find(|a| *a == "iperf3-json-stream")
+        {
+            *f = "iperf3-json-stream-full".into();
+        }
+    }
+}
+
+/// iperf3's `HOST%DEV`: the host, and the interface to bind to, unless it is an IPv6
+/// link-local literal, whose `%` names its scope and stays.
+fn host_dev(spec: &str) -> (&str, Option<&str>) {
+    match spec.split_once('%') {
+        Some((host, dev)) if !dev.is_empty() => {
+            let link_local = host
+                .parse::<std::net::Ipv6Addr>()
+                .is_ok_and(|ip| ip.is_unicast_link_local());
+            match link_local {
+                true => (spec, None),
+                false => (host, Some(dev)),
+            }
+        }
+        _ => (spec, None),
     }
 }
 
@@ -622,9 +730,15 @@ mod tests {
 
     #[test]
     fn what_cannot_be_honoured_is_refused_by_name() {
-        for flag in ["-F", "--json-stream-full-output", "--cport", "-L"] {
+        for flag in ["--sctp", "-X", "--nstreams"] {
             let e = native(&["-c", "h", flag, "1"]).unwrap_err();
-            assert!(e.starts_with(flag), "{e}");
+            assert_eq!(
+                e,
+                format!(
+                    "parameter error - {flag}: an option you are trying to set is not \
+                     implemented yet (pinperf runs TCP and UDP)"
+                )
+            );
         }
         assert!(
             native(&["-s", "-A", "0,1"])
@@ -727,5 +841,69 @@ mod tests {
             let e = native(args).unwrap_err();
             assert!(e.starts_with(start), "{args:?}: {e}");
         }
+    }
+
+    /// `-B`, `HOST%DEV`, `--bind-dev`, `--cport`, `-m`, `-L` and `--dont-fragment` become
+    /// pinperf's; an IPv6 link-local literal keeps its scope.
+    #[test]
+    fn where_connections_come_from_passes_on() {
+        let line = |a: &[&str]| native(a).unwrap().join(" ");
+        let l = line(&[
+            "-c",
+            "h%eth1",
+            "-B",
+            "192.0.2.1",
+            "--cport",
+            "5000",
+            "-m",
+            "-L",
+            "0x12",
+        ]);
+        assert!(l.starts_with("pinperf -c h -p 5201"), "{l}");
+        for part in [
+            "-B 192.0.2.1",
+            "--bind-dev eth1",
+            "--cport 5000",
+            "--mptcp",
+            "--flowlabel 0x12",
+        ] {
+            assert!(l.contains(part), "{part}: {l}");
+        }
+        let given = line(&["-c", "h%eth1", "--bind-dev", "eth2"]);
+        assert!(
+            given.contains("--bind-dev eth2") && !given.contains("eth1"),
+            "{given}"
+        );
+        let b = line(&["-c", "h", "-B", "192.0.2.1%eth3"]);
+        assert!(b.contains("-B 192.0.2.1 --bind-dev eth3"), "{b}");
+        assert_eq!(host_dev("fe80::1%eth0"), ("fe80::1%eth0", None));
+        assert_eq!(host_dev("2001:db8::1%eth0"), ("2001:db8::1", Some("eth0")));
+        assert!(line(&["-c", "h", "-u", "--dont-fragment"]).contains("--dont-fragment"));
+        assert!(!line(&["-c", "h", "--dont-fragment"]).contains("--dont-fragment"));
+        assert!(line(&["-c", "h", "--file", "f.bin"]).contains("-F f.bin"));
+    }
+
+    /// Flags pinperf honours by its own means pass, or change what pinperf does as they
+    /// change iperf3's.
+    #[test]
+    fn flags_pinperf_honours_its_own_way_are_taken() {
+        let line = |a: &[&str]| native(a).unwrap().join(" ");
+        let l = line(&[
+            "-c",
+            "h",
+            "-u",
+            "--gsro",
+            "--udp-counters-64bit",
+            "--repeating-payload",
+        ]);
+        assert!(!l.contains("gsro") && !l.contains("64bit"), "{l}");
+        let fq = line(&["-c", "h", "--fq-rate", "1G", "--no-fq-socket-pacing"]);
+        assert!(!fq.contains("--fq-rate"), "{fq}");
+        let full = line(&["-c", "h", "--json-stream", "--json-stream-full-output"]);
+        assert!(full.contains("--format iperf3-json-stream-full"), "{full}");
+        let alone = line(&["-c", "h", "--json-stream-full-output"]);
+        assert!(alone.contains("--format iperf3-text"), "{alone}");
+        let extra = line(&["-c", "h", "-J", "--extra-data", "-site a-"]);
+        assert!(extra.contains("--extra-data -site a-"), "{extra}");
     }
 }

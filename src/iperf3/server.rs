@@ -212,6 +212,13 @@ fn spawn(
 ) -> Result<Vec<Arc<Mutex<Counts>>>> {
     let n = test.streams as usize;
     let mut counters = Vec::new();
+    // A UDP count sent from here goes on until the client's TEST_END closes it, as
+    // iperf3's server sends: the client ends once the count has arrived, and a lost
+    // datagram must not leave it waiting for bytes that never come.
+    let mut uncounted = test.clone();
+    if test.budget().is_some() {
+        (uncounted.bytes, uncounted.blocks) = (Some(u64::MAX), None);
+    }
     for (k, &reverse) in test.direction().reversed().iter().enumerate() {
         let plan = PinPlan(plan.0[k * n..(k + 1) * n].to_vec());
         let (threads, batches) = Threads::spawn(
@@ -219,7 +226,11 @@ fn spawn(
             crate::choices::Engine::Threads,
             socks.take(n),
             &plan,
-            test,
+            if reverse && test.udp {
+                &uncounted
+            } else {
+                test
+            },
             timeouts::udp_settle(rtt),
         )?;
         ends.0.push(threads);
@@ -665,7 +676,8 @@ fn finish(
     // The receivers' time, as iperf3's: to the client's end of the test, from the end of
     // -O's omitted seconds (iperf3 restarts its clock there).
     let elapsed = (t0.elapsed().saturating_sub(test.omit())).as_secs_f64();
-    // This end's senders stop on their own clock, about now.
+    // This end's senders stop on their own clock, about now (a count: at TEST_END).
+    watched.ends.close_budgets();
     for (c, &reverse) in watched.counters.iter().zip(watched.reversed) {
         if reverse {
             wait_done(c, timeouts::FINISHING);

@@ -109,6 +109,35 @@ pub(crate) fn render(
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
+/// The document of a test that failed before its streams were connected (refused
+/// parameters or credentials, streams that never came): what iperf3's server writes then,
+/// `start` with the connection and cookie, no intervals, and the error.
+pub(crate) fn render_early(accepted: SocketAddr, cookie: &[u8], error: &str) -> String {
+    let o = Opening::of(&[], accepted, cookie, false);
+    let ms = o.facts.started_ms.unwrap_or(0);
+    let doc = serde_json::json!({
+        "start": {
+            "connected": [],
+            "version": crate::wire::SOFTWARE,
+            "system_info": o.facts.system_info,
+            "timestamp": Timestamp {
+                time: http_date(ms / 1000),
+                timesecs: ms / 1000,
+                timemillisecs: ms,
+            },
+            "accepted_connection": HostPort {
+                host: o.accepted.ip().to_canonical().to_string(),
+                port: u64::from(o.accepted.port()),
+            },
+            "cookie": o.cookie,
+        },
+        "intervals": [],
+        "end": {},
+        "error": format!("error - {error}"),
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
 /// Writes a document whole on stdout, as `iperf3 -s -J` does after each test; a closed
 /// stdout loses it, never the server.
 pub(crate) fn print(doc: &str) {
@@ -345,12 +374,15 @@ fn end(test: &TestParams, cuts: &[Vec<ClosedInterval>], ours: &Results, theirs: 
             }
         }
     }
-    // This end's congestion control, under its role's key (both with --bidir).
+    // This end's congestion control under its role's key, the client's under the other,
+    // as iperf3's server writes them (with --bidir this end is the sender).
     if !test.udp {
-        let reversed = test.direction().reversed();
-        let mine = || ours.congestion_used.clone();
-        whole.sender_tcp_congestion = reversed.contains(&true).then(mine).flatten();
-        whole.receiver_tcp_congestion = reversed.contains(&false).then(mine).flatten();
+        let sends = test.direction().reversed().contains(&true);
+        let (mine, yours) = (ours.congestion_used.clone(), theirs.congestion_used.clone());
+        (whole.sender_tcp_congestion, whole.receiver_tcp_congestion) = match sends {
+            true => (mine, yours),
+            false => (yours, mine),
+        };
     }
     End { whole: Some(whole) }
 }

@@ -29,7 +29,7 @@ pub(crate) fn serve(stream: TcpStream, ho: &Handover) -> Option<Result<()>> {
         hand_stream(ctl.sock, test, ho);
         return None;
     }
-    let admitted = admit(&mut ctl, ho)?;
+    let admitted = admit(&mut ctl, ho, &cookie)?;
     run(ctl, admitted, cookie, ho)
 }
 
@@ -94,10 +94,13 @@ fn hand_stream(
 
 /// The new test's parameters, read and checked by the server's limits, or `None` (the
 /// client refused with iperf3's code, the refusal logged).
-fn admit(ctl: &mut Ctl, ho: &Handover) -> Option<Admitted> {
+fn admit(ctl: &mut Ctl, ho: &Handover, cookie: &[u8]) -> Option<Admitted> {
     let cfg = ho.cfg;
     let refused = |ctl: &mut Ctl, why: &str, code: i32, reason: &str| {
         let _ = ctl.send_server_error(code, 0);
+        if cfg.iperf3_documents {
+            super::server_doc::print(&super::server_doc::render_early(ho.peer, cookie, reason));
+        }
         ho.refused(None, why, &format!("iperf3 client: {reason}"));
     };
     // Refused before its parameters are read: nothing an unauthenticated client sends
@@ -180,8 +183,13 @@ fn run(
     });
     let slot = ho.slot();
     let result = server::run_test(&mut ctl, admitted, &rx, &opening, cfg, slot, doc.as_mut());
-    if let Some(value) = doc.and_then(|d| d.value) {
-        super::server_doc::print(&value);
+    match (doc.and_then(|d| d.value), &result) {
+        (Some(value), _) => super::server_doc::print(&value),
+        // It failed before its streams were connected: no rows, the error.
+        (None, Err(e)) if cfg.iperf3_documents => super::server_doc::print(
+            &super::server_doc::render_early(peer, &cookie, &e.to_string()),
+        ),
+        _ => {}
     }
     let result = ho.judged(result);
     *ho.shared.by_cookie.lock() = None;

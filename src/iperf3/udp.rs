@@ -44,25 +44,21 @@ fn magic(bytes: &[u8], wanted: &[u32]) -> Option<bool> {
 /// one's window grant.
 pub(crate) fn connect(
     server: SocketAddr,
-    bind: Option<IpAddr>,
+    from: &crate::os::net::Source,
     test: &TestParams,
     allowed: Duration,
     server_spoke: &mut dyn FnMut() -> Result<()>,
 ) -> Result<(Vec<UdpSocket>, WindowGrant)> {
-    let local = bind.unwrap_or(match server {
-        SocketAddr::V4(_) => IpAddr::from([0u8; 4]),
-        SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
-    });
     let deadline = Instant::now() + allowed;
     let n = usize::from(test.streams.max(1));
     let mut socks = Vec::with_capacity(test.threads());
     let mut grant = None;
     for k in 0..test.threads() {
         let name = format!("stream-{}", k % n);
-        let sock = UdpSocket::bind(SocketAddr::new(local, 0))
-            .op(|| format!("{name}: bind a UDP socket on {local}"))?;
-        sock.connect(server)
-            .op(|| format!("{name}: connect a UDP socket to {server}"))?;
+        let sock = from
+            .stream(k)
+            .udp_socket(server)
+            .map_err(|e| Error::Test(format!("{name}: {e}")))?;
         grant.get_or_insert(crate::wire::udp_rendezvous::configure(
             &sock,
             test,
@@ -260,8 +256,14 @@ mod tests {
             )
             .map(|s| (s, ctl_b))
         });
-        let (client, _) =
-            connect(local, None, &test, Duration::from_secs(5), &mut || Ok(())).unwrap();
+        let (client, _) = connect(
+            local,
+            &crate::os::net::Source::default(),
+            &test,
+            Duration::from_secs(5),
+            &mut || Ok(()),
+        )
+        .unwrap();
         let (server, _ctl) = server.join().unwrap().unwrap();
         assert_eq!((client.len(), server.len()), (3, 3));
         for (c, s) in client.iter().zip(&server) {

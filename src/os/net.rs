@@ -42,6 +42,8 @@ pub struct SocketOpts {
     pub no_delay: bool,
     /// `--snd-timeout`: `TCP_USER_TIMEOUT`, this end's own choice ([`HostSockets`]).
     pub user_timeout: Option<Duration>,
+    /// `--dont-fragment`: DF on IPv4 UDP datagrams.
+    pub dont_fragment: bool,
 }
 
 impl SocketOpts {
@@ -55,6 +57,7 @@ impl SocketOpts {
             mss: test.mss(),
             no_delay: test.no_delay(),
             user_timeout: None,
+            dont_fragment: test.dont_fragment && test.udp,
         }
     }
 
@@ -87,6 +90,11 @@ impl SocketOpts {
         }
         if self.user_timeout.is_some() {
             set_user_timeout(sock, self.user_timeout)?;
+        }
+        // IPv4 only, as iperf3's: an IPv6 datagram is never fragmented on the way.
+        if self.dont_fragment && sock.domain().is_ok_and(|d| d == Domain::IPV4) {
+            crate::os::sys::set_dont_fragment(sock.as_fd())
+                .map_err(|e| Error::Usage(format!("--dont-fragment: set IP_MTU_DISCOVER: {e}")))?;
         }
         Ok(())
     }
@@ -133,6 +141,122 @@ impl HostSockets {
 fn set_user_timeout(sock: &Socket, timeout: Option<Duration>) -> Result<()> {
     sock.set_tcp_user_timeout(timeout)
         .map_err(|e| Error::Usage(format!("--snd-timeout: set TCP_USER_TIMEOUT: {e}")))
+}
+
+/// Where a client's connections come from and what they are: `-B`'s address and
+/// `--bind-dev`'s interface for every one; `--cport`'s port, MPTCP (`--mptcp`) and the IPv6
+/// flow label (`--flowlabel`) for data connections only ([`Source::stream`]), as iperf3's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Source {
+    pub ip: Option<IpAddr>,
+    /// `--bind-dev`: `SO_BINDTODEVICE`.
+    pub device: Option<String>,
+    /// `--cport`: data connection `k` comes from this port + `k`.
+    pub port: Option<u16>,
+    /// `--mptcp`: data connections are MPTCP (`IPPROTO_MPTCP`).
+    pub mptcp: bool,
+    /// `--flowlabel`: data connections carry this IPv6 flow label.
+    pub flowlabel: Option<u32>,
+}
+
+impl Source {
+    /// The control connection's (and echo connections'): the address and interface alone.
+    pub fn control(&self) -> Source {
+        Source {
+            ip: self.ip,
+            device: self.device.clone(),
+            ..Source::default()
+        }
+    }
+
+    /// Data connection `k`'s (directions in order, as iperf3 numbers `--cport`'s ports).
+    pub fn stream(&self, k: usize) -> Source {
+        Source {
+            port: self
+                .port
+                .map(|p| p.saturating_add(u16::try_from(k).unwrap_or(u16::MAX))),
+            ..self.clone()
+        }
+    }
+
+    /// A TCP socket for `to`, bound as asked, before its window and `connect()`.
+    fn tcp_socket(&self, to: &SocketAddr) -> Result<Socket> {
+        let protocol = match self.mptcp {
+            true => Protocol::MPTCP,
+            false => Protocol::TCP,
+        };
+        let sock =
+            Socket::new(Domain::for_address(*to), Type::STREAM, Some(protocol)).map_err(|e| {
+                match self.mptcp {
+                    true => Error::io(
+                        "--mptcp: create an MPTCP socket (is net.mptcp.enabled 1, and the kernel \
+                     built with MPTCP?)",
+                        e,
+                    ),
+                    false => Error::io("create TCP socket", e),
+                }
+            })?;
+        self.bind(&sock, to)?;
+        Ok(sock)
+    }
+
+    /// Binds `sock` (bound for `to`) to the interface, the address and the port asked.
+    pub fn bind(&self, sock: &Socket, to: &SocketAddr) -> Result<()> {
+        if let Some(dev) = &self.device {
+            sock.bind_device(Some(dev.as_bytes()))
+                .op(|| format!("--bind-dev {dev}: set SO_BINDTODEVICE"))?;
+        }
+        if self.ip.is_some() || self.port.is_some() {
+            let ip = self.ip.unwrap_or(unspecified(match to {
+                SocketAddr::V4(_) => Family::V4,
+                SocketAddr::V6(_) => Family::V6,
+            }));
+            let port = self.port.unwrap_or(0);
+            if port != 0 {
+                // The last test's connections from this port may still be in TIME_WAIT.
+                sock.set_reuse_address(true)
+                    .op(|| "set SO_REUSEADDR (--cport)".into())?;
+            }
+            sock.bind(&SockAddr::from(SocketAddr::new(ip, port)))
+                .op(|| match self.port {
+                    Some(p) => format!("bind to {ip} port {p} (--cport)"),
+                    None => format!("bind to {ip} (-B)"),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// A UDP socket connected to `to`, from `self`'s interface, address and port.
+    pub fn udp_socket(&self, to: SocketAddr) -> Result<std::net::UdpSocket> {
+        let sock = Socket::new(Domain::for_address(to), Type::DGRAM, Some(Protocol::UDP))
+            .op(|| "create UDP socket".into())?;
+        self.bind(&sock, &to)?;
+        sock.connect(&SockAddr::from(to))
+            .op(|| format!("connect a UDP socket to {to}"))?;
+        Ok(sock.into())
+    }
+
+    /// The address to connect to: `to`, with the flow label leased on `sock` for it.
+    fn labelled(&self, sock: &Socket, to: SocketAddr) -> Result<SocketAddr> {
+        let Some(label) = self.flowlabel else {
+            return Ok(to);
+        };
+        let SocketAddr::V6(v6) = to else {
+            return Err(Error::Usage(format!(
+                "--flowlabel {label}: unable to set IPv6 flow label: {to} is an IPv4 address \
+                 (give -6 or an IPv6 address)"
+            )));
+        };
+        crate::os::sys::lease_flow_label(sock.as_fd(), *v6.ip(), label)
+            .op(|| format!("--flowlabel {label}: unable to set IPv6 flow label"))?;
+        let flowinfo = (label & 0x000f_ffff).to_be();
+        Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
+            *v6.ip(),
+            v6.port(),
+            flowinfo,
+            v6.scope_id(),
+        )))
+    }
 }
 
 /// Sets `-M`'s MSS on a socket (a listener: for the SYN-ACKs it sends next); `None` clears
@@ -286,24 +410,21 @@ fn new_tcp_socket(addr: &SocketAddr) -> Result<Socket> {
     .op(|| "create TCP socket".into())
 }
 
-/// Connects to the first address that answers, with the window set before `connect()`.
+/// Connects to the first address that answers, from `from`, with the window set before
+/// `connect()`.
 pub fn connect(
     addrs: &[SocketAddr],
-    bind: Option<IpAddr>,
+    from: &Source,
     opts: &SocketOpts,
     timeout: Duration,
 ) -> Result<(TcpStream, WindowGrant)> {
     let mut last = None;
     for addr in addrs {
-        let sock = new_tcp_socket(addr)?;
+        let sock = from.tcp_socket(addr)?;
         let grant = apply_window(&sock, opts.window, opts.force_window)?;
         opts.apply(&sock)?;
-        if let Some(ip) = bind {
-            let local = SocketAddr::new(ip, 0);
-            sock.bind(&SockAddr::from(local))
-                .op(|| format!("bind to {ip} (-B)"))?;
-        }
-        match sock.connect_timeout(&SockAddr::from(*addr), timeout) {
+        let to = from.labelled(&sock, *addr)?;
+        match sock.connect_timeout(&SockAddr::from(to), timeout) {
             Ok(()) => {
                 // TCP_NODELAY only with -N (`apply`): data streams keep Nagle/autocorking
                 // like every peer's default; the control connection sets it itself.
@@ -504,6 +625,50 @@ impl Drop for ResetOnDrop {
 mod tests {
     use super::*;
 
+    /// `--dont-fragment` sets DF (path MTU discovery "do") on an IPv4 UDP socket, and on
+    /// nothing else.
+    #[test]
+    fn dont_fragment_sets_df_on_ipv4_udp_only() {
+        let df = |sock: &std::net::UdpSocket| {
+            crate::os::sys::getsockopt_raw::<libc::c_int>(
+                sock.as_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+            )
+            .unwrap()
+            .0
+        };
+        let mut test = TestParams::defaults();
+        test.udp = true;
+        test.dont_fragment = true;
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_ne!(df(&sock), libc::IP_PMTUDISC_DO, "not before");
+        SocketOpts::of(&test)
+            .apply(&socket2::SockRef::from(&sock))
+            .unwrap();
+        assert_eq!(df(&sock), libc::IP_PMTUDISC_DO);
+        test.udp = false;
+        assert!(!SocketOpts::of(&test).dont_fragment, "TCP leaves it alone");
+    }
+
+    /// `--cport`: data connection k from port + k; the control connection keeps the
+    /// address and interface alone.
+    #[test]
+    fn a_source_numbers_its_data_ports() {
+        let from = Source {
+            ip: Some("127.0.0.1".parse().unwrap()),
+            device: Some("lo".into()),
+            port: Some(40000),
+            mptcp: true,
+            flowlabel: Some(7),
+        };
+        assert_eq!(from.stream(3).port, Some(40003));
+        assert!(from.stream(3).mptcp);
+        let ctl = from.control();
+        assert_eq!((ctl.port, ctl.mptcp, ctl.flowlabel), (None, false, None));
+        assert_eq!(ctl.device.as_deref(), Some("lo"));
+    }
+
     #[test]
     fn window_is_set_before_listen_and_read_back() {
         let (listener, grant) = listen(
@@ -521,7 +686,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (_c, _) = connect(
             &[addr],
-            None,
+            &Source::default(),
             &SocketOpts::default(),
             Duration::from_secs(2),
         )
@@ -564,7 +729,7 @@ mod tests {
         };
         let (c, _) = connect(
             &[l.local_addr().unwrap()],
-            None,
+            &Source::default(),
             &opts,
             Duration::from_secs(2),
         )
@@ -612,7 +777,7 @@ mod tests {
             opts.apply(&socket2::SockRef::from(&listener)).unwrap();
             let (client, _) = connect(
                 &[listener.local_addr().unwrap()],
-                None,
+                &Source::default(),
                 &opts,
                 Duration::from_secs(2),
             )
@@ -652,7 +817,7 @@ mod tests {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let err = connect(
             &[addr],
-            None,
+            &Source::default(),
             &SocketOpts::default(),
             Duration::from_secs(2),
         )

@@ -471,6 +471,64 @@ pub fn max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(if len == 4 { v & 0xffff_ffff } else { v })
 }
 
+/// Sets the Don't Fragment bit on an IPv4 socket's datagrams (`IP_MTU_DISCOVER` =
+/// `IP_PMTUDISC_DO`): one larger than the path MTU fails to send instead of being split.
+pub fn set_dont_fragment(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    )
+}
+
+/// `struct in6_flowlabel_req` (linux/in6.h), which libc does not declare.
+#[repr(C)]
+struct FlowLabelReq {
+    dst: [u8; 16],
+    /// The label, in network byte order.
+    label: u32,
+    action: u8,
+    share: u8,
+    flags: u16,
+    expires: u16,
+    linger: u16,
+    pad: u32,
+}
+
+/// Leases IPv6 flow label `label` (20 bits) toward `dst` on a socket before `connect()`
+/// (`IPV6_FLOWLABEL_MGR`, get-or-create, shared with any socket) and turns on sending it
+/// (`IPV6_FLOWINFO_SEND`); the address connected to must then carry the label as its flow
+/// information (network byte order: `label.to_be()`).
+pub fn lease_flow_label(fd: BorrowedFd<'_>, dst: std::net::Ipv6Addr, label: u32) -> io::Result<()> {
+    const IPV6_FL_A_GET: u8 = 0;
+    const IPV6_FL_S_ANY: u8 = 255;
+    const IPV6_FL_F_CREATE: u16 = 1;
+    let req = FlowLabelReq {
+        dst: dst.octets(),
+        label: (label & 0x000f_ffff).to_be(),
+        action: IPV6_FL_A_GET,
+        share: IPV6_FL_S_ANY,
+        flags: IPV6_FL_F_CREATE,
+        expires: 0,
+        linger: 0,
+        pad: 0,
+    };
+    // SAFETY: passes a pointer to a live, fully initialised `in6_flowlabel_req` and its
+    // exact size; the kernel only reads it for IPV6_FL_A_GET.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_FLOWLABEL_MGR,
+            (&req as *const FlowLabelReq).cast::<libc::c_void>(),
+            std::mem::size_of::<FlowLabelReq>() as libc::socklen_t,
+        )
+    };
+    cvt(rc)?;
+    setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO_SEND, 1)
+}
+
 /// Asks the kernel to report datagrams dropped on the socket's receive queue
 /// (`SO_RXQ_OVFL`): each received datagram then carries the socket's drop count.
 pub fn set_rxq_ovfl(fd: BorrowedFd<'_>) -> io::Result<()> {

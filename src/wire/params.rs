@@ -83,6 +83,9 @@ pub struct TestParams {
     /// `--no-gsro`: UDP without GSO and GRO.
     #[serde(default)]
     pub no_gsro: bool,
+    /// `--dont-fragment`: UDP over IPv4 with DF set, on both ends' sockets.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dont_fragment: bool,
     /// `--get-server-output`: the server's own view comes back with its results.
     #[serde(default)]
     pub get_server_output: bool,
@@ -113,6 +116,10 @@ pub struct TestParams {
     /// rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// `-F`: this end's streams send this file's bytes, or write what they read to it.
+    /// This end's alone: never sent to the peer.
+    #[serde(skip)]
+    pub file: Option<std::path::PathBuf>,
 }
 
 impl TestParams {
@@ -131,6 +138,8 @@ impl TestParams {
             udp: false,
             rate_bps: None,
             no_gsro: false,
+            dont_fragment: false,
+            file: None,
             get_server_output: false,
             fq_rate_bps: None,
             tos: None,

@@ -316,7 +316,7 @@ impl Meeting<'_> {
 /// sockets in order and the first one's window grant.
 pub(crate) fn connect(
     ctl: &Control,
-    bind: Option<IpAddr>,
+    from: &crate::os::net::Source,
     ports: &[u16],
     cookie: u64,
     test: &TestParams,
@@ -332,18 +332,12 @@ pub(crate) fn connect(
             ),
         });
     }
-    let local = bind.unwrap_or(match peer {
-        SocketAddr::V4(_) => IpAddr::from([0u8; 4]),
-        SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
-    });
     let mut socks = Vec::new();
     let mut grant = None;
-    for &port in ports {
-        let to = SocketAddr::new(peer.ip(), port);
-        let sock = UdpSocket::bind(SocketAddr::new(local, 0))
-            .op(|| format!("bind a UDP socket on {local}"))?;
-        sock.connect(to)
-            .op(|| format!("connect a UDP socket to {to}"))?;
+    for (k, &port) in ports.iter().enumerate() {
+        let sock = from
+            .stream(k)
+            .udp_socket(SocketAddr::new(peer.ip(), port))?;
         grant.get_or_insert(configure(&sock, test, crate::wire::params::MAX_WINDOW)?);
         sock.set_nonblocking(true)
             .op(|| "set O_NONBLOCK on a UDP socket".into())?;

@@ -377,6 +377,17 @@ impl Server {
         self.port.to_string()
     }
 
+    /// Ends the server (killed if still running) and returns all it wrote on stdout.
+    pub fn stdout_at_exit(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        if let Some(mut out) = self.child.stdout.take() {
+            std::io::Read::read_to_string(&mut out, &mut text).expect("the server's stdout");
+        }
+        text
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         self.log.text()

@@ -260,7 +260,7 @@ pub fn client_options(a: &LabArgs) -> Result<(ClientConfig, crate::cli::OutputAr
     match config::from_args(&args)? {
         config::Mode::Client(mut cfg) => {
             cfg.same_process = true;
-            Ok((cfg, args.output))
+            Ok((*cfg, args.output))
         }
         config::Mode::Server(_) => unreachable!("-s was rejected above"),
     }

@@ -420,7 +420,8 @@ impl LabOut {
             | Format::Csv
             | Format::Iperf3Json
             | Format::Iperf3Text
-            | Format::Iperf3JsonStream => {
+            | Format::Iperf3JsonStream
+            | Format::Iperf3JsonStreamFull => {
                 self.line(line);
             }
             Format::JsonLines => {
@@ -475,9 +476,10 @@ impl LabOut {
                 .unwrap_or_default();
                 self.write(format!("{prefix}{line}\n").as_bytes(), true)
             }
-            Format::Csv | Format::Iperf3Json | Format::Iperf3JsonStream => {
-                self.write(format!("{line}\n").as_bytes(), false)
-            }
+            Format::Csv
+            | Format::Iperf3Json
+            | Format::Iperf3JsonStream
+            | Format::Iperf3JsonStreamFull => self.write(format!("{line}\n").as_bytes(), false),
             Format::Json => {
                 self.held.push(line.to_string());
                 true

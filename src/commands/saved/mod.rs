@@ -197,7 +197,7 @@ mod tests {
         use crate::report::Formatter;
         use crate::report::model::sample;
         let mut out = Vec::new();
-        let mut f = Iperf3JsonFormatter::new(&mut out);
+        let mut f = Iperf3JsonFormatter::new(&mut out, None);
         f.header(&sample::header()).unwrap();
         f.interval(&sample::interval()).unwrap();
         f.summary(&sample::summary()).unwrap();

@@ -274,6 +274,8 @@ pub(crate) struct StreamCtx {
     pub burst: Option<u32>,
     /// `-n`/`-k`: the direction's budget, shared by its streams.
     pub budget: Option<Arc<crate::data::budget::Spend>>,
+    /// `-F`: the file a sender's blocks come from, or a receiver writes to.
+    pub file: Option<Arc<std::path::Path>>,
     /// The echo connection for block RTT (`None` with `--no-echo`): the receiver writes
     /// header echoes to it and the sender reads them, so the data connection stays one-way.
     pub echo: Option<std::net::TcpStream>,
@@ -317,6 +319,8 @@ pub(crate) struct Shared {
     pub rate_bps: Option<u64>,
     pub burst: Option<u32>,
     pub budget: Option<Arc<crate::data::budget::Spend>>,
+    /// `-F`: each stream's file.
+    pub file: Option<Arc<std::path::Path>>,
 }
 
 /// One side's stream threads: spawned pinned and waiting, started together, stopped
@@ -387,6 +391,7 @@ impl<T: Send + 'static> StreamSet<T> {
                 rate_bps: shared.rate_bps,
                 burst: shared.burst,
                 budget: shared.budget.clone(),
+                file: shared.file.clone(),
                 echo,
                 batches: channels.tx.clone(),
                 free: channels.free_rx.clone(),

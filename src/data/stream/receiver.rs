@@ -55,6 +55,13 @@ pub fn run(
     let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
     let mut echo = echo_of(&ctx)?;
+    let mut sink = match &ctx.file {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map_err(|e| Error::io(format!("stream-{id}: -F {}: create", path.display()), e))?,
+        ),
+        None => None,
+    };
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
     // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
@@ -84,6 +91,10 @@ pub fn run(
                 bytes += n as u64;
                 last_read_ns = t_ns;
                 ctx.budget.iter().for_each(|b| b.arrived(n as u64));
+                if let Some(file) = sink.as_mut() {
+                    std::io::Write::write_all(file, &buf[..n])
+                        .op(|| format!("stream-{id}: -F: write"))?;
+                }
                 if let Some((echo_sock, echo)) = echo.as_mut() {
                     let read = copy_len.then(|| &buf[..n]);
                     echo_block(id, &sock, echo_sock, echo, read, n, t_ns)?;

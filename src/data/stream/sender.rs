@@ -73,6 +73,8 @@ struct Sender {
     files: Option<super::sendfile::SendfileRing>,
     /// `-Z`: `MSG_ZEROCOPY` buffers and their completions.
     ring: Option<ZcRing>,
+    /// `-F`: each block is read from this file as it begins; the stream ends at its end.
+    source: Option<std::fs::File>,
     at: Blocks,
     /// Each block is stamped with the time the previous write() returned: the moment this
     /// block starts into the socket, without a second clock reading per block.
@@ -128,6 +130,13 @@ impl Sender {
         if ctx.rate_bps.is_some() {
             crate::os::sys::set_timer_slack(1_000);
         }
+        let source =
+            match &ctx.file {
+                Some(path) => Some(std::fs::File::open(path).map_err(|e| {
+                    Error::io(format!("stream-{id}: -F {}: open", path.display()), e)
+                })?),
+                None => None,
+            };
         let batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
         let clock = ctx.wait_start()?;
         let echoes = match &ctx.echo {
@@ -150,6 +159,7 @@ impl Sender {
             block,
             files,
             ring,
+            source,
             stamp_ns: 0,
             batcher,
             piece,
@@ -175,6 +185,10 @@ impl Sender {
                     }
                     _ => self.granted = self.at.seq + 1,
                 }
+            }
+            if self.at.unbegun() && self.source.is_some() && !self.read_block()? {
+                self.ctx.budget.iter().for_each(|b| b.sender_stopped());
+                return Ok(());
             }
             if self.pacer.is_some() {
                 let sample = |t_ns| TcpSample::read(&self.sock, t_ns);
@@ -218,11 +232,36 @@ impl Sender {
         }
     }
 
-    /// The next piece from `block` (stamped at its first write) or the sendfile ring.
+    /// `-F`: fills the next block from the file (a short one at its end); false once the
+    /// file is all sent.
+    fn read_block(&mut self) -> Result<bool> {
+        let Some(file) = self.source.as_mut() else {
+            return Ok(true);
+        };
+        let mut filled = 0;
+        let full = self.ctx.block_bytes;
+        self.block.resize(full, 0);
+        while filled < full {
+            match std::io::Read::read(file, &mut self.block[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(format!("stream-{}: -F: read", self.ctx.id), e)),
+            }
+        }
+        self.block.truncate(filled);
+        self.at.len = filled.max(1);
+        Ok(filled > 0)
+    }
+
+    /// The next piece from `block` (stamped at its first write; `-F`'s are the file's bytes)
+    /// or the sendfile ring.
     fn write_copied(&mut self) -> std::io::Result<usize> {
         let (seq, offset) = (self.at.seq, self.at.offset);
         let upto = (offset + self.piece).min(self.block.len());
-        if self.at.unbegun() {
+        if self.at.unbegun() && self.source.is_some() {
+            self.at.begin();
+        } else if self.at.unbegun() {
             match self.files.as_mut() {
                 Some(f) => f.stamp(seq, self.stamp_ns),
                 None => echo::stamp(&mut self.block, seq, self.stamp_ns),

@@ -28,6 +28,7 @@ pub(crate) fn side(
         rate_bps,
         burst: None,
         budget: None,
+        file: None,
         echo: None,
         batches: ch.tx.clone(),
         free: ch.free_rx.clone(),

@@ -2,7 +2,7 @@
 //! test or a stream reading nothing for whole intervals), a standing queue in the socket
 //! buffers (block RTT far above the path's RTT once a block's own write time is taken out,
 //! with the window that would avoid it), many retransmits, retransmits concentrated in a
-//! few streams, streams starved while others ran, drops inside the hosts' kernels, UDP
+//! few streams, loss holding a loss-based congestion control below its window, streams starved while others ran, drops inside the hosts' kernels, UDP
 //! senders short of `-b`, a long drain past `-t` and uneven shares.
 //!
 //! Each check returns [`Finding`]s (`report::finding`: the figures, advice and words).
@@ -47,6 +47,7 @@ pub fn diagnose(e: &Evidence) -> Vec<Finding> {
     queue::standing_queue(e, &mut out);
     out.extend(retransmits::retransmit_share(e));
     out.extend(retransmits::concentrated_retransmits(e));
+    out.extend(retransmits::loss_limited(e));
     out.extend(stalls::starvation(e));
     out
 }
@@ -141,6 +142,68 @@ mod tests {
             udp: None,
             sent: None,
         }
+    }
+
+    /// Loss on a long path with no queue on it, cubic far below its window (the 60 ms,
+    /// 0.1 % loss path: 172 Mb/s with -w 16M): named, with Reno's ceiling and -C bbr.
+    /// Not under bbr, not with a queue on the path, not near what the window allows.
+    #[test]
+    fn loss_limited_tcp_is_named() {
+        use crate::report::finding::Kind;
+        let mut h = header(32 << 20);
+        h.path.mss = Some(1448);
+        let lossy = |srtt_us: f64| {
+            let mut r = row(0, 129_000_000, 60_000, 61_000.0, 15);
+            r.sndbuf = Some(32 << 20);
+            r.kernel_rtt = Some(RttSummary {
+                min_us: 60_000.0,
+                avg_us: srtt_us,
+                max_us: srtt_us,
+                median_us: None,
+                samples: 50,
+            });
+            r
+        };
+        let found = |h: &Header, streams: &[StreamRow], rate_bps: f64| {
+            super::diagnose(&Evidence {
+                header: h,
+                streams,
+                starved_intervals: &[0],
+                intervals: 6,
+                rate_bps,
+                test_stalls: &StallLog::whole_test(),
+                stream_stalls: &[],
+            })
+            .into_iter()
+            .find(|f| matches!(f.kind, Kind::LossLimited(_)))
+        };
+        let f = found(&h, &[lossy(61_000.0)], 172e6).expect("loss-limited");
+        let Kind::LossLimited(l) = &f.kind else {
+            unreachable!()
+        };
+        // 15 of 129e6 / 1448 = 89088 segments: p = 1.68e-4; 1448 B x 8 / 60 ms x 1.22 / √p.
+        assert!((l.mathis_bps / 1e6 - 18.2).abs() < 0.1, "{l:?}");
+        assert!(
+            f.words.contains("cubic backs off at each loss"),
+            "{}",
+            f.words
+        );
+        assert!(f.words.contains("try -C bbr"), "{}", f.words);
+        assert!(
+            f.advice.flags.iter().any(|s| s.name == "-C"),
+            "{:?}",
+            f.advice
+        );
+        assert!(
+            found(&h, &[lossy(200_000.0)], 172e6).is_none(),
+            "a queue on the path"
+        );
+        assert!(
+            found(&h, &[lossy(61_000.0)], 2e9).is_none(),
+            "near the window's rate"
+        );
+        h.congestion = "bbr".into();
+        assert!(found(&h, &[lossy(61_000.0)], 172e6).is_none(), "bbr");
     }
 
     #[test]

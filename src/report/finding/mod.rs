@@ -16,7 +16,7 @@ mod stalls;
 pub use drops::{KernelDrops, TcpMemory, UdpKernelDrops, UdpReceiverDrops};
 pub use queue::{Bdp, BlockWait, BlockWrite, PacedBelowPath, QueueBeyondBuffers};
 pub use queue::{StandingQueue, WindowAboveBdp, WindowNotTheCause, WriteTimeNotQueue};
-pub use retransmits::{ConcentratedRetransmits, ManyRetransmits};
+pub use retransmits::{ConcentratedRetransmits, LossLimited, ManyRetransmits};
 pub use senders::{LongDrain, UdpSenderShort};
 pub use shares::UnfairShares;
 pub use stalls::{MoreStalledStreams, Stalls, Starvation, StreamStall, TestStall};
@@ -77,6 +77,8 @@ pub enum Kind {
     ManyRetransmits(ManyRetransmits),
     /// Most retransmits in a quarter of the streams or fewer.
     ConcentratedRetransmits(ConcentratedRetransmits),
+    /// Loss holds a loss-based congestion control far below its window.
+    LossLimited(LossLimited),
     /// Streams that read nothing in intervals in which others did.
     Starvation(Starvation),
     /// Segments discarded by the receiving kernel, TCP memory pressure or limits.
@@ -132,6 +134,7 @@ kinds!(
     WindowAboveBdp,
     ManyRetransmits,
     ConcentratedRetransmits,
+    LossLimited,
     Starvation,
     KernelDrops,
     UdpReceiverDrops,
