@@ -189,6 +189,46 @@ impl RateUnit {
     }
 }
 
+/// `--cntl-ka[=IDLE/INTV/CNT]`: keepalive probes after IDLE seconds of silence, INTV
+/// seconds apart, CNT of them; each left out is the system's (`net.ipv4.tcp_keepalive_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keepalive {
+    pub idle: Option<std::time::Duration>,
+    pub interval: Option<std::time::Duration>,
+    pub count: Option<u32>,
+}
+
+impl Keepalive {
+    /// iperf3's `IDLE/INTV/CNT` (whole seconds; each may be empty, and 0 is the system's),
+    /// refused as iperf3 refuses it when IDLE is not above CNT × INTV.
+    pub fn parse(text: &str) -> Result<Keepalive, String> {
+        let mut fields = text.splitn(3, '/').map(str::trim);
+        let mut next = |what: &str| -> Result<Option<u32>, String> {
+            match fields.next().filter(|f| !f.is_empty()) {
+                None => Ok(None),
+                Some(f) => f
+                    .parse::<u32>()
+                    .map(|v| (v > 0).then_some(v))
+                    .map_err(|_| format!("'{text}': {what} must be whole seconds (IDLE/INTV/CNT)")),
+            }
+        };
+        let secs = |v: Option<u32>| v.map(|s| std::time::Duration::from_secs(u64::from(s)));
+        let (idle, interval, count) = (next("IDLE")?, next("INTV")?, next("CNT")?);
+        if let Some(idle) = idle
+            && u64::from(idle) <= u64::from(count.unwrap_or(0)) * u64::from(interval.unwrap_or(0))
+        {
+            return Err(format!(
+                "'{text}': IDLE must be more than CNT × INTV (probes would overlap)"
+            ));
+        }
+        Ok(Keepalive {
+            idle: secs(idle),
+            interval: secs(interval),
+            count,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -195,6 +195,8 @@ pub struct ClientConfig {
     pub peer: crate::choices::Peer,
     /// `--username` and `--rsa-public-key-path`: iperf3's credentials for its server.
     pub iperf3_auth: Option<crate::iperf3::auth::Credentials>,
+    /// `--snd-timeout` and `--cntl-ka`: this end's own socket options.
+    pub sockets: crate::os::net::HostSockets,
 }
 
 impl ClientConfig {
@@ -239,6 +241,7 @@ impl ClientConfig {
             engine: Engine::Threads,
             auth: None,
             iperf3_auth: None,
+            sockets: Default::default(),
         })
     }
 }
@@ -276,6 +279,12 @@ pub struct ServerConfig {
     /// `--format iperf3-json`: each iperf3 client's test as `iperf3 -s -J` writes it, on
     /// stdout.
     pub iperf3_documents: bool,
+    /// `-D`: run in the background once listening.
+    pub daemon: bool,
+    /// `-I`: the file the server's process ID is written to, removed when it exits.
+    pub pidfile: Option<std::path::PathBuf>,
+    /// `--snd-timeout` and `--cntl-ka`: set on the listeners, so every connection has them.
+    pub sockets: crate::os::net::HostSockets,
 }
 
 impl ServerConfig {
@@ -325,6 +334,9 @@ impl ServerConfig {
             idle_timeout: None,
             log: LogOutput::default(),
             iperf3_documents: false,
+            daemon: false,
+            pidfile: None,
+            sockets: Default::default(),
         }
     }
 }
@@ -380,6 +392,7 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     cfg.engine = args.engine;
     cfg.auth = client_auth(args)?;
     cfg.iperf3_auth = crate::iperf3::auth::credentials(args).map_err(usage)?;
+    cfg.sockets = host_sockets(args);
     cfg.check_engine()?;
     Ok(Mode::Client(Box::new(cfg)))
 }
@@ -485,7 +498,21 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         idle_timeout: args.idle_timeout,
         log: server_log(args)?,
         iperf3_documents: format == Format::Iperf3Json,
+        daemon: args.daemon,
+        pidfile: args.pidfile.clone(),
+        sockets: host_sockets(args),
     })
+}
+
+/// `--snd-timeout` (0: the system's) and `--cntl-ka`.
+fn host_sockets(args: &Args) -> crate::os::net::HostSockets {
+    crate::os::net::HostSockets {
+        user_timeout: args
+            .snd_timeout
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis),
+        keepalive: args.cntl_ka,
+    }
 }
 
 /// `--max-streams`, `--max-duration`, `--max-window`, `--max-rate` and `--no-udp`: the
@@ -516,6 +543,7 @@ fn server_limits(args: &Args) -> Result<Limits> {
         max_rate_bps: args.max_rate,
         udp: !args.no_udp,
         server: true,
+        total_rate: args.server_bitrate_limit,
         ..Limits::PROTOCOL
     })
 }

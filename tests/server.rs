@@ -1506,7 +1506,7 @@ fn iperf3_server_error(c: &mut TcpStream, since: Instant) -> (i32, Duration) {
 }
 
 /// Over iperf3's protocol too: a client that asks for 1 s and never sends TEST_END,
-/// trickling a byte at a time, is cut (iperf3's code 37) at its run time and drain; one
+/// trickling a byte at a time, is cut (iperf3's code 160) at its run time and drain; one
 /// that asks for 10 Mbit/s under `--max-rate 10M` and sends at once all it can is cut
 /// (code 27) within a second. Each is logged among refusals, and a real client is served.
 #[test]
@@ -1517,7 +1517,7 @@ fn an_iperf3_client_past_its_end_or_its_rate_is_cut() {
     let t0 = Instant::now();
     let _trickle = keep_writing(data, 1, Duration::from_millis(100));
     let (code, after) = iperf3_server_error(&mut c, t0);
-    assert_eq!(code, 37, "IEMAXSERVERTESTDURATIONEXCEEDED");
+    assert_eq!(code, 160, "IESERVERTESTDURATIONEXPIRED");
     assert!(after < Duration::from_secs(3), "cut {after:?} in");
     let line = server.wait_for_log("the test ran past its end", LIMIT);
     assert!(line.contains("refused client 127.0.0.1:"), "{line}");

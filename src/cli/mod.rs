@@ -353,8 +353,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "--debug",
         "the report and the server's log say what happened",
     ),
-    ("-D", "--daemon", "run `pinperf -s` under systemd or nohup"),
-    ("-I", "--pidfile", "run `pinperf -s` under systemd"),
     (
         "",
         "--json-stream",
@@ -387,17 +385,8 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     (
         "",
         "--rcv-timeout",
-        "pinperf ends a stalled test by its own deadlines",
-    ),
-    (
-        "",
-        "--snd-timeout",
-        "pinperf ends a stalled test by its own deadlines",
-    ),
-    (
-        "",
-        "--cntl-ka",
-        "pinperf's control connection has its own deadlines",
+        "pinperf's receivers fail a test 10 s after its end with nothing arriving (a fixed \
+         deadline); during the test a stream at 0 is reported as starved, not cut",
     ),
     ("", "--pacing-timer", "pinperf paces -b with its own timer"),
     (
@@ -409,11 +398,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "",
         "--server-max-duration",
         "a pinperf server refuses longer tests with --max-duration SECS",
-    ),
-    (
-        "",
-        "--server-bitrate-limit",
-        "a pinperf server limits each stream's -b with --max-rate RATE",
     ),
 ];
 
@@ -839,6 +823,36 @@ pub struct Args {
     #[arg(long, value_name = "FORMAT", default_value = "text",
           value_parser = ["text", "json"], help_heading = "Server")]
     pub log_format: String,
+
+    /// The highest total rate of a test's streams (sent and received), averaged over SECS
+    /// (default 5; 0: the whole test so far), as iperf3's: a test asking for more (-b times
+    /// -P) is refused, one that moves more is ended.
+    #[arg(long, value_name = "RATE[/SECS]", value_parser = crate::wire::params::TotalRate::parse,
+          help_heading = "Server")]
+    pub server_bitrate_limit: Option<crate::wire::params::TotalRate>,
+
+    /// Run in the background (a daemon) once listening: the command returns, stdio go to
+    /// /dev/null (log with --logfile).
+    #[arg(short = 'D', long, help_heading = "Server")]
+    pub daemon: bool,
+
+    /// Write the server's process ID to FILE, removed when it exits.
+    #[arg(short = 'I', long, value_name = "FILE", help_heading = "Server")]
+    pub pidfile: Option<PathBuf>,
+
+    /// TCP_USER_TIMEOUT on this end's control and data connections, in milliseconds, as
+    /// iperf3's: how long sent data may go unacknowledged before the connection fails (0:
+    /// the system's).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=86_400_000),
+          help_heading = "Connection")]
+    pub snd_timeout: Option<u64>,
+
+    /// TCP keepalive on this end's control connections, as iperf3's: probes after IDLE
+    /// seconds of silence, INTV apart, CNT of them (each may be left out: the system's).
+    #[arg(long, value_name = "IDLE/INTV/CNT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = crate::choices::Keepalive::parse,
+          help_heading = "Connection")]
+    pub cntl_ka: Option<crate::choices::Keepalive>,
 
     // ---- authentication (client) ----
     /// Authenticate as USER (the server has --auth-keys); the secret comes from

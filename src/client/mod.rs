@@ -178,6 +178,7 @@ fn connect_control(cfg: &ClientConfig) -> Result<(std::net::TcpStream, SocketAdd
     stream
         .set_nodelay(true)
         .op(|| "set TCP_NODELAY on the control connection".into())?;
+    cfg.sockets.apply_control(socket2::SockRef::from(&stream))?;
     let local = stream.local_addr().op(|| "read local address".into())?;
     Ok((stream, local))
 }
@@ -545,7 +546,10 @@ fn connect_streams(
     let n = usize::from(cfg.test.streams);
     // Data connections, window set before connect().
     let data_addr = SocketAddr::new(peer.ip(), accept.data_port);
-    let opts = net::SocketOpts::of(&cfg.test);
+    let opts = net::SocketOpts {
+        user_timeout: cfg.sockets.user_timeout,
+        ..net::SocketOpts::of(&cfg.test)
+    };
     let mut local_window = None;
     let mut socks = Vec::with_capacity(cfg.test.threads());
     for (k, &reverse) in cfg.test.direction().reversed().iter().enumerate() {

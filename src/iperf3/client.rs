@@ -380,7 +380,10 @@ fn tcp_streams(
 )> {
     let test = &cfg.test;
     let n = usize::from(test.streams.max(1));
-    let opts = net::SocketOpts::of(test);
+    let opts = net::SocketOpts {
+        user_timeout: cfg.sockets.user_timeout,
+        ..net::SocketOpts::of(test)
+    };
     let mut socks = Vec::with_capacity(test.threads());
     let mut dups = Vec::new();
     let mut local_window = None;

@@ -102,6 +102,7 @@ pub const IESTREAMLISTEN: i32 = 202;
 pub const IESTREAMACCEPT: i32 = 204;
 pub const IETOTALRATE: i32 = 27;
 pub const IEMAXSERVERTESTDURATIONEXCEEDED: i32 = 37;
+pub const IESERVERTESTDURATIONEXPIRED: i32 = 160;
 pub const IEPROTOCOL: i32 = 131;
 pub const IESETTOS: i32 = 125;
 pub const IESETCONGESTION: i32 = 134;
@@ -141,7 +142,8 @@ pub fn error_words(code: i32) -> String {
         8 => "socket buffer size too large",
         13 => "not yet implemented",
         27 => "total required bandwidth is larger than the server's limit",
-        37 => "the test ran longer than the server allows",
+        37 => "client's requested duration exceeds the server's maximum permitted limit",
+        160 => "server test duration expired",
         102 => "the server could not listen for connections",
         114 => "the server could not receive the parameters",
         131 => "protocol does not exist",
@@ -664,6 +666,13 @@ fn size(v: Option<f64>, flag: &str, code: i32) -> std::result::Result<Option<u64
 /// opens with.
 pub fn code_for(reason: &str) -> i32 {
     let flag = reason.split([' ', ':']).next().unwrap_or("");
+    // A server's own limits have iperf3's codes for its server's options.
+    if reason.contains("--max-duration") {
+        return IEMAXSERVERTESTDURATIONEXCEEDED;
+    }
+    if reason.contains("--server-bitrate-limit") {
+        return IETOTALRATE;
+    }
     match flag {
         "-P" => IENUMSTREAMS,
         "-t" | "-O" | "-t/-i" => IEDURATION,
@@ -1139,6 +1148,16 @@ mod tests {
         assert_eq!(code_for(&mss(20, "the kernel takes no less")), IESETMSS);
         assert_eq!(code_for(&mss(9999, "iperf3's largest")), IEMSS);
         assert_eq!(code_for("something else"), IEUNIMP);
+        // A server's own limits: iperf3's codes for --server-max-duration and
+        // --server-bitrate-limit.
+        let longer = "-t 30: duration must be 0.1 to 10 seconds (this server's --max-duration)";
+        assert_eq!(code_for(longer), IEMAXSERVERTESTDURATIONEXCEEDED);
+        let omit = "-O 5: the omitted seconds plus -t 9 exceed 10 seconds (this server's \
+                    --max-duration)";
+        assert_eq!(code_for(omit), IEMAXSERVERTESTDURATIONEXCEEDED);
+        let total = "--fq-rate 2G: 1 stream(s) at it, 2G in all, more than 1G (this server's \
+                     --server-bitrate-limit)";
+        assert_eq!(code_for(total), IETOTALRATE);
     }
 
     /// iperf3's `num`, `blockcount` (with `time` 0) and `burst`, both ways.

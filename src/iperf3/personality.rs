@@ -213,23 +213,32 @@ pub struct Iperf3Args {
     /// PKCS#1 v1.5 padding for the credentials, for peers before iperf3 3.17.
     #[arg(long)]
     pub use_pkcs1_padding: bool,
+    /// Server: run as a daemon.
+    #[arg(short = 'D', long)]
+    pub daemon: bool,
+    /// Write the server's PID to FILE (removed at exit).
+    #[arg(short = 'I', long, value_name = "FILE")]
+    pub pidfile: Option<String>,
+    /// Debugging output (here: -V's detail in text; documents are unchanged).
+    #[arg(short = 'd', long, value_name = "LEVEL", num_args = 0..=1, require_equals = true)]
+    pub debug: Option<Option<String>>,
+    /// Server: the longest test (-t plus -O) a client may ask for, seconds (0: no limit).
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub server_max_duration: Option<String>,
+    /// Server: the highest total rate of a test, averaged over SECS (default 5).
+    #[arg(long, value_name = "RATE[/SECS]")]
+    pub server_bitrate_limit: Option<String>,
+    /// TCP_USER_TIMEOUT on this end's connections, in milliseconds.
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub snd_timeout: Option<String>,
+    /// TCP keepalive on the control connection: IDLE/INTV/CNT seconds, each optional.
+    #[arg(long, value_name = "IDLE/INTV/CNT", num_args = 0..=1, require_equals = true)]
+    pub cntl_ka: Option<Option<String>>,
 }
 
 /// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
 /// than taken and ignored.
-const NOT_YET: &[&str] = &[
-    "-D",
-    "--daemon",
-    "-I",
-    "--pidfile",
-    "-d",
-    "--debug",
-    "--rcv-timeout",
-    "--snd-timeout",
-    "--cntl-ka",
-    "--server-max-duration",
-    "--server-bitrate-limit",
-];
+const NOT_YET: &[&str] = &["--rcv-timeout"];
 
 /// iperf3's SCTP flags: refused in the words of an iperf3 built without SCTP.
 const SCTP: &[&str] = &["--sctp", "-X", "--xbind", "--nstreams"];
@@ -295,6 +304,8 @@ impl Iperf3Args {
         out.extend(["-p".into(), self.port.to_string()]);
         self.same_meaning(&mut out);
         self.converted(&mut out)?;
+        self.server_side(&mut out)?;
+        self.socket_flags(&mut out);
         self.sockets(&mut out);
         self.quietly_ours(&mut out);
         Ok(out)
@@ -576,6 +587,75 @@ fn affinity(a: &str, server: bool) -> Result<String, String> {
     }
 }
 
+impl Iperf3Args {
+    /// `-D`, `-I`, `-d`, `--server-max-duration` and `--server-bitrate-limit`.
+    fn server_side(&self, out: &mut Vec<String>) -> Result<(), String> {
+        let server_only = [
+            (self.daemon, "-D"),
+            (self.server_max_duration.is_some(), "--server-max-duration"),
+            (
+                self.server_bitrate_limit.is_some(),
+                "--server-bitrate-limit",
+            ),
+        ];
+        if let Some((_, flag)) = server_only.iter().find(|(set, _)| *set && !self.server) {
+            return Err(format!(
+                "{flag}: a server option (-s); some option you are trying to set is server only"
+            ));
+        }
+        if self.daemon {
+            out.push("-D".into());
+        }
+        match &self.pidfile {
+            Some(f) if self.server => out.extend(["-I".into(), f.clone()]),
+            Some(f) => {
+                return Err(format!(
+                    "-I {f}: pinperf writes a pidfile for a server (-s) only"
+                ));
+            }
+            None => {}
+        }
+        // iperf3's debug lines go to stdout among its text; here -V's detail does, and a
+        // document (-J, --json-stream) stays one document.
+        if self.debug.is_some() && !self.verbose {
+            out.push("-V".into());
+        }
+        if let Some(secs) = &self.server_max_duration {
+            out.extend(["--max-duration".into(), max_duration(secs)?]);
+        }
+        if let Some(limit) = &self.server_bitrate_limit {
+            out.extend(["--server-bitrate-limit".into(), limit.clone()]);
+        }
+        Ok(())
+    }
+}
+
+impl Iperf3Args {
+    /// `--snd-timeout` and `--cntl-ka`: pinperf's flags of the same names and meaning.
+    fn socket_flags(&self, out: &mut Vec<String>) {
+        if let Some(ms) = &self.snd_timeout {
+            out.extend(["--snd-timeout".into(), ms.clone()]);
+        }
+        match &self.cntl_ka {
+            Some(Some(ka)) => out.push(format!("--cntl-ka={ka}")),
+            Some(None) => out.push("--cntl-ka".into()),
+            None => {}
+        }
+    }
+}
+
+/// `--server-max-duration`: iperf3's whole seconds, 0 (its default) for no limit.
+fn max_duration(secs: &str) -> Result<String, String> {
+    let longest = Limits::PROTOCOL.max_duration.as_secs();
+    match secs.trim().parse::<u64>() {
+        Ok(0) => Ok(longest.to_string()),
+        Ok(s) if s <= longest => Ok(s.to_string()),
+        _ => Err(format!(
+            "--server-max-duration {secs}: whole seconds, 0 to {longest} (0: no limit)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -697,6 +777,69 @@ mod tests {
                 native(&argv),
                 Err("only one test end condition (-t, -n, -k) may be specified".into())
             );
+        }
+    }
+
+    /// The server's iperf3 flags in pinperf's: `-D`, `-I`, `-d` (as `-V`), iperf3's
+    /// seconds for `--server-max-duration` (0: no limit) and `--server-bitrate-limit`.
+    #[test]
+    fn server_flags_become_pinperfs() {
+        let longest = Limits::PROTOCOL.max_duration.as_secs().to_string();
+        for (args, want) in [
+            (&["-s", "-D", "-I", "/run/p.pid"][..], "-D -I /run/p.pid"),
+            (&["-s", "--daemon", "--pidfile=p"], "-D -I p"),
+            (&["-s", "--server-max-duration", "30"], "--max-duration 30"),
+            (
+                &["-s", "--server-max-duration", "0"],
+                &*format!("--max-duration {longest}"),
+            ),
+            (
+                &["-s", "--server-bitrate-limit", "1G/2"],
+                "--server-bitrate-limit 1G/2",
+            ),
+            (&["-c", "h", "-d"], "-V"),
+            (&["-c", "h", "--debug=2", "-J"], "-V"),
+            (
+                &["-c", "h", "--snd-timeout", "5000", "--cntl-ka=30/5/3"],
+                "--snd-timeout 5000 --cntl-ka=30/5/3",
+            ),
+            (&["-s", "--cntl-ka"], "-s -p 5201 --cntl-ka"),
+        ] {
+            let line = native(args).unwrap().join(" ");
+            assert!(line.ends_with(want), "{args:?}: {line}");
+        }
+        let json = native(&["-c", "h", "-d", "-J"]).unwrap().join(" ");
+        assert!(json.contains("--format iperf3-json"), "{json}");
+    }
+
+    /// Server-only flags on a client, and values iperf3 refuses, name the flag.
+    #[test]
+    fn server_flags_out_of_place_are_refused_by_name() {
+        for (args, start) in [
+            (&["-c", "h", "-D"][..], "-D: a server option"),
+            (
+                &["-c", "h", "--server-max-duration", "5"],
+                "--server-max-duration: a server",
+            ),
+            (
+                &["-c", "h", "--server-bitrate-limit", "1M"],
+                "--server-bitrate-limit: a server",
+            ),
+            (
+                &["-c", "h", "-I", "f"],
+                "-I f: pinperf writes a pidfile for a server",
+            ),
+            (
+                &["-s", "--server-max-duration", "-1"],
+                "--server-max-duration -1: whole",
+            ),
+            (
+                &["-s", "--server-max-duration", "86401"],
+                "--server-max-duration 86401: whole",
+            ),
+        ] {
+            let e = native(args).unwrap_err();
+            assert!(e.starts_with(start), "{args:?}: {e}");
         }
     }
 

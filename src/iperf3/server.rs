@@ -158,7 +158,8 @@ pub(crate) fn run_test(
     ctl.send_state(super::TEST_START)?;
     let cpu = CpuMark::now();
     let t0 = Instant::now();
-    let mut bounds = Bounds::new(t0, test, rtt, cfg.limits.max_rate_bps, sockets);
+    let mut bounds = Bounds::new(t0, test, rtt, cfg.limits.max_rate_bps, sockets)
+        .with_total_rate(cfg.limits.total_rate);
     ends.start(t0);
     slot.running();
     ctl.send_state(super::TEST_RUNNING)?;
@@ -430,9 +431,10 @@ impl Watched<'_> {
             }
         }
         let cut = self.bounds.check(Instant::now(), &received, moved)?;
-        let code = match cut.to_string().contains("--max-rate") {
+        let text = cut.to_string();
+        let code = match text.contains("--max-rate") || text.contains("--server-bitrate-limit") {
             true => super::IETOTALRATE,
-            false => super::IEMAXSERVERTESTDURATIONEXCEEDED,
+            false => super::IESERVERTESTDURATIONEXPIRED,
         };
         let _ = ctl.send_server_error(code, 0);
         Some(cut)

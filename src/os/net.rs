@@ -40,6 +40,8 @@ pub struct SocketOpts {
     pub mss: Option<u32>,
     /// `-N`: `TCP_NODELAY` (TCP only).
     pub no_delay: bool,
+    /// `--snd-timeout`: `TCP_USER_TIMEOUT`, this end's own choice ([`HostSockets`]).
+    pub user_timeout: Option<Duration>,
     /// `--dont-fragment`: DF on IPv4 UDP datagrams.
     pub dont_fragment: bool,
 }
@@ -54,6 +56,7 @@ impl SocketOpts {
             tos: test.tos,
             mss: test.mss(),
             no_delay: test.no_delay(),
+            user_timeout: None,
             dont_fragment: test.dont_fragment && test.udp,
         }
     }
@@ -63,6 +66,7 @@ impl SocketOpts {
     pub fn echo(&self) -> SocketOpts {
         SocketOpts {
             tos: self.tos,
+            user_timeout: self.user_timeout,
             ..SocketOpts::default()
         }
     }
@@ -84,6 +88,9 @@ impl SocketOpts {
             sock.set_tcp_nodelay(true)
                 .map_err(|e| Error::Usage(format!("-N: set TCP_NODELAY: {e}")))?;
         }
+        if self.user_timeout.is_some() {
+            set_user_timeout(sock, self.user_timeout)?;
+        }
         // IPv4 only, as iperf3's: an IPv6 datagram is never fragmented on the way.
         if self.dont_fragment && sock.domain().is_ok_and(|d| d == Domain::IPV4) {
             crate::os::sys::set_dont_fragment(sock.as_fd())
@@ -91,6 +98,49 @@ impl SocketOpts {
         }
         Ok(())
     }
+}
+
+/// What this end sets on its own TCP connections whatever the test, as iperf3's
+/// `--snd-timeout` and `--cntl-ka` do: each end chooses its own, nothing goes to the peer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostSockets {
+    /// `--snd-timeout`: `TCP_USER_TIMEOUT` on control and data connections (how long
+    /// sent data may stay unacknowledged before the connection fails).
+    pub user_timeout: Option<Duration>,
+    /// `--cntl-ka`: TCP keepalive on control connections.
+    pub keepalive: Option<Keepalive>,
+}
+
+pub use crate::choices::Keepalive;
+
+impl HostSockets {
+    /// On a control connection (or a listener whose connections inherit it): both.
+    pub fn apply_control(&self, sock: socket2::SockRef<'_>) -> Result<()> {
+        if self.user_timeout.is_some() {
+            set_user_timeout(&sock, self.user_timeout)?;
+        }
+        if let Some(k) = self.keepalive {
+            let mut params = socket2::TcpKeepalive::new();
+            if let Some(idle) = k.idle {
+                params = params.with_time(idle);
+            }
+            if let Some(interval) = k.interval {
+                params = params.with_interval(interval);
+            }
+            if let Some(count) = k.count {
+                params = params.with_retries(count);
+            }
+            sock.set_tcp_keepalive(&params)
+                .map_err(|e| Error::Usage(format!("--cntl-ka: set TCP keepalive: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// `TCP_USER_TIMEOUT` (`--snd-timeout`).
+fn set_user_timeout(sock: &Socket, timeout: Option<Duration>) -> Result<()> {
+    sock.set_tcp_user_timeout(timeout)
+        .map_err(|e| Error::Usage(format!("--snd-timeout: set TCP_USER_TIMEOUT: {e}")))
 }
 
 /// Where a client's connections come from and what they are: `-B`'s address and
@@ -839,5 +889,86 @@ mod tests {
         guard.disarm();
         drop(guard);
         assert_eq!(socket2::SockRef::from(&b).linger().unwrap(), None);
+    }
+
+    /// `--cntl-ka`'s IDLE/INTV/CNT as iperf3 reads them: each optional, 0 the system's,
+    /// IDLE above CNT × INTV.
+    #[test]
+    fn keepalive_reads_as_iperf3s() {
+        let s = |v: u64| Some(Duration::from_secs(v));
+        for (text, want) in [
+            ("", Ok((None, None, None))),
+            ("30", Ok((s(30), None, None))),
+            ("30/5/3", Ok((s(30), s(5), Some(3)))),
+            ("/5/", Ok((None, s(5), None))),
+            ("0/0/4", Ok((None, None, Some(4)))),
+            ("15/5/3", Err("'15/5/3': IDLE must be more than CNT × INTV")),
+            ("a/1", Err("'a/1': IDLE must be whole seconds")),
+            ("9/-1", Err("'9/-1': INTV must be whole seconds")),
+        ] {
+            let got = Keepalive::parse(text).map(|k| (k.idle, k.interval, k.count));
+            match (got, want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, w, "{text}"),
+                (Err(e), Err(w)) => assert!(e.starts_with(w), "{text}: {e}"),
+                (g, w) => panic!("{text}: {g:?}, want {w:?}"),
+            }
+        }
+    }
+
+    /// `--snd-timeout` and `--cntl-ka` on a real connection, read back: set on a listener
+    /// (as the server sets them), its accepted connection has them; set on a connected
+    /// socket (as the client does), so has it.
+    #[test]
+    fn host_socket_options_are_set_and_inherited() {
+        let host = HostSockets {
+            user_timeout: Some(Duration::from_millis(5000)),
+            keepalive: Keepalive::parse("30/5/3").ok(),
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        host.apply_control(socket2::SockRef::from(&listener))
+            .unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        host.apply_control(socket2::SockRef::from(&client)).unwrap();
+        for (name, sock) in [("accepted", &accepted), ("client", &client)] {
+            let s = socket2::SockRef::from(sock);
+            assert_eq!(
+                s.tcp_user_timeout().unwrap(),
+                Some(Duration::from_secs(5)),
+                "{name}"
+            );
+            assert!(s.keepalive().unwrap(), "{name}");
+            assert_eq!(
+                s.tcp_keepalive_time().unwrap(),
+                Duration::from_secs(30),
+                "{name}"
+            );
+            assert_eq!(
+                s.tcp_keepalive_interval().unwrap(),
+                Duration::from_secs(5),
+                "{name}"
+            );
+            assert_eq!(s.tcp_keepalive_retries().unwrap(), 3, "{name}");
+        }
+        // Without them, nothing is set (the system's defaults stay).
+        let plain = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        HostSockets::default()
+            .apply_control(socket2::SockRef::from(&plain))
+            .unwrap();
+        let p = socket2::SockRef::from(&plain);
+        assert_eq!(p.tcp_user_timeout().unwrap(), None);
+        assert!(!p.keepalive().unwrap());
+        // A data socket's options carry the user timeout alone.
+        let data = SocketOpts {
+            user_timeout: host.user_timeout,
+            ..SocketOpts::default()
+        };
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        data.apply(&sock).unwrap();
+        assert_eq!(
+            sock.tcp_user_timeout().unwrap(),
+            Some(Duration::from_secs(5))
+        );
+        assert!(!sock.keepalive().unwrap());
     }
 }

@@ -269,6 +269,22 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Detaches the process as daemon(3) does: the parent exits 0, the child runs on in a
+/// new session with stdin, stdout and stderr on /dev/null, in the same directory. Only the
+/// calling thread goes on in the child: call it before any other thread starts.
+pub fn daemonize() -> io::Result<()> {
+    nix::unistd::daemon(true, false).map_err(io::Error::from)
+}
+
+/// True when a process `pid` exists (signal 0 reaches it, or it is another user's).
+pub fn process_exists(pid: i32) -> bool {
+    let pid = nix::unistd::Pid::from_raw(pid);
+    matches!(
+        nix::sys::signal::kill(pid, None),
+        Ok(()) | Err(nix::errno::Errno::EPERM)
+    )
+}
+
 /// Opens the TUN device `name` (created if absent) in the calling thread's network
 /// namespace, packets without a protocol-info prefix, non-blocking.
 pub fn tun_open(name: &str) -> io::Result<std::os::fd::OwnedFd> {

@@ -225,6 +225,10 @@ impl Acceptor {
             let changed;
             (listener, self.listening.window, changed) =
                 relisten(listener, v6_only, self.listening.window, wanted.window)?;
+            // The listener's connections inherit --snd-timeout and --cntl-ka.
+            self.cfg
+                .sockets
+                .apply_control(socket2::SockRef::from(&listener))?;
             self.listening.mss = None;
             outcome = changed.map_err(|e| e.to_string());
         }

@@ -1,8 +1,9 @@
 //! What a server holds a running test to, whatever its client asked for: an end (the run
-//! time and a bounded drain, [`timeouts::drain`]) and `--max-rate` on the bytes that
-//! arrive. Both protocols' servers look at it while they watch a test; a test past either
+//! time and a bounded drain, [`timeouts::drain`]), `--max-rate` on the bytes that
+//! arrive, and `--server-bitrate-limit` on all the bytes its streams move. Both protocols' servers look at it while they watch a test; a test past either
 //! fails with [`Error::Exceeded`], which the log counts among refusals.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::timeouts;
 use crate::units;
+use crate::wire::params::TotalRate;
 
 /// How far above `--max-rate` a stream's average may run before it is cut: a paced
 /// sender's average sits on its rate; 10 % is far above any clock's disagreement.
@@ -19,6 +21,10 @@ const RATE_MARGIN: f64 = 1.10;
 /// The burst a stream may run ahead of `--max-rate`, as time at the rate (and two blocks
 /// more, for a paced sender's first writes).
 const RATE_BURST: Duration = Duration::from_millis(500);
+
+/// The shortest span `--server-bitrate-limit RATE/0` (the whole test so far) averages
+/// over: iperf3 looks once per second.
+const TOTAL_MIN_SPAN: Duration = Duration::from_secs(1);
 
 /// Each stream's bytes so far, as its reporter's cutter counted them, set batch by batch:
 /// what the watcher checks `--max-rate` and the drain's rate against.
@@ -62,6 +68,9 @@ pub(crate) struct Bounds {
     /// The drain so far: what the sockets may hold, and their progress (bytes read and
     /// acknowledged) at the run time's end and at the last look.
     drain: Option<Drain>,
+    /// `--server-bitrate-limit`, and the bytes moved at the looks within its window (the
+    /// oldest at least the window's age), oldest first.
+    total: Option<(TotalRate, VecDeque<(Instant, u64)>)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -90,7 +99,14 @@ impl Bounds {
             sockets,
             end: None,
             drain: None,
+            total: None,
         }
+    }
+
+    /// Holds the test to `--server-bitrate-limit` too.
+    pub(crate) fn with_total_rate(mut self, limit: Option<TotalRate>) -> Bounds {
+        self.total = limit.map(|l| (l, VecDeque::from([(self.t0, 0)])));
+        self
     }
 
     /// Why the test must stop now, or None while it is within bounds. `received` is each
@@ -115,6 +131,9 @@ impl Bounds {
                     units::mbps(bytes, secs)
                 )));
             }
+        }
+        if let Some(cut) = self.check_total(now, moved) {
+            return Some(cut);
         }
         if elapsed < self.run_time {
             return None;
@@ -147,6 +166,38 @@ impl Bounds {
             "the test ran past its end: it was given {why}; cut {:.2} s in",
             elapsed.as_secs_f64()
         )))
+    }
+
+    /// `--server-bitrate-limit`: the bytes moved over its window (the whole test so far,
+    /// at least [`TOTAL_MIN_SPAN`]) averaging more than it; nothing is judged before a
+    /// whole window has passed, as iperf3 judges.
+    fn check_total(&mut self, now: Instant, moved: u64) -> Option<Error> {
+        let (limit, seen) = self.total.as_mut()?;
+        seen.push_back((now, moved));
+        let over = limit
+            .over
+            .unwrap_or_else(|| now.saturating_duration_since(self.t0).max(TOTAL_MIN_SPAN));
+        while seen
+            .get(1)
+            .is_some_and(|&(t, _)| now.saturating_duration_since(t) >= over)
+        {
+            seen.pop_front();
+        }
+        let &(from, base) = seen.front()?;
+        let span = now.saturating_duration_since(from);
+        if span < over || span.is_zero() {
+            return None;
+        }
+        let bps = moved.saturating_sub(base) as f64 * 8.0 / span.as_secs_f64();
+        (bps > limit.bps as f64).then(|| {
+            Error::Exceeded(format!(
+                "the test's streams moved {:.1} Mbit/s together over {:.2} s, more than \
+                 --server-bitrate-limit {}",
+                bps / 1e6,
+                span.as_secs_f64(),
+                units::format_rate(limit.bps)
+            ))
+        })
     }
 
     /// At the run time's end: the drain the test is given, from its sockets' buffers, the
@@ -242,6 +293,47 @@ mod tests {
                 .starts_with("stream-1 exceeded --max-rate 8M per stream: 2702001 bytes"),
             "{e}"
         );
+    }
+
+    /// `--server-bitrate-limit`: judged once a whole window has passed, on the bytes moved
+    /// within the last window (or, with `/0`, since the start, after a second).
+    #[test]
+    fn a_test_past_the_total_rate_is_cut() {
+        let limited = |text| {
+            let b = bounds(None, 30.0);
+            let t0 = b.t0;
+            let at = move |ms| t0 + Duration::from_millis(ms);
+            (
+                b.with_total_rate(crate::wire::params::TotalRate::parse(text).ok()),
+                at,
+            )
+        };
+        // 8 Mbit/s over 2 s: 2 MB may move in any 2 s. 3 MB in the first second is not
+        // judged before 2 s; then it is 12 Mbit/s, and cut.
+        let (mut b, at) = limited("8M/2");
+        assert!(b.check(at(1000), &[], 3_000_000).is_none());
+        assert!(b.check(at(1900), &[], 3_000_000).is_none());
+        let e = b.check(at(2000), &[], 3_000_000).expect("cut").to_string();
+        assert!(
+            e.contains(
+                "moved 12.0 Mbit/s together over 2.00 s, more than --server-bitrate-limit 8M"
+            ),
+            "{e}"
+        );
+        // The window slides: 1.9 MB in the last 2 s passes, 4.1 MB is cut.
+        let (mut b, at) = limited("8M/2");
+        assert!(b.check(at(1000), &[], 1_000_000).is_none());
+        assert!(b.check(at(2000), &[], 2_000_000).is_none());
+        assert!(b.check(at(3000), &[], 2_900_000).is_none());
+        assert!(b.check(at(4000), &[], 6_100_000).is_some(), "4.1 MB in 2 s");
+        // /0: the whole test so far, judged after a second.
+        let (mut b, at) = limited("8M/0");
+        assert!(
+            b.check(at(500), &[], 5_000_000).is_none(),
+            "before a second"
+        );
+        assert!(b.check(at(3000), &[], 3_000_000).is_none(), "1 MB/s");
+        assert!(b.check(at(4000), &[], 4_100_000).is_some(), "8.2 Mbit/s");
     }
 
     /// Past the run time, the test is given the drain its sockets allow and then cut.

@@ -37,6 +37,7 @@ pub mod auth;
 pub(crate) mod bounds;
 mod control;
 mod handshake;
+mod pidfile;
 pub(crate) mod relisten;
 pub(crate) mod serverlog;
 pub(crate) mod shared;
@@ -107,6 +108,9 @@ impl Server {
                 other => other?,
             },
         };
+        // Accepted connections inherit --snd-timeout and --cntl-ka from the listener.
+        cfg.sockets
+            .apply_control(socket2::SockRef::from(&listener))?;
         // Every TCP test listens on --data-port: one taken by another program is said now,
         // not by every test's client ("bind 127.0.0.1:6110: Address already in use").
         let mut note = None;
@@ -174,16 +178,26 @@ impl Server {
 
 /// Runs a server per the configuration (the `-s` mode).
 pub fn serve(cfg: ServerConfig) -> Result<()> {
-    if cfg.signals {
-        crate::signals::take_over()?;
-    }
     serverlog::set_output(&cfg.log)?;
     let ignored = cfg.log.ignored.clone();
     let (auth, allow) = (
         cfg.auth.is_some(),
         cfg.allow.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
     );
+    let (daemon, pidfile, signals) = (cfg.daemon, cfg.pidfile.clone(), cfg.signals);
     let mut server = Server::bind(cfg)?;
+    // `-D` once the port is held (a port in use is said on the terminal), and before any
+    // thread starts: a fork keeps only the calling thread.
+    if daemon {
+        crate::os::sys::daemonize().map_err(|e| Error::io("-D/--daemon: detach", e))?;
+    }
+    let _pidfile = pidfile
+        .as_deref()
+        .map(pidfile::Pidfile::create)
+        .transpose()?;
+    if signals {
+        crate::signals::take_over()?;
+    }
     serverlog::listening(server.local_addr()?, SOFTWARE, auth, &allow);
     if let Some(note) = server.note.take() {
         serverlog::message(note);

@@ -128,8 +128,11 @@ impl TestRun<'_> {
                 })?;
             // Set on the listener before Accept (accepted sockets inherit them), so an unknown
             // congestion control is a clean refusal, not a broken test.
-            net::SocketOpts::of(params)
-                .apply(&socket2::SockRef::from(&listener))
+            let opts = net::SocketOpts {
+                user_timeout: cfg.sockets.user_timeout,
+                ..net::SocketOpts::of(params)
+            };
+            opts.apply(&socket2::SockRef::from(&listener))
                 .map_err(refuse)?;
             (Data::Tcp(listener), window)
         };
@@ -247,7 +250,8 @@ impl TestRun<'_> {
         let t0 = Instant::now();
         let (params, max_rate) = (&self.test.params, self.cfg.limits.max_rate_bps);
         let sockets = std::mem::take(&mut running.sockets);
-        let bounds = Bounds::new(t0, params, self.rtt, max_rate, sockets);
+        let bounds = Bounds::new(t0, params, self.rtt, max_rate, sockets)
+            .with_total_rate(self.cfg.limits.total_rate);
         running.ends.start(t0);
         self.slot.running();
         self.ctl.send(&ControlMsg::Start)?;

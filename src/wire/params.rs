@@ -290,6 +290,45 @@ pub struct Limits {
     /// The smallest TCP block: [`MIN_BLOCK`] for pinperf's block header (echoes), less
     /// for a peer that echoes none.
     pub min_block: u64,
+    /// `--server-bitrate-limit`: the highest rate of a test's streams together.
+    pub total_rate: Option<TotalRate>,
+}
+
+/// A server's limit on a test's total rate, iperf3's `--server-bitrate-limit RATE[/SECS]`:
+/// refused at the handshake when its streams' `-b` (or `--fq-rate`) add up to more, and
+/// cut when the bytes its streams move (sent and received) average more over `over`
+/// (`None`: the whole test so far).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TotalRate {
+    pub bps: u64,
+    pub over: Option<Duration>,
+}
+
+impl TotalRate {
+    /// iperf3's averaging window when no `/SECS` is given.
+    pub const DEFAULT_OVER: Duration = Duration::from_secs(5);
+
+    /// `RATE[/SECS]` as iperf3 takes it: SECS 0.1 to 60, or 0 for the whole test so far;
+    /// without it, [`Self::DEFAULT_OVER`].
+    pub fn parse(text: &str) -> Result<TotalRate, String> {
+        let (rate, over) = match text.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (text, None),
+        };
+        let bps = units::parse_rate_bps(rate)?;
+        let over = match over.map(|s| s.trim().parse::<f64>()) {
+            None => Some(Self::DEFAULT_OVER),
+            Some(Ok(0.0)) => None,
+            Some(Ok(s)) if (0.1..=60.0).contains(&s) => Some(Duration::from_secs_f64(s)),
+            Some(_) => {
+                return Err(format!(
+                    "'{text}': the averaging time after / must be 0.1 to 60 seconds (0: the \
+                     whole test)"
+                ));
+            }
+        };
+        Ok(TotalRate { bps, over })
+    }
 }
 
 impl Limits {
@@ -303,6 +342,7 @@ impl Limits {
         server: false,
         min_datagram: MIN_DATAGRAM,
         min_block: MIN_BLOCK,
+        total_rate: None,
     };
 
     /// `" (this server's --max-streams)"` for a server's limit, nothing for the protocol's.
@@ -654,6 +694,7 @@ impl TestParams {
                 "--fq-rate {fq}: at least 8 bit/s (the kernel paces in bytes per second)"
             ));
         }
+        self.check_total_rate(limits)?;
         if let (None, Some(max)) = (self.rate(), limits.max_rate_bps) {
             return Err(format!(
                 "-b: this server limits each stream to {}{}; ask for a rate with -b",
@@ -662,6 +703,29 @@ impl TestParams {
             ));
         }
         Ok(())
+    }
+
+    /// `--server-bitrate-limit`: the streams' `-b` (and `--fq-rate`) together within it,
+    /// counted as iperf3's server counts them (streams times rate, twice for `--bidir`).
+    fn check_total_rate(&self, limits: &Limits) -> Result<(), String> {
+        let Some(limit) = limits.total_rate else {
+            return Ok(());
+        };
+        let streams = self.threads() as u64;
+        let asked = [("-b", self.rate()), ("--fq-rate", self.fq_rate_bps)];
+        match asked.into_iter().find_map(|(f, r)| {
+            r.filter(|r| r.saturating_mul(streams) > limit.bps)
+                .map(|r| (f, r))
+        }) {
+            Some((flag, rate)) => Err(format!(
+                "{flag} {}: {streams} stream(s) at it, {} in all, more than {}{}",
+                units::format_rate(rate),
+                units::format_rate(rate.saturating_mul(streams)),
+                units::format_rate(limit.bps),
+                limits.source("--server-bitrate-limit")
+            )),
+            None => Ok(()),
+        }
     }
 
     /// `-M`, within what the kernel takes and the largest jumbo segment.
@@ -753,6 +817,7 @@ mod tests {
         server: true,
         min_datagram: MIN_DATAGRAM,
         min_block: MIN_BLOCK,
+        total_rate: None,
     };
 
     /// One table: each change to the parameters, and what the protocol and a server with
@@ -1133,5 +1198,59 @@ mod tests {
         let p: TestParams = serde_json::from_value(v).unwrap();
         assert_eq!(p.omit(), Duration::ZERO);
         assert_eq!(p.run_time(), Duration::from_secs(3));
+    }
+
+    /// `--server-bitrate-limit RATE[/SECS]` as iperf3 reads it, and its refusal: the
+    /// streams' `-b` (or `--fq-rate`) times their count, `--bidir` counting twice.
+    #[test]
+    fn a_total_rate_limit_reads_and_refuses_as_iperf3s() {
+        let secs = |s: f64| Some(Duration::from_secs_f64(s));
+        for (text, want) in [
+            ("1G", Ok((1_000_000_000, secs(5.0)))),
+            ("100M/2", Ok((100_000_000, secs(2.0)))),
+            ("10k/0.5", Ok((10_000, secs(0.5)))),
+            ("10M/0", Ok((10_000_000, None))),
+            (
+                "10M/61",
+                Err("'10M/61': the averaging time after / must be 0.1 to 60"),
+            ),
+            ("10M/x", Err("'10M/x': the averaging time")),
+            ("fast", Err("'fast' is not a rate")),
+        ] {
+            let got = TotalRate::parse(text).map(|t| (t.bps, t.over));
+            match (got, want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, w, "{text}"),
+                (Err(e), Err(w)) => assert!(e.starts_with(w), "{text}: {e}"),
+                (g, w) => panic!("{text}: {g:?}, want {w:?}"),
+            }
+        }
+        let limits = Limits {
+            server: true,
+            total_rate: TotalRate::parse("100M").ok(),
+            ..Limits::PROTOCOL
+        };
+        let check = |change: fn(&mut TestParams)| {
+            let mut p = TestParams::defaults();
+            change(&mut p);
+            p.check_total_rate(&limits)
+        };
+        assert_eq!(check(|_| {}), Ok(()), "TCP without -b asks for no rate");
+        assert_eq!(
+            check(|p| (p.streams, p.rate_bps) = (2, Some(50_000_000))),
+            Ok(())
+        );
+        assert_eq!(
+            check(|p| (p.streams, p.rate_bps, p.bidir) = (2, Some(50_000_000), true)),
+            Err(
+                "-b 50M: 4 stream(s) at it, 200M in all, more than 100M (this server's \
+                 --server-bitrate-limit)"
+                    .into()
+            )
+        );
+        assert!(
+            check(|p| p.fq_rate_bps = Some(200_000_000))
+                .unwrap_err()
+                .starts_with("--fq-rate 200M: 1 stream(s)")
+        );
     }
 }
