@@ -374,15 +374,15 @@ fn end(test: &TestParams, cuts: &[Vec<ClosedInterval>], ours: &Results, theirs: 
             }
         }
     }
-    // This end's congestion control under its role's key, the client's under the other,
-    // as iperf3's server writes them (with --bidir this end is the sender).
+    // This end's congestion control under its role's key alone, as iperf3 3.21's server
+    // writes it (with --bidir, as the sender's); the client's is in the client's document.
     if !test.udp {
         let sends = test.direction().reversed().contains(&true);
-        let (mine, yours) = (ours.congestion_used.clone(), theirs.congestion_used.clone());
-        (whole.sender_tcp_congestion, whole.receiver_tcp_congestion) = match sends {
-            true => (mine, yours),
-            false => (yours, mine),
-        };
+        let mine = ours.congestion_used.clone();
+        match sends {
+            true => whole.sender_tcp_congestion = mine,
+            false => whole.receiver_tcp_congestion = mine,
+        }
     }
     End { whole: Some(whole) }
 }
