@@ -249,6 +249,8 @@ impl ClientConfig {
 /// How the server listens and what it allows.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// `--rcv-timeout`: every test's receivers here end it after this long with nothing read.
+    pub rcv_timeout: Option<Duration>,
     pub bind: Option<IpAddr>,
     pub port: u16,
     pub family: Family,
@@ -314,6 +316,7 @@ impl ServerConfig {
     /// `bind` and an ephemeral port, with the protocol's limits.
     pub fn in_process(bind: IpAddr, one_off: bool, affinity: Affinity) -> ServerConfig {
         ServerConfig {
+            rcv_timeout: None,
             bind: Some(bind),
             port: 0,
             family: if bind.is_ipv6() {
@@ -386,6 +389,12 @@ pub fn from_args(args: &Args) -> Result<Mode> {
     };
     let mut test = args.test.to_params(remote_plan);
     with_file(&mut test)?;
+    if test.rcv_timeout.is_some() && test.direction() == crate::wire::params::Direction::Forward {
+        return Err(usage(
+            "--rcv-timeout: client receive timeout is valid only in receiving mode (-R or \
+             --bidir), as iperf3's",
+        ));
+    }
     let mut cfg = ClientConfig::new(target, test, local_plan)?;
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;
@@ -478,6 +487,7 @@ fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
         )));
     }
     Ok(ServerConfig {
+        rcv_timeout: args.test.rcv_timeout.map(Duration::from_millis),
         bind: args.target.bind,
         port,
         family,

@@ -849,3 +849,47 @@ fn an_iperf3_client_hears_why_the_server_could_not_set_up_its_streams() {
         "{explain}"
     );
 }
+
+/// `--rcv-timeout MS`, iperf3's: a receiving end that reads nothing for that long ends the
+/// test, named, on a server (every test it receives) and on a client (`-R`); a trickle
+/// within the limit runs to its end.
+#[test]
+fn a_receiver_idle_past_its_rcv_timeout_ends_the_test() {
+    let server = Server::start(&["--rcv-timeout", "1000"]);
+    let port = server.port_arg();
+    let udp = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-u",
+        "-l",
+        "1400",
+        "-t",
+        "4",
+    ];
+    let slow = [&udp[..], &["-b", "1k"]].concat();
+    let run = util::pinperf(&slow, Duration::from_secs(10));
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("no data received for 1.0 s (--rcv-timeout 1.0)"),
+        "{}",
+        run.explain()
+    );
+    assert!(
+        run.elapsed < Duration::from_secs(3),
+        "cut at the limit: {}",
+        run.explain()
+    );
+    let mine = [&udp[..], &["-b", "1k", "-R", "--rcv-timeout", "1000"]].concat();
+    let run = util::pinperf(&mine, Duration::from_secs(10));
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains("(--rcv-timeout 1.0)"),
+        "{}",
+        run.explain()
+    );
+    let trickle = [&udp[..], &["-b", "200k", "-t", "1.5"]].concat();
+    util::pinperf(&trickle, Duration::from_secs(10)).assert_ok();
+}

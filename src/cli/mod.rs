@@ -382,12 +382,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
         "pinperf's datagrams always carry 64-bit sequences",
     ),
     ("", "--repeating-payload", "pinperf sends generated blocks"),
-    (
-        "",
-        "--rcv-timeout",
-        "pinperf's receivers fail a test 10 s after its end with nothing arriving (a fixed \
-         deadline); during the test a stream at 0 is reported as starved, not cut",
-    ),
     ("", "--pacing-timer", "pinperf paces -b with its own timer"),
     (
         "",
@@ -585,11 +579,12 @@ pub fn wrong_mode(m: &clap::ArgMatches) -> Option<String> {
     let client = m.value_source("client").is_some() || m.get_flag("loopback");
     if m.get_flag("server") {
         let test = TestArgs::augment_args(clap::Command::new("test"));
-        // -i is iperf3's on a server too; --auth has its own message (config.rs).
+        // -i and --rcv-timeout are iperf3's on a server too; --auth has its own message
+        // (config.rs).
         let mut client_only: Vec<clap::Id> = test
             .get_arguments()
             .map(|a| a.get_id().clone())
-            .filter(|id| id != "interval")
+            .filter(|id| id != "interval" && id != "rcv_timeout")
             .collect();
         client_only.extend(["engine", "peer", "connect_timeout"].map(clap::Id::from));
         if let Some(arg) = cmd

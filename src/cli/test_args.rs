@@ -87,6 +87,11 @@ pub struct TestArgs {
     #[arg(long, requires = "udp")]
     pub no_gsro: bool,
 
+    /// End the test when this end's receivers have read nothing for this long, in
+    /// milliseconds, as iperf3's --rcv-timeout; a server applies its own to every test.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    pub rcv_timeout: Option<u64>,
+
     /// TCP client: send this file's bytes (the test ends at its end unless -n or -k says
     /// otherwise), or, receiving (-R), write what arrives to it; as iperf3's -F.
     #[arg(short = 'F', long, value_name = "FILE")]
@@ -236,6 +241,7 @@ impl TestArgs {
             udp,
             rate_bps,
             no_gsro,
+            rcv_timeout,
             file,
             dont_fragment,
             get_server_output,
@@ -284,6 +290,7 @@ impl TestArgs {
             blocks,
             burst: rate_bps.and_then(|(_, b)| b),
             file,
+            rcv_timeout: rcv_timeout.map(std::time::Duration::from_millis),
         }
     }
 }

@@ -201,6 +201,9 @@ fn shared(test: &TestParams, block: usize) -> Shared {
             .budget()
             .map(|b| std::sync::Arc::new(Spend::new(b, block as u64))),
         file: test.file.as_deref().map(std::sync::Arc::from),
+        idle: test
+            .rcv_timeout
+            .map(|limit| std::sync::Arc::new(crate::data::stream::Idle::new(limit))),
     }
 }
 

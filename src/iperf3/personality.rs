@@ -234,11 +234,10 @@ pub struct Iperf3Args {
     /// TCP keepalive on the control connection: IDLE/INTV/CNT seconds, each optional.
     #[arg(long, value_name = "IDLE/INTV/CNT", num_args = 0..=1, require_equals = true)]
     pub cntl_ka: Option<Option<String>>,
+    /// Idle timeout for receiving data, in milliseconds.
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub rcv_timeout: Option<String>,
 }
-
-/// Flags iperf3 3.21 has that the personality does not honour yet; refused by name rather
-/// than taken and ignored.
-const NOT_YET: &[&str] = &["--rcv-timeout"];
 
 /// iperf3's SCTP flags: refused in the words of an iperf3 built without SCTP.
 const SCTP: &[&str] = &["--sctp", "-X", "--xbind", "--nstreams"];
@@ -265,14 +264,6 @@ pub fn is_iperf3_name(argv0: &str) -> bool {
 /// an iperf3 flag that cannot be honoured yet, or one whose value pinperf's flags cannot
 /// say, is an error naming it.
 pub fn native_argv(args: &[String]) -> Result<Vec<String>, String> {
-    if let Some(flag) = args.iter().take_while(|a| *a != "--").find_map(|a| {
-        let flag = a.split('=').next().unwrap_or(a);
-        NOT_YET.contains(&flag).then_some(flag)
-    }) {
-        return Err(format!(
-            "{flag}: an iperf3 option pinperf's iperf3 command line does not take yet"
-        ));
-    }
     if let Some(flag) = args.iter().take_while(|a| *a != "--").find_map(|a| {
         let flag = a.split('=').next().unwrap_or(a);
         SCTP.contains(&flag).then_some(flag)
@@ -636,6 +627,9 @@ impl Iperf3Args {
         if let Some(ms) = &self.snd_timeout {
             out.extend(["--snd-timeout".into(), ms.clone()]);
         }
+        if let Some(ms) = &self.rcv_timeout {
+            out.extend(["--rcv-timeout".into(), ms.clone()]);
+        }
         match &self.cntl_ka {
             Some(Some(ka)) => out.push(format!("--cntl-ka={ka}")),
             Some(None) => out.push("--cntl-ka".into()),
@@ -903,6 +897,8 @@ mod tests {
         assert!(full.contains("--format iperf3-json-stream-full"), "{full}");
         let alone = line(&["-c", "h", "--json-stream-full-output"]);
         assert!(alone.contains("--format iperf3-text"), "{alone}");
+        let idle = line(&["-c", "h", "--rcv-timeout", "5000"]);
+        assert!(idle.contains("--rcv-timeout 5000"), "{idle}");
         let extra = line(&["-c", "h", "-J", "--extra-data", "-site a-"]);
         assert!(extra.contains("--extra-data -site a-"), "{extra}");
     }

@@ -138,7 +138,11 @@ pub(crate) fn run_test(
     let Admitted {
         test, plan, wire, ..
     } = admitted;
-    let test = &test;
+    // This server's own --rcv-timeout, for its receivers.
+    let test = &TestParams {
+        rcv_timeout: cfg.rcv_timeout,
+        ..test
+    };
     let rtt = crate::os::net::rtt(&ctl.sock);
     let (socks, dups) = connect(ctl, test, streams, wire, cfg, rtt)?;
     let sockets = socks.duplicates();

@@ -218,6 +218,11 @@ impl TestRun<'_> {
             sockets,
         };
         let first_byte = crate::os::net::min_rtt(&self.ctl.socket());
+        // This server's own --rcv-timeout, for its receivers.
+        let params = &crate::wire::params::TestParams {
+            rcv_timeout: self.cfg.rcv_timeout,
+            ..params.clone()
+        };
         for (k, &reverse) in params.direction().reversed().iter().enumerate() {
             let these = socks.take(n);
             let plan = PinPlan(self.test.plan.0[k * n..(k + 1) * n].to_vec());

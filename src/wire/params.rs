@@ -120,6 +120,10 @@ pub struct TestParams {
     /// This end's alone: never sent to the peer.
     #[serde(skip)]
     pub file: Option<std::path::PathBuf>,
+    /// `--rcv-timeout`: this end's receivers end the test when none has read anything for
+    /// this long. This end's alone: never sent to the peer.
+    #[serde(skip)]
+    pub rcv_timeout: Option<Duration>,
 }
 
 impl TestParams {
@@ -140,6 +144,7 @@ impl TestParams {
             no_gsro: false,
             dont_fragment: false,
             file: None,
+            rcv_timeout: None,
             get_server_output: false,
             fq_rate_bps: None,
             tos: None,

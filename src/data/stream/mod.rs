@@ -20,7 +20,7 @@ pub(crate) mod testing;
 pub(crate) mod zerocopy;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -276,6 +276,8 @@ pub(crate) struct StreamCtx {
     pub budget: Option<Arc<crate::data::budget::Spend>>,
     /// `-F`: the file a sender's blocks come from, or a receiver writes to.
     pub file: Option<Arc<std::path::Path>>,
+    /// `--rcv-timeout`: the direction's receivers' shared idle watch.
+    pub idle: Option<Arc<Idle>>,
     /// The echo connection for block RTT (`None` with `--no-echo`): the receiver writes
     /// header echoes to it and the sender reads them, so the data connection stays one-way.
     pub echo: Option<std::net::TcpStream>,
@@ -321,6 +323,44 @@ pub(crate) struct Shared {
     pub budget: Option<Arc<crate::data::budget::Spend>>,
     /// `-F`: each stream's file.
     pub file: Option<Arc<std::path::Path>>,
+    /// `--rcv-timeout`: one watch for the direction's receivers.
+    pub idle: Option<Arc<Idle>>,
+}
+
+/// `--rcv-timeout`: when a direction's receivers last read anything, kept by each at its
+/// flushes (not per read) and looked at when one wakes with nothing read; nothing read by
+/// any of them for the limit ends the test, as iperf3's receiving end does.
+#[derive(Debug)]
+pub(crate) struct Idle {
+    limit_ns: u64,
+    last_ns: AtomicU64,
+}
+
+impl Idle {
+    pub(crate) fn new(limit: Duration) -> Idle {
+        Idle {
+            limit_ns: limit.as_nanos() as u64,
+            last_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// A receiver read something at `t_ns` (since the test's start).
+    pub(crate) fn read_at(&self, t_ns: u64) {
+        self.last_ns.fetch_max(t_ns, Ordering::Relaxed);
+    }
+
+    /// The error once no receiver of the direction has read for the limit, at `t_ns`.
+    pub(crate) fn check(&self, id: u16, t_ns: u64) -> Result<()> {
+        let idle_ns = t_ns.saturating_sub(self.last_ns.load(Ordering::Relaxed));
+        if idle_ns < self.limit_ns {
+            return Ok(());
+        }
+        Err(Error::Test(format!(
+            "stream-{id}: no data received for {:.1} s (--rcv-timeout {:.1})",
+            idle_ns as f64 / 1e9,
+            self.limit_ns as f64 / 1e9
+        )))
+    }
 }
 
 /// One side's stream threads: spawned pinned and waiting, started together, stopped
@@ -392,6 +432,7 @@ impl<T: Send + 'static> StreamSet<T> {
                 burst: shared.burst,
                 budget: shared.budget.clone(),
                 file: shared.file.clone(),
+                idle: shared.idle.clone(),
                 echo,
                 batches: channels.tx.clone(),
                 free: channels.free_rx.clone(),
@@ -728,6 +769,25 @@ pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--rcv-timeout`: a read by any receiver of the direction keeps it alive; the limit
+    /// past the last read ends it, named.
+    #[test]
+    fn the_idle_watch_counts_any_receivers_reads() {
+        let idle = Idle::new(Duration::from_millis(1500));
+        assert!(idle.check(0, 1_400_000_000).is_ok(), "from the start");
+        idle.read_at(1_000_000_000);
+        idle.read_at(400_000_000);
+        assert!(
+            idle.check(1, 2_400_000_000).is_ok(),
+            "the latest read counts"
+        );
+        let e = idle.check(1, 2_500_000_000).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "stream-1: no data received for 1.5 s (--rcv-timeout 1.5)"
+        );
+    }
 
     /// Clock readings a wake-up apart pass; one more than the stall limit after the last
     /// is this end paused, named with its stretch.

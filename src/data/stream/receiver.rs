@@ -103,6 +103,7 @@ pub fn run(
                     if ctx.aborted() {
                         return Err(aborted(id));
                     }
+                    ctx.idle.iter().for_each(|i| i.read_at(t_ns));
                     batcher.flush(stamps.anchor(), None, false)?;
                 }
             }
@@ -113,6 +114,10 @@ pub fn run(
                 }
                 if t_ns >= end_ns.max(last_read_ns) + stall_ns {
                     return Err(stalled(id));
+                }
+                if let Some(idle) = &ctx.idle {
+                    idle.read_at(last_read_ns);
+                    idle.check(id, t_ns)?;
                 }
                 batcher.flush(t_ns, None, false)?;
             }

@@ -29,6 +29,7 @@ pub(crate) fn side(
         burst: None,
         budget: None,
         file: None,
+        idle: None,
         echo: None,
         batches: ch.tx.clone(),
         free: ch.free_rx.clone(),

@@ -55,6 +55,7 @@ pub fn receive(
     let cpu_start = cpu::thread();
     let listen_ns = until.as_nanos() as u64;
     let mut budget = ctx.budget.as_ref().map(|b| BudgetEnd::new(b, &ctx, wire));
+    let mut last_read_ns = 0;
     loop {
         // A budgeted stream's end moves on with each datagram: taken afresh every pass.
         let until_ns = budget
@@ -63,6 +64,7 @@ pub fn receive(
         match sys::recv_datagrams(sock.as_fd(), &mut bufs, SLOT_BYTES, &mut meta) {
             Ok(n) => {
                 let t_ns = clock.ns(Instant::now());
+                last_read_ns = t_ns;
                 let bytes = account(&mut acc, &meta[..n], &bufs, t_ns, &mut gro_seen);
                 if let Some(b) = budget.as_mut() {
                     b.arrived(bytes, t_ns);
@@ -73,6 +75,7 @@ pub fn receive(
                     if ctx.aborted() {
                         return Err(aborted(id));
                     }
+                    ctx.idle.iter().for_each(|i| i.read_at(t_ns));
                     batcher.flush(t_ns, None, false)?;
                 }
                 if t_ns >= until_ns {
@@ -95,6 +98,10 @@ pub fn receive(
                 batcher.flush(t_ns, None, false)?;
                 if t_ns >= until_ns {
                     break;
+                }
+                if let Some(idle) = &ctx.idle {
+                    idle.read_at(last_read_ns);
+                    idle.check(id, t_ns)?;
                 }
             }
             Err(e) => return Err(Error::io(format!("stream-{id}: receive"), e)),
