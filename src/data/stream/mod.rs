@@ -303,6 +303,18 @@ impl StreamCtx {
         self.abort.load(Ordering::Relaxed)
     }
 
+    /// `--rcv-timeout`, at a receiver's wake with nothing read (its last read at
+    /// `last_read_ns`): the error once the direction has read nothing for the limit.
+    pub(crate) fn idle_past(&self, t_ns: u64, last_read_ns: u64) -> Result<()> {
+        match &self.idle {
+            Some(idle) => {
+                idle.read_at(last_read_ns);
+                idle.check(self.id, t_ns)
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Waits for the start signal; an error when the test was called off first.
     pub(crate) fn wait_start(&self) -> Result<TestClock> {
         self.start.recv().map(|t0| TestClock { t0 }).map_err(|_| {

@@ -55,19 +55,12 @@ pub fn run(
     let mut buf = vec![0u8; read_len(ctx.block_bytes)];
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
     let mut echo = echo_of(&ctx)?;
-    let mut sink = match &ctx.file {
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .map_err(|e| Error::io(format!("stream-{id}: -F {}: create", path.display()), e))?,
-        ),
-        None => None,
-    };
+    let mut sink = sink_of(&ctx)?;
     let clock = ctx.wait_start()?;
     let cpu_start = cpu::thread();
     // Per-block stamps from the cheap clock; every flush's watermark from an anchor.
     let mut stamps = BlockClock::new(clock);
     let end_ns = run_time.as_nanos() as u64;
-    let stall_ns = timeouts::STALL.as_nanos() as u64;
     let mut bytes: u64 = 0;
     let mut last_read_ns = 0;
     let read_len = buf.len();
@@ -92,8 +85,7 @@ pub fn run(
                 last_read_ns = t_ns;
                 ctx.budget.iter().for_each(|b| b.arrived(n as u64));
                 if let Some(file) = sink.as_mut() {
-                    std::io::Write::write_all(file, &buf[..n])
-                        .op(|| format!("stream-{id}: -F: write"))?;
+                    std::io::Write::write_all(file, &buf[..n]).op(|| format!("stream-{id}: -F"))?;
                 }
                 if let Some((echo_sock, echo)) = echo.as_mut() {
                     let read = copy_len.then(|| &buf[..n]);
@@ -109,16 +101,7 @@ pub fn run(
             }
             Err(e) if is_timeout(&e) => {
                 let t_ns = stamps.anchor();
-                if ctx.aborted() {
-                    return Err(aborted(id));
-                }
-                if t_ns >= end_ns.max(last_read_ns) + stall_ns {
-                    return Err(stalled(id));
-                }
-                if let Some(idle) = &ctx.idle {
-                    idle.read_at(last_read_ns);
-                    idle.check(id, t_ns)?;
-                }
+                woke_to_nothing(&ctx, t_ns, last_read_ns, end_ns)?;
                 batcher.flush(t_ns, None, false)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -137,6 +120,30 @@ pub fn run(
         eof_ns,
         cpu: cpu::thread_since(cpu_start),
     })
+}
+
+/// `-F`: the file a receiving stream writes what it reads to.
+fn sink_of(ctx: &StreamCtx) -> Result<Option<std::fs::File>> {
+    let Some(path) = &ctx.file else {
+        return Ok(None);
+    };
+    let id = ctx.id;
+    std::fs::File::create(path)
+        .map(Some)
+        .map_err(|e| Error::io(format!("stream-{id}: -F {}: create", path.display()), e))
+}
+
+/// A read that timed out at `t_ns`: the test called off, a sender silent for
+/// [`timeouts::STALL`] past the run time's end (`end_ns`) and its last read, or the
+/// direction's `--rcv-timeout` passed.
+fn woke_to_nothing(ctx: &StreamCtx, t_ns: u64, last_read_ns: u64, end_ns: u64) -> Result<()> {
+    if ctx.aborted() {
+        return Err(aborted(ctx.id));
+    }
+    if t_ns >= end_ns.max(last_read_ns) + timeouts::STALL.as_nanos() as u64 {
+        return Err(stalled(ctx.id));
+    }
+    ctx.idle_past(t_ns, last_read_ns)
 }
 
 /// A failed read as the stream's error, or what caused it on the echo connection.

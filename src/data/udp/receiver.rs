@@ -99,10 +99,7 @@ pub fn receive(
                 if t_ns >= until_ns {
                     break;
                 }
-                if let Some(idle) = &ctx.idle {
-                    idle.read_at(last_read_ns);
-                    idle.check(id, t_ns)?;
-                }
+                ctx.idle_past(t_ns, last_read_ns)?;
             }
             Err(e) => return Err(Error::io(format!("stream-{id}: receive"), e)),
         }
