@@ -275,6 +275,9 @@ pub struct DiagnoseArgs {
     /// Wall-clock time all runs must fit in.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = units::parse_duration)]
     pub budget: Duration,
+    /// The baseline's congestion control (-C) [default: the system's].
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    pub congestion: Option<String>,
     /// Seconds per run [default: a fifth of --budget less 0.5 s, 1 to 5 s].
     #[arg(short = 't', long = "time", value_name = "SECS", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,

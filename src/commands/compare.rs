@@ -666,6 +666,7 @@ fn configs(a: &CompareArgs, matrix: &[Point]) -> Result<(Vec<ClientConfig>, Vec<
 
 /// The server every run tests against: `-c HOST` (and its `-p`), or with `--loopback` one
 /// started in this process. Shared by the commands that run many tests (`diagnose`).
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     host: String,
     port: u16,
@@ -695,12 +696,25 @@ impl Endpoint {
         })
     }
 
+    /// A server already listening at `host:port` (the lab's, in its namespace).
+    pub(crate) fn at(host: String, port: u16, same_process: bool) -> Endpoint {
+        Endpoint {
+            host,
+            port,
+            same_process,
+        }
+    }
+
     /// Points a run's configuration at this server.
     pub(crate) fn aim(&self, cfg: &mut ClientConfig) {
         cfg.target.host = Some(self.host.clone());
         cfg.target.port = self.port;
         cfg.target.loopback = false;
         cfg.same_process = self.same_process;
+    }
+
+    pub(crate) fn host(&self) -> &str {
+        &self.host
     }
 
     /// `host:port`, and whether the server is this process's.

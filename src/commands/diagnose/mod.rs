@@ -52,6 +52,7 @@ pub struct DiagnoseDoc {
 }
 
 /// What every run shares: where, how long, and what this host offers.
+#[derive(Clone)]
 pub(crate) struct Session {
     pub server: Endpoint,
     pub target: Target,
@@ -60,38 +61,88 @@ pub(crate) struct Session {
     pub host: Host,
     /// `net.ipv4.tcp_rmem`'s ceiling here (autotuning's largest receive buffer).
     pub autotune_max_bytes: Option<u64>,
+    /// The baseline's settings (the defaults, or the `-C` given).
+    pub start: Settings,
 }
 
 pub(crate) fn run(a: &DiagnoseArgs) -> Result<()> {
     let targs = target_args(a)?;
-    let session = Session {
-        server: Endpoint::of(&targs, "diagnose")?,
-        target: Target::from_args(&targs)?,
-        budget: a.budget,
-        run_time: run_time(a)?,
-        host: Host {
-            bbr: crate::os::net::check_congestion("bbr").is_ok(),
-        },
-        autotune_max_bytes: autotune_ceiling(),
-    };
-    let mut progress: Box<dyn Write> = match a.json {
-        true => Box::new(io::stderr()),
-        false => Box::new(io::stdout()),
-    };
-    let (doc, stopped) = session.diagnose(&mut progress)?;
-    drop(progress);
-    let mut out = io::stdout().lock();
-    let printed = match a.json {
-        true => serde_json::to_writer_pretty(&mut out, &doc)
-            .map_err(io::Error::from)
-            .and_then(|_| writeln!(out)),
-        false => out.write_all(text::verdict(&doc).as_bytes()),
-    };
-    printed.and_then(|_| out.flush()).map_err(io_err)?;
-    match (stopped, doc.verdict.limit) {
-        (Some(e), _) => Err(e),
-        (None, Limit::NotMeasured) => Err(Error::Test(doc.verdict.words)),
-        _ => Ok(()),
+    let session = Session::new(a, &targs, Endpoint::of(&targs, "diagnose")?)?;
+    session.run_and_print(a.json)
+}
+
+/// A diagnosis over the lab's path: `diagnose`'s own options but the server, which the lab
+/// starts (and names with [`Session::serve_at`]); text only.
+pub(crate) fn lab_session(a: &DiagnoseArgs, server: std::net::Ipv4Addr) -> Result<Session> {
+    let t = &a.target;
+    if a.host.is_some() || t.client.is_some() || t.loopback || t.port.is_some() {
+        return Err(Error::Usage(
+            "diagnose after `--`: the lab supplies the server; leave HOST, -c, --loopback and \
+             -p out"
+                .into(),
+        ));
+    }
+    if a.json {
+        return Err(Error::Usage(
+            "diagnose after `--`: -J is not yet supported in the lab (its lines share stdout); \
+             drop -J"
+                .into(),
+        ));
+    }
+    let mut targs = t.clone();
+    targs.client = Some(server.to_string());
+    targs.peer = crate::choices::Peer::Pinperf;
+    Session::new(a, &targs, Endpoint::at(server.to_string(), 0, true))
+}
+
+impl Session {
+    fn new(a: &DiagnoseArgs, targs: &TargetArgs, server: Endpoint) -> Result<Session> {
+        let session = Session {
+            server,
+            target: Target::from_args(targs)?,
+            budget: a.budget,
+            run_time: run_time(a)?,
+            host: Host {
+                bbr: crate::os::net::check_congestion("bbr").is_ok(),
+            },
+            autotune_max_bytes: autotune_ceiling(),
+            start: Settings {
+                congestion: a.congestion.clone(),
+                ..Settings::baseline()
+            },
+        };
+        // The baseline's flags, checked as a single test's are (-C exists here).
+        config(&session.target, &session.start, session.run_time)?;
+        Ok(session)
+    }
+
+    /// The server listens on `port` of the host named at [`lab_session`].
+    pub(crate) fn serve_at(&mut self, port: u16) {
+        self.server = Endpoint::at(self.server.host().to_string(), port, true);
+    }
+
+    /// Diagnoses, prints the verdict (text or JSON) after the progress lines, and ends in
+    /// the run's error when nothing was measured or a signal stopped it.
+    pub(crate) fn run_and_print(&self, json: bool) -> Result<()> {
+        let mut progress: Box<dyn Write> = match json {
+            true => Box::new(io::stderr()),
+            false => Box::new(io::stdout()),
+        };
+        let (doc, stopped) = self.diagnose(&mut progress)?;
+        drop(progress);
+        let mut out = io::stdout().lock();
+        let printed = match json {
+            true => serde_json::to_writer_pretty(&mut out, &doc)
+                .map_err(io::Error::from)
+                .and_then(|_| writeln!(out)),
+            false => out.write_all(text::verdict(&doc).as_bytes()),
+        };
+        printed.and_then(|_| out.flush()).map_err(io_err)?;
+        match (stopped, doc.verdict.limit) {
+            (Some(e), _) => Err(e),
+            (None, Limit::NotMeasured) => Err(Error::Test(doc.verdict.words)),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -165,6 +216,7 @@ impl Session {
         writeln!(progress, "{}", text::heading(self, most)).map_err(io_err)?;
         while let Some(step) = plan::next(
             &runs,
+            &self.start,
             self.host,
             self.fitting(self.budget.saturating_sub(started.elapsed()), overhead),
         ) {

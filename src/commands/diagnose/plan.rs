@@ -38,7 +38,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The first run's: one stream, default window and congestion control.
+    /// The defaults: one stream, autotuned window, the system's congestion control.
     pub fn baseline() -> Settings {
         Settings {
             streams: 1,
@@ -199,15 +199,15 @@ pub fn best(runs: &[Run]) -> Option<(usize, &Figures)> {
 }
 
 /// The next run, or `None` when the runs so far settle it (or the baseline failed, or
-/// `runs_left` is 0).
-pub fn next(runs: &[Run], host: Host, runs_left: usize) -> Option<Step> {
+/// `runs_left` is 0). The first is the baseline, with the settings of `start`.
+pub fn next(runs: &[Run], start: &Settings, host: Host, runs_left: usize) -> Option<Step> {
     if runs_left == 0 || runs.len() >= MAX_RUNS {
         return None;
     }
     if runs.is_empty() {
         return Some(Step {
             probe: Probe::Baseline,
-            settings: Settings::baseline(),
+            settings: start.clone(),
             against: None,
         });
     }
@@ -390,17 +390,26 @@ mod tests {
             (figures(100.0), BBR, None),
         ];
         for (i, (f, host, want)) in table.into_iter().enumerate() {
-            let got = next(&baseline(f), host, 5).map(|s| (s.probe, s.settings));
+            let got =
+                next(&baseline(f), &Settings::baseline(), host, 5).map(|s| (s.probe, s.settings));
             assert_eq!(got, want, "case {i}");
         }
     }
 
     #[test]
     fn the_first_run_is_the_baseline_and_the_budget_ends_the_steps() {
-        let first = next(&[], BBR, 5).map(|s| (s.probe, s.settings));
+        let first = next(&[], &Settings::baseline(), BBR, 5).map(|s| (s.probe, s.settings));
         assert_eq!(first, Some((Probe::Baseline, Settings::baseline())));
-        assert_eq!(next(&[], BBR, 0), None);
-        assert_eq!(next(&baseline(lossy(figures(172.0))), BBR, 0), None);
+        assert_eq!(next(&[], &Settings::baseline(), BBR, 0), None);
+        assert_eq!(
+            next(
+                &baseline(lossy(figures(172.0))),
+                &Settings::baseline(),
+                BBR,
+                0
+            ),
+            None
+        );
     }
 
     #[test]
@@ -411,14 +420,14 @@ mod tests {
         lifted.congestion = "bbr".into();
         let mut runs = baseline(lossy(figures(172.0)));
         runs.push(run(Probe::ModelBasedCc, bbr.clone(), Some(0), lifted));
-        let step = next(&runs, BBR, 5);
+        let step = next(&runs, &Settings::baseline(), BBR, 5);
         let want = with(bbr, |s| s.window_bytes = Some(16 << 20));
         assert_eq!(step.as_ref().map(|s| &s.settings), Some(&want));
         assert_eq!(step.and_then(|s| s.against), Some(1));
         // bbr did not lift it: the baseline stays best and bbr is not tried again.
         let mut flat = runs.clone();
         flat[1].figures = Some(lossy(figures(150.0)));
-        assert_eq!(next(&flat, BBR, 5), None);
+        assert_eq!(next(&flat, &Settings::baseline(), BBR, 5), None);
     }
 
     #[test]
@@ -426,7 +435,7 @@ mod tests {
         let mut runs = baseline(figures(1.0));
         runs[0].figures = None;
         runs[0].error = Some("connection refused".into());
-        assert_eq!(next(&runs, BBR, 5), None);
+        assert_eq!(next(&runs, &Settings::baseline(), BBR, 5), None);
     }
 
     #[test]

@@ -92,9 +92,10 @@ pub(crate) fn verdict(doc: &DiagnoseDoc) -> String {
     for (i, r) in doc.runs.iter().enumerate() {
         out.push_str(&run_row(i, r));
     }
+    let n = doc.runs.len();
     out.push_str(&format!(
-        "# {} runs in {:.1} s of a {:.0} s budget\n",
-        doc.runs.len(),
+        "# {n} run{} in {:.1} s of a {:.0} s budget\n",
+        if n == 1 { "" } else { "s" },
         doc.elapsed_s,
         doc.budget_s
     ));

@@ -314,7 +314,7 @@ fn unconfirmed(runs: &[Run], f: &Figures) -> Verdict {
         )
     } else if busy {
         cpu_words(f, false)
-    } else if f.retransmit_percent() >= LOSS_PERCENT && f.retransmits > 0 {
+    } else if f.retransmit_percent() >= LOSS_PERCENT && f.retransmits > 0 && f.loss_based() {
         (
             Limit::Loss,
             format!(
@@ -342,16 +342,20 @@ fn unfair(f: &Figures) -> bool {
     f.jain.is_some_and(|j| j < UNFAIR_JAIN)
 }
 
-/// Run `adopt`'s flags beyond the defaults, and the sysctls they need.
+/// Run `adopt`'s flags beyond the baseline's, and the sysctls they need.
 fn advise(runs: &[Run], adopt: usize, advice: &mut Advice) {
-    let s = &runs[adopt].settings;
-    if s.streams != 1 {
+    let (s, b) = (&runs[adopt].settings, &runs[0].settings);
+    if s.streams != b.streams {
         advice.flags.push(Setting::set("-P", s.streams.to_string()));
     }
-    if let Some(w) = s.window_bytes {
+    if let Some(w) = s.window_bytes.filter(|_| s.window_bytes != b.window_bytes) {
         advice.flags.push(Setting::set("-w", format_size(w)));
     }
-    if let Some(c) = &s.congestion {
+    if let Some(c) = s
+        .congestion
+        .as_ref()
+        .filter(|_| s.congestion != b.congestion)
+    {
         advice.flags.push(Setting::set("-C", c.clone()));
         let sysctl = "net.ipv4.tcp_congestion_control";
         advice.sysctls.push(Setting::set(sysctl, c.clone()));
@@ -530,6 +534,13 @@ mod tests {
                 vec![],
             ),
             (vec![base(figures(941.0))], Limit::PathRate, false, vec![]),
+            // Retransmits under a model-based cc that nothing lifted: not loss's doing.
+            (
+                vec![base(lossy(as_bbr(figures(341.0))))],
+                Limit::PathRate,
+                false,
+                vec![],
+            ),
         ]
     }
 
