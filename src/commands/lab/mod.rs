@@ -617,7 +617,7 @@ fn serve_and_test(
     teardown: &TeardownGuard,
     formatter: Box<dyn Formatter>,
 ) -> Result<Summary> {
-    cfg.target.port = start_server(server)?;
+    cfg.target.port = start_server(server, true)?;
     let cfg = cfg.clone();
     in_client_netns(client, teardown, move || {
         crate::client::run_with(cfg, formatter)
@@ -632,13 +632,15 @@ fn serve_and_diagnose(
     session: &mut Session,
     teardown: &TeardownGuard,
 ) -> Result<()> {
-    session.serve_at(start_server(server)?);
+    // Its runs, one after another, to one server.
+    session.serve_at(start_server(server, false)?);
     let session = session.clone();
     in_client_netns(client, teardown, move || session.run_and_print(false))
 }
 
-/// Starts the lab's server on a thread inside `server`'s namespace; its port.
-fn start_server(server: &Netns) -> Result<u16> {
+/// Starts the lab's server on a thread inside `server`'s namespace (`one_off`: for one
+/// test); its port.
+fn start_server(server: &Netns, one_off: bool) -> Result<u16> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let server_file = server
         .file
@@ -650,7 +652,7 @@ fn start_server(server: &Netns) -> Result<u16> {
                 .map_err(|e| Error::io("enter server netns", e))?;
             let s = Server::bind(ServerConfig::in_process(
                 IpAddr::V4(SERVER_ADDR),
-                true,
+                one_off,
                 Affinity::Auto,
             ))?;
             let port = s.local_addr()?.port();
