@@ -278,6 +278,9 @@ pub struct DiagnoseArgs {
     /// The baseline's congestion control (-C) [default: the system's].
     #[arg(short = 'C', long, value_name = "ALGO")]
     pub congestion: Option<String>,
+    /// The baseline's window (-w) [default: autotuning].
+    #[arg(short = 'w', long, value_name = "SIZE", value_parser = units::parse_size)]
+    pub window: Option<u64>,
     /// Seconds per run [default: a fifth of --budget less 0.5 s, 1 to 5 s].
     #[arg(short = 't', long = "time", value_name = "SECS", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,

@@ -59,7 +59,7 @@ pub(crate) struct Session {
     pub budget: Duration,
     pub run_time: Duration,
     pub host: Host,
-    /// `net.ipv4.tcp_rmem`'s ceiling here (autotuning's largest receive buffer).
+    /// Autotuning's largest buffer here (`tcp_rmem`, `tcp_wmem`).
     pub autotune_max_bytes: Option<u64>,
     /// The baseline's settings (the defaults, or the `-C` given).
     pub start: Settings,
@@ -104,10 +104,12 @@ impl Session {
             run_time: run_time(a)?,
             host: Host {
                 bbr: crate::os::net::check_congestion("bbr").is_ok(),
+                root: crate::os::sys::is_root(),
             },
             autotune_max_bytes: autotune_ceiling(),
             start: Settings {
                 congestion: a.congestion.clone(),
+                window_bytes: a.window,
                 ..Settings::baseline()
             },
         };
@@ -187,10 +189,14 @@ fn run_time(a: &DiagnoseArgs) -> Result<Duration> {
     Ok(t)
 }
 
-/// `net.ipv4.tcp_rmem`'s third value.
+/// The smaller of `net.ipv4.tcp_rmem`'s and `tcp_wmem`'s third values: the largest
+/// buffers autotuning grows to (the receiver's window, the sender's unacknowledged data).
 fn autotune_ceiling() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").ok()?;
-    text.split_whitespace().nth(2)?.parse().ok()
+    let third = |name: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).ok()?;
+        text.split_whitespace().nth(2)?.parse().ok()
+    };
+    Some(third("tcp_rmem")?.min(third("tcp_wmem")?))
 }
 
 fn io_err(e: io::Error) -> Error {
@@ -295,6 +301,7 @@ fn config(target: &Target, s: &Settings, t: Duration) -> Result<ClientConfig> {
     let params = TestParams {
         streams: s.streams,
         window_bytes: s.window_bytes,
+        force_window: s.force_window,
         duration: t,
         interval: Some(t),
         transport: Transport {

@@ -33,7 +33,7 @@ pub fn figures(h: &Header, s: &Summary, autotune_max_bytes: Option<u64>) -> Figu
         min_rtt_us: s.sum.min_rtt.map(f64::from),
         block_rtt_avg_us: s.sum.block_rtt.map(|b| b.avg_us),
         usable_window_bytes: usable_window(send_grant, recv_grant, autotune_max_bytes),
-        window_cap: window_cap(send_grant, recv_grant),
+        window_caps: window_caps(send_grant, recv_grant),
         sender_thread: send_cpu.and_then(|c| busiest(c, send_pin)),
         receiver_thread: recv_cpu.and_then(|c| busiest(c, recv_pin)),
         jain: (s.streams.len() > 1)
@@ -54,21 +54,18 @@ fn usable_window(send: &WindowGrant, recv: &WindowGrant, autotune: Option<u64>) 
     }
 }
 
-/// A grant short of the request: the sysctl that capped it, sender's first.
-fn window_cap(send: &WindowGrant, recv: &WindowGrant) -> Option<WindowCap> {
-    let short = |g: &WindowGrant, buf: u64| g.requested.is_some_and(|r| buf < r && !g.forced);
-    let cap = |end: &str, sysctl: &str, max: Option<u64>| WindowCap {
+/// Each end whose request is above its `net.core.*mem_max`: the sysctl that capped the
+/// grant (or would have, had `--force-window` not gone past it), the sender's first.
+fn window_caps(send: &WindowGrant, recv: &WindowGrant) -> Vec<WindowCap> {
+    let over = |g: &WindowGrant, max: Option<u64>| g.requested.zip(max).filter(|(r, m)| r > m);
+    let cap = |end: &str, sysctl: &str, (_, max): (u64, u64)| WindowCap {
         sysctl: sysctl.into(),
-        value_bytes: max.unwrap_or(0),
+        value_bytes: max,
         end: end.into(),
     };
-    if short(send, send.sndbuf) {
-        Some(cap("sender", "net.core.wmem_max", send.wmem_max))
-    } else if short(recv, recv.rcvbuf) {
-        Some(cap("receiver", "net.core.rmem_max", recv.rmem_max))
-    } else {
-        None
-    }
+    let sender = over(send, send.wmem_max).map(|o| cap("sender", "net.core.wmem_max", o));
+    let receiver = over(recv, recv.rmem_max).map(|o| cap("receiver", "net.core.rmem_max", o));
+    sender.into_iter().chain(receiver).collect()
 }
 
 /// The stream thread with the most CPU, its core (from the pin plan) and that core's

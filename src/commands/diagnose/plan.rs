@@ -35,6 +35,9 @@ pub struct Settings {
     pub window_bytes: Option<u64>,
     /// `-C` (absent: the system's).
     pub congestion: Option<String>,
+    /// `--force-window`: `-w` past `net.core.*mem_max` (root).
+    #[serde(default)]
+    pub force_window: bool,
 }
 
 impl Settings {
@@ -57,6 +60,9 @@ impl Settings {
         }
         if let Some(c) = &self.congestion {
             out.push(format!("-C {c}"));
+        }
+        if self.force_window {
+            out.push("--force-window".into());
         }
         match out.is_empty() {
             true => "defaults".into(),
@@ -122,8 +128,8 @@ pub struct Figures {
     /// the receiver's receive buffer (Linux doubles what is asked), or with autotuning half
     /// its ceiling (`tcp_rmem`'s third value).
     pub usable_window_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window_cap: Option<WindowCap>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_caps: Vec<WindowCap>,
     /// The busiest stream thread on the sending and on the receiving end.
     pub sender_thread: Option<ThreadLoad>,
     pub receiver_thread: Option<ThreadLoad>,
@@ -175,6 +181,9 @@ pub struct Run {
 pub struct Host {
     /// `-C bbr` can be set here.
     pub bbr: bool,
+    /// Root here: a larger window may go past `net.core.*mem_max` (`--force-window`), so
+    /// its run shows what raising the sysctl would do.
+    pub root: bool,
 }
 
 /// The next run to make: its probe, settings and the run it varies.
@@ -216,7 +225,7 @@ pub fn next(runs: &[Run], start: &Settings, host: Host, runs_left: usize) -> Opt
     let tried = |p: Probe| runs.iter().any(|r| r.probe == p);
     let suspects = [
         (Probe::ModelBasedCc, model_based_cc(f, base, host)),
-        (Probe::LargerWindow, larger_window(f, base)),
+        (Probe::LargerWindow, larger_window(f, base, host)),
         (Probe::SmallerWindow, smaller_window(f, base)),
         (Probe::MoreStreams, more_streams(f, base)),
     ];
@@ -241,7 +250,7 @@ fn model_based_cc(f: &Figures, base: &Settings, host: Host) -> Option<Settings> 
 
 /// The data in flight fills the usable window: a window four times the data in flight
 /// (a power of two, 1 MiB to 1 GiB), when that is larger than the one in use.
-fn larger_window(f: &Figures, base: &Settings) -> Option<Settings> {
+fn larger_window(f: &Figures, base: &Settings, host: Host) -> Option<Settings> {
     let usable = f.usable_window_bytes? as f64;
     let flight = f.in_flight_bytes()?;
     if usable <= 0.0 || flight < WINDOW_FULL * usable {
@@ -252,6 +261,7 @@ fn larger_window(f: &Figures, base: &Settings) -> Option<Settings> {
         .next_power_of_two();
     (want as f64 > usable).then(|| Settings {
         window_bytes: Some(want),
+        force_window: host.root,
         ..base.clone()
     })
 }
@@ -344,7 +354,10 @@ mod tests {
     use super::sample::*;
     use super::*;
 
-    const BBR: Host = Host { bbr: true };
+    const BBR: Host = Host {
+        bbr: true,
+        root: false,
+    };
 
     /// A case: what the baseline showed, the host, the probe and settings expected.
     type Case = (Figures, Host, Option<(Probe, Settings)>);
@@ -397,6 +410,20 @@ mod tests {
     }
 
     #[test]
+    fn as_root_a_larger_window_goes_past_the_sysctl_cap() {
+        let root = Host {
+            bbr: true,
+            root: true,
+        };
+        let step = next(&baseline(figures(400.0)), &Settings::baseline(), root, 5);
+        let want = with(Settings::baseline(), |s| {
+            s.window_bytes = Some(16 << 20);
+            s.force_window = true;
+        });
+        assert_eq!(step.map(|s| s.settings), Some(want));
+    }
+
+    #[test]
     fn the_first_run_is_the_baseline_and_the_budget_ends_the_steps() {
         let first = next(&[], &Settings::baseline(), BBR, 5).map(|s| (s.probe, s.settings));
         assert_eq!(first, Some((Probe::Baseline, Settings::baseline())));
@@ -445,7 +472,8 @@ mod tests {
             streams: 2,
             window_bytes: Some(16 << 20),
             congestion: Some("bbr".into()),
+            force_window: true,
         };
-        assert_eq!(s.flags(), "-P 2 -w 16M -C bbr");
+        assert_eq!(s.flags(), "-P 2 -w 16M -C bbr --force-window");
     }
 }

@@ -83,11 +83,21 @@ pub(crate) fn verdict(doc: &DiagnoseDoc) -> String {
     if !sysctls.is_empty() {
         out.push_str(&format!("  sysctl: {}\n", sysctls.join(" ")));
     }
+    let best =
+        (doc.runs.iter()).find(|r| r.figures.as_ref().map(|f| f.bits_per_second) == v.best_bps);
+    if let (Some(r), Some(before), Some(after)) = (best, v.baseline_bps, v.best_bps) {
+        out.push_str(&format!(
+            "  best run: {}: {} vs {} at the baseline\n",
+            r.settings.flags(),
+            human_rate(after),
+            human_rate(before)
+        ));
+    }
     for n in &v.notes {
         out.push_str(&format!("  {n}\n"));
     }
     out.push_str(
-        "  run  flags                 probe               Mb/s    retr   min RTT  block RTT\n",
+        "  run  flags                           probe               Mb/s    retr   min RTT  block RTT\n",
     );
     for (i, r) in doc.runs.iter().enumerate() {
         out.push_str(&run_row(i, r));
@@ -113,14 +123,14 @@ fn run_row(i: usize, r: &Run) -> String {
     let Some(f) = &r.figures else {
         let e = r.error.as_deref().unwrap_or("");
         return format!(
-            "  {:>3}  {:<21} {probe:<15}  FAILED: {e}\n",
+            "  {:>3}  {:<31} {probe:<15}  FAILED: {e}\n",
             i + 1,
             r.settings.flags()
         );
     };
     let ms = super::verdict::rtt;
     format!(
-        "  {:>3}  {:<21} {probe:<15} {:>8.1} {:>7} {:>9} {:>10}\n",
+        "  {:>3}  {:<31} {probe:<15} {:>8.1} {:>7} {:>9} {:>10}\n",
         i + 1,
         r.settings.flags(),
         f.bits_per_second / 1e6,

@@ -195,7 +195,10 @@ fn from_lift(runs: &[Run], lift: Lift, probe: Probe) -> Verdict {
     let after = runs[lift.run].figures.clone().unwrap_or_default();
     let (limit, words) = match probe {
         Probe::ModelBasedCc => (Limit::Loss, loss_words(&before, Some(&after))),
-        Probe::LargerWindow => (Limit::Window, window_words(&before, &after)),
+        Probe::LargerWindow => {
+            let forced = runs[lift.run].settings.force_window;
+            (Limit::Window, window_words(&before, &after, forced))
+        }
         Probe::SmallerWindow => (Limit::StandingQueue, queue_words(&before, &after)),
         Probe::MoreStreams | Probe::Baseline => cpu_words(&before, true),
     };
@@ -220,7 +223,7 @@ fn loss_words(f: &Figures, bbr: Option<&Figures>) -> String {
     }
 }
 
-fn window_words(before: &Figures, after: &Figures) -> String {
+fn window_words(before: &Figures, after: &Figures, forced: bool) -> String {
     let flight = before.in_flight_bytes().unwrap_or(0.0);
     let mut w = format!(
         "window: {} in flight (rate x {} min RTT) filled the usable window of {}; a larger \
@@ -230,16 +233,19 @@ fn window_words(before: &Figures, after: &Figures) -> String {
         human_bytes(before.usable_window_bytes.unwrap_or(0) as f64),
         human_rate(after.bits_per_second)
     );
-    if let Some(cap) = &after.window_cap {
+    if let Some(cap) = after.window_caps.first() {
         w.push_str(&cap_words(cap));
+        if forced {
+            w.push_str(" (that run went past it with --force-window, as raising it would)");
+        }
     }
     w
 }
 
 fn cap_words(cap: &super::plan::WindowCap) -> String {
     format!(
-        "; the {}'s grant is capped by {}={}",
-        cap.end, cap.sysctl, cap.value_bytes
+        "; {}={} caps the {}'s grant",
+        cap.sysctl, cap.value_bytes, cap.end
     )
 }
 
@@ -295,15 +301,14 @@ fn cpu_words(f: &Figures, lifted: bool) -> (Limit, String) {
 fn unconfirmed(runs: &[Run], f: &Figures) -> Verdict {
     let capped = runs
         .iter()
-        .filter_map(|r| r.figures.as_ref()?.window_cap.clone())
-        .next();
+        .find_map(|r| r.figures.as_ref()?.window_caps.first().cloned());
     let busy = [&f.sender_thread, &f.receiver_thread]
         .into_iter()
         .flatten()
         .any(|t| t.percent >= BUSY_THREAD_PERCENT);
     let (limit, words) = if let Some(cap) = capped {
         let w = format!(
-            "window, unconfirmed: a larger -w did not lift the rate{}",
+            "window, unconfirmed: the grant is capped{}",
             cap_words(&cap)
         );
         (Limit::Window, w)
@@ -360,17 +365,17 @@ fn advise(runs: &[Run], adopt: usize, advice: &mut Advice) {
         let sysctl = "net.ipv4.tcp_congestion_control";
         advice.sysctls.push(Setting::set(sysctl, c.clone()));
     }
-    let cap = runs
-        .iter()
-        .filter_map(|r| r.figures.as_ref()?.window_cap.as_ref())
-        .next();
-    if let (Some(cap), Some(w)) = (
-        cap,
-        runs.iter().filter_map(|r| r.settings.window_bytes).max(),
-    ) {
-        advice
-            .sysctls
-            .push(Setting::set(&cap.sysctl, w.to_string()));
+    // Each sysctl that capped a window, raised to the largest window asked for.
+    let caps = runs.iter().filter_map(|r| r.figures.as_ref());
+    let mut caps: Vec<&str> = caps
+        .flat_map(|f| f.window_caps.iter().map(|c| c.sysctl.as_str()))
+        .collect();
+    caps.sort_unstable();
+    caps.dedup();
+    if let Some(w) = runs.iter().filter_map(|r| r.settings.window_bytes).max() {
+        for sysctl in caps.into_iter().rev() {
+            advice.sysctls.push(Setting::set(sysctl, w.to_string()));
+        }
     }
 }
 
@@ -432,11 +437,11 @@ mod tests {
     }
 
     fn capped(mut f: Figures) -> Figures {
-        f.window_cap = Some(WindowCap {
+        f.window_caps = vec![WindowCap {
             sysctl: "net.core.rmem_max".into(),
             value_bytes: 212_992,
             end: "receiver".into(),
-        });
+        }];
         f
     }
 
