@@ -101,14 +101,31 @@ pub fn decide(runs: &[Run]) -> Verdict {
         .and_then(|r| r.figures.as_ref())
         .map(|f| f.bits_per_second);
     v.best_bps = Some(best_f.bits_per_second);
-    // A relieved queue is advised for its lower RTT at about the best rate.
-    let adopt = match (&v.lift, v.limit) {
-        (Some(l), Limit::StandingQueue) => l.run,
+    // A smaller window that lifted the rate, or kept it with far less queue, is advised.
+    let queue = relieved_queue(runs);
+    let adopt = match (&v.lift, v.limit, queue) {
+        (Some(l), Limit::StandingQueue, _) => l.run,
+        (None, _, Some((q, _))) => q,
         _ => b,
     };
     advise(runs, adopt, &mut v.advice);
     v.notes = notes(runs, v.lift.as_ref().map(|l| l.run));
+    if let (None, Some((q, a))) = (&v.lift, queue) {
+        let (before, after) = (runs[a].figures.as_ref(), runs[q].figures.as_ref());
+        if let (Some(bf), Some(af)) = (before, after) {
+            let flags = changed_flags(runs, q, a);
+            v.notes
+                .insert(0, format!("{flags}: {}", queue_words(bf, af)));
+        }
+    }
     v
+}
+
+/// A smaller window's run that kept the rate with far less queue, and the run it varied.
+fn relieved_queue(runs: &[Run]) -> Option<(usize, usize)> {
+    pairs(runs)
+        .find(|(i, _, bf, af)| runs[*i].probe == Probe::SmallerWindow && queue_relieved(bf, af))
+        .map(|(i, a, ..)| (i, a))
 }
 
 fn verdict(limit: Limit, words: String, lift: Option<Lift>) -> Verdict {
@@ -132,16 +149,18 @@ fn pairs(runs: &[Run]) -> impl Iterator<Item = (usize, usize, &Figures, &Figures
     })
 }
 
-/// A standing queue's probe kept the rate and at least halved the block RTT.
+/// A standing queue's probe kept the rate and at least halved the queue (block RTT above
+/// the kernel's min RTT).
 fn queue_relieved(before: &Figures, after: &Figures) -> bool {
-    let halved = match (before.block_rtt_avg_us, after.block_rtt_avg_us) {
+    let queue = |f: &Figures| Some(f.block_rtt_avg_us? - f.min_rtt_us?);
+    let halved = match (queue(before), queue(after)) {
         (Some(b), Some(a)) => a * 2.0 <= b,
         _ => false,
     };
     halved && after.bits_per_second >= 0.9 * before.bits_per_second
 }
 
-/// The probe that lifted the rate most (a relieved queue when none lifted it).
+/// The probe that lifted the rate most.
 fn confirmed(runs: &[Run]) -> Option<(Lift, Probe)> {
     let lift = |i: usize, a: usize, before: &Figures, after: &Figures| Lift {
         run: i,
@@ -150,20 +169,12 @@ fn confirmed(runs: &[Run]) -> Option<(Lift, Probe)> {
         before_bps: before.bits_per_second,
         after_bps: after.bits_per_second,
     };
-    let lifted = pairs(runs)
-        .filter(|(i, _, bf, af)| {
-            runs[*i].probe != Probe::SmallerWindow
-                && af.bits_per_second >= LIFT * bf.bits_per_second
-        })
+    let (i, a, bf, af) = pairs(runs)
+        .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
         .max_by(|x, y| {
             (x.3.bits_per_second / x.2.bits_per_second)
                 .total_cmp(&(y.3.bits_per_second / y.2.bits_per_second))
-        });
-    let queue = || {
-        pairs(runs)
-            .find(|(i, _, bf, af)| runs[*i].probe == Probe::SmallerWindow && queue_relieved(bf, af))
-    };
-    let (i, a, bf, af) = lifted.or_else(queue)?;
+        })?;
     Some((lift(i, a, bf, af), runs[i].probe))
 }
 
@@ -252,7 +263,7 @@ fn cap_words(cap: &super::plan::WindowCap) -> String {
 fn queue_words(before: &Figures, after: &Figures) -> String {
     format!(
         "standing queue: block RTT {} over a {} path (bufferbloat in the socket buffers); a \
-         smaller window kept {} with block RTT {}",
+         smaller window reached {} with block RTT {}",
         rtt(before.block_rtt_avg_us),
         rtt(before.min_rtt_us),
         human_rate(after.bits_per_second),
@@ -333,9 +344,17 @@ fn unconfirmed(runs: &[Run], f: &Figures) -> Verdict {
             "unfairness: several streams did not share the path evenly".into(),
         )
     } else {
+        let cc = match f.retransmits {
+            0 => String::new(),
+            n => format!(
+                " ({n} retransmits, {:.3} %, under {})",
+                f.retransmit_percent(),
+                f.congestion
+            ),
+        };
         let w = format!(
-            "the path's rate: {}, with no loss, full window, standing queue or busy thread to \
-             blame; nothing tried lifted it",
+            "the path's rate: {}{cc}; no window filled, no busy thread, and nothing tried \
+             lifted it",
             human_rate(f.bits_per_second)
         );
         (Limit::PathRate, w)
@@ -512,6 +531,21 @@ mod tests {
                         window(2 << 20),
                         Some(0),
                         figures(98.0),
+                    ),
+                ],
+                // At the path's rate with less queue: advised, but not what limits it.
+                Limit::PathRate,
+                false,
+                vec!["-w 2M"],
+            ),
+            (
+                vec![
+                    base(queued(figures(100.0), 600.0)),
+                    run(
+                        Probe::SmallerWindow,
+                        window(2 << 20),
+                        Some(0),
+                        figures(180.0),
                     ),
                 ],
                 Limit::StandingQueue,
