@@ -1351,11 +1351,24 @@ fn diagnose_ends_in_a_verdict_within_its_budget() {
     let first = doc.runs.first().map(|r| (r.probe, r.figures.is_some()));
     assert_eq!(first, Some((Probe::Baseline, true)), "{}", run.explain());
     assert!((1.0..=2.0).contains(&doc.run_seconds), "{}", run.explain());
-    assert!(doc.elapsed_s <= doc.budget_s, "budget not kept{}", run.explain());
+    assert!(
+        doc.elapsed_s <= doc.budget_s,
+        "budget not kept{}",
+        run.explain()
+    );
     assert_ne!(doc.verdict.limit, Limit::NotMeasured, "{}", run.explain());
     assert!(!doc.verdict.words.is_empty(), "{}", run.explain());
-    let steps = run.stderr().lines().filter(|l| l.starts_with("step ")).count();
-    assert_eq!(steps, doc.runs.len(), "a progress line per run{}", run.explain());
+    let steps = run
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("step "))
+        .count();
+    assert_eq!(
+        steps,
+        doc.runs.len(),
+        "a progress line per run{}",
+        run.explain()
+    );
 }
 
 /// A combination the single engine cannot run (it does not pace) is a skipped row with its
