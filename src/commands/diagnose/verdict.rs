@@ -81,7 +81,7 @@ impl Lift {
 
 /// The verdict of `runs`.
 pub fn decide(runs: &[Run]) -> Verdict {
-    let Some((b, best_f)) = best(runs) else {
+    let Some((_, best_f)) = best(runs) else {
         let why = runs.iter().find_map(|r| r.error.clone());
         return verdict(
             Limit::NotMeasured,
@@ -101,16 +101,21 @@ pub fn decide(runs: &[Run]) -> Verdict {
         .and_then(|r| r.figures.as_ref())
         .map(|f| f.bits_per_second);
     v.best_bps = Some(best_f.bits_per_second);
-    // A smaller window that lifted the rate, or kept it with far less queue, is advised.
     let queue = relieved_queue(runs);
-    let adopt = match (&v.lift, v.limit, queue) {
-        (Some(l), Limit::StandingQueue, _) => l.run,
-        (None, _, Some((q, _))) => q,
-        _ => b,
-    };
-    advise(runs, adopt, &mut v.advice);
+    let adopt = adopted(runs, queue);
+    // An unconfirmed window verdict advises the sysctls of the run its cap was seen in.
+    let capped = (v.limit == Limit::Window && v.lift.is_none())
+        .then(|| {
+            runs.iter().position(|r| {
+                r.figures
+                    .as_ref()
+                    .is_some_and(|f| !f.window_caps.is_empty())
+            })
+        })
+        .flatten();
+    advise(runs, adopt, capped.unwrap_or(adopt), &mut v.advice);
     v.notes = notes(runs, v.lift.as_ref().map(|l| l.run));
-    if let (None, Some((q, a))) = (&v.lift, queue) {
+    if let Some((q, a)) = queue.filter(|&(q, _)| v.lift.as_ref().is_none_or(|l| l.run != q)) {
         let (before, after) = (runs[a].figures.as_ref(), runs[q].figures.as_ref());
         if let (Some(bf), Some(af)) = (before, after) {
             let flags = changed_flags(runs, q, a);
@@ -119,6 +124,17 @@ pub fn decide(runs: &[Run]) -> Verdict {
         }
     }
     v
+}
+
+/// The run whose flags are advised: the fastest of the runs that lifted the rate over the
+/// run they varied; with none, a smaller window's that kept the rate with less queue; else
+/// the baseline.
+fn adopted(runs: &[Run], queue: Option<(usize, usize)>) -> usize {
+    let lifted = pairs(runs)
+        .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
+        .max_by(|x, y| x.3.bits_per_second.total_cmp(&y.3.bits_per_second))
+        .map(|(i, ..)| i);
+    lifted.or(queue.map(|(q, _)| q)).unwrap_or(0)
 }
 
 /// A smaller window's run that kept the rate with far less queue, and the run it varied.
@@ -366,8 +382,9 @@ fn unfair(f: &Figures) -> bool {
     f.jain.is_some_and(|j| j < UNFAIR_JAIN)
 }
 
-/// Run `adopt`'s flags beyond the baseline's, and the sysctls they need.
-fn advise(runs: &[Run], adopt: usize, advice: &mut Advice) {
+/// Run `adopt`'s flags beyond the baseline's, the sysctls they need, and the window
+/// sysctls that capped run `capped`'s window.
+fn advise(runs: &[Run], adopt: usize, capped: usize, advice: &mut Advice) {
     let (s, b) = (&runs[adopt].settings, &runs[0].settings);
     if s.streams != b.streams {
         advice.flags.push(Setting::set("-P", s.streams.to_string()));
@@ -384,16 +401,13 @@ fn advise(runs: &[Run], adopt: usize, advice: &mut Advice) {
         let sysctl = "net.ipv4.tcp_congestion_control";
         advice.sysctls.push(Setting::set(sysctl, c.clone()));
     }
-    // Each sysctl that capped a window, raised to the largest window asked for.
-    let caps = runs.iter().filter_map(|r| r.figures.as_ref());
-    let mut caps: Vec<&str> = caps
-        .flat_map(|f| f.window_caps.iter().map(|c| c.sysctl.as_str()))
-        .collect();
-    caps.sort_unstable();
-    caps.dedup();
-    if let Some(w) = runs.iter().filter_map(|r| r.settings.window_bytes).max() {
-        for sysctl in caps.into_iter().rev() {
-            advice.sysctls.push(Setting::set(sysctl, w.to_string()));
+    // Each sysctl that capped run `capped`'s window, raised to that window.
+    let r = &runs[capped];
+    if let (Some(f), Some(w)) = (&r.figures, r.settings.window_bytes) {
+        for cap in &f.window_caps {
+            advice
+                .sysctls
+                .push(Setting::set(&cap.sysctl, w.to_string()));
         }
     }
 }
@@ -471,7 +485,26 @@ mod tests {
     /// (runs, expected limit, confirmed, advised flags)
     fn cases() -> Vec<(Vec<Run>, Limit, bool, Vec<&'static str>)> {
         let lossy_base = base(lossy(figures(172.0)));
+        let bbr_run = run(Probe::ModelBasedCc, bbr(), Some(0), as_bbr(figures(515.0)));
+        let bbr_window = with(bbr(), |s| s.window_bytes = Some(16 << 20));
+        let then_window = |mbps: f64| {
+            let r = run(
+                Probe::LargerWindow,
+                bbr_window.clone(),
+                Some(1),
+                as_bbr(figures(mbps)),
+            );
+            vec![lossy_base.clone(), bbr_run.clone(), r]
+        };
         vec![
+            // A window 9 % faster is no lift: only -C bbr is advised.
+            (then_window(560.0), Limit::Loss, true, vec!["-C bbr"]),
+            (
+                then_window(900.0),
+                Limit::Loss,
+                true,
+                vec!["-w 16M", "-C bbr"],
+            ),
             (
                 vec![
                     lossy_base.clone(),
@@ -621,7 +654,7 @@ mod tests {
 
     #[test]
     fn a_capped_grant_names_the_sysctl_and_the_value_to_raise_it_to() {
-        let v = decide(&cases()[3].0);
+        let v = decide(&cases()[5].0);
         assert!(v.words.contains("net.core.rmem_max=212992"), "{}", v.words);
         let s = v
             .advice
