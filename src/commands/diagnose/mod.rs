@@ -247,12 +247,16 @@ impl Session {
             writeln!(progress, " {}", text::step_end(&run)).map_err(io_err)?;
             runs.push(run);
         }
+        let mut verdict = verdict::decide(&runs);
+        if let (Some(e), true) = (&stopped, runs.is_empty()) {
+            verdict.words = format!("no run finished: {e}");
+        }
         let doc = DiagnoseDoc {
             target: self.server.label(),
             budget_s: self.budget.as_secs_f64(),
             run_seconds: self.run_time.as_secs_f64(),
             elapsed_s: started.elapsed().as_secs_f64(),
-            verdict: verdict::decide(&runs),
+            verdict,
             runs,
             error: stopped.as_ref().map(Error::to_string),
         };
