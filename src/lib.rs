@@ -99,6 +99,10 @@ pub(crate) fn run(args: &cli::Args) -> Result<()> {
         signals::take_over()?;
         return commands::compare::run(c);
     }
+    if let Some(cli::Command::Diagnose(d)) = &args.command {
+        signals::take_over()?;
+        return commands::diagnose::run(d);
+    }
     match &args.command {
         Some(cli::Command::Plot(a)) => return commands::render::run_plot(a),
         Some(cli::Command::Report(a)) => return commands::render::run_report(a),

@@ -1387,6 +1387,40 @@ fn compare_runs_one_row_per_configuration_in_text_and_json() {
     );
 }
 
+/// `diagnose --loopback --budget 6s -J`: a baseline and the probes it led to, each with its
+/// progress line on stderr, a verdict that names a limit, all within the budget.
+#[test]
+fn diagnose_ends_in_a_verdict_within_its_budget() {
+    use pinperf::commands::diagnose::DiagnoseDoc;
+    use pinperf::commands::diagnose::plan::Probe;
+    use pinperf::commands::diagnose::verdict::Limit;
+    let run = pinperf(&["diagnose", "--loopback", "--budget", "6s", "-J"], LIMIT);
+    run.assert_ok();
+    let doc: DiagnoseDoc =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    let first = doc.runs.first().map(|r| (r.probe, r.figures.is_some()));
+    assert_eq!(first, Some((Probe::Baseline, true)), "{}", run.explain());
+    assert!((1.0..=2.0).contains(&doc.run_seconds), "{}", run.explain());
+    assert!(
+        doc.elapsed_s <= doc.budget_s,
+        "budget not kept{}",
+        run.explain()
+    );
+    assert_ne!(doc.verdict.limit, Limit::NotMeasured, "{}", run.explain());
+    assert!(!doc.verdict.words.is_empty(), "{}", run.explain());
+    let steps = run
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("step "))
+        .count();
+    assert_eq!(
+        steps,
+        doc.runs.len(),
+        "a progress line per run{}",
+        run.explain()
+    );
+}
+
 /// A combination the single engine cannot run (it does not pace) is a skipped row with its
 /// reason, and the rest of the matrix runs, exit 0 (the whole comparison was
 /// refused); a matrix with nothing runnable is refused, exit 2.

@@ -1292,3 +1292,51 @@ fn a_udp_path_that_dies_ends_on_time_with_the_lost_tail_counted() {
         "lost {lost} of {sent}{why}"
     );
 }
+
+/// `-- diagnose` over a lossy long path: from cubic, the verdict is loss, the advice
+/// `-C bbr`, confirmed by the run that used it, within the budget. Root only (skips,
+/// saying so, elsewhere); traffic stays inside the lab's namespaces.
+#[test]
+fn diagnose_names_loss_on_a_lossy_path_and_advises_bbr() {
+    if !can_build_a_lab("diagnose_names_loss_on_a_lossy_path_and_advises_bbr") {
+        return;
+    }
+    if !std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .is_ok_and(|a| a.split_whitespace().any(|c| c == "bbr"))
+    {
+        util::skipped(
+            "diagnose_names_loss_on_a_lossy_path",
+            "this kernel has no bbr",
+        );
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let run = pinperf(
+        &[
+            "lab", "--rtt", "60ms", "--rate", "200M", "--loss", "0.1%", "--", "diagnose", "-C",
+            "cubic", "--budget", "30s",
+        ],
+        Duration::from_secs(60),
+    );
+    run.assert_ok();
+    let text = run.stdout();
+    let line = |prefix: &str| text.lines().find(|l| l.trim_start().starts_with(prefix));
+    let verdict = line("verdict: ").unwrap_or_default();
+    assert!(verdict.starts_with("verdict: loss: "), "{}", run.explain());
+    assert!(verdict.contains("held cubic"), "{}", run.explain());
+    // `-C bbr`, and a larger -w too when that lifted the rate again.
+    let advice = line("advice: ").unwrap_or_default();
+    assert!(advice.contains("-C bbr"), "{}", run.explain());
+    assert!(
+        line("confirmed by run ").is_some_and(|l| l.contains("-C bbr: ")),
+        "{}",
+        run.explain()
+    );
+    // Within its budget, by its own account: `# 3 runs in 14.2 s of a 30 s budget`.
+    let took = text
+        .lines()
+        .find_map(|l| l.split_once(" s of a 30 s budget")?.0.rsplit(' ').next())
+        .and_then(|s| s.parse::<f64>().ok());
+    assert!(took.is_some_and(|t| t <= 30.0), "{}", run.explain());
+    assert_torn_down(lab_pid(&text));
+}

@@ -21,6 +21,9 @@ pub enum Command {
     /// Run a matrix of configurations against one server: one row each with Mb/s, CPU on
     /// both ends, Gbit/s per busy core, retransmits and fairness.
     Compare(Box<CompareArgs>),
+    /// Name what limits the path and the hosts, and the setting that lifts it: a few runs
+    /// chosen one by one from what each showed, within --budget, and a verdict.
+    Diagnose(Box<DiagnoseArgs>),
     /// Emulate a long fat path between two network namespaces (root only) and run a test
     /// over it: `pinperf lab --rtt 60ms --rate 1G -- -P 8 -t 20`.
     Lab(LabArgs),
@@ -259,6 +262,31 @@ pub struct CompareArgs {
     /// Same as --format csv.
     #[arg(long, conflicts_with = "format")]
     pub csv: bool,
+}
+
+/// `pinperf diagnose HOST`.
+#[derive(Debug, clap::Args)]
+pub struct DiagnoseArgs {
+    /// The server (as -c HOST).
+    #[arg(value_name = "HOST")]
+    pub host: Option<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Wall-clock time all runs must fit in.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = units::parse_duration)]
+    pub budget: Duration,
+    /// The baseline's congestion control (-C) [default: the system's].
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// The baseline's window (-w) [default: autotuning].
+    #[arg(short = 'w', long, value_name = "SIZE", value_parser = units::parse_size)]
+    pub window: Option<u64>,
+    /// Seconds per run [default: a fifth of --budget less 0.5 s, 1 to 5 s].
+    #[arg(short = 't', long = "time", value_name = "SECS", value_parser = units::parse_duration)]
+    pub duration: Option<Duration>,
+    /// The verdict and the runs as JSON (progress lines go to stderr).
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 /// Where the server is and how to reach it (a client's and `compare`'s).

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::choices::Format;
 use crate::choices::{Engine, Peer, ZeroCopy};
-use crate::cli::CompareArgs;
+use crate::cli::{CompareArgs, TargetArgs};
 use crate::config::{ClientConfig, Target};
 use crate::error::{Error, Result};
 use crate::wire::params::TestParams;
@@ -604,7 +604,7 @@ pub(crate) fn run(a: &CompareArgs) -> Result<()> {
         (_, true) => Format::Csv,
         _ => a.format.into(),
     };
-    let server = Endpoint::of(a)?;
+    let server = Endpoint::of(&a.target, "compare")?;
     let mut out = Printer {
         out: io::stdout().lock(),
         format,
@@ -665,22 +665,24 @@ fn configs(a: &CompareArgs, matrix: &[Point]) -> Result<(Vec<ClientConfig>, Vec<
 }
 
 /// The server every run tests against: `-c HOST` (and its `-p`), or with `--loopback` one
-/// started in this process.
-struct Endpoint {
+/// started in this process. Shared by the commands that run many tests (`diagnose`).
+#[derive(Clone)]
+pub(crate) struct Endpoint {
     host: String,
     port: u16,
     same_process: bool,
 }
 
 impl Endpoint {
-    fn of(a: &CompareArgs) -> Result<Endpoint> {
-        let (host, port, same_process) = match (&a.target.client, a.target.loopback) {
+    /// `command` names the subcommand in the usage error.
+    pub(crate) fn of(target: &TargetArgs, command: &str) -> Result<Endpoint> {
+        let (host, port, same_process) = match (&target.client, target.loopback) {
             (Some(_), true) | (None, false) => {
-                return Err(Error::Usage(
-                    "compare: give exactly one of -c HOST and --loopback".into(),
-                ));
+                return Err(Error::Usage(format!(
+                    "{command}: give exactly one of -c HOST and --loopback"
+                )));
             }
-            (Some(h), false) => (h.clone(), a.target.port(), false),
+            (Some(h), false) => (h.clone(), target.port(), false),
             (None, true) => (
                 "127.0.0.1".to_string(),
                 Server::spawn_local(false, Affinity::Auto)?.port(),
@@ -694,8 +696,29 @@ impl Endpoint {
         })
     }
 
+    /// A server already listening at `host:port` (the lab's, in its namespace).
+    pub(crate) fn at(host: String, port: u16, same_process: bool) -> Endpoint {
+        Endpoint {
+            host,
+            port,
+            same_process,
+        }
+    }
+
+    /// Points a run's configuration at this server.
+    pub(crate) fn aim(&self, cfg: &mut ClientConfig) {
+        cfg.target.host = Some(self.host.clone());
+        cfg.target.port = self.port;
+        cfg.target.loopback = false;
+        cfg.same_process = self.same_process;
+    }
+
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
     /// `host:port`, and whether the server is this process's.
-    fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         format!(
             "{}:{}{}",
             self.host,
@@ -821,10 +844,7 @@ impl Sweep {
             let when = format!("before run {} of {runs}", i + 1);
             return Ok(ControlFlow::Break(crate::signals::interrupted(sig, when)));
         }
-        cfg.target.host = Some(self.server.host.clone());
-        cfg.target.port = self.server.port;
-        cfg.target.loopback = false;
-        cfg.same_process = self.server.same_process;
+        self.server.aim(&mut cfg);
         if self.iperf3.load(Ordering::Relaxed) && cfg.peer == Peer::Auto {
             cfg.peer = Peer::Iperf3;
         }

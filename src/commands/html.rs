@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::commands::compare::{self, CompareDoc};
+use crate::commands::diagnose::DiagnoseDoc;
 use crate::commands::plot;
 use crate::commands::saved::{self, SavedTest};
 use crate::error::Result;
@@ -259,6 +260,77 @@ fn diagnosis(body: &mut String, s: &Summary) {
     body.push_str("</ul>\n");
 }
 
+/// A diagnosis's page: the verdict, its runs as bars (Mb/s, the confirming run and the
+/// one it changed marked), and the text as `diagnose` printed it.
+pub(crate) fn diagnose_page(doc: &DiagnoseDoc, title: &str) -> String {
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<p>{} runs of {} s against {}, in {:.1} s of a {:.0} s budget</p>",
+        doc.runs.len(),
+        doc.run_seconds,
+        escape(&doc.target),
+        doc.elapsed_s,
+        doc.budget_s
+    );
+    let _ = writeln!(
+        body,
+        "<h2>Verdict</h2>\n<p id=\"verdict\"><b>{}</b></p>",
+        escape(&doc.verdict.words)
+    );
+    body.push_str("<h2>Runs</h2>\n<div class=\"plot\" id=\"plot\">\n");
+    body.push_str(&diagnose_bars(doc));
+    body.push_str("\n</div>\n<h2>Text</h2>\n<pre id=\"text\">");
+    body.push_str(&escape(&crate::commands::diagnose::text::verdict(doc)));
+    body.push_str("</pre>\n");
+    page(title, &body)
+}
+
+/// One bar per run, its height the run's Mb/s; the confirming run's bar is dark, the run
+/// it changed mid-grey, the rest light, a failed run's empty.
+fn diagnose_bars(doc: &DiagnoseDoc) -> String {
+    let (bar, gap, height, top) = (90.0, 20.0, 200.0, 30.0);
+    let rate = |r: &crate::commands::diagnose::plan::Run| {
+        r.figures.as_ref().map_or(0.0, |f| f.bits_per_second / 1e6)
+    };
+    let most = doc.runs.iter().map(rate).fold(1e-9, f64::max);
+    let lift = doc.verdict.lift.as_ref().map(|l| (l.run, l.against));
+    let width = doc.runs.len() as f64 * (bar + gap) + gap;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" \
+         font-family=\"sans-serif\" font-size=\"11\">",
+        height + top + 40.0
+    );
+    for (i, r) in doc.runs.iter().enumerate() {
+        let h = rate(r) / most * height;
+        let x = gap + i as f64 * (bar + gap);
+        let fill = match lift {
+            Some((run, _)) if run == i => "#2a5d9f",
+            Some((_, against)) if against == i => "#999",
+            _ => "#bcd",
+        };
+        let y = top + height - h;
+        let _ = write!(
+            svg,
+            "<rect x=\"{x}\" y=\"{y:.1}\" width=\"{bar}\" height=\"{h:.1}\" fill=\"{fill}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{:.0} Mb/s</text>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            x + bar / 2.0,
+            y - 4.0,
+            rate(r),
+            x + bar / 2.0,
+            top + height + 14.0,
+            i + 1,
+            x + bar / 2.0,
+            top + height + 28.0,
+            escape(&r.settings.flags())
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 /// A comparison's page: the plots and the table.
 pub(crate) fn compare_page(doc: &CompareDoc, title: &str) -> Result<String> {
     let mut body = String::new();
@@ -284,4 +356,44 @@ pub(crate) fn compare_page(doc: &CompareDoc, title: &str) -> Result<String> {
     body.push_str(&escape(&compare::text_table(doc)));
     body.push_str("</pre>\n");
     Ok(page(title, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::diagnose::plan::sample::{figures, lossy, run, with};
+    use crate::commands::diagnose::plan::{Probe, Settings};
+
+    #[test]
+    fn a_diagnosis_page_draws_a_bar_per_run_and_marks_the_confirming_one() {
+        let bbr = with(Settings::baseline(), |s| s.congestion = Some("bbr".into()));
+        let mut lifted = figures(515.0);
+        lifted.congestion = "bbr".into();
+        let runs = vec![
+            run(
+                Probe::Baseline,
+                Settings::baseline(),
+                None,
+                lossy(figures(172.0)),
+            ),
+            run(Probe::ModelBasedCc, bbr, Some(0), lifted),
+        ];
+        let doc = DiagnoseDoc {
+            target: "198.18.0.1:5301 <lab>".into(),
+            budget_s: 40.0,
+            run_seconds: 5.0,
+            elapsed_s: 11.4,
+            verdict: crate::commands::diagnose::verdict::decide(&runs),
+            runs,
+            error: None,
+        };
+        let page = diagnose_page(&doc, "t");
+        assert_eq!(page.matches("<rect ").count(), 2, "{page}");
+        // The bbr run (the confirming one) is dark, the baseline it changed grey.
+        assert!(page.contains("fill=\"#2a5d9f\""), "{page}");
+        assert!(page.contains("fill=\"#999\""), "{page}");
+        assert!(page.contains("515 Mb/s</text>"), "{page}");
+        assert!(page.contains("id=\"verdict\"><b>loss: "), "{page}");
+        assert!(page.contains("&lt;lab&gt;"), "escaped: {page}");
+    }
 }

@@ -8,6 +8,7 @@ use clap::CommandFactory;
 
 use crate::cli::{Args, CompletionsArgs, PlotArgs, ReportArgs, ReportFormat};
 use crate::commands::compare::{self, CompareDoc};
+use crate::commands::diagnose::DiagnoseDoc;
 use crate::commands::output::default_title;
 use crate::commands::saved::{self, Saved, SavedTest};
 use crate::commands::{html, plot};
@@ -67,6 +68,13 @@ pub(crate) fn run_plot(a: &PlotArgs) -> Result<()> {
             let title = a.title.clone().unwrap_or_else(|| compare_title(&c));
             plot::compare_svg(&c, &title)?
         }
+        Saved::Diagnose(_) => {
+            return Err(Error::Usage(format!(
+                "{}: a diagnosis has no plot yet; `pinperf report {} -o OUT.html` draws its runs",
+                a.file.display(),
+                a.file.display()
+            )));
+        }
         Saved::Failed(e) => return Err(Saved::nothing_to("plot", &a.file, &e)),
     };
     let bytes = plot::encode(&a.output, "-o", &svg)
@@ -124,6 +132,7 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
     let bytes = match saved::load(&a.file)? {
         Saved::Test(t) => test_report(&t, format, a)?,
         Saved::Compare(c) => compare_report(&c, format, a)?,
+        Saved::Diagnose(d) => diagnose_report(&d, format, a)?,
         // As the live --csv wrote it: the header, then the error row.
         Saved::Failed(e) if format == ReportFormat::Csv => {
             let mut buf = Vec::new();
@@ -135,6 +144,25 @@ pub(crate) fn run_report(a: &ReportArgs) -> Result<()> {
         Saved::Failed(e) => return Err(Saved::nothing_to("show", &a.file, &e)),
     };
     emit(a.output.as_deref().or(a.html.as_deref()), &bytes)
+}
+
+/// A saved diagnosis as text (its verdict and runs), JSON or HTML.
+fn diagnose_report(d: &DiagnoseDoc, format: ReportFormat, a: &ReportArgs) -> Result<Vec<u8>> {
+    Ok(match format {
+        ReportFormat::Text => crate::commands::diagnose::text::verdict(d).into_bytes(),
+        ReportFormat::Json => json(d)?,
+        ReportFormat::Html => {
+            let title = (a.text.title.clone())
+                .unwrap_or_else(|| format!("pinperf diagnose against {}", d.target));
+            html::diagnose_page(d, &title).into_bytes()
+        }
+        ReportFormat::Csv | ReportFormat::Iperf3Json => {
+            return Err(Error::Usage(format!(
+                "{}: a diagnosis is written as text, JSON or HTML",
+                a.file.display()
+            )));
+        }
+    })
 }
 
 /// A saved test in `format`; the run's `-T` is in the document, and `-T` here replaces it.

@@ -42,7 +42,9 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches};
 use parking_lot::Mutex;
 
-use crate::cli::{Args, LabArgs};
+use crate::choices::Format;
+use crate::cli::{Args, LabArgs, OutputArgs};
+use crate::commands::diagnose::{self, Session};
 use crate::config::{self, ClientConfig, ServerConfig};
 use crate::data::pin::{self, Affinity};
 use crate::data::stream::spawn_named;
@@ -269,8 +271,7 @@ pub fn client_options(a: &LabArgs) -> Result<(ClientConfig, crate::cli::OutputAr
 /// Runs `pinperf lab`.
 pub fn run(a: &LabArgs) -> Result<()> {
     let spec = path_spec(a)?;
-    let (mut cfg, output) = client_options(a)?;
-    check_blackout(a, &spec, &cfg)?;
+    let (mut test, format, output) = lab_test(a, &spec)?;
     check_host()?;
     // net.ipv4.tcp_mem is visible only here, in the initial namespace: read it once now.
     let _ = crate::os::kstat::tcp_mem();
@@ -278,9 +279,50 @@ pub fn run(a: &LabArgs) -> Result<()> {
     sys::block_stop_signals().map_err(|e| Error::io("block SIGINT/SIGTERM", e))?;
     let teardown = TeardownGuard::default();
     spawn_signal_thread(teardown.shared())?;
-    let mut out = LabOut::new(cfg.format, &output)?;
-    let result = run_lab(&spec, &mut cfg, &teardown, &mut out);
+    let mut out = LabOut::new(format, &output)?;
+    let result = run_lab(&spec, &mut test, &teardown, &mut out);
     finish(result, &teardown, &mut out)
+}
+
+/// What the lab runs over its path: the client test of the options after `--`, or with
+/// `-- diagnose …` a diagnosis (text only).
+enum LabTest {
+    Client(Box<ClientConfig>),
+    Diagnose(Box<Session>),
+}
+
+/// The lab's test from the options after `--`, its output format and flags, all checked
+/// before anything is created.
+fn lab_test(a: &LabArgs, spec: &PathSpec) -> Result<(LabTest, Format, OutputArgs)> {
+    if a.client_args.first().is_some_and(|w| w == "diagnose") {
+        if a.blackout_from.is_some() {
+            return Err(Error::Usage(
+                "--blackout-from with diagnose after `--`: not supported; drop one".into(),
+            ));
+        }
+        let argv = std::iter::once("pinperf").chain(a.client_args.iter().map(String::as_str));
+        let args = <Args as clap::Parser>::try_parse_from(argv)
+            .map_err(|e| Error::Usage(format!("diagnose after `--`: {}", first_line(&e))))?;
+        let Some(crate::cli::Command::Diagnose(d)) = args.command else {
+            return Err(Error::Usage(
+                "diagnose after `--`: expected its options".into(),
+            ));
+        };
+        let session = diagnose::lab_session(&d, SERVER_ADDR)?;
+        let test = LabTest::Diagnose(Box::new(session));
+        return Ok((test, Format::Text, OutputArgs::default()));
+    }
+    let (cfg, output) = client_options(a)?;
+    check_blackout(a, spec, &cfg)?;
+    let format = cfg.format;
+    Ok((LabTest::Client(Box::new(cfg)), format, output))
+}
+
+/// The first line of a clap error, without its `error: `.
+fn first_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let line = text.lines().next().unwrap_or("");
+    line.trim_start_matches("error: ").to_string()
 }
 
 /// A blackout must start while the test still runs. The path comes up just before the
@@ -402,7 +444,7 @@ fn note(line: &str) {
 /// relays' figures and warnings go to `out` once the test has ended.
 fn run_lab(
     spec: &PathSpec,
-    cfg: &mut ClientConfig,
+    test: &mut LabTest,
     teardown: &TeardownGuard,
     out: &mut LabOut,
 ) -> Result<()> {
@@ -448,18 +490,29 @@ fn run_lab(
         &stop,
     )?;
 
-    let outcome = serve_and_test(&server, &client, cfg, teardown, out.client_formatter());
+    let (outcome, params) = match test {
+        LabTest::Client(cfg) => {
+            let formatter = out.client_formatter();
+            let summary = serve_and_test(&server, &client, cfg, teardown, formatter);
+            let bps = summary.map(|s| Some(s.sum_received.bits_per_second));
+            (bps, cfg.test.clone())
+        }
+        LabTest::Diagnose(session) => {
+            let verdict = serve_and_diagnose(&server, &client, session, teardown);
+            (
+                verdict.map(|()| None),
+                crate::wire::params::TestParams::defaults(),
+            )
+        }
+    };
     stop.store(true, Ordering::Relaxed);
     let relays = (join_relay(forward)?, join_relay(back)?);
-    let received_bps = outcome
-        .as_ref()
-        .ok()
-        .map(|s| s.sum_received.bits_per_second);
+    let received_bps = outcome.as_ref().ok().copied().flatten();
     let netns = Ends {
         client: &client,
         server: &server,
     };
-    report_relays(out, relays, netns, received_bps, (spec, &cfg.test));
+    report_relays(out, relays, netns, received_bps, (spec, &params));
     outcome.map(|_| ())
 }
 
@@ -564,6 +617,30 @@ fn serve_and_test(
     teardown: &TeardownGuard,
     formatter: Box<dyn Formatter>,
 ) -> Result<Summary> {
+    cfg.target.port = start_server(server, true)?;
+    let cfg = cfg.clone();
+    in_client_netns(client, teardown, move || {
+        crate::client::run_with(cfg, formatter)
+    })
+}
+
+/// As [`serve_and_test`], for a diagnosis: its runs, one after another, from the client's
+/// namespace to the one server, and its verdict.
+fn serve_and_diagnose(
+    server: &Netns,
+    client: &Netns,
+    session: &mut Session,
+    teardown: &TeardownGuard,
+) -> Result<()> {
+    // Its runs, one after another, to one server.
+    session.serve_at(start_server(server, false)?);
+    let session = session.clone();
+    in_client_netns(client, teardown, move || session.run_and_print(false))
+}
+
+/// Starts the lab's server on a thread inside `server`'s namespace (`one_off`: for one
+/// test); its port.
+fn start_server(server: &Netns, one_off: bool) -> Result<u16> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let server_file = server
         .file
@@ -575,7 +652,7 @@ fn serve_and_test(
                 .map_err(|e| Error::io("enter server netns", e))?;
             let s = Server::bind(ServerConfig::in_process(
                 IpAddr::V4(SERVER_ADDR),
-                true,
+                one_off,
                 Affinity::Auto,
             ))?;
             let port = s.local_addr()?.port();
@@ -592,14 +669,21 @@ fn serve_and_test(
             }
         }
     })?;
-    cfg.target.port = rx
-        .recv_timeout(crate::timeouts::HANDSHAKE)
-        .map_err(|_| Error::Test("the lab server did not start in time".into()))??;
+    rx.recv_timeout(crate::timeouts::HANDSHAKE)
+        .map_err(|_| Error::Test("the lab server did not start in time".into()))?
+}
+
+/// Runs `test` on the `lab-client` thread inside `client`'s namespace, once the teardown
+/// list says results are pending; its result.
+fn in_client_netns<T: Send + 'static>(
+    client: &Netns,
+    teardown: &TeardownGuard,
+    test: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     let client_file = client
         .file
         .try_clone()
         .map_err(|e| Error::io("dup netns handle", e))?;
-    let cfg = cfg.clone();
     {
         let mut list = teardown.0.lock();
         if list.done {
@@ -611,7 +695,7 @@ fn serve_and_test(
     }
     let handle = spawn_named("lab-client".into(), move || {
         sys::enter_netns(client_file.as_fd()).map_err(|e| Error::io("enter client netns", e))?;
-        crate::client::run_with(cfg, formatter)
+        test()
     });
     handle.and_then(|h| {
         h.join()

@@ -1,4 +1,5 @@
-//! Saved results: reads a `-J` document back (a test's, a `lab`'s, or a `compare`'s)
+//! Saved results: reads a `-J` document back (a test's, a `lab`'s, a `compare`'s or a
+//! `diagnose`'s)
 //! through the same serde types that wrote it, so `pinperf report` and `pinperf plot`
 //! render exactly what the run measured. Every failure names the file. Runs on the main
 //! thread of `pinperf plot` / `pinperf report`.
@@ -26,6 +27,8 @@ pub(crate) struct SavedTest {
 pub(crate) enum Saved {
     Test(Box<SavedTest>),
     Compare(CompareDoc),
+    /// A `pinperf diagnose -J` document.
+    Diagnose(Box<crate::commands::diagnose::DiagnoseDoc>),
     /// A test that failed before it started: only its error (no server, refused, busy).
     Failed(String),
 }
@@ -64,6 +67,11 @@ pub(crate) fn parse(text: &str) -> std::result::Result<Saved, String> {
     // `--format iperf3-json` keeps pinperf's own document under "pinperf".
     if let Some(own) = obj.get("pinperf").filter(|p| p.is_object()) {
         return parse_test(own.clone(), "pinperf -J document (the \"pinperf\" member)");
+    }
+    if obj.contains_key("verdict") && obj.contains_key("runs") {
+        let doc = serde_json::from_value(value)
+            .map_err(|e| format!("not a pinperf diagnose -J document: {e}"))?;
+        return Ok(Saved::Diagnose(Box::new(doc)));
     }
     if obj.contains_key("rows") {
         let doc: CompareDoc = serde_json::from_value(value)

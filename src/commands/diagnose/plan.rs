@@ -1,0 +1,479 @@
+//! The step planner of `pinperf diagnose`: a pure function of the runs so far (their
+//! settings and the figures each measured) to the next run to make, or none. Each step
+//! tests one suspicion the best run so far raised — loss under a loss-based congestion
+//! control, a window the data in flight fills, a standing queue in the socket buffers, a
+//! stream thread at the top of its core — by changing one setting of that run. No
+//! sockets here: the tests below are tables of synthetic runs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::format_size;
+
+/// Most runs one diagnosis makes, baseline included.
+pub const MAX_RUNS: usize = 6;
+
+/// Retransmitted share of the segments sent (percent) that makes loss a suspect.
+pub const LOSS_PERCENT: f64 = 0.01;
+/// Data in flight (rate x min RTT) as a share of the usable window that makes the window
+/// a suspect.
+pub const WINDOW_FULL: f64 = 0.6;
+/// Block RTT over kernel min RTT that makes a standing queue a suspect, with at least
+/// [`QUEUE_MIN_EXTRA_US`] between them.
+pub const QUEUE_RATIO: f64 = 4.0;
+pub const QUEUE_MIN_EXTRA_US: f64 = 2000.0;
+/// A stream thread's CPU (percent of one core) that makes its end's CPU a suspect.
+pub const BUSY_THREAD_PERCENT: f64 = 90.0;
+/// Most streams a probe asks for.
+pub const MAX_STREAMS: u16 = 8;
+
+/// What one run was asked for: the flags it differs by from the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// `-P`.
+    pub streams: u16,
+    /// `-w` (absent: kernel autotuning).
+    pub window_bytes: Option<u64>,
+    /// `-C` (absent: the system's).
+    pub congestion: Option<String>,
+    /// `--force-window`: `-w` past `net.core.*mem_max` (root).
+    #[serde(default)]
+    pub force_window: bool,
+}
+
+impl Settings {
+    /// The defaults: one stream, autotuned window, the system's congestion control.
+    pub fn baseline() -> Settings {
+        Settings {
+            streams: 1,
+            ..Settings::default()
+        }
+    }
+
+    /// The flags as a user would type them (`-P 2 -w 16M -C bbr`), or `defaults`.
+    pub fn flags(&self) -> String {
+        let mut out = Vec::new();
+        if self.streams != 1 {
+            out.push(format!("-P {}", self.streams));
+        }
+        if let Some(w) = self.window_bytes {
+            out.push(format!("-w {}", format_size(w)));
+        }
+        if let Some(c) = &self.congestion {
+            out.push(format!("-C {c}"));
+        }
+        if self.force_window {
+            out.push("--force-window".into());
+        }
+        match out.is_empty() {
+            true => "defaults".into(),
+            false => out.join(" "),
+        }
+    }
+}
+
+/// Why a run was made: the suspicion it tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Probe {
+    /// The first run: what the defaults reach.
+    Baseline,
+    /// Loss under a loss-based congestion control: `-C bbr`.
+    ModelBasedCc,
+    /// The data in flight fills the window: a larger `-w`.
+    LargerWindow,
+    /// A standing queue in the socket buffers: a smaller `-w`.
+    SmallerWindow,
+    /// A stream thread at the top of its core: more streams.
+    MoreStreams,
+}
+
+/// A stream thread's load, and its core.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadLoad {
+    pub name: String,
+    pub percent: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<usize>,
+    /// Softirq share of that core (the receive path's kernel work), percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_softirq_percent: Option<f64>,
+}
+
+/// A window grant short of what was asked: the sysctl that capped it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowCap {
+    /// `net.core.wmem_max` or `net.core.rmem_max`.
+    pub sysctl: String,
+    pub value_bytes: u64,
+    /// Which end's grant fell short: `sender` or `receiver`.
+    pub end: String,
+}
+
+/// What one run measured, distilled for the planner and the verdict.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Received rate of the whole test.
+    pub bits_per_second: f64,
+    pub retransmits: u64,
+    pub sent_bytes: u64,
+    /// MSS of the data connections, when known.
+    pub mss: Option<u32>,
+    /// The congestion control the senders used.
+    pub congestion: String,
+    /// Kernel min RTT (TCP_INFO), microseconds.
+    pub min_rtt_us: Option<f64>,
+    /// Mean block RTT (header echoes), microseconds.
+    pub block_rtt_avg_us: Option<f64>,
+    /// The window the data in flight can use: half the smaller of the sender's send and
+    /// the receiver's receive buffer (Linux doubles what is asked), or with autotuning half
+    /// its ceiling (`tcp_rmem`'s third value).
+    pub usable_window_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_caps: Vec<WindowCap>,
+    /// The busiest stream thread on the sending and on the receiving end.
+    pub sender_thread: Option<ThreadLoad>,
+    pub receiver_thread: Option<ThreadLoad>,
+    /// Jain's index over the streams (several streams only).
+    pub jain: Option<f64>,
+    /// The receiving kernel dropped segments (the one-run diagnosis found it).
+    #[serde(default)]
+    pub receiver_drops: bool,
+    /// The one-run diagnosis, as text prints it.
+    #[serde(default)]
+    pub diagnosis: Vec<String>,
+}
+
+impl Figures {
+    /// Retransmitted segments as a share of those sent, percent.
+    pub fn retransmit_percent(&self) -> f64 {
+        let mss = f64::from(self.mss.unwrap_or(1448).max(1));
+        let segments = (self.sent_bytes as f64 / mss).max(1.0);
+        self.retransmits as f64 / segments * 100.0
+    }
+
+    /// Bytes in flight at this rate over the path's min RTT.
+    pub fn in_flight_bytes(&self) -> Option<f64> {
+        Some(self.bits_per_second / 8.0 * self.min_rtt_us? / 1e6)
+    }
+
+    /// Loss-based congestion control (everything but BBR).
+    pub fn loss_based(&self) -> bool {
+        !self.congestion.starts_with("bbr")
+    }
+}
+
+/// One step: what it tested, with which settings, against which earlier run, and what it
+/// measured (or why it measured nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub probe: Probe,
+    pub settings: Settings,
+    /// The run (index) whose settings this one varied; the baseline varies none.
+    pub against: Option<usize>,
+    pub seconds: f64,
+    pub figures: Option<Figures>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the host running the diagnosis offers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Host {
+    /// `-C bbr` can be set here.
+    pub bbr: bool,
+    /// Root here: a larger window may go past `net.core.*mem_max` (`--force-window`), so
+    /// its run shows what raising the sysctl would do.
+    pub root: bool,
+}
+
+/// The next run to make: its probe, settings and the run it varies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub probe: Probe,
+    pub settings: Settings,
+    pub against: Option<usize>,
+}
+
+/// The run with the highest rate (the first of equals), if any measured one.
+pub fn best(runs: &[Run]) -> Option<(usize, &Figures)> {
+    let mut out: Option<(usize, &Figures)> = None;
+    for (i, r) in runs.iter().enumerate() {
+        if let Some(f) = &r.figures
+            && out.is_none_or(|(_, b)| f.bits_per_second > b.bits_per_second)
+        {
+            out = Some((i, f));
+        }
+    }
+    out
+}
+
+/// The next run, or `None` when the runs so far settle it (or the baseline failed, or
+/// `runs_left` is 0). The first is the baseline, with the settings of `start`.
+pub fn next(runs: &[Run], start: &Settings, host: Host, runs_left: usize) -> Option<Step> {
+    if runs_left == 0 || runs.len() >= MAX_RUNS {
+        return None;
+    }
+    if runs.is_empty() {
+        return Some(Step {
+            probe: Probe::Baseline,
+            settings: start.clone(),
+            against: None,
+        });
+    }
+    let (i, f) = best(runs)?;
+    let base = &runs[i].settings;
+    let tried = |p: Probe| runs.iter().any(|r| r.probe == p);
+    let suspects = [
+        (Probe::ModelBasedCc, model_based_cc(f, base, host)),
+        (Probe::LargerWindow, larger_window(f, base, host)),
+        (Probe::SmallerWindow, smaller_window(f, base)),
+        (Probe::MoreStreams, more_streams(f, base)),
+    ];
+    let (probe, settings) = suspects
+        .into_iter()
+        .find_map(|(p, s)| s.filter(|_| !tried(p)).map(|s| (p, s)))?;
+    Some(Step {
+        probe,
+        settings,
+        against: Some(i),
+    })
+}
+
+/// Loss under a loss-based congestion control, and BBR here: the run again with `-C bbr`.
+fn model_based_cc(f: &Figures, base: &Settings, host: Host) -> Option<Settings> {
+    let lossy = f.retransmits > 0 && f.retransmit_percent() >= LOSS_PERCENT;
+    (lossy && f.loss_based() && host.bbr).then(|| Settings {
+        congestion: Some("bbr".into()),
+        ..base.clone()
+    })
+}
+
+/// The data in flight fills the usable window: a window four times the data in flight
+/// (a power of two, 1 MiB to 1 GiB), when that is larger than the one in use.
+fn larger_window(f: &Figures, base: &Settings, host: Host) -> Option<Settings> {
+    let usable = f.usable_window_bytes? as f64;
+    let flight = f.in_flight_bytes()?;
+    if usable <= 0.0 || flight < WINDOW_FULL * usable {
+        return None;
+    }
+    let want = ((4.0 * flight) as u64)
+        .clamp(1 << 20, 1 << 30)
+        .next_power_of_two();
+    (want as f64 > usable).then(|| Settings {
+        window_bytes: Some(want),
+        force_window: host.root,
+        ..base.clone()
+    })
+}
+
+/// Block RTT far above the path's: a window twice the data in flight (a power of two, at
+/// least 256 KiB), when that is smaller than the one in use.
+fn smaller_window(f: &Figures, base: &Settings) -> Option<Settings> {
+    let (block, min) = (f.block_rtt_avg_us?, f.min_rtt_us?);
+    if block < QUEUE_RATIO * min || block - min < QUEUE_MIN_EXTRA_US {
+        return None;
+    }
+    let want = ((2.0 * f.in_flight_bytes()?) as u64)
+        .max(256 << 10)
+        .next_power_of_two();
+    let now = f.usable_window_bytes.unwrap_or(u64::MAX);
+    (want < now).then(|| Settings {
+        window_bytes: Some(want),
+        ..base.clone()
+    })
+}
+
+/// A sending or receiving stream thread near 100 % of its core: twice the streams.
+fn more_streams(f: &Figures, base: &Settings) -> Option<Settings> {
+    let busy = [&f.sender_thread, &f.receiver_thread]
+        .into_iter()
+        .flatten()
+        .any(|t| t.percent >= BUSY_THREAD_PERCENT);
+    (busy && base.streams < MAX_STREAMS).then(|| Settings {
+        streams: (base.streams * 2).min(MAX_STREAMS),
+        ..base.clone()
+    })
+}
+
+/// Synthetic runs for the planner's and the verdict's tests.
+#[cfg(test)]
+pub(crate) mod sample {
+    use super::*;
+
+    /// A clean 1 Gbit/s run over a 60 ms path with autotuning's 3 MiB usable window.
+    pub fn figures(mbps: f64) -> Figures {
+        Figures {
+            bits_per_second: mbps * 1e6,
+            retransmits: 0,
+            sent_bytes: (mbps * 1e6 / 8.0 * 5.0) as u64,
+            mss: Some(1448),
+            congestion: "cubic".into(),
+            min_rtt_us: Some(60_000.0),
+            block_rtt_avg_us: Some(62_000.0),
+            usable_window_bytes: Some(3 << 20),
+            ..Figures::default()
+        }
+    }
+
+    pub fn run(probe: Probe, settings: Settings, against: Option<usize>, f: Figures) -> Run {
+        Run {
+            probe,
+            settings,
+            against,
+            seconds: 5.0,
+            figures: Some(f),
+            error: None,
+        }
+    }
+
+    /// 0.1 % of the segments retransmitted.
+    pub fn lossy(mut f: Figures) -> Figures {
+        f.retransmits = (f.sent_bytes / 1448 / 1000).max(1);
+        f
+    }
+
+    pub fn busy(mut f: Figures, percent: f64) -> Figures {
+        f.sender_thread = Some(ThreadLoad {
+            name: "stream-0".into(),
+            percent,
+            core: Some(1),
+            core_softirq_percent: None,
+        });
+        f
+    }
+
+    pub fn with(settings: Settings, f: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = settings;
+        f(&mut s);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sample::*;
+    use super::*;
+
+    const BBR: Host = Host {
+        bbr: true,
+        root: false,
+    };
+
+    /// A case: what the baseline showed, the host, the probe and settings expected.
+    type Case = (Figures, Host, Option<(Probe, Settings)>);
+
+    fn baseline(f: Figures) -> Vec<Run> {
+        vec![run(Probe::Baseline, Settings::baseline(), None, f)]
+    }
+
+    #[test]
+    fn each_suspicion_leads_to_its_probe() {
+        let bbr = with(Settings::baseline(), |s| s.congestion = Some("bbr".into()));
+        let mut queued = figures(100.0);
+        queued.block_rtt_avg_us = Some(600_000.0);
+        // (what the baseline showed, host, expected probe and settings)
+        let table: Vec<Case> = vec![
+            (lossy(figures(172.0)), BBR, Some((Probe::ModelBasedCc, bbr))),
+            (lossy(figures(172.0)), Host::default(), None),
+            (
+                figures(400.0), // 3 MB in flight of a 3 MiB window
+                BBR,
+                Some((
+                    Probe::LargerWindow,
+                    with(Settings::baseline(), |s| s.window_bytes = Some(16 << 20)),
+                )),
+            ),
+            (
+                queued,
+                BBR,
+                Some((
+                    Probe::SmallerWindow,
+                    with(Settings::baseline(), |s| s.window_bytes = Some(2 << 20)),
+                )),
+            ),
+            (
+                busy(figures(100.0), 99.0),
+                BBR,
+                Some((
+                    Probe::MoreStreams,
+                    with(Settings::baseline(), |s| s.streams = 2),
+                )),
+            ),
+            (busy(figures(100.0), 50.0), BBR, None),
+            (figures(100.0), BBR, None),
+        ];
+        for (i, (f, host, want)) in table.into_iter().enumerate() {
+            let got =
+                next(&baseline(f), &Settings::baseline(), host, 5).map(|s| (s.probe, s.settings));
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn as_root_a_larger_window_goes_past_the_sysctl_cap() {
+        let root = Host {
+            bbr: true,
+            root: true,
+        };
+        let step = next(&baseline(figures(400.0)), &Settings::baseline(), root, 5);
+        let want = with(Settings::baseline(), |s| {
+            s.window_bytes = Some(16 << 20);
+            s.force_window = true;
+        });
+        assert_eq!(step.map(|s| s.settings), Some(want));
+    }
+
+    #[test]
+    fn the_first_run_is_the_baseline_and_the_budget_ends_the_steps() {
+        let first = next(&[], &Settings::baseline(), BBR, 5).map(|s| (s.probe, s.settings));
+        assert_eq!(first, Some((Probe::Baseline, Settings::baseline())));
+        assert_eq!(next(&[], &Settings::baseline(), BBR, 0), None);
+        assert_eq!(
+            next(
+                &baseline(lossy(figures(172.0))),
+                &Settings::baseline(),
+                BBR,
+                0
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_probe_varies_the_best_run_and_is_not_repeated() {
+        // Baseline lossy; bbr lifted it and now fills the window: -w on top of -C bbr.
+        let bbr = with(Settings::baseline(), |s| s.congestion = Some("bbr".into()));
+        let mut lifted = figures(515.0);
+        lifted.congestion = "bbr".into();
+        let mut runs = baseline(lossy(figures(172.0)));
+        runs.push(run(Probe::ModelBasedCc, bbr.clone(), Some(0), lifted));
+        let step = next(&runs, &Settings::baseline(), BBR, 5);
+        let want = with(bbr, |s| s.window_bytes = Some(16 << 20));
+        assert_eq!(step.as_ref().map(|s| &s.settings), Some(&want));
+        assert_eq!(step.and_then(|s| s.against), Some(1));
+        // bbr did not lift it: the baseline stays best and bbr is not tried again.
+        let mut flat = runs.clone();
+        flat[1].figures = Some(lossy(figures(150.0)));
+        assert_eq!(next(&flat, &Settings::baseline(), BBR, 5), None);
+    }
+
+    #[test]
+    fn a_failed_baseline_ends_the_steps() {
+        let mut runs = baseline(figures(1.0));
+        runs[0].figures = None;
+        runs[0].error = Some("connection refused".into());
+        assert_eq!(next(&runs, &Settings::baseline(), BBR, 5), None);
+    }
+
+    #[test]
+    fn flags_read_as_typed() {
+        assert_eq!(Settings::baseline().flags(), "defaults");
+        let s = Settings {
+            streams: 2,
+            window_bytes: Some(16 << 20),
+            congestion: Some("bbr".into()),
+            force_window: true,
+        };
+        assert_eq!(s.flags(), "-P 2 -w 16M -C bbr --force-window");
+    }
+}

@@ -1,0 +1,677 @@
+//! The verdict of `pinperf diagnose`: a pure function of its runs. The limit is the one a
+//! probe lifted most (confirmed by that run: its rate beside the rate of the run it
+//! varied); when no probe lifted the rate, the limit the best run's figures show, said to
+//! be unconfirmed, or the path's own rate. With the settings that lift it: the flags of
+//! the best run and the sysctls they need.
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::{BUSY_THREAD_PERCENT, Figures, LOSS_PERCENT, Probe, Run, ThreadLoad, best};
+use crate::report::finding::{Advice, Setting, human_bytes, human_rate};
+use crate::units::format_size;
+
+/// A probe's rate over its parent's that counts as lifting the limit.
+pub const LIFT: f64 = 1.15;
+/// Jain's index below which several streams did not share the path evenly.
+pub const UNFAIR_JAIN: f64 = 0.8;
+
+/// What limits the path and the hosts, in the field's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// Nothing tried lifted the rate: the wire or the path.
+    PathRate,
+    /// The window (a `-w` or a `net.core.*mem_max` cap) short of the bandwidth-delay product.
+    Window,
+    /// Packet loss holding a loss-based congestion control down.
+    Loss,
+    /// A standing queue in the socket buffers (bufferbloat at the sender).
+    StandingQueue,
+    SenderCpu,
+    ReceiverCpu,
+    /// The receiving kernel dropped segments.
+    ReceiverDrops,
+    /// Several streams did not share the path evenly.
+    Unfairness,
+    /// No run measured anything.
+    NotMeasured,
+}
+
+/// The verdict: the limit, its words (with the figures), whether a run confirmed it and
+/// how (`lift`), the settings advised, and what else the runs showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub limit: Limit,
+    pub words: String,
+    /// A run changed the setting and lifted the rate (or, for a queue, kept it).
+    pub confirmed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lift: Option<Lift>,
+    /// The best run's rate beside the baseline's.
+    pub baseline_bps: Option<f64>,
+    pub best_bps: Option<f64>,
+    pub advice: Advice,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// The confirming run beside the run it varied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lift {
+    /// Runs, by index into the runs.
+    pub run: usize,
+    pub against: usize,
+    /// The flags that changed (`-C bbr`).
+    pub flags: String,
+    pub before_bps: f64,
+    pub after_bps: f64,
+}
+
+impl Lift {
+    /// "`-C bbr`: 515 vs 172 Mb/s".
+    pub fn words(&self) -> String {
+        format!(
+            "{}: {} vs {}",
+            self.flags,
+            human_rate(self.after_bps),
+            human_rate(self.before_bps)
+        )
+    }
+}
+
+/// The verdict of `runs`.
+pub fn decide(runs: &[Run]) -> Verdict {
+    let Some((_, best_f)) = best(runs) else {
+        let why = runs.iter().find_map(|r| r.error.clone());
+        return verdict(
+            Limit::NotMeasured,
+            format!(
+                "no run measured anything: {}",
+                why.unwrap_or_else(|| "no run fit the budget".into())
+            ),
+            None,
+        );
+    };
+    let mut v = match confirmed(runs) {
+        Some((lift, probe)) => from_lift(runs, lift, probe),
+        None => unconfirmed(runs, best_f),
+    };
+    v.baseline_bps = runs
+        .first()
+        .and_then(|r| r.figures.as_ref())
+        .map(|f| f.bits_per_second);
+    v.best_bps = Some(best_f.bits_per_second);
+    let queue = relieved_queue(runs);
+    let adopt = adopted(runs, queue);
+    // An unconfirmed window verdict advises the sysctls of the run its cap was seen in.
+    let capped = (v.limit == Limit::Window && v.lift.is_none())
+        .then(|| {
+            runs.iter().position(|r| {
+                r.figures
+                    .as_ref()
+                    .is_some_and(|f| !f.window_caps.is_empty())
+            })
+        })
+        .flatten();
+    advise(runs, adopt, capped.unwrap_or(adopt), &mut v.advice);
+    v.notes = notes(runs, v.lift.as_ref().map(|l| l.run));
+    if let Some((q, a)) = queue.filter(|&(q, _)| v.lift.as_ref().is_none_or(|l| l.run != q)) {
+        let (before, after) = (runs[a].figures.as_ref(), runs[q].figures.as_ref());
+        if let (Some(bf), Some(af)) = (before, after) {
+            let flags = changed_flags(runs, q, a);
+            v.notes
+                .insert(0, format!("{flags}: {}", queue_words(bf, af)));
+        }
+    }
+    v
+}
+
+/// The run whose flags are advised: the fastest of the runs that lifted the rate over the
+/// run they varied; with none, a smaller window's that kept the rate with less queue; else
+/// the baseline.
+fn adopted(runs: &[Run], queue: Option<(usize, usize)>) -> usize {
+    let lifted = pairs(runs)
+        .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
+        .max_by(|x, y| x.3.bits_per_second.total_cmp(&y.3.bits_per_second))
+        .map(|(i, ..)| i);
+    lifted.or(queue.map(|(q, _)| q)).unwrap_or(0)
+}
+
+/// A smaller window's run that kept the rate with far less queue, and the run it varied.
+fn relieved_queue(runs: &[Run]) -> Option<(usize, usize)> {
+    pairs(runs)
+        .find(|(i, _, bf, af)| runs[*i].probe == Probe::SmallerWindow && queue_relieved(bf, af))
+        .map(|(i, a, ..)| (i, a))
+}
+
+fn verdict(limit: Limit, words: String, lift: Option<Lift>) -> Verdict {
+    Verdict {
+        limit,
+        words,
+        confirmed: lift.is_some(),
+        lift,
+        baseline_bps: None,
+        best_bps: None,
+        advice: Advice::none(),
+        notes: Vec::new(),
+    }
+}
+
+/// Each probe run with its parent's figures and its own.
+fn pairs(runs: &[Run]) -> impl Iterator<Item = (usize, usize, &Figures, &Figures)> {
+    runs.iter().enumerate().filter_map(|(i, r)| {
+        let a = r.against?;
+        Some((i, a, runs.get(a)?.figures.as_ref()?, r.figures.as_ref()?))
+    })
+}
+
+/// A standing queue's probe kept the rate and at least halved the queue (block RTT above
+/// the kernel's min RTT).
+fn queue_relieved(before: &Figures, after: &Figures) -> bool {
+    let queue = |f: &Figures| Some(f.block_rtt_avg_us? - f.min_rtt_us?);
+    let halved = match (queue(before), queue(after)) {
+        (Some(b), Some(a)) => a * 2.0 <= b,
+        _ => false,
+    };
+    halved && after.bits_per_second >= 0.9 * before.bits_per_second
+}
+
+/// The probe that lifted the rate most.
+fn confirmed(runs: &[Run]) -> Option<(Lift, Probe)> {
+    let lift = |i: usize, a: usize, before: &Figures, after: &Figures| Lift {
+        run: i,
+        against: a,
+        flags: changed_flags(runs, i, a),
+        before_bps: before.bits_per_second,
+        after_bps: after.bits_per_second,
+    };
+    let (i, a, bf, af) = pairs(runs)
+        .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
+        .max_by(|x, y| {
+            (x.3.bits_per_second / x.2.bits_per_second)
+                .total_cmp(&(y.3.bits_per_second / y.2.bits_per_second))
+        })?;
+    Some((lift(i, a, bf, af), runs[i].probe))
+}
+
+/// The flags run `i` changed from run `a`.
+fn changed_flags(runs: &[Run], i: usize, a: usize) -> String {
+    let (s, p) = (&runs[i].settings, &runs[a].settings);
+    let mut out = Vec::new();
+    if s.streams != p.streams {
+        out.push(format!("-P {}", s.streams));
+    }
+    if s.window_bytes != p.window_bytes {
+        out.push(
+            s.window_bytes
+                .map_or("-w auto".into(), |w| format!("-w {}", format_size(w))),
+        );
+    }
+    if s.congestion != p.congestion {
+        out.push(format!(
+            "-C {}",
+            s.congestion.as_deref().unwrap_or("default")
+        ));
+    }
+    out.join(" ")
+}
+
+/// The verdict a confirming run gives.
+fn from_lift(runs: &[Run], lift: Lift, probe: Probe) -> Verdict {
+    let before = runs[lift.against].figures.clone().unwrap_or_default();
+    let after = runs[lift.run].figures.clone().unwrap_or_default();
+    let (limit, words) = match probe {
+        Probe::ModelBasedCc => (Limit::Loss, loss_words(&before, Some(&after))),
+        Probe::LargerWindow => {
+            let forced = runs[lift.run].settings.force_window;
+            (Limit::Window, window_words(&before, &after, forced))
+        }
+        Probe::SmallerWindow => (Limit::StandingQueue, queue_words(&before, &after)),
+        Probe::MoreStreams | Probe::Baseline => cpu_words(&before, true),
+    };
+    verdict(limit, words, Some(lift))
+}
+
+fn loss_words(f: &Figures, bbr: Option<&Figures>) -> String {
+    let held = format!(
+        "loss: {} retransmits ({:.3} % of segments) held {} to {}",
+        f.retransmits,
+        f.retransmit_percent(),
+        f.congestion,
+        human_rate(f.bits_per_second)
+    );
+    match bbr {
+        Some(b) => format!(
+            "{held}; {}, model-based, reached {} on the same path",
+            b.congestion,
+            human_rate(b.bits_per_second)
+        ),
+        None => format!("{held}; a loss-based congestion control cannot fill a lossy path"),
+    }
+}
+
+fn window_words(before: &Figures, after: &Figures, forced: bool) -> String {
+    let flight = before.in_flight_bytes().unwrap_or(0.0);
+    let mut w = format!(
+        "window: {} in flight (rate x {} min RTT) filled the usable window of {}; a larger \
+         one reached {}",
+        human_bytes(flight),
+        rtt(before.min_rtt_us),
+        human_bytes(before.usable_window_bytes.unwrap_or(0) as f64),
+        human_rate(after.bits_per_second)
+    );
+    if let Some(cap) = after.window_caps.first() {
+        w.push_str(&cap_words(cap));
+        if forced {
+            w.push_str(" (that run went past it with --force-window, as raising it would)");
+        }
+    }
+    w
+}
+
+fn cap_words(cap: &super::plan::WindowCap) -> String {
+    format!(
+        "; {}={} caps the {}'s grant",
+        cap.sysctl, cap.value_bytes, cap.end
+    )
+}
+
+fn queue_words(before: &Figures, after: &Figures) -> String {
+    format!(
+        "standing queue: block RTT {} over a {} path (bufferbloat in the socket buffers); a \
+         smaller window reached {} with block RTT {}",
+        rtt(before.block_rtt_avg_us),
+        rtt(before.min_rtt_us),
+        human_rate(after.bits_per_second),
+        rtt(after.block_rtt_avg_us)
+    )
+}
+
+/// An RTT in words: `60.1 ms`, `23 us`, `-` when unknown.
+pub fn rtt(us: Option<f64>) -> String {
+    match us {
+        None => "-".into(),
+        Some(v) if v < 1000.0 => format!("{v:.0} us"),
+        Some(v) => format!("{:.1} ms", v / 1e3),
+    }
+}
+
+/// The busier end's stream thread, its limit and words (`lifted`: more streams helped).
+fn cpu_words(f: &Figures, lifted: bool) -> (Limit, String) {
+    let load = |t: &Option<ThreadLoad>| t.as_ref().map_or(0.0, |t| t.percent);
+    let (limit, end, t) = if load(&f.sender_thread) >= load(&f.receiver_thread) {
+        (Limit::SenderCpu, "sender", &f.sender_thread)
+    } else {
+        (Limit::ReceiverCpu, "receiver", &f.receiver_thread)
+    };
+    let who = t.as_ref().map_or("a stream thread".into(), |t| {
+        let core = t.core.map_or(String::new(), |c| format!(" on core {c}"));
+        let softirq = t.core_softirq_percent.map_or(String::new(), |s| {
+            format!(", softirq {s:.0} % of that core")
+        });
+        format!("{} at {:.0} % of a core{core}{softirq}", t.name, t.percent)
+    });
+    let how = match lifted {
+        true => "more streams spread the work",
+        false => "more streams did not lift the rate (or were not tried)",
+    };
+    (
+        limit,
+        format!(
+            "{end} CPU: {who} at {}; {how}",
+            human_rate(f.bits_per_second)
+        ),
+    )
+}
+
+/// With no probe lifting the rate: what the best run (and the probes that failed) show.
+fn unconfirmed(runs: &[Run], f: &Figures) -> Verdict {
+    let capped = runs
+        .iter()
+        .find_map(|r| r.figures.as_ref()?.window_caps.first().cloned());
+    let busy = [&f.sender_thread, &f.receiver_thread]
+        .into_iter()
+        .flatten()
+        .any(|t| t.percent >= BUSY_THREAD_PERCENT);
+    let (limit, words) = if let Some(cap) = capped {
+        let w = format!(
+            "window, unconfirmed: the grant is capped{}",
+            cap_words(&cap)
+        );
+        (Limit::Window, w)
+    } else if f.receiver_drops {
+        (
+            Limit::ReceiverDrops,
+            "receiver drops: the receiving kernel dropped segments".into(),
+        )
+    } else if busy {
+        cpu_words(f, false)
+    } else if f.retransmit_percent() >= LOSS_PERCENT && f.retransmits > 0 && f.loss_based() {
+        (
+            Limit::Loss,
+            format!(
+                "{}; unconfirmed (no model-based run lifted it)",
+                loss_words(f, None)
+            ),
+        )
+    } else if runs.iter().filter_map(|r| r.figures.as_ref()).any(unfair) {
+        (
+            Limit::Unfairness,
+            "unfairness: several streams did not share the path evenly".into(),
+        )
+    } else {
+        let cc = match f.retransmits {
+            0 => String::new(),
+            n => format!(
+                " ({n} retransmits, {:.3} %, under {})",
+                f.retransmit_percent(),
+                f.congestion
+            ),
+        };
+        let w = format!(
+            "the path's rate: {}{cc}; no window filled, no busy thread, and nothing tried \
+             lifted it",
+            human_rate(f.bits_per_second)
+        );
+        (Limit::PathRate, w)
+    };
+    verdict(limit, words, None)
+}
+
+fn unfair(f: &Figures) -> bool {
+    f.jain.is_some_and(|j| j < UNFAIR_JAIN)
+}
+
+/// Run `adopt`'s flags beyond the baseline's, the sysctls they need, and the window
+/// sysctls that capped run `capped`'s window.
+fn advise(runs: &[Run], adopt: usize, capped: usize, advice: &mut Advice) {
+    let (s, b) = (&runs[adopt].settings, &runs[0].settings);
+    if s.streams != b.streams {
+        advice.flags.push(Setting::set("-P", s.streams.to_string()));
+    }
+    if let Some(w) = s.window_bytes.filter(|_| s.window_bytes != b.window_bytes) {
+        advice.flags.push(Setting::set("-w", format_size(w)));
+    }
+    if let Some(c) = s
+        .congestion
+        .as_ref()
+        .filter(|_| s.congestion != b.congestion)
+    {
+        advice.flags.push(Setting::set("-C", c.clone()));
+        let sysctl = "net.ipv4.tcp_congestion_control";
+        advice.sysctls.push(Setting::set(sysctl, c.clone()));
+    }
+    // Each sysctl that capped run `capped`'s window, raised to that window.
+    let r = &runs[capped];
+    if let (Some(f), Some(w)) = (&r.figures, r.settings.window_bytes) {
+        for cap in &f.window_caps {
+            advice
+                .sysctls
+                .push(Setting::set(&cap.sysctl, w.to_string()));
+        }
+    }
+}
+
+/// What else the runs showed: lifts besides the verdict's, and uneven shares.
+fn notes(runs: &[Run], verdict_run: Option<usize>) -> Vec<String> {
+    let mut out: Vec<String> = pairs(runs)
+        .filter(|(i, ..)| Some(*i) != verdict_run && runs[*i].probe != Probe::SmallerWindow)
+        .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
+        .map(|(i, a, bf, af)| {
+            let l = Lift {
+                run: i,
+                against: a,
+                flags: changed_flags(runs, i, a),
+                before_bps: bf.bits_per_second,
+                after_bps: af.bits_per_second,
+            };
+            format!("also lifted: {}", l.words())
+        })
+        .collect();
+    for (i, r) in runs.iter().enumerate() {
+        if let Some(j) = r
+            .figures
+            .as_ref()
+            .and_then(|f| f.jain)
+            .filter(|&j| j < UNFAIR_JAIN)
+        {
+            out.push(format!(
+                "run {}: uneven shares over {} streams (Jain {j:.2})",
+                i + 1,
+                r.settings.streams
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::diagnose::plan::sample::*;
+    use crate::commands::diagnose::plan::{Settings, WindowCap};
+
+    fn bbr() -> Settings {
+        with(Settings::baseline(), |s| s.congestion = Some("bbr".into()))
+    }
+
+    fn window(w: u64) -> Settings {
+        with(Settings::baseline(), |s| s.window_bytes = Some(w))
+    }
+
+    fn as_bbr(mut f: Figures) -> Figures {
+        f.congestion = "bbr".into();
+        f
+    }
+
+    fn queued(mut f: Figures, block_ms: f64) -> Figures {
+        f.block_rtt_avg_us = Some(block_ms * 1e3);
+        f
+    }
+
+    fn capped(mut f: Figures) -> Figures {
+        f.window_caps = vec![WindowCap {
+            sysctl: "net.core.rmem_max".into(),
+            value_bytes: 212_992,
+            end: "receiver".into(),
+        }];
+        f
+    }
+
+    fn base(f: Figures) -> Run {
+        run(Probe::Baseline, Settings::baseline(), None, f)
+    }
+
+    /// (runs, expected limit, confirmed, advised flags)
+    fn cases() -> Vec<(Vec<Run>, Limit, bool, Vec<&'static str>)> {
+        let lossy_base = base(lossy(figures(172.0)));
+        let bbr_run = run(Probe::ModelBasedCc, bbr(), Some(0), as_bbr(figures(515.0)));
+        let bbr_window = with(bbr(), |s| s.window_bytes = Some(16 << 20));
+        let then_window = |mbps: f64| {
+            let r = run(
+                Probe::LargerWindow,
+                bbr_window.clone(),
+                Some(1),
+                as_bbr(figures(mbps)),
+            );
+            vec![lossy_base.clone(), bbr_run.clone(), r]
+        };
+        vec![
+            // A window 9 % faster is no lift: only -C bbr is advised.
+            (then_window(560.0), Limit::Loss, true, vec!["-C bbr"]),
+            (
+                then_window(900.0),
+                Limit::Loss,
+                true,
+                vec!["-w 16M", "-C bbr"],
+            ),
+            (
+                vec![
+                    lossy_base.clone(),
+                    run(Probe::ModelBasedCc, bbr(), Some(0), as_bbr(figures(515.0))),
+                ],
+                Limit::Loss,
+                true,
+                vec!["-C bbr"],
+            ),
+            (
+                vec![
+                    lossy_base.clone(),
+                    run(
+                        Probe::ModelBasedCc,
+                        bbr(),
+                        Some(0),
+                        lossy(as_bbr(figures(160.0))),
+                    ),
+                ],
+                Limit::Loss,
+                false,
+                vec![],
+            ),
+            (
+                vec![
+                    base(figures(400.0)),
+                    run(
+                        Probe::LargerWindow,
+                        window(16 << 20),
+                        Some(0),
+                        figures(900.0),
+                    ),
+                ],
+                Limit::Window,
+                true,
+                vec!["-w 16M"],
+            ),
+            (
+                vec![
+                    base(figures(400.0)),
+                    run(
+                        Probe::LargerWindow,
+                        window(16 << 20),
+                        Some(0),
+                        capped(figures(30.0)),
+                    ),
+                ],
+                Limit::Window,
+                false,
+                vec![],
+            ),
+            (
+                vec![
+                    base(queued(figures(100.0), 600.0)),
+                    run(
+                        Probe::SmallerWindow,
+                        window(2 << 20),
+                        Some(0),
+                        figures(98.0),
+                    ),
+                ],
+                // At the path's rate with less queue: advised, but not what limits it.
+                Limit::PathRate,
+                false,
+                vec!["-w 2M"],
+            ),
+            (
+                vec![
+                    base(queued(figures(100.0), 600.0)),
+                    run(
+                        Probe::SmallerWindow,
+                        window(2 << 20),
+                        Some(0),
+                        figures(180.0),
+                    ),
+                ],
+                Limit::StandingQueue,
+                true,
+                vec!["-w 2M"],
+            ),
+            (
+                vec![
+                    base(busy(figures(100.0), 99.0)),
+                    run(
+                        Probe::MoreStreams,
+                        with(Settings::baseline(), |s| s.streams = 2),
+                        Some(0),
+                        figures(190.0),
+                    ),
+                ],
+                Limit::SenderCpu,
+                true,
+                vec!["-P 2"],
+            ),
+            (
+                vec![base(busy(figures(100.0), 99.0))],
+                Limit::SenderCpu,
+                false,
+                vec![],
+            ),
+            (vec![base(figures(941.0))], Limit::PathRate, false, vec![]),
+            // Retransmits under a model-based cc that nothing lifted: not loss's doing.
+            (
+                vec![base(lossy(as_bbr(figures(341.0))))],
+                Limit::PathRate,
+                false,
+                vec![],
+            ),
+        ]
+    }
+
+    #[test]
+    fn each_case_names_its_limit_and_advises_the_best_run_s_flags() {
+        for (i, (runs, limit, confirmed, flags)) in cases().into_iter().enumerate() {
+            let v = decide(&runs);
+            assert_eq!(
+                (v.limit, v.confirmed),
+                (limit, confirmed),
+                "case {i}: {}",
+                v.words
+            );
+            let got: Vec<String> = v
+                .advice
+                .flags
+                .iter()
+                .map(|s| format!("{} {}", s.name, s.value.as_deref().unwrap_or("")))
+                .collect();
+            assert_eq!(got, flags, "case {i}");
+        }
+    }
+
+    #[test]
+    fn the_loss_verdict_says_what_each_congestion_control_reached() {
+        let runs = &cases()[0].0;
+        let v = decide(runs);
+        assert!(v.words.contains("held cubic to 172 Mb/s"), "{}", v.words);
+        assert!(
+            v.words.contains("bbr, model-based, reached 515 Mb/s"),
+            "{}",
+            v.words
+        );
+        let lift = v.lift.map(|l| l.words());
+        assert_eq!(lift.as_deref(), Some("-C bbr: 515 Mb/s vs 172 Mb/s"));
+        let sysctl = &v.advice.sysctls[0];
+        assert_eq!(sysctl.name, "net.ipv4.tcp_congestion_control");
+    }
+
+    #[test]
+    fn a_capped_grant_names_the_sysctl_and_the_value_to_raise_it_to() {
+        let v = decide(&cases()[5].0);
+        assert!(v.words.contains("net.core.rmem_max=212992"), "{}", v.words);
+        let s = v
+            .advice
+            .sysctls
+            .first()
+            .map(|s| (s.name.as_str(), s.value.as_deref()));
+        assert_eq!(s, Some(("net.core.rmem_max", Some("16777216"))));
+    }
+
+    #[test]
+    fn nothing_measured_is_said_with_the_first_error() {
+        let mut r = base(figures(1.0));
+        r.figures = None;
+        r.error = Some("connect 10.0.0.1:5301: refused".into());
+        let v = decide(&[r]);
+        assert_eq!(v.limit, Limit::NotMeasured);
+        assert!(v.words.contains("refused"), "{}", v.words);
+        assert_eq!(decide(&[]).limit, Limit::NotMeasured);
+    }
+}
