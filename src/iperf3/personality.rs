@@ -448,7 +448,7 @@ impl Iperf3Args {
         // batches with GSO/GRO and sends 64-bit sequences; its blocks are a repeated byte.
         if let Some(t) = &self.pacing_timer {
             eprintln!(
-                "iperf3: --pacing-timer {t}: pinperf paces -b with its own timer (500 us \
+                "pinperf: warning: --pacing-timer {t}: pinperf paces -b with its own timer (500 us \
                  batches); ignored"
             );
         }
