@@ -1853,6 +1853,18 @@ fn a_file_crosses_whole() {
     let got = dir.join("got");
     let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
     let (sent_s, got_s) = (path(&sent), path(&got));
+    let missing = pinperf(
+        &["-c", "127.0.0.1", "-p", &port, "-F", "/nonexistent/f"],
+        LIMIT,
+    );
+    assert_eq!(missing.code(), Some(2), "{}", missing.explain());
+    assert!(
+        missing
+            .stderr()
+            .contains("-F /nonexistent/f: cannot send it"),
+        "{}",
+        missing.explain()
+    );
     let run = pinperf(
         &["-c", "127.0.0.1", "-p", &port, "-F", &sent_s, "-J"],
         LIMIT,
