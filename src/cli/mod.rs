@@ -866,7 +866,7 @@ pub struct Args {
     /// TCP_USER_TIMEOUT on this end's control and data connections, in milliseconds, as
     /// iperf3's: how long sent data may go unacknowledged before the connection fails (0:
     /// the system's).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=86_400_000),
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=test_args::LONGEST_MS),
           help_heading = "Connection")]
     pub snd_timeout: Option<u64>,
 

@@ -8,6 +8,9 @@ use crate::data::pin::Affinity;
 use crate::units;
 use crate::wire::params::{Limits, MAX_MSS, MIN_MSS, TestParams, Transport};
 
+/// iperf3's millisecond timeouts go up to the protocol's longest test.
+pub(crate) const LONGEST_MS: u64 = Limits::PROTOCOL.max_duration.as_secs() * 1000;
+
 /// The test's flags; [`TestArgs::to_params`] makes the [`TestParams`] the client checks and
 /// sends.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -89,7 +92,7 @@ pub struct TestArgs {
 
     /// End the test when this end's receivers have read nothing for this long, in
     /// milliseconds, as iperf3's --rcv-timeout; a server applies its own to every test.
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=LONGEST_MS))]
     pub rcv_timeout: Option<u64>,
 
     /// TCP client: send this file's bytes (the test ends at its end unless -n or -k says

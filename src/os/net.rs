@@ -247,9 +247,8 @@ impl Source {
                  (give -6 or an IPv6 address)"
             )));
         };
-        crate::os::sys::lease_flow_label(sock.as_fd(), *v6.ip(), label)
+        let flowinfo = crate::os::sys::lease_flow_label(sock.as_fd(), *v6.ip(), label)
             .op(|| format!("--flowlabel {label}: unable to set IPv6 flow label"))?;
-        let flowinfo = (label & 0x000f_ffff).to_be();
         Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
             *v6.ip(),
             v6.port(),

@@ -498,9 +498,13 @@ struct FlowLabelReq {
 
 /// Leases IPv6 flow label `label` (20 bits) toward `dst` on a socket before `connect()`
 /// (`IPV6_FLOWLABEL_MGR`, get-or-create, shared with any socket) and turns on sending it
-/// (`IPV6_FLOWINFO_SEND`); the address connected to must then carry the label as its flow
-/// information (network byte order: `label.to_be()`).
-pub fn lease_flow_label(fd: BorrowedFd<'_>, dst: std::net::Ipv6Addr, label: u32) -> io::Result<()> {
+/// (`IPV6_FLOWINFO_SEND`). Returns the flow information the address connected to must then
+/// carry: the label in network byte order.
+pub fn lease_flow_label(
+    fd: BorrowedFd<'_>,
+    dst: std::net::Ipv6Addr,
+    label: u32,
+) -> io::Result<u32> {
     const IPV6_FL_A_GET: u8 = 0;
     const IPV6_FL_S_ANY: u8 = 255;
     const IPV6_FL_F_CREATE: u16 = 1;
@@ -526,7 +530,8 @@ pub fn lease_flow_label(fd: BorrowedFd<'_>, dst: std::net::Ipv6Addr, label: u32)
         )
     };
     cvt(rc)?;
-    setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO_SEND, 1)
+    setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO_SEND, 1)?;
+    Ok(req.label)
 }
 
 /// Asks the kernel to report datagrams dropped on the socket's receive queue
