@@ -8,6 +8,10 @@
 #
 #   bench-scripts/placement.sh            # SECS=2 ROUNDS=5 BLOCKS="8k 128k" STREAMS="1 2 4"
 #   CC=bbr MSS=1448 bench-scripts/placement.sh   # under bbr, segments of 1500-byte frames
+#   UDP=30G BLOCKS="1472 8k" bench-scripts/placement.sh  # UDP at 30G per stream: loss too
+#
+# With UDP=RATE each run is `-u -b RATE -l BLOCK` and the receiver's loss (percent) is
+# recorded beside its rate; summary.csv then holds the median of both.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -20,9 +24,11 @@ MSS=${MSS:-}
 extra=()
 if [ -n "$CC" ]; then extra+=(-C "$CC"); fi
 if [ -n "$MSS" ]; then extra+=(-M "$MSS"); fi
+UDP=${UDP:-}
+if [ -n "$UDP" ]; then extra+=(-u -b "$UDP"); fi
 [ "$(nproc)" -ge 2 ] || { echo "placement.sh needs 2 cores; this host has $(nproc)" >&2; exit 1; }
 start_run placement
-echo "cc: ${CC:-system default}; mss: ${MSS:-path default}" >>"$out/env.txt"
+echo "cc: ${CC:-system default}; mss: ${MSS:-path default}; udp: ${UDP:-no (TCP)}" >>"$out/env.txt"
 
 plan() { # name streams -> -A value
   case $1 in
@@ -33,16 +39,18 @@ plan() { # name streams -> -A value
 }
 
 raw=$out/raw.csv
-echo "round,block,streams,placement,gbps" >"$raw"
+echo "round,block,streams,placement,gbps,lost_percent" >"$raw"
 for ((r = 0; r < ROUNDS; r++)); do
   for b in $BLOCKS; do
     for p in $STREAMS; do
       for pl in $(rotate "$r" split paired none); do
-        g=$("$PINPERF" --loopback -l "$b" -P "$p" -t "$SECS" -i "$SECS" -A "$(plan "$pl" "$p")" "${extra[@]}" |
-          awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}')
-        echo "$r,$b,$p,$pl,${g:-NA}" | tee -a "$raw" >&2
+        # The total line: Mb/s in field 4; with UDP its lost% is field 8.
+        res=$("$PINPERF" --loopback -l "$b" -P "$p" -t "$SECS" -i "$SECS" -A "$(plan "$pl" "$p")" "${extra[@]}" |
+          awk -v udp="$UDP" '/^#\(\*\*\)/ {printf "%.3f,%s\n", $4 / 1000, (udp == "" ? "" : $8)}')
+        echo "$r,$b,$p,$pl,${res:-NA,NA}" | tee -a "$raw" >&2
       done
     done
   done
 done
 medians "$raw" block,streams,placement gbps | tee "$out/summary.csv"
+if [ -n "$UDP" ]; then medians "$raw" block,streams,placement lost_percent | tee "$out/loss.csv"; fi

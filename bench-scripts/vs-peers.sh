@@ -10,8 +10,10 @@
 #   MSS=1448 BLOCKS=128k bench-scripts/vs-peers.sh   # 1500-byte frames' segments on loopback
 #
 # CC runs every tool under that congestion control (-C / iperf3 -C / iperf -Z); MSS caps
-# every tool's segments (-M, all three; the yardstick has no such option and sits out); IPERF3 and
-# IPERF2 name the peers' binaries (lib.sh), whose versions env.txt records.
+# every tool's segments (-M, all three). The yardstick takes neither: it runs under
+# bench-scripts/sockopt-shim.c (LD_PRELOAD), which sets TCP_CONGESTION and TCP_MAXSEG on
+# its sockets (it sits out when gcc cannot build the shim). IPERF3 and IPERF2 name the
+# peers' binaries (lib.sh), whose versions env.txt records.
 #
 # Writes bench-results/vs-peers-*/{env.txt,raw.csv,summary.csv} and prints the summary.
 set -euo pipefail
@@ -32,7 +34,17 @@ build_blast
 start_run vs-peers
 echo "cc: ${CC:-system default}" >>"$out/env.txt"
 echo "mss: ${MSS:-path default}" >>"$out/env.txt"
-if [ -n "$MSS" ]; then BLAST=; fi
+# The yardstick's -C and -M: the shim, preloaded into its server and client.
+SHIM=/tmp/pinperf-sockopt-shim.so
+blast_env=()
+if [ -n "$BLAST" ] && { [ -n "$CC" ] || [ -n "$MSS" ]; }; then
+  if gcc -O2 -shared -fPIC -o "$SHIM" "$root/bench-scripts/sockopt-shim.c" -ldl; then
+    blast_env=(env LD_PRELOAD="$SHIM" SHIM_CC="$CC" SHIM_MSS="$MSS")
+  else
+    echo "note: could not build the sockopt shim; the yardstick sits out" >&2
+    BLAST=
+  fi
+fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -42,7 +54,7 @@ tools=(pinperf)
 "$PINPERF" -s -B 127.0.0.1 -p 5311 2>/dev/null & pids+=($!)
 if command -v "$IPERF3" >/dev/null; then "$IPERF3" -s -B 127.0.0.1 -p 5211 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi
 if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -B 127.0.0.1 -p 5011 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi
-if [ -n "$BLAST" ]; then "$BLAST" -s 5310 >/dev/null 2>&1 & pids+=($!); tools+=(blast); fi
+if [ -n "$BLAST" ]; then "${blast_env[@]}" "$BLAST" -s 5310 >/dev/null 2>&1 & pids+=($!); tools+=(blast); fi
 sleep 0.5
 
 run_pinperf() { # block streams -> Gbit/s (receiver)
@@ -57,7 +69,7 @@ run_iperf2() {
     awk -F, '$6 == -1 {sum = $9; have = 1} $6 != -1 {s += $9} END {if (NR) printf "%.3f\n", (have ? sum : s) / 1e9}'
 }
 run_blast() {
-  "$BLAST" -c 127.0.0.1 5310 "$(to_bytes "$1")" "$SECS" "$2" pin | awk '{print $(NF-1)}'
+  "${blast_env[@]}" "$BLAST" -c 127.0.0.1 5310 "$(to_bytes "$1")" "$SECS" "$2" pin | awk '{print $(NF-1)}'
 }
 
 raw=$out/raw.csv

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::echo::HeaderEcho;
 use super::{Batcher, BlockClock, Copying, StreamCtx, WAKE, aborted, is_timeout};
+use crate::data::page_buf::PageBuf;
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
 use crate::timeouts;
@@ -52,7 +53,7 @@ pub fn run(
     ctx.pin()?;
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
-    let mut buf = vec![0u8; read_len(ctx.block_bytes)];
+    let mut buf = PageBuf::zeroed(read_len(ctx.block_bytes));
     let mut batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
     let mut echo = echo_of(&ctx)?;
     let mut sink = sink_of(&ctx)?;

@@ -18,6 +18,7 @@ use super::echo::{self, EchoReader};
 use super::zerocopy::ZcRing;
 use super::{Batcher, BlockClock, Copying, Drain, StreamCtx, TcpSample, WAKE, aborted, is_timeout};
 use crate::data::pace::{self, Pacer};
+use crate::data::page_buf::PageBuf;
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
 
@@ -68,7 +69,7 @@ enum Step {
 struct Sender {
     ctx: StreamCtx,
     sock: TcpStream,
-    block: Vec<u8>,
+    block: PageBuf,
     /// `-Z sendfile`: blocks from a memfd ring instead of `block` (super::sendfile).
     files: Option<super::sendfile::SendfileRing>,
     /// `-Z`: `MSG_ZEROCOPY` buffers and their completions.
@@ -104,7 +105,7 @@ impl Sender {
             .op(|| format!("stream-{id}: set SO_SNDTIMEO"))?;
         sock.set_read_timeout(Some(WAKE))
             .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
-        let block = vec![0x5au8; ctx.block_bytes];
+        let block = PageBuf::filled(ctx.block_bytes, 0x5a);
         let files = match copy.zerocopy {
             Some(crate::choices::ZeroCopy::Sendfile) => Some(
                 super::sendfile::SendfileRing::for_socket(&sock, ctx.block_bytes)
@@ -240,7 +241,7 @@ impl Sender {
         };
         let mut filled = 0;
         let full = self.ctx.block_bytes;
-        self.block.resize(full, 0);
+        self.block.set_len(full);
         while filled < full {
             match std::io::Read::read(file, &mut self.block[filled..]) {
                 Ok(0) => break,
@@ -249,7 +250,7 @@ impl Sender {
                 Err(e) => return Err(Error::io(format!("stream-{}: -F: read", self.ctx.id), e)),
             }
         }
-        self.block.truncate(filled);
+        self.block.set_len(filled);
         self.at.len = filled.max(1);
         Ok(filled > 0)
     }

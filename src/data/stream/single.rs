@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use super::echo::{self, EchoCollector};
 use super::sender::SendOutcome;
 use super::{Batcher, FLUSH_EVERY_NS, StreamCtx, TcpSample, TestClock, is_timeout};
+use crate::data::page_buf::PageBuf;
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu;
 use crate::os::sys;
@@ -30,7 +31,7 @@ struct Lane {
     echo: Option<TcpStream>,
     batcher: Batcher,
     echoes: EchoCollector,
-    block: Vec<u8>,
+    block: PageBuf,
     offset: usize,
     /// Written a block per turn, whether or not `poll()` says writable, until the kernel
     /// takes less than a block: see [`run`].
@@ -60,7 +61,7 @@ impl Lane {
             echo,
             batcher: Batcher::new(ctx.id, ctx.batches.clone(), ctx.free.clone()),
             echoes,
-            block: vec![0x5au8; ctx.block_bytes],
+            block: PageBuf::filled(ctx.block_bytes, 0x5a),
             offset: 0,
             filling: false,
             seq: 0,

@@ -18,6 +18,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use crate::data::page_buf::PageBuf;
 use crate::os::sys;
 
 /// Bytes of blocks the ring holds at least (more when the socket buffer is larger).
@@ -25,7 +26,7 @@ const MIN_RING_BYTES: usize = 8 << 20;
 
 /// Block buffers for `MSG_ZEROCOPY` sends, and the completions reaped so far.
 pub struct ZcRing {
-    slots: Vec<Vec<u8>>,
+    slots: Vec<PageBuf>,
     /// Per slot: the number of the last send made from it (`None`: never used).
     last_send: Vec<Option<u64>>,
     /// Sends made so far (the next send's number; the kernel numbers them from 0 in u32).
@@ -46,7 +47,7 @@ impl ZcRing {
         let ring_bytes = (2 * sndbuf_bytes).max(MIN_RING_BYTES);
         let n = (ring_bytes / block.max(1)).clamp(2, 4096);
         ZcRing {
-            slots: (0..n).map(|_| vec![fill; block]).collect(),
+            slots: (0..n).map(|_| PageBuf::filled(block, fill)).collect(),
             last_send: vec![None; n],
             sends: 0,
             done: 0,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::counters::{Accounting, UdpCounters};
 use super::wire::Format;
+use crate::data::page_buf::PageBuf;
 use crate::data::stream::{Batcher, StreamCtx, WAKE, aborted};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
@@ -45,7 +46,7 @@ pub fn receive(
     ctx.pin()?;
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
-    let mut bufs = vec![0u8; SLOTS * SLOT_BYTES];
+    let mut bufs = PageBuf::zeroed(SLOTS * SLOT_BYTES);
     let mut meta = [RecvMeta::default(); SLOTS];
     let mut acc = Accounting::new(id).reading(wire);
     let mut gro_seen = false;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::MAX_DATAGRAM;
 use super::wire::{Format, Header};
 use crate::data::pace::{self, Pacer};
+use crate::data::page_buf::PageBuf;
 use crate::data::stream::{Awake, Batcher, StreamCtx, TestClock, WAKE, aborted, wait_paced};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
@@ -89,7 +90,7 @@ struct UdpSender {
     /// Datagrams per GSO message: as many as fit 64 segments and one IP packet.
     segs: usize,
     /// Each batch's datagrams, headers rewritten per batch.
-    buf: Vec<u8>,
+    buf: PageBuf,
     /// This batch's bytes of `buf`: all of it, or what is left of `-n`/`-k`'s budget.
     len: usize,
     batcher: Batcher,
@@ -143,7 +144,7 @@ impl UdpSender {
             sock,
             plan,
             segs,
-            buf: vec![0x5au8; per_batch * dg],
+            buf: PageBuf::filled(per_batch * dg, 0x5a),
             len: per_batch * dg,
             batcher,
             clock,
