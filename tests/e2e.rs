@@ -258,8 +258,9 @@ fn stream_threads_are_named_and_pinned_on_both_ends() {
     }
 }
 
-/// One stream on one host with 1500-byte frames' segments: its sender and receiver on two
-/// cores (split measured faster there); two streams: each pair on one core.
+/// One stream on one host with 1500-byte frames' segments, or one UDP stream: its sender
+/// and receiver on two cores (split measured faster there); two streams: each pair on one
+/// core.
 #[test]
 fn one_stream_of_small_segments_splits_across_cores() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -301,6 +302,43 @@ fn one_stream_of_small_segments_splits_across_cores() {
     );
     run.assert_ok();
     let text = run.stdout();
+    assert_eq!(
+        pin_plan(&text, "local"),
+        pin_plan(&text, "remote"),
+        "paired\n{text}"
+    );
+    // One UDP stream splits whatever its segments; two stay paired.
+    let udp = |streams: &str| {
+        let run = pinperf(
+            &[
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-u",
+                "-b",
+                "10M",
+                "-t",
+                "0.5",
+                "-P",
+                streams,
+            ],
+            LIMIT,
+        );
+        run.assert_ok();
+        run.stdout()
+    };
+    let text = udp("1");
+    assert_ne!(
+        pin_plan(&text, "local"),
+        pin_plan(&text, "remote"),
+        "split\n{text}"
+    );
+    assert!(
+        text.contains("# placement: same host, one UDP stream"),
+        "{text}"
+    );
+    let text = udp("2");
     assert_eq!(
         pin_plan(&text, "local"),
         pin_plan(&text, "remote"),

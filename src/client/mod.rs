@@ -136,25 +136,25 @@ fn placed(
 /// stream on the first allowed core, the server's on the second (sent as the remote plan).
 fn split(cfg: &mut ClientConfig, peer: SocketAddr, allowed: &[usize]) -> Option<(PinPlan, String)> {
     let test = &cfg.test;
-    let bbr = match &test.transport.congestion {
-        Some(cc) => cc == "bbr",
-        None => net::default_congestion().is_some_and(|cc| cc == "bbr"),
+    let regime = pin::Regime {
+        streams: usize::from(test.streams),
+        bidir: test.bidir,
+        udp: test.udp,
+        bbr: match &test.transport.congestion {
+            Some(cc) => cc == "bbr",
+            None => net::default_congestion().is_some_and(|cc| cc == "bbr"),
+        },
+        mss: test.mss(),
     };
-    let asked = cfg.affinity == Affinity::Auto && test.pin.is_none() && !test.udp;
+    let asked = cfg.affinity == Affinity::Auto && test.pin.is_none();
     let (&mine, &theirs) = (allowed.first()?, allowed.get(1)?);
-    if !asked
-        || !peer.ip().is_loopback()
-        || !pin::split_one_stream(usize::from(test.streams), test.bidir, bbr, test.mss())
-    {
+    if !asked || !peer.ip().is_loopback() {
         return None;
     }
+    let what = pin::split_one_stream(&regime)?;
     let why = format!(
-        "same host, one stream{}: its sender and receiver on two cores (this end cpu{mine}, \
-         the server cpu{theirs}), measured faster than sharing one (bench-scripts/placement.sh)",
-        match bbr {
-            true => " under bbr",
-            false => " with 1500-byte frames' segments",
-        }
+        "same host, {what}: its sender and receiver on two cores (this end cpu{mine}, \
+         the server cpu{theirs}), measured faster than sharing one (bench-scripts/placement.sh)"
     );
     cfg.test.pin = Some(Affinity::List(vec![theirs]));
     Some((PinPlan(vec![Some(mine)]), why))
