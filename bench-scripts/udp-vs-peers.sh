@@ -1,48 +1,68 @@
 #!/usr/bin/env bash
-# UDP on loopback, pinperf against iperf3 and iperf 2 in the same run: the highest rate
-# each carries with at most MAXLOSS % loss (default 0.1), for 1 and 2 streams and for
-# 1472-byte and 8 KiB datagrams. Each point is a search per tool: double the per-stream
-# rate from START Mbit/s until a run loses more than MAXLOSS, then bisect until the bounds
-# are within STEP (10 %) or PROBES runs were spent. A probe passes when its loss is at
-# most MAXLOSS and the receiver got at least 95 % of the asked rate (a sender that cannot
-# reach a rate loses nothing, and that rate must not count as carried). The tools' probes are interleaved (one
-# probe of each tool per step, their order rotated), so a noisy moment hits all of them.
+# UDP on loopback, pinperf against iperf3 (a 3.21 with --gsro: GSO and GRO as pinperf
+# uses them) and iperf 2 in the same run, every tool with the same socket buffers
+# (-w WINDOW), in two parts:
+#
+# 1. Loss at fixed total rates (RATES, split over the streams): ROUNDS interleaved rounds,
+#    each tool's median loss and received rate (loss.csv, loss-rate.csv, loss-table.txt).
+# 2. The loss-free ceiling: the highest rate each tool carries with at most MAXLOSS %
+#    loss (default 0: none at all), per datagram size and stream count. Each is a search
+#    per tool: double the per-stream rate from START Mbit/s until a run loses more than
+#    MAXLOSS, then bisect until the bounds are within STEP (10 %) or PROBES runs were
+#    spent. A probe passes when its loss is at most MAXLOSS and the receiver got at least
+#    95 % of the asked rate (a sender that cannot reach a rate loses nothing, and that
+#    rate must not count as carried). The tools' probes are interleaved (one probe of each
+#    tool per step, their order rotated), so a noisy moment hits all of them.
+#    CEILING_ROUNDS searches, medians (best.csv, summary.csv, table.txt).
 # Loss and rate are the receiver's as each tool reports them (pinperf and iperf3 from
 # their JSON, iperf 2 from its server reports; a run iperf 2 ends without a server report
 # for every stream counts as a failed probe, like a lossy one).
 #
-#   bench-scripts/udp-vs-peers.sh                      # defaults: SECS=3 ROUNDS=1
-#   SECS=2 SIZES="1472" STREAMS="1" bench-scripts/udp-vs-peers.sh
-#   PINPERF_ARGS=--no-gsro bench-scripts/udp-vs-peers.sh   # like for like: no GSO/GRO
+#   IPERF3=/work/peers/iperf3-3.21/bin/iperf3 bench-scripts/udp-vs-peers.sh
+#   SECS=2 SIZES=1472 STREAMS=1 RATES="10G 30G" TOOLS="pinperf iperf3" bench-scripts/udp-vs-peers.sh
+#   RATES= bench-scripts/udp-vs-peers.sh      # ceilings only; CEILING_ROUNDS=0: the table only
+#   PINPERF_ARGS=--no-gsro IPERF3_ARGS= bench-scripts/udp-vs-peers.sh   # no GSO/GRO on either
 #
-# Needs `pinperf --loopback -u -b RATE -l SIZE -P N -t T -J` (its JSON read in
+# Needs `pinperf --loopback -u -b RATE -l SIZE -P N -w W -t T -J` (its JSON read in
 # pinperf_point below: adjust there if the field names move).
-# Writes bench-results/udp-vs-peers-*/{env.txt,raw.csv,summary.csv,table.txt}.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 SECS=${SECS:-3}
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-3}
+CEILING_ROUNDS=${CEILING_ROUNDS:-1}
 SIZES=${SIZES:-"1472 8192"}
 STREAMS=${STREAMS:-"1 2"}
-MAXLOSS=${MAXLOSS:-0.1}
-START=${START:-500}      # Mbit/s per stream, first probe
+RATES=${RATES-"10G 20G 30G 45G"}
+TOOLS=${TOOLS:-"pinperf iperf3 iperf2"}
+WINDOW=${WINDOW:-8M}     # every tool's -w
+MAXLOSS=${MAXLOSS:-0}
+START=${START:-2000}     # Mbit/s per stream, first probe
 CAP=${CAP:-64000}        # Mbit/s per stream, never probed above
 STEP=${STEP:-1.10}       # bisect until hi / lo <= STEP
 PROBES=${PROBES:-12}     # at most this many runs per tool and point
-PINPERF_ARGS=${PINPERF_ARGS:-}  # extra pinperf options (e.g. --no-gsro), recorded in env.txt
+PINPERF_ARGS=${PINPERF_ARGS:-}      # extra pinperf options (e.g. --no-gsro)
+IPERF3_ARGS=${IPERF3_ARGS---gsro}   # iperf3 3.21's GSO/GRO; empty for an older iperf3
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
 ensure_peers
 start_run udp-vs-peers
-echo "pinperf options: ${PINPERF_ARGS:-(none)}" >> "$out/env.txt"
+{
+  echo "pinperf options: ${PINPERF_ARGS:-(none)}; iperf3 options: ${IPERF3_ARGS:-(none)}"
+  echo "every tool: -w $WINDOW; loss-free: at most $MAXLOSS % lost"
+} >>"$out/env.txt"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-tools=(pinperf)
-if command -v iperf3 >/dev/null; then iperf3 -s -B 127.0.0.1 -p 5212 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi
-if command -v iperf >/dev/null; then iperf -s -u -B 127.0.0.1 -p 5012 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi
+tools=()
+for t in $TOOLS; do
+  case $t in
+    pinperf) tools+=(pinperf) ;;
+    iperf3) if command -v "$IPERF3" >/dev/null; then "$IPERF3" -s -B 127.0.0.1 -p 5212 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi ;;
+    iperf2) if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -u -w "$WINDOW" -B 127.0.0.1 -p 5012 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi ;;
+  esac
+done
 sleep 0.5
 
 # Each *_point prints "LOSS_PERCENT RECEIVED_GBPS" for SIZE STREAMS RATE_MBPS (per
@@ -51,14 +71,15 @@ pinperf_point() {
   # ADJUST HERE if the lead's JSON differs: loss from end.sum.lost_percent, rate from
   # end.sum_received.bits_per_second.
   # shellcheck disable=SC2086
-  "$PINPERF" --loopback -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" $PINPERF_ARGS -J 2>/dev/null |
+  "$PINPERF" --loopback -u -b "${3}M" -l "$1" -P "$2" -w "$WINDOW" -t "$SECS" $PINPERF_ARGS -J 2>/dev/null |
     python3 -c '
 import json, sys
 e = json.load(sys.stdin)["end"]
 print("%.4f %.4f" % (e["sum"]["lost_percent"], e["sum_received"]["bits_per_second"] / 1e9))'
 }
 iperf3_point() {
-  iperf3 -c 127.0.0.1 -p 5212 -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" -J 2>/dev/null |
+  # shellcheck disable=SC2086
+  "$IPERF3" -c 127.0.0.1 -p 5212 -u -b "${3}M" -l "$1" -P "$2" -w "$WINDOW" -t "$SECS" $IPERF3_ARGS -J 2>/dev/null |
     python3 -c '
 import json, sys
 e = json.load(sys.stdin)["end"]
@@ -70,7 +91,7 @@ iperf2_point() {
   # iperf 2.1's CSV (-y C) carries no server report for UDP: read the text. One "Server
   # Report:" per stream, each followed by "... X Mbits/sec  J ms LOST/TOTAL (P%)"; a run
   # missing any stream's report (iperf 2's "did not receive ack of last datagram") fails.
-  iperf -c 127.0.0.1 -p 5012 -u -b "${3}M" -l "$1" -P "$2" -t "$SECS" 2>&1 |
+  "$IPERF2" -c 127.0.0.1 -p 5012 -u -b "${3}M" -l "$1" -P "$2" -w "$WINDOW" -t "$SECS" 2>&1 |
     python3 -c '
 import re, sys
 want, lines = int(sys.argv[1]), sys.stdin.read().splitlines()
@@ -91,12 +112,50 @@ if n == want and total > 0:
     print("%.4f %.4f" % (lost / total * 100, bps / 1e9))' "$2"
 }
 
+
+# Part 1: loss at fixed total rates.
+fixed=$out/loss-raw.csv
+echo "round,size,streams,rate,tool,lost_percent,received_gbps" >"$fixed"
+for ((r = 0; r < ROUNDS; r++)); do
+  for rate in $RATES; do
+    for size in $SIZES; do
+      for p in $STREAMS; do
+        per=$(awk -v r="${rate%[gG]}" -v p="$p" 'BEGIN {printf "%d", r * 1000 / p}')
+        for t in $(rotate "$r" "${tools[@]}"); do
+          res=$("${t}_point" "$size" "$p" "$per" || true)
+          read -r loss gbps <<<"${res:-NA NA}"
+          echo "$r,$size,$p,$rate,$t,$loss,$gbps" | tee -a "$fixed" >&2
+          sleep 0.3
+        done
+      done
+    done
+  done
+done
+if [ -n "$RATES" ]; then
+  medians "$fixed" size,streams,rate,tool lost_percent >"$out/loss.csv"
+  medians "$fixed" size,streams,rate,tool received_gbps >"$out/loss-rate.csv"
+  python3 - "$out/loss.csv" "$out/loss-rate.csv" "$WINDOW" <<'PY' | tee "$out/loss-table.txt"
+import csv, sys
+def read(path, col):
+    return {(r["size"], r["streams"], r["rate"], r["tool"]): float(r[col]) for r in csv.DictReader(open(path))}
+loss, got = read(sys.argv[1], "median_lost_percent"), read(sys.argv[2], "median_received_gbps")
+tools = [t for t in ("pinperf", "iperf3", "iperf2") if any(k[3] == t for k in loss)]
+print(f"Median loss % (received Gbit/s) at fixed total rates, loopback, -w {sys.argv[3]} on every tool")
+print("| datagram | streams | rate | " + " | ".join(tools) + " |")
+print("|---|---|---|" + "---|" * len(tools))
+for key in sorted({k[:3] for k in loss}, key=lambda k: (int(k[0]), int(k[1]), float(k[2].rstrip("gG")))):
+    cells = [f"{loss[key + (t,)]:.3f} ({got.get(key + (t,), 0):.1f})" if key + (t,) in loss else "-" for t in tools]
+    print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+PY
+fi
+
+# Part 2: the loss-free ceilings.
 raw=$out/raw.csv
 echo "round,size,streams,tool,probe,rate_mbps_per_stream,lost_percent,received_gbps,ok" >"$raw"
 best=$out/best.csv
 echo "round,size,streams,tool,best_mbps_per_stream,received_gbps,probes" >"$best"
 
-for ((r = 0; r < ROUNDS; r++)); do
+for ((r = 0; r < CEILING_ROUNDS; r++)); do
   for size in $SIZES; do
     for p in $STREAMS; do
       declare -A lo=() hi=() next=() got=() n=()
@@ -134,6 +193,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
 done
 
+[ "$CEILING_ROUNDS" -gt 0 ] || exit 0
 medians "$best" size,streams,tool best_mbps_per_stream >"$out/summary.csv"
 python3 - "$out/summary.csv" "$MAXLOSS" <<'PY' | tee "$out/table.txt"
 import csv, sys
@@ -142,7 +202,7 @@ pts = {}
 for r in rows:
     pts.setdefault((int(r["size"]), int(r["streams"])), {})[r["tool"]] = float(r["median_best_mbps_per_stream"])
 tools = ["pinperf", "iperf3", "iperf2"]
-print(f"Highest total rate (Mbit/s, all streams) with <= {sys.argv[2]} % loss, loopback")
+print(f"Highest total rate (Mbit/s, all streams) with <= {sys.argv[2]} % loss, loopback (median of the searches)")
 print("| datagram | streams | " + " | ".join(tools) + " | pinperf / best peer |")
 print("|---|---|" + "---|" * (len(tools) + 1))
 for (size, p), v in sorted(pts.items()):
