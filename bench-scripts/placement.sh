@@ -3,6 +3,8 @@
 # pinperf --loopback with explicit -A LOCAL/REMOTE plans on cores 0 and 1:
 #   split  — every stream's receiver on the other core from its sender (0,1/1,0)
 #   paired — every stream's sender and receiver on the same core, streams spread (0,1/0,1)
+#   half   — senders pinned as paired, receivers left to the scheduler (0,1/none): the
+#            yardstick's way (blast pins its client threads only)
 #   none   — the scheduler decides (-A none)
 # ROUNDS interleaved rounds of SECS each, medians. Needs at least 2 cores.
 #
@@ -25,6 +27,7 @@ extra=()
 if [ -n "$CC" ]; then extra+=(-C "$CC"); fi
 if [ -n "$MSS" ]; then extra+=(-M "$MSS"); fi
 UDP=${UDP:-}
+PLACEMENTS=${PLACEMENTS:-"split paired half none"}
 if [ -n "$UDP" ]; then extra+=(-u -b "$UDP"); fi
 [ "$(nproc)" -ge 2 ] || { echo "placement.sh needs 2 cores; this host has $(nproc)" >&2; exit 1; }
 start_run placement
@@ -34,6 +37,7 @@ plan() { # name streams -> -A value
   case $1 in
     split) [ "$2" = 1 ] && echo "0/1" || echo "0,1/1,0" ;;
     paired) [ "$2" = 1 ] && echo "0/0" || echo "0,1/0,1" ;;
+    half) [ "$2" = 1 ] && echo "0/none" || echo "0,1/none" ;;
     none) echo none ;;
   esac
 }
@@ -43,7 +47,7 @@ echo "round,block,streams,placement,gbps,lost_percent" >"$raw"
 for ((r = 0; r < ROUNDS; r++)); do
   for b in $BLOCKS; do
     for p in $STREAMS; do
-      for pl in $(rotate "$r" split paired none); do
+      for pl in $(rotate "$r" $PLACEMENTS); do
         # The total line: Mb/s in field 4; with UDP its lost% is field 8.
         res=$("$PINPERF" --loopback -l "$b" -P "$p" -t "$SECS" -i "$SECS" -A "$(plan "$pl" "$p")" "${extra[@]}" |
           awk -v udp="$UDP" '/^#\(\*\*\)/ {printf "%.3f,%s\n", $4 / 1000, (udp == "" ? "" : $8)}')

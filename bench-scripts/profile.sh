@@ -7,7 +7,10 @@
 # and wakeups, clock, the tool's own code, idle) and the top symbols per command.
 #
 #   IPERF3=/work/peers/iperf3/bin/iperf3 bench-scripts/profile.sh
-#   # BLOCK=8k STREAMS="1 2" CCS="cubic bbr" TOOLS="pinperf iperf2" SECS=4 PINPERF_ARGS=
+#   # BLOCK=8k STREAMS="1 2" CCS="cubic bbr" TOOLS="pinperf iperf2 blast" SECS=4 PINPERF_ARGS=
+#
+# TOOLS may name blast, the yardstick (../shared/yardstick/blast.c), run under each CC
+# through bench-scripts/sockopt-shim.c as vs-peers.sh runs it.
 set -euo pipefail
 # perf needs symbols: the release build with them (target/profiling/pinperf).
 PINPERF_PROFILE=${PINPERF_PROFILE:-profiling}
@@ -20,6 +23,9 @@ SECS=${SECS:-4}
 PINPERF_ARGS=${PINPERF_ARGS:-}
 command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 2; }
 ensure_peers
+build_blast
+SHIM=/tmp/pinperf-sockopt-shim.so
+[[ " $TOOLS " != *" blast "* ]] || gcc -O2 -shared -fPIC -o "$SHIM" "$root/bench-scripts/sockopt-shim.c" -ldl
 start_run profile
 mhz=$(awk -F: '/cpu MHz/ {print $2; exit}' /proc/cpuinfo)
 
@@ -29,6 +35,9 @@ trap cleanup EXIT
 "$PINPERF" -s -B 127.0.0.1 -p 5314 2>/dev/null & pids+=($!)
 "$IPERF2" -s -B 127.0.0.1 -p 5014 >/dev/null 2>&1 & pids+=($!)
 "$IPERF3" -s -B 127.0.0.1 -p 5214 >/dev/null 2>&1 & pids+=($!)
+# The yardstick's server takes its congestion control from each client (the sender's is
+# what counts); the shim sets it on the client.
+if [ -n "$BLAST" ]; then "$BLAST" -s 5310 >/dev/null 2>&1 & pids+=($!); fi
 sleep 0.5
 
 run_tool() { # tool streams cc -> Gbit/s
@@ -43,6 +52,8 @@ run_tool() { # tool streams cc -> Gbit/s
     iperf2)
       "$IPERF2" -c 127.0.0.1 -p 5014 -l "$(to_bytes "$BLOCK")" -P "$2" -t "$SECS" -Z "$3" -y C |
         awk -F, '$6 == -1 {sum = $9; have = 1} $6 != -1 {s += $9} END {if (NR) printf "%.3f\n", (have ? sum : s) / 1e9}' ;;
+    blast)
+      LD_PRELOAD="$SHIM" SHIM_CC="$3" "$BLAST" -c 127.0.0.1 5310 "$(to_bytes "$BLOCK")" "$SECS" "$2" pin | awk '{print $(NF-1)}' ;;
   esac
 }
 
@@ -52,7 +63,7 @@ for cc in $CCS; do
     for tool in $TOOLS; do
       tag=$tool-$cc-$p
       t0=$(cpu_ticks)
-      g=$(perf record -q -e cpu-clock -F 999 -a -g -o "$out/$tag.data" -- bash -c "$(declare -f run_tool to_bytes); PINPERF='$PINPERF' IPERF2='$IPERF2' IPERF3='$IPERF3' BLOCK='$BLOCK' SECS='$SECS' PINPERF_ARGS='$PINPERF_ARGS' run_tool $tool $p $cc" 2>/dev/null)
+      g=$(perf record -q -e cpu-clock -F 999 -a -g -o "$out/$tag.data" -- bash -c "$(declare -f run_tool to_bytes); PINPERF='$PINPERF' IPERF2='$IPERF2' IPERF3='$IPERF3' BLAST='$BLAST' SHIM='$SHIM' BLOCK='$BLOCK' SECS='$SECS' PINPERF_ARGS='$PINPERF_ARGS' run_tool $tool $p $cc" 2>/dev/null)
       t1=$(cpu_ticks)
       bc=$(busy_cores "$t0" "$t1")
       nspb=$(awk -v g="$g" -v c="$bc" 'BEGIN {printf "%.4f", 8 * c / g}')
@@ -80,7 +91,7 @@ cats = [
     ("sched+wakeup", r"schedule|switch_to|try_to_wake|wake_up|finish_task|enqueue|dequeue|pick_next|update_curr|futex|sk_wait|autoremove_wake"),
     ("syscall entry", r"entry_SYSCALL|syscall_|do_syscall|__x64_sys|ksys_|__sys_|exit_to_user|syscall_exit|fdget|sock_sendmsg|sock_recvmsg|__libc_(send|recv|write|read)|^write$|^read$|__GI___libc"),
     ("tcp/ip+skb", r"tcp_|ip_|__ip|skb|kfree|kmalloc|kmem_cache|__alloc|page_frag|net_rx|napi|__netif|netif|loopback|dev_|__dev|__local_bh|do_softirq|__napi|sk_|lock_sock|release_sock|inet_|mem_cgroup|__slab|slab|refill|nf_|validate_xmit|qdisc|__qdisc|sch_"),
-    ("tool", r"pinperf|crossbeam|Batcher|iperf|Listener|reporter|thread_"),
+    ("tool", r"pinperf|crossbeam|Batcher|iperf|Listener|reporter|thread_|blast|^srv$|^cli$"),
 ]
 runs = list(csv.DictReader(open(os.path.join(out, "runs.csv"))))
 head = "| tool | cc | streams | Gbit/s | busy cores | CPU-ns/B | cycles/B | " + " | ".join(c for c, _ in cats) + " | other |"

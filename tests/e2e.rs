@@ -344,6 +344,37 @@ fn one_stream_of_small_segments_splits_across_cores() {
         pin_plan(&text, "remote"),
         "paired\n{text}"
     );
+    // Under cubic, small blocks split and the default 128 KiB ones stay paired.
+    let cubic = |block: &str| {
+        let run = pinperf(
+            &[
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-C",
+                "cubic",
+                "-l",
+                block,
+                "-t",
+                "0.5",
+            ],
+            LIMIT,
+        );
+        run.assert_ok();
+        run.stdout()
+    };
+    let text = cubic("8k");
+    assert!(
+        text.contains("# placement: same host, one stream of blocks up to 8 KiB"),
+        "{text}"
+    );
+    let text = cubic("128k");
+    assert_eq!(
+        pin_plan(&text, "local"),
+        pin_plan(&text, "remote"),
+        "paired\n{text}"
+    );
 }
 
 /// `-S 0x28` marks every data and echo connection on both ends, both ways (-R: the

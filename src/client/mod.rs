@@ -145,6 +145,7 @@ fn split(cfg: &mut ClientConfig, peer: SocketAddr, allowed: &[usize]) -> Option<
             None => net::default_congestion().is_some_and(|cc| cc == "bbr"),
         },
         mss: test.mss(),
+        block: test.block_bytes(),
     };
     let asked = cfg.affinity == Affinity::Auto && test.pin.is_none();
     let (&mine, &theirs) = (allowed.first()?, allowed.get(1)?);

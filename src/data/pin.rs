@@ -161,14 +161,22 @@ pub struct Regime {
     pub bbr: bool,
     /// `-M`.
     pub mss: Option<u32>,
+    /// `-l`: bytes per write.
+    pub block: u64,
 }
+
+/// Blocks up to this size make one TCP stream split under any congestion control.
+pub const SPLIT_BLOCK: u64 = 8 << 10;
 
 /// One host, one stream in one direction: whether its sender and receiver go on two cores
 /// (split) rather than one (paired), and the header's words for why. Measured on loopback,
 /// 5 interleaved rounds (bench-results/placement-*): TCP split was faster under bbr (26.2
 /// vs 23.1 Gbit/s at 128 KiB) and with 1500-byte frames' segments (`-M 1448`: bbr 18.8 vs
 /// 14.5, cubic 54.0 vs 51.4), paired under cubic at loopback's own segments (61.6 vs 59.7)
-/// and with two streams always (cubic 125 vs 69). One UDP stream loses no more split at
+/// and with two streams always (cubic 125 vs 69). Under cubic 8 KiB blocks go the other way
+/// (split 17.8 vs paired 15.8, and 20.0 vs 18.2 in a second run; 128 KiB: paired 39.0 vs
+/// split 30.4; bench-results/placement-cubic-{half,8k-1stream}), so blocks up to
+/// [`SPLIT_BLOCK`] split too. One UDP stream loses no more split at
 /// 25 Gbit/s (0.21 vs 0.22 %) and far less at 45 (paired, one core carries both ends and
 /// its receiver falls behind: 41 % lost); two UDP streams lose least paired (0.09 vs
 /// 0.19 % at 2 x 14 Gbit/s of 8 KiB).
@@ -182,6 +190,8 @@ pub fn split_one_stream(r: &Regime) -> Option<&'static str> {
         Some("one stream under bbr")
     } else if r.mss.is_some_and(|m| m <= 1460) {
         Some("one stream with 1500-byte frames' segments")
+    } else if r.block <= SPLIT_BLOCK {
+        Some("one stream of blocks up to 8 KiB")
     } else {
         None
     }
@@ -454,6 +464,7 @@ mod tests {
     fn one_stream_splits_where_that_measured_faster() {
         let one = Regime {
             streams: 1,
+            block: 128 << 10,
             ..Regime::default()
         };
         let with = |f: fn(&mut Regime)| {
@@ -467,6 +478,15 @@ mod tests {
             Some("one stream with 1500-byte frames' segments")
         );
         assert_eq!(with(|r| r.udp = true), Some("one UDP stream"));
+        assert_eq!(
+            with(|r| r.block = 8 << 10),
+            Some("one stream of blocks up to 8 KiB")
+        );
+        assert_eq!(
+            with(|r| r.block = 16 << 10),
+            None,
+            "16 KiB blocks: unmeasured, paired"
+        );
         assert_eq!(split_one_stream(&one), None, "cubic, loopback's MSS");
         assert_eq!(with(|r| r.mss = Some(9000)), None, "jumbo segments");
         assert_eq!(
