@@ -281,6 +281,10 @@ pub struct DiagnoseArgs {
     /// The baseline's window (-w) [default: autotuning].
     #[arg(short = 'w', long, value_name = "SIZE", value_parser = units::parse_size)]
     pub window: Option<u64>,
+    /// The baseline's -w past net.core.{w,r}mem_max (SO_*BUFFORCE; root), as a host whose
+    /// sysctls allow it would grant.
+    #[arg(long, requires = "window")]
+    pub force_window: bool,
     /// Seconds per run [default: a fifth of --budget less 0.5 s, 1 to 5 s].
     #[arg(short = 't', long = "time", value_name = "SECS", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,

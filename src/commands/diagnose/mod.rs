@@ -110,6 +110,7 @@ impl Session {
             start: Settings {
                 congestion: a.congestion.clone(),
                 window_bytes: a.window,
+                force_window: a.force_window,
                 ..Settings::baseline()
             },
         };

@@ -156,6 +156,27 @@ impl Figures {
         Some(self.bits_per_second / 8.0 * self.min_rtt_us? / 1e6)
     }
 
+    /// Block RTT above the kernel's min RTT: the queue a block waited in, microseconds.
+    pub fn queue_us(&self) -> Option<f64> {
+        Some(self.block_rtt_avg_us? - self.min_rtt_us?)
+    }
+
+    /// Block RTT far above the path's: [`QUEUE_RATIO`] times the min RTT, and
+    /// [`QUEUE_MIN_EXTRA_US`] above it.
+    pub fn queued(&self) -> bool {
+        match (self.block_rtt_avg_us, self.min_rtt_us) {
+            (Some(block), Some(min)) => {
+                block >= QUEUE_RATIO * min && block - min >= QUEUE_MIN_EXTRA_US
+            }
+            _ => false,
+        }
+    }
+
+    /// The standing queue in bytes: the queue's time at the measured rate.
+    pub fn queue_bytes(&self) -> Option<f64> {
+        Some(self.queue_us()?.max(0.0) / 1e6 * self.bits_per_second / 8.0)
+    }
+
     /// Loss-based congestion control (everything but BBR).
     pub fn loss_based(&self) -> bool {
         !self.congestion.starts_with("bbr")
@@ -248,11 +269,11 @@ fn model_based_cc(f: &Figures, base: &Settings, host: Host) -> Option<Settings> 
     })
 }
 
-/// The data in flight fills the usable window: a window four times the data in flight
-/// (a power of two, 1 MiB to 1 GiB), when that is larger than the one in use.
+/// Each stream's data in flight fills its usable window: a window four times that (a power
+/// of two, 1 MiB to 1 GiB), when that is larger than the one in use.
 fn larger_window(f: &Figures, base: &Settings, host: Host) -> Option<Settings> {
     let usable = f.usable_window_bytes? as f64;
-    let flight = f.in_flight_bytes()?;
+    let flight = f.in_flight_bytes()? / f64::from(base.streams.max(1));
     if usable <= 0.0 || flight < WINDOW_FULL * usable {
         return None;
     }
@@ -266,16 +287,15 @@ fn larger_window(f: &Figures, base: &Settings, host: Host) -> Option<Settings> {
     })
 }
 
-/// Block RTT far above the path's: a window twice the data in flight (a power of two, at
-/// least 256 KiB), when that is smaller than the one in use.
+/// Block RTT far above the path's: a window near the bandwidth-delay product (each
+/// stream's data in flight rounded up to a power of two, at least 256 KiB; Linux doubles
+/// the request, which is the headroom), when that is smaller than the one in use.
 fn smaller_window(f: &Figures, base: &Settings) -> Option<Settings> {
-    let (block, min) = (f.block_rtt_avg_us?, f.min_rtt_us?);
-    if block < QUEUE_RATIO * min || block - min < QUEUE_MIN_EXTRA_US {
+    if !f.queued() {
         return None;
     }
-    let want = ((2.0 * f.in_flight_bytes()?) as u64)
-        .max(256 << 10)
-        .next_power_of_two();
+    let per_stream = f.in_flight_bytes()? / f64::from(base.streams.max(1));
+    let want = (per_stream as u64).max(256 << 10).next_power_of_two();
     let now = f.usable_window_bytes.unwrap_or(u64::MAX);
     (want < now).then(|| Settings {
         window_bytes: Some(want),
@@ -384,11 +404,11 @@ mod tests {
                 )),
             ),
             (
-                queued,
+                queued, // 750 kB in flight: the next power of two
                 BBR,
                 Some((
                     Probe::SmallerWindow,
-                    with(Settings::baseline(), |s| s.window_bytes = Some(2 << 20)),
+                    with(Settings::baseline(), |s| s.window_bytes = Some(1 << 20)),
                 )),
             ),
             (

@@ -83,8 +83,9 @@ pub(crate) fn verdict(doc: &DiagnoseDoc) -> String {
     if !sysctls.is_empty() {
         out.push_str(&format!("  sysctl: {}\n", sysctls.join(" ")));
     }
-    let best =
-        (doc.runs.iter()).find(|r| r.figures.as_ref().map(|f| f.bits_per_second) == v.best_bps);
+    // The best run, when it is not the baseline.
+    let best = (doc.runs.iter().skip(1))
+        .find(|r| r.figures.as_ref().map(|f| f.bits_per_second) == v.best_bps);
     if let (Some(r), Some(before), Some(after)) = (best, v.baseline_bps, v.best_bps) {
         out.push_str(&format!(
             "  best run: {}: {} vs {} at the baseline\n",

@@ -1,7 +1,8 @@
 //! The verdict of `pinperf diagnose`: a pure function of its runs. The limit is the one a
 //! probe lifted most (confirmed by that run: its rate beside the rate of the run it
-//! varied); when no probe lifted the rate, the limit the best run's figures show, said to
-//! be unconfirmed, or the path's own rate. With the settings that lift it: the flags of
+//! varied); when no probe lifted the rate but a smaller window kept it with far less
+//! queue, a standing queue at the path's rate (confirmed by that run: both block RTTs);
+//! else the limit the best run's figures show, said to be unconfirmed, or the path's rate. With the settings that lift it: the flags of
 //! the best run and the sysctls they need.
 
 use serde::{Deserialize, Serialize};
@@ -65,17 +66,40 @@ pub struct Lift {
     pub flags: String,
     pub before_bps: f64,
     pub after_bps: f64,
+    /// A smaller window's run: the mean block RTT of each, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_block_rtt_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_block_rtt_us: Option<f64>,
 }
 
 impl Lift {
-    /// "`-C bbr`: 515 vs 172 Mb/s".
+    /// Run `i` beside run `a`, which it varied.
+    fn of(runs: &[Run], (i, a): (usize, usize), before: &Figures, after: &Figures) -> Lift {
+        let queue = runs[i].probe == Probe::SmallerWindow;
+        Lift {
+            run: i,
+            against: a,
+            flags: changed_flags(runs, i, a),
+            before_bps: before.bits_per_second,
+            after_bps: after.bits_per_second,
+            before_block_rtt_us: before.block_rtt_avg_us.filter(|_| queue),
+            after_block_rtt_us: after.block_rtt_avg_us.filter(|_| queue),
+        }
+    }
+
+    /// "`-C bbr`: 515 vs 172 Mb/s", and for a smaller window ", block RTT 127 ms vs 1.8 s".
     pub fn words(&self) -> String {
-        format!(
+        let mut w = format!(
             "{}: {} vs {}",
             self.flags,
             human_rate(self.after_bps),
             human_rate(self.before_bps)
-        )
+        );
+        if let (Some(a), Some(b)) = (self.after_block_rtt_us, self.before_block_rtt_us) {
+            w.push_str(&format!(", block RTT {} vs {}", rtt(Some(a)), rtt(Some(b))));
+        }
+        w
     }
 }
 
@@ -92,16 +116,17 @@ pub fn decide(runs: &[Run]) -> Verdict {
             None,
         );
     };
-    let mut v = match confirmed(runs) {
-        Some((lift, probe)) => from_lift(runs, lift, probe),
-        None => unconfirmed(runs, best_f),
+    let queue = relieved_queue(runs);
+    let mut v = match (confirmed(runs), queue) {
+        (Some((lift, probe)), _) => from_lift(runs, lift, probe),
+        (None, Some(qa)) => at_rate_with_queue(runs, qa),
+        (None, None) => unconfirmed(runs, best_f),
     };
     v.baseline_bps = runs
         .first()
         .and_then(|r| r.figures.as_ref())
         .map(|f| f.bits_per_second);
     v.best_bps = Some(best_f.bits_per_second);
-    let queue = relieved_queue(runs);
     let adopt = adopted(runs, queue);
     // An unconfirmed window verdict advises the sysctls of the run its cap was seen in.
     let capped = (v.limit == Limit::Window && v.lift.is_none())
@@ -119,8 +144,9 @@ pub fn decide(runs: &[Run]) -> Verdict {
         let (before, after) = (runs[a].figures.as_ref(), runs[q].figures.as_ref());
         if let (Some(bf), Some(af)) = (before, after) {
             let flags = changed_flags(runs, q, a);
-            v.notes
-                .insert(0, format!("{flags}: {}", queue_words(bf, af)));
+            let streams = runs[a].settings.streams;
+            let words = queue_words(bf, af, streams, &flags);
+            v.notes.insert(0, format!("also: {words}"));
         }
     }
     v
@@ -168,8 +194,7 @@ fn pairs(runs: &[Run]) -> impl Iterator<Item = (usize, usize, &Figures, &Figures
 /// A standing queue's probe kept the rate and at least halved the queue (block RTT above
 /// the kernel's min RTT).
 fn queue_relieved(before: &Figures, after: &Figures) -> bool {
-    let queue = |f: &Figures| Some(f.block_rtt_avg_us? - f.min_rtt_us?);
-    let halved = match (queue(before), queue(after)) {
+    let halved = match (before.queue_us(), after.queue_us()) {
         (Some(b), Some(a)) => a * 2.0 <= b,
         _ => false,
     };
@@ -178,20 +203,13 @@ fn queue_relieved(before: &Figures, after: &Figures) -> bool {
 
 /// The probe that lifted the rate most.
 fn confirmed(runs: &[Run]) -> Option<(Lift, Probe)> {
-    let lift = |i: usize, a: usize, before: &Figures, after: &Figures| Lift {
-        run: i,
-        against: a,
-        flags: changed_flags(runs, i, a),
-        before_bps: before.bits_per_second,
-        after_bps: after.bits_per_second,
-    };
     let (i, a, bf, af) = pairs(runs)
         .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
         .max_by(|x, y| {
             (x.3.bits_per_second / x.2.bits_per_second)
                 .total_cmp(&(y.3.bits_per_second / y.2.bits_per_second))
         })?;
-    Some((lift(i, a, bf, af), runs[i].probe))
+    Some((Lift::of(runs, (i, a), bf, af), runs[i].probe))
 }
 
 /// The flags run `i` changed from run `a`.
@@ -226,7 +244,11 @@ fn from_lift(runs: &[Run], lift: Lift, probe: Probe) -> Verdict {
             let forced = runs[lift.run].settings.force_window;
             (Limit::Window, window_words(&before, &after, forced))
         }
-        Probe::SmallerWindow => (Limit::StandingQueue, queue_words(&before, &after)),
+        Probe::SmallerWindow => {
+            let streams = runs[lift.against].settings.streams;
+            let words = queue_words(&before, &after, streams, &lift.flags);
+            (Limit::StandingQueue, words)
+        }
         Probe::MoreStreams | Probe::Baseline => cpu_words(&before, true),
     };
     verdict(limit, words, Some(lift))
@@ -276,12 +298,37 @@ fn cap_words(cap: &super::plan::WindowCap) -> String {
     )
 }
 
-fn queue_words(before: &Figures, after: &Figures) -> String {
+/// No probe lifted the rate, but a smaller window kept it with far less queue: the path
+/// is at its rate, and the queue is the window's doing.
+fn at_rate_with_queue(runs: &[Run], (q, a): (usize, usize)) -> Verdict {
+    let (bf, af) = match (&runs[a].figures, &runs[q].figures) {
+        (Some(bf), Some(af)) => (bf, af),
+        _ => return verdict(Limit::NotMeasured, "no figures".into(), None),
+    };
+    let lift = Lift::of(runs, (q, a), bf, af);
+    let words = format!(
+        "{}; the path is at its rate",
+        queue_words(bf, af, runs[a].settings.streams, &lift.flags)
+    );
+    verdict(Limit::StandingQueue, words, Some(lift))
+}
+
+/// The queue `before` stood in (block RTT over the kernel's min RTT, in time and bytes),
+/// the bandwidth-delay product per stream, and what the smaller window (`flags`) reached.
+fn queue_words(before: &Figures, after: &Figures, streams: u16, flags: &str) -> String {
+    let per_stream = f64::from(streams.max(1));
+    let queue_ms = before.queue_us().unwrap_or(0.0) / 1e3;
+    let queue_bytes = before.queue_bytes().unwrap_or(0.0) / per_stream;
+    let bdp = before.in_flight_bytes().unwrap_or(0.0) / per_stream;
     format!(
-        "standing queue: block RTT {} over a {} path (bufferbloat in the socket buffers); a \
-         smaller window reached {} with block RTT {}",
+        "standing queue (bufferbloat in the socket buffers): block RTT {} over a {} path \
+         (kernel min RTT), a queue of {queue_ms:.0} ms, {} per stream, at {}; the \
+         bandwidth-delay product is {} per stream, and {flags} reached {} with block RTT {}",
         rtt(before.block_rtt_avg_us),
         rtt(before.min_rtt_us),
+        human_bytes(queue_bytes),
+        human_rate(before.bits_per_second),
+        human_bytes(bdp),
         human_rate(after.bits_per_second),
         rtt(after.block_rtt_avg_us)
     )
@@ -417,16 +464,7 @@ fn notes(runs: &[Run], verdict_run: Option<usize>) -> Vec<String> {
     let mut out: Vec<String> = pairs(runs)
         .filter(|(i, ..)| Some(*i) != verdict_run && runs[*i].probe != Probe::SmallerWindow)
         .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
-        .map(|(i, a, bf, af)| {
-            let l = Lift {
-                run: i,
-                against: a,
-                flags: changed_flags(runs, i, a),
-                before_bps: bf.bits_per_second,
-                after_bps: af.bits_per_second,
-            };
-            format!("also lifted: {}", l.words())
-        })
+        .map(|(i, a, bf, af)| format!("also lifted: {}", Lift::of(runs, (i, a), bf, af).words()))
         .collect();
     for (i, r) in runs.iter().enumerate() {
         if let Some(j) = r
@@ -566,9 +604,9 @@ mod tests {
                         figures(98.0),
                     ),
                 ],
-                // At the path's rate with less queue: advised, but not what limits it.
-                Limit::PathRate,
-                false,
+                // At the path's rate with less queue: confirmed by keeping the rate.
+                Limit::StandingQueue,
+                true,
                 vec!["-w 2M"],
             ),
             (
@@ -650,6 +688,38 @@ mod tests {
         assert_eq!(lift.as_deref(), Some("-C bbr: 515 Mb/s vs 172 Mb/s"));
         let sysctl = &v.advice.sysctls[0];
         assert_eq!(sysctl.name, "net.ipv4.tcp_congestion_control");
+    }
+
+    #[test]
+    fn a_queue_the_smaller_window_removed_is_said_with_its_size_and_both_block_rtts() {
+        // 256 MiB windows at 952 Mb/s over 60 ms: 1.8 s of queue; -w 8M kept the rate.
+        let mut deep = queued(figures(952.0), 1812.0);
+        deep.usable_window_bytes = Some(256 << 20);
+        let runs = vec![
+            run(Probe::Baseline, window(256 << 20), None, deep),
+            run(
+                Probe::SmallerWindow,
+                window(8 << 20),
+                Some(0),
+                queued(figures(927.0), 127.0),
+            ),
+        ];
+        let v = decide(&runs);
+        assert_eq!((v.limit, v.confirmed), (Limit::StandingQueue, true));
+        for want in [
+            "block RTT 1812.0 ms over a 60.0 ms path",
+            "a queue of 1752 ms, 198.8 MiB per stream",
+            "bandwidth-delay product is 6.8 MiB",
+            "-w 8M reached 927 Mb/s with block RTT 127.0 ms",
+            "the path is at its rate",
+        ] {
+            assert!(v.words.contains(want), "{want:?} in {}", v.words);
+        }
+        let lift = v.lift.map(|l| l.words());
+        assert_eq!(
+            lift.as_deref(),
+            Some("-w 8M: 927 Mb/s vs 952 Mb/s, block RTT 127.0 ms vs 1812.0 ms")
+        );
     }
 
     #[test]
