@@ -303,10 +303,13 @@ impl Session {
 
 /// The client configuration of one step: the defaults but for its settings.
 fn config(target: &Target, s: &Settings, t: Duration) -> Result<ClientConfig> {
+    let pins = |cpus: &Option<Vec<usize>>| cpus.clone().map(Affinity::List);
     let params = TestParams {
         streams: s.streams,
         window_bytes: s.window_bytes,
         force_window: s.force_window,
+        reverse: s.reverse,
+        pin: pins(&s.remote_cpus),
         duration: t,
         interval: Some(t),
         transport: Transport {
@@ -315,7 +318,11 @@ fn config(target: &Target, s: &Settings, t: Duration) -> Result<ClientConfig> {
         },
         ..TestParams::defaults()
     };
-    ClientConfig::new(target.clone(), params, Affinity::Auto)
+    ClientConfig::new(
+        target.clone(),
+        params,
+        pins(&s.local_cpus).unwrap_or(Affinity::Auto),
+    )
 }
 
 /// Keeps a run's header (the grants and pin plans the figures need) and prints nothing.

@@ -25,6 +25,10 @@ pub const QUEUE_MIN_EXTRA_US: f64 = 2000.0;
 pub const BUSY_THREAD_PERCENT: f64 = 90.0;
 /// Most streams a probe asks for.
 pub const MAX_STREAMS: u16 = 8;
+/// A stream thread's core busy this much (percent), of which other work (not this test's
+/// stream threads) took [`OTHER_WORK_PERCENT`], makes that core's contention a suspect.
+pub const CONTENDED_CORE_PERCENT: f64 = 90.0;
+pub const OTHER_WORK_PERCENT: f64 = 25.0;
 
 /// What one run was asked for: the flags it differs by from the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -38,6 +42,14 @@ pub struct Settings {
     /// `--force-window`: `-w` past `net.core.*mem_max` (root).
     #[serde(default)]
     pub force_window: bool,
+    /// `-R`: the server sends.
+    #[serde(default)]
+    pub reverse: bool,
+    /// `-A LOCAL/REMOTE`: each end's cores (absent: that end's automatic placement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_cpus: Option<Vec<usize>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_cpus: Option<Vec<usize>>,
 }
 
 impl Settings {
@@ -64,10 +76,30 @@ impl Settings {
         if self.force_window {
             out.push("--force-window".into());
         }
+        if self.reverse {
+            out.push("-R".into());
+        }
+        if let Some(a) = self.pins() {
+            out.push(format!("-A {a}"));
+        }
         match out.is_empty() {
             true => "defaults".into(),
             false => out.join(" "),
         }
+    }
+}
+
+impl Settings {
+    /// `-A`'s value (`auto/0`), when either end is placed by hand.
+    pub fn pins(&self) -> Option<String> {
+        let list = |l: &Option<Vec<usize>>| match l {
+            None => "auto".to_string(),
+            Some(cpus) => (cpus.iter().map(usize::to_string))
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        (self.local_cpus.is_some() || self.remote_cpus.is_some())
+            .then(|| format!("{}/{}", list(&self.local_cpus), list(&self.remote_cpus)))
     }
 }
 
@@ -85,6 +117,8 @@ pub enum Probe {
     SmallerWindow,
     /// A stream thread at the top of its core: more streams.
     MoreStreams,
+    /// A stream thread's core busy with other work: that end's threads on its idlest core.
+    Placement,
 }
 
 /// A stream thread's load, and its core.
@@ -97,6 +131,28 @@ pub struct ThreadLoad {
     /// Softirq share of that core (the receive path's kernel work), percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_softirq_percent: Option<f64>,
+    /// That core's busy share (all of its work), percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_busy_percent: Option<f64>,
+    /// The busy share of that core no stream thread of this test took (other processes,
+    /// other threads, interrupts), percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_other_percent: Option<f64>,
+    /// The least busy core of that end's host over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idlest_core: Option<usize>,
+}
+
+impl ThreadLoad {
+    /// Its core was busy ([`CONTENDED_CORE_PERCENT`]) while the thread itself was not at
+    /// the top of it and other work took [`OTHER_WORK_PERCENT`] or more; another core was
+    /// less busy.
+    pub fn contended(&self) -> bool {
+        let busy = self.core_busy_percent.unwrap_or(0.0) >= CONTENDED_CORE_PERCENT;
+        let other = self.core_other_percent.unwrap_or(0.0) >= OTHER_WORK_PERCENT;
+        let elsewhere = self.idlest_core.is_some() && self.idlest_core != self.core;
+        busy && other && elsewhere && self.percent < BUSY_THREAD_PERCENT
+    }
 }
 
 /// A window grant short of what was asked: the sysctl that capped it.
@@ -248,6 +304,7 @@ pub fn next(runs: &[Run], start: &Settings, host: Host, runs_left: usize) -> Opt
         (Probe::ModelBasedCc, model_based_cc(f, base, host)),
         (Probe::LargerWindow, larger_window(f, base, host)),
         (Probe::SmallerWindow, smaller_window(f, base)),
+        (Probe::Placement, placement(f, base)),
         (Probe::MoreStreams, more_streams(f, base)),
     ];
     let (probe, settings) = suspects
@@ -315,6 +372,24 @@ fn more_streams(f: &Figures, base: &Settings) -> Option<Settings> {
     })
 }
 
+/// A stream thread's core busy with other work: that end's streams on its idlest core (the
+/// sender is this end unless `-R`), the other end placed as before. The busier with
+/// other work of the two ends, when both are.
+fn placement(f: &Figures, base: &Settings) -> Option<Settings> {
+    let ends = [(&f.sender_thread, false), (&f.receiver_thread, true)];
+    let other = |t: &ThreadLoad| t.core_other_percent.unwrap_or(0.0);
+    let (t, receiver) = (ends.into_iter())
+        .filter_map(|(t, r)| Some((t.as_ref().filter(|t| t.contended())?, r)))
+        .max_by(|a, b| other(a.0).total_cmp(&other(b.0)))?;
+    let cores = Some(vec![t.idlest_core?]);
+    let mut s = base.clone();
+    match receiver != base.reverse {
+        true => s.remote_cpus = cores,
+        false => s.local_cpus = cores,
+    }
+    Some(s)
+}
+
 /// Synthetic runs for the planner's and the verdict's tests.
 #[cfg(test)]
 pub(crate) mod sample {
@@ -358,6 +433,31 @@ pub(crate) mod sample {
             percent,
             core: Some(1),
             core_softirq_percent: None,
+            core_busy_percent: Some(percent),
+            core_other_percent: Some(0.0),
+            idlest_core: Some(0),
+        });
+        f
+    }
+
+    /// The same figures over loopback: 20 us min RTT, 30 us block RTT.
+    pub fn on_loopback(mut f: Figures) -> Figures {
+        f.min_rtt_us = Some(20.0);
+        f.block_rtt_avg_us = Some(30.0);
+        f
+    }
+
+    /// The receiver's thread on core 1 at `percent`, the core 100 % busy, other work
+    /// taking the rest; core 0 the idlest.
+    pub fn contended(mut f: Figures, percent: f64) -> Figures {
+        f.receiver_thread = Some(ThreadLoad {
+            name: "stream-0".into(),
+            percent,
+            core: Some(1),
+            core_softirq_percent: Some(2.0),
+            core_busy_percent: Some(100.0),
+            core_other_percent: Some(100.0 - percent),
+            idlest_core: Some(0),
         });
         f
     }
@@ -420,6 +520,20 @@ mod tests {
                 )),
             ),
             (busy(figures(100.0), 50.0), BBR, None),
+            (
+                contended(on_loopback(figures(6870.0)), 46.0),
+                BBR,
+                Some((
+                    Probe::Placement,
+                    with(Settings::baseline(), |s| s.remote_cpus = Some(vec![0])),
+                )),
+            ),
+            // At the top of its core itself: not contention but its own work.
+            (
+                contended(on_loopback(figures(6870.0)), 95.0),
+                BBR,
+                Some(more_streams_2()),
+            ),
             (figures(100.0), BBR, None),
         ];
         for (i, (f, host, want)) in table.into_iter().enumerate() {
@@ -427,6 +541,35 @@ mod tests {
                 next(&baseline(f), &Settings::baseline(), host, 5).map(|s| (s.probe, s.settings));
             assert_eq!(got, want, "case {i}");
         }
+    }
+
+    fn more_streams_2() -> (Probe, Settings) {
+        (
+            Probe::MoreStreams,
+            with(Settings::baseline(), |s| s.streams = 2),
+        )
+    }
+
+    #[test]
+    fn a_contended_core_moves_the_end_it_holds_to_the_idlest_core() {
+        // Under -R the receiver is this end.
+        let reversed = with(Settings::baseline(), |s| s.reverse = true);
+        let runs = vec![run(
+            Probe::Baseline,
+            reversed.clone(),
+            None,
+            contended(on_loopback(figures(6870.0)), 46.0),
+        )];
+        let step = next(&runs, &reversed, BBR, 5).map(|s| s.settings);
+        let want = with(reversed, |s| s.local_cpus = Some(vec![0]));
+        assert_eq!(step.as_ref(), Some(&want));
+        assert_eq!(want.flags(), "-R -A 0/auto");
+        // The idlest core is the one it is on: nowhere better to go.
+        let mut f = contended(on_loopback(figures(6870.0)), 46.0);
+        if let Some(t) = f.receiver_thread.as_mut() {
+            t.idlest_core = Some(1);
+        }
+        assert_eq!(next(&baseline(f), &Settings::baseline(), BBR, 5), None);
     }
 
     #[test]
@@ -493,7 +636,9 @@ mod tests {
             window_bytes: Some(16 << 20),
             congestion: Some("bbr".into()),
             force_window: true,
+            remote_cpus: Some(vec![0, 2]),
+            ..Settings::default()
         };
-        assert_eq!(s.flags(), "-P 2 -w 16M -C bbr --force-window");
+        assert_eq!(s.flags(), "-P 2 -w 16M -C bbr --force-window -A auto/0,2");
     }
 }

@@ -22,6 +22,7 @@ fn why(p: Probe) -> &'static str {
         Probe::LargerWindow => "data in flight fills the window",
         Probe::SmallerWindow => "block RTT far above the path's",
         Probe::MoreStreams => "a stream thread near 100 % of its core",
+        Probe::Placement => "a stream thread's core busy with other work",
     }
 }
 
@@ -59,7 +60,9 @@ pub(super) fn step_end(r: &Run) -> String {
 
 fn setting(s: &Setting) -> String {
     match (s.change, &s.value) {
-        (Change::Set, Some(v)) if s.name.starts_with('-') => format!("{} {v}", s.name),
+        (Change::Set, Some(v)) if s.name.starts_with('-') => {
+            format!("{} {v}", s.name).trim_end().to_string()
+        }
         (Change::Set, Some(v)) => format!("{}={v}", s.name),
         (Change::Raise, _) => format!("a larger {}", s.name),
         _ => format!("a smaller {}", s.name),

@@ -7,7 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::{BUSY_THREAD_PERCENT, Figures, LOSS_PERCENT, Probe, Run, ThreadLoad, best};
+use super::plan::{
+    BUSY_THREAD_PERCENT, Figures, LOSS_PERCENT, OTHER_WORK_PERCENT, Probe, Run, ThreadLoad, best,
+};
 use crate::report::finding::{Advice, Setting, human_bytes, human_rate};
 use crate::units::format_size;
 
@@ -231,6 +233,12 @@ fn changed_flags(runs: &[Run], i: usize, a: usize) -> String {
             s.congestion.as_deref().unwrap_or("default")
         ));
     }
+    if s.reverse != p.reverse {
+        out.push(if s.reverse { "-R" } else { "no -R" }.into());
+    }
+    if s.pins() != p.pins() {
+        out.push(format!("-A {}", s.pins().unwrap_or_else(|| "auto".into())));
+    }
     out.join(" ")
 }
 
@@ -249,6 +257,7 @@ fn from_lift(runs: &[Run], lift: Lift, probe: Probe) -> Verdict {
             let words = queue_words(&before, &after, streams, &lift.flags);
             (Limit::StandingQueue, words)
         }
+        Probe::Placement => placement_words(&runs[lift.run].settings, &before, &after),
         Probe::MoreStreams | Probe::Baseline => cpu_words(&before, true),
     };
     verdict(limit, words, Some(lift))
@@ -351,13 +360,7 @@ fn cpu_words(f: &Figures, lifted: bool) -> (Limit, String) {
     } else {
         (Limit::ReceiverCpu, "receiver", &f.receiver_thread)
     };
-    let who = t.as_ref().map_or("a stream thread".into(), |t| {
-        let core = t.core.map_or(String::new(), |c| format!(" on core {c}"));
-        let softirq = t.core_softirq_percent.map_or(String::new(), |s| {
-            format!(", softirq {s:.0} % of that core")
-        });
-        format!("{} at {:.0} % of a core{core}{softirq}", t.name, t.percent)
-    });
+    let who = t.as_ref().map_or("a stream thread".into(), thread_words);
     let how = match lifted {
         true => "more streams spread the work",
         false => "more streams did not lift the rate (or were not tried)",
@@ -369,6 +372,62 @@ fn cpu_words(f: &Figures, lifted: bool) -> (Limit, String) {
             human_rate(f.bits_per_second)
         ),
     )
+}
+
+/// "stream-0 at 46 % of a core on core 1, softirq 2 % of that core, other work 54 %".
+fn thread_words(t: &ThreadLoad) -> String {
+    let core = t.core.map_or(String::new(), |c| format!(" on core {c}"));
+    let softirq = t.core_softirq_percent.map_or(String::new(), |s| {
+        format!(", softirq {s:.0} % of that core")
+    });
+    let other = (t.core_other_percent)
+        .filter(|&o| o >= OTHER_WORK_PERCENT)
+        .map_or(String::new(), |o| {
+            format!(", other work (not this test's stream threads) {o:.0} %")
+        });
+    format!(
+        "{} at {:.0} % of a core{core}{softirq}{other}",
+        t.name, t.percent
+    )
+}
+
+/// The end a placement probe moved (`settings`: its run's), its thread on the core it
+/// shared with other work, and the rate it reached on another core.
+fn placement_words(
+    settings: &super::plan::Settings,
+    before: &Figures,
+    after: &Figures,
+) -> (Limit, String) {
+    let remote_moved = settings.remote_cpus.is_some();
+    let (limit, end, t, moved) = match remote_moved != settings.reverse {
+        true => (
+            Limit::ReceiverCpu,
+            "receiver",
+            &before.receiver_thread,
+            &after.receiver_thread,
+        ),
+        false => (
+            Limit::SenderCpu,
+            "sender",
+            &before.sender_thread,
+            &after.sender_thread,
+        ),
+    };
+    let who = t.as_ref().map_or("a stream thread".into(), thread_words);
+    let core = |t: &Option<ThreadLoad>| {
+        t.as_ref()
+            .and_then(|t| t.core)
+            .map_or("another core".into(), |c| format!("core {c}"))
+    };
+    let words = format!(
+        "{end} CPU: {who}, at {}: its core was busy with other work; on {} (-A {}) it \
+         reached {}",
+        human_rate(before.bits_per_second),
+        core(moved),
+        settings.pins().unwrap_or_default(),
+        human_rate(after.bits_per_second)
+    );
+    (limit, words)
 }
 
 /// With no probe lifting the rate: what the best run (and the probes that failed) show.
@@ -447,6 +506,12 @@ fn advise(runs: &[Run], adopt: usize, capped: usize, advice: &mut Advice) {
         advice.flags.push(Setting::set("-C", c.clone()));
         let sysctl = "net.ipv4.tcp_congestion_control";
         advice.sysctls.push(Setting::set(sysctl, c.clone()));
+    }
+    if s.reverse && !b.reverse {
+        advice.flags.push(Setting::set("-R", String::new()));
+    }
+    if let Some(a) = s.pins().filter(|_| s.pins() != b.pins()) {
+        advice.flags.push(Setting::set("-A", a));
     }
     // Each sysctl that capped run `capped`'s window, raised to that window.
     let r = &runs[capped];
@@ -720,6 +785,36 @@ mod tests {
             lift.as_deref(),
             Some("-w 8M: 927 Mb/s vs 952 Mb/s, block RTT 127.0 ms vs 1812.0 ms")
         );
+    }
+
+    #[test]
+    fn a_receiver_on_a_contended_core_is_named_with_its_core_and_the_other_work() {
+        let moved = with(Settings::baseline(), |s| s.remote_cpus = Some(vec![0]));
+        let mut after = on_loopback(figures(21_487.0));
+        after.receiver_thread = contended(figures(1.0), 45.0).receiver_thread;
+        if let Some(t) = after.receiver_thread.as_mut() {
+            t.core = Some(0);
+        }
+        let runs = vec![
+            base(contended(on_loopback(figures(6_869.0)), 46.0)),
+            run(Probe::Placement, moved, Some(0), after),
+        ];
+        let v = decide(&runs);
+        assert_eq!(
+            (v.limit, v.confirmed),
+            (Limit::ReceiverCpu, true),
+            "{}",
+            v.words
+        );
+        for want in [
+            "receiver CPU: stream-0 at 46 % of a core on core 1, softirq 2 % of that core, \
+             other work (not this test's stream threads) 54 %",
+            "at 6869 Mb/s: its core was busy with other work; on core 0 (-A auto/0) it reached 21487 Mb/s",
+        ] {
+            assert!(v.words.contains(want), "{want:?} in {}", v.words);
+        }
+        let flags: Vec<_> = v.advice.flags.iter().map(|s| s.value.clone()).collect();
+        assert_eq!(flags, vec![Some("auto/0".to_string())]);
     }
 
     #[test]
