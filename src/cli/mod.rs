@@ -285,6 +285,9 @@ pub struct DiagnoseArgs {
     /// sysctls allow it would grant.
     #[arg(long, requires = "window")]
     pub force_window: bool,
+    /// The baseline's block (-l) [default: 128k].
+    #[arg(short = 'l', long = "len", value_name = "SIZE", value_parser = units::parse_size)]
+    pub block: Option<u64>,
     /// Seconds per run [default: a fifth of --budget less 0.5 s, 1 to 5 s].
     #[arg(short = 't', long = "time", value_name = "SECS", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,

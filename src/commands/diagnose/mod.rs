@@ -111,6 +111,7 @@ impl Session {
                 congestion: a.congestion.clone(),
                 window_bytes: a.window,
                 force_window: a.force_window,
+                block_bytes: a.block,
                 ..Settings::baseline()
             },
         };
@@ -309,6 +310,7 @@ fn config(target: &Target, s: &Settings, t: Duration) -> Result<ClientConfig> {
         window_bytes: s.window_bytes,
         force_window: s.force_window,
         reverse: s.reverse,
+        len: s.block_bytes,
         pin: pins(&s.remote_cpus),
         duration: t,
         interval: Some(t),

@@ -43,6 +43,10 @@ pub fn figures(h: &Header, s: &Summary, autotune_max_bytes: Option<u64>) -> Figu
             .flatten(),
         receiver_drops: (s.findings.iter().flatten())
             .any(|f| matches!(f.kind, Kind::KernelDrops(_))),
+        loss_limited: (s.findings.iter().flatten()).find_map(|f| match &f.kind {
+            Kind::LossLimited(l) => Some(l.clone()),
+            _ => None,
+        }),
         diagnosis: s.diagnosis.clone(),
     }
 }

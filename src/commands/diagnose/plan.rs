@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::report::finding::LossLimited;
 use crate::units::format_size;
 
 /// Most runs one diagnosis makes, baseline included.
@@ -29,6 +30,10 @@ pub const MAX_STREAMS: u16 = 8;
 /// stream threads) took [`OTHER_WORK_PERCENT`], makes that core's contention a suspect.
 pub const CONTENDED_CORE_PERCENT: f64 = 90.0;
 pub const OTHER_WORK_PERCENT: f64 = 25.0;
+/// Blocks below this (`-l`) make a busy stream thread's own block handling a suspect.
+pub const SMALL_BLOCK_BYTES: u64 = 64 << 10;
+/// The block a busy thread's probe asks for: TCP's default.
+pub const PROBE_BLOCK_BYTES: u64 = 128 << 10;
 
 /// What one run was asked for: the flags it differs by from the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,6 +50,9 @@ pub struct Settings {
     /// `-R`: the server sends.
     #[serde(default)]
     pub reverse: bool,
+    /// `-l` (absent: TCP's default, 128k).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_bytes: Option<u64>,
     /// `-A LOCAL/REMOTE`: each end's cores (absent: that end's automatic placement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_cpus: Option<Vec<usize>>,
@@ -69,6 +77,9 @@ impl Settings {
         }
         if let Some(w) = self.window_bytes {
             out.push(format!("-w {}", format_size(w)));
+        }
+        if let Some(l) = self.block_bytes {
+            out.push(format!("-l {}", format_size(l)));
         }
         if let Some(c) = &self.congestion {
             out.push(format!("-C {c}"));
@@ -119,6 +130,11 @@ pub enum Probe {
     MoreStreams,
     /// A stream thread's core busy with other work: that end's threads on its idlest core.
     Placement,
+    /// A busy stream thread with small blocks: larger blocks (`-l`).
+    LargerBlocks,
+    /// The sender's side suspected (its thread busy, its core shared): the other end
+    /// sends (`-R` toggled).
+    Reverse,
 }
 
 /// A stream thread's load, and its core.
@@ -194,6 +210,10 @@ pub struct Figures {
     /// The receiving kernel dropped segments (the one-run diagnosis found it).
     #[serde(default)]
     pub receiver_drops: bool,
+    /// The one-run diagnosis's loss-limited finding: retransmit rate, the Mathis bound for
+    /// the measured RTT and MSS, the congestion control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_limited: Option<LossLimited>,
     /// The one-run diagnosis, as text prints it.
     #[serde(default)]
     pub diagnosis: Vec<String>,
@@ -231,6 +251,21 @@ impl Figures {
     /// The standing queue in bytes: the queue's time at the measured rate.
     pub fn queue_bytes(&self) -> Option<f64> {
         Some(self.queue_us()?.max(0.0) / 1e6 * self.bits_per_second / 8.0)
+    }
+
+    /// Retransmits of [`LOSS_PERCENT`] of the segments or more, or the one-run diagnosis
+    /// found the rate held down by loss (below the Mathis bound's reach of the window).
+    pub fn lossy(&self) -> bool {
+        let share = self.retransmits > 0 && self.retransmit_percent() >= LOSS_PERCENT;
+        share || self.loss_limited.is_some()
+    }
+
+    /// A sending or receiving stream thread at [`BUSY_THREAD_PERCENT`] of its core.
+    pub fn busy_thread(&self) -> bool {
+        [&self.sender_thread, &self.receiver_thread]
+            .into_iter()
+            .flatten()
+            .any(|t| t.percent >= BUSY_THREAD_PERCENT)
     }
 
     /// Loss-based congestion control (everything but BBR).
@@ -305,7 +340,9 @@ pub fn next(runs: &[Run], start: &Settings, host: Host, runs_left: usize) -> Opt
         (Probe::LargerWindow, larger_window(f, base, host)),
         (Probe::SmallerWindow, smaller_window(f, base)),
         (Probe::Placement, placement(f, base)),
+        (Probe::LargerBlocks, larger_blocks(f, base)),
         (Probe::MoreStreams, more_streams(f, base)),
+        (Probe::Reverse, reverse(f, base)),
     ];
     let (probe, settings) = suspects
         .into_iter()
@@ -317,10 +354,10 @@ pub fn next(runs: &[Run], start: &Settings, host: Host, runs_left: usize) -> Opt
     })
 }
 
-/// Loss under a loss-based congestion control, and BBR here: the run again with `-C bbr`.
+/// Loss under a loss-based congestion control (retransmits, or the one-run diagnosis's
+/// loss-limited finding), and BBR here: the run again with `-C bbr`.
 fn model_based_cc(f: &Figures, base: &Settings, host: Host) -> Option<Settings> {
-    let lossy = f.retransmits > 0 && f.retransmit_percent() >= LOSS_PERCENT;
-    (lossy && f.loss_based() && host.bbr).then(|| Settings {
+    (f.lossy() && f.loss_based() && host.bbr).then(|| Settings {
         congestion: Some("bbr".into()),
         ..base.clone()
     })
@@ -362,11 +399,7 @@ fn smaller_window(f: &Figures, base: &Settings) -> Option<Settings> {
 
 /// A sending or receiving stream thread near 100 % of its core: twice the streams.
 fn more_streams(f: &Figures, base: &Settings) -> Option<Settings> {
-    let busy = [&f.sender_thread, &f.receiver_thread]
-        .into_iter()
-        .flatten()
-        .any(|t| t.percent >= BUSY_THREAD_PERCENT);
-    (busy && base.streams < MAX_STREAMS).then(|| Settings {
+    (f.busy_thread() && base.streams < MAX_STREAMS).then(|| Settings {
         streams: (base.streams * 2).min(MAX_STREAMS),
         ..base.clone()
     })
@@ -388,6 +421,26 @@ fn placement(f: &Figures, base: &Settings) -> Option<Settings> {
         false => s.local_cpus = cores,
     }
     Some(s)
+}
+
+/// A stream thread near 100 % of its core with blocks below [`SMALL_BLOCK_BYTES`]: each
+/// block's system call and wake-up are its work; [`PROBE_BLOCK_BYTES`] blocks.
+fn larger_blocks(f: &Figures, base: &Settings) -> Option<Settings> {
+    let small = base.block_bytes.is_some_and(|l| l < SMALL_BLOCK_BYTES);
+    (small && f.busy_thread()).then(|| Settings {
+        block_bytes: Some(PROBE_BLOCK_BYTES),
+        ..base.clone()
+    })
+}
+
+/// The sender's side suspected (its stream thread near 100 % of its core, or its core
+/// busy with other work): the other end sends, so the run shows what that host reaches.
+fn reverse(f: &Figures, base: &Settings) -> Option<Settings> {
+    let t = f.sender_thread.as_ref()?;
+    (t.percent >= BUSY_THREAD_PERCENT || t.contended()).then(|| Settings {
+        reverse: !base.reverse,
+        ..base.clone()
+    })
 }
 
 /// Synthetic runs for the planner's and the verdict's tests.
@@ -458,6 +511,27 @@ pub(crate) mod sample {
             core_busy_percent: Some(100.0),
             core_other_percent: Some(100.0 - percent),
             idlest_core: Some(0),
+        });
+        f
+    }
+
+    /// Few retransmits (below [`LOSS_PERCENT`]), but the one-run diagnosis found the rate
+    /// held down by loss: 0.005 % loss over 60 ms at MSS 1448.
+    pub fn loss_limited(mut f: Figures) -> Figures {
+        f.retransmits = 1;
+        f.sent_bytes = 1448 * 20_000;
+        f.loss_limited = Some(LossLimited {
+            retransmits: 1,
+            segments: 20_000.0,
+            loss_percent: 0.005,
+            mss_bytes: 1448,
+            path_rtt_ms: 60.0,
+            srtt_ms: 61.0,
+            mathis_bps: 33.5e6,
+            per_stream_bps: f.bits_per_second,
+            window_bytes: 3 << 20,
+            window_bps: 419e6,
+            congestion: "cubic".into(),
         });
         f
     }
@@ -573,6 +647,51 @@ mod tests {
     }
 
     #[test]
+    fn each_added_suspicion_leads_to_its_probe() {
+        let small = with(Settings::baseline(), |s| s.block_bytes = Some(8 << 10));
+        let most = with(Settings::baseline(), |s| s.streams = MAX_STREAMS);
+        let lossy_few = loss_limited(figures(40.0));
+        assert!(lossy_few.retransmit_percent() < LOSS_PERCENT);
+        // (baseline settings, what it showed, expected probe and settings)
+        let table = vec![
+            (
+                Settings::baseline(),
+                lossy_few,
+                Some((
+                    Probe::ModelBasedCc,
+                    with(Settings::baseline(), |s| s.congestion = Some("bbr".into())),
+                )),
+            ),
+            (
+                small.clone(),
+                busy(figures(100.0), 99.0),
+                Some((
+                    Probe::LargerBlocks,
+                    with(small.clone(), |s| s.block_bytes = Some(128 << 10)),
+                )),
+            ),
+            // A busy sender that more streams cannot relieve: the other end sends.
+            (
+                most.clone(),
+                busy(figures(100.0), 99.0),
+                Some((Probe::Reverse, with(most.clone(), |s| s.reverse = true))),
+            ),
+            // A busy receiver is not the sender's side.
+            (most.clone(), swap_ends(busy(figures(100.0), 99.0)), None),
+        ];
+        for (i, (start, f, want)) in table.into_iter().enumerate() {
+            let runs = vec![run(Probe::Baseline, start.clone(), None, f)];
+            let got = next(&runs, &start, BBR, 5).map(|s| (s.probe, s.settings));
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+
+    fn swap_ends(mut f: Figures) -> Figures {
+        std::mem::swap(&mut f.sender_thread, &mut f.receiver_thread);
+        f
+    }
+
+    #[test]
     fn as_root_a_larger_window_goes_past_the_sysctl_cap() {
         let root = Host {
             bbr: true,
@@ -640,5 +759,10 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(s.flags(), "-P 2 -w 16M -C bbr --force-window -A auto/0,2");
+        let s = with(Settings::baseline(), |s| {
+            s.block_bytes = Some(8 << 10);
+            s.reverse = true;
+        });
+        assert_eq!(s.flags(), "-l 8k -R");
     }
 }

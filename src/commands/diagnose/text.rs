@@ -23,6 +23,8 @@ fn why(p: Probe) -> &'static str {
         Probe::SmallerWindow => "block RTT far above the path's",
         Probe::MoreStreams => "a stream thread near 100 % of its core",
         Probe::Placement => "a stream thread's core busy with other work",
+        Probe::LargerBlocks => "a busy stream thread with small blocks",
+        Probe::Reverse => "the sender's side suspected: the other end sends",
     }
 }
 

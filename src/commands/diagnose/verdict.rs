@@ -7,9 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::{
-    BUSY_THREAD_PERCENT, Figures, LOSS_PERCENT, OTHER_WORK_PERCENT, Probe, Run, ThreadLoad, best,
-};
+use super::plan::{Figures, OTHER_WORK_PERCENT, Probe, Run, ThreadLoad, best};
 use crate::report::finding::{Advice, Setting, human_bytes, human_rate};
 use crate::units::format_size;
 
@@ -227,6 +225,10 @@ fn changed_flags(runs: &[Run], i: usize, a: usize) -> String {
                 .map_or("-w auto".into(), |w| format!("-w {}", format_size(w))),
         );
     }
+    if s.block_bytes != p.block_bytes {
+        let l = s.block_bytes.unwrap_or(super::plan::PROBE_BLOCK_BYTES);
+        out.push(format!("-l {}", format_size(l)));
+    }
     if s.congestion != p.congestion {
         out.push(format!(
             "-C {}",
@@ -258,19 +260,40 @@ fn from_lift(runs: &[Run], lift: Lift, probe: Probe) -> Verdict {
             (Limit::StandingQueue, words)
         }
         Probe::Placement => placement_words(&runs[lift.run].settings, &before, &after),
+        Probe::LargerBlocks => {
+            let (limit, head) = cpu_head(&before);
+            let words = format!(
+                "{head}; with {} it reached {}: each block's system call and wake-up were \
+                 its work",
+                lift.flags,
+                human_rate(after.bits_per_second)
+            );
+            (limit, words)
+        }
+        Probe::Reverse => reverse_words(&before, &after, &lift.flags),
         Probe::MoreStreams | Probe::Baseline => cpu_words(&before, true),
     };
     verdict(limit, words, Some(lift))
 }
 
 fn loss_words(f: &Figures, bbr: Option<&Figures>) -> String {
-    let held = format!(
+    let mut held = format!(
         "loss: {} retransmits ({:.3} % of segments) held {} to {}",
         f.retransmits,
         f.retransmit_percent(),
         f.congestion,
         human_rate(f.bits_per_second)
     );
+    if let Some(l) = &f.loss_limited {
+        held.push_str(&format!(
+            " ({} per stream; the Mathis bound at {:.3} % loss, {:.1} ms and MSS {} B is {})",
+            human_rate(l.per_stream_bps),
+            l.loss_percent,
+            l.path_rtt_ms,
+            l.mss_bytes,
+            human_rate(l.mathis_bps)
+        ));
+    }
     match bbr {
         Some(b) => format!(
             "{held}; {}, model-based, reached {} on the same path",
@@ -354,6 +377,16 @@ pub fn rtt(us: Option<f64>) -> String {
 
 /// The busier end's stream thread, its limit and words (`lifted`: more streams helped).
 fn cpu_words(f: &Figures, lifted: bool) -> (Limit, String) {
+    let (limit, head) = cpu_head(f);
+    let how = match lifted {
+        true => "more streams spread the work",
+        false => "more streams did not lift the rate (or were not tried)",
+    };
+    (limit, format!("{head}; {how}"))
+}
+
+/// "receiver CPU: stream-0 at 99 % of a core on core 1, … at 941 Mb/s": the busier end.
+fn cpu_head(f: &Figures) -> (Limit, String) {
     let load = |t: &Option<ThreadLoad>| t.as_ref().map_or(0.0, |t| t.percent);
     let (limit, end, t) = if load(&f.sender_thread) >= load(&f.receiver_thread) {
         (Limit::SenderCpu, "sender", &f.sender_thread)
@@ -361,17 +394,19 @@ fn cpu_words(f: &Figures, lifted: bool) -> (Limit, String) {
         (Limit::ReceiverCpu, "receiver", &f.receiver_thread)
     };
     let who = t.as_ref().map_or("a stream thread".into(), thread_words);
-    let how = match lifted {
-        true => "more streams spread the work",
-        false => "more streams did not lift the rate (or were not tried)",
-    };
-    (
-        limit,
-        format!(
-            "{end} CPU: {who} at {}; {how}",
-            human_rate(f.bits_per_second)
-        ),
-    )
+    let rate = human_rate(f.bits_per_second);
+    (limit, format!("{end} CPU: {who} at {rate}"))
+}
+
+/// The sending end's side: the run with the other end sending lifted the rate.
+fn reverse_words(before: &Figures, after: &Figures, flags: &str) -> (Limit, String) {
+    let who = (before.sender_thread.as_ref()).map_or("a stream thread".into(), thread_words);
+    let words = format!(
+        "sender side: its {who} at {}; with the other end sending ({flags}) the path took {}",
+        human_rate(before.bits_per_second),
+        human_rate(after.bits_per_second)
+    );
+    (Limit::SenderCpu, words)
 }
 
 /// "stream-0 at 46 % of a core on core 1, softirq 2 % of that core, other work 54 %".
@@ -435,10 +470,7 @@ fn unconfirmed(runs: &[Run], f: &Figures) -> Verdict {
     let capped = runs
         .iter()
         .find_map(|r| r.figures.as_ref()?.window_caps.first().cloned());
-    let busy = [&f.sender_thread, &f.receiver_thread]
-        .into_iter()
-        .flatten()
-        .any(|t| t.percent >= BUSY_THREAD_PERCENT);
+    let busy = f.busy_thread();
     let (limit, words) = if let Some(cap) = capped {
         let w = format!(
             "window, unconfirmed: the grant is capped{}",
@@ -452,7 +484,7 @@ fn unconfirmed(runs: &[Run], f: &Figures) -> Verdict {
         )
     } else if busy {
         cpu_words(f, false)
-    } else if f.retransmit_percent() >= LOSS_PERCENT && f.retransmits > 0 && f.loss_based() {
+    } else if f.lossy() && f.loss_based() {
         (
             Limit::Loss,
             format!(
@@ -507,9 +539,11 @@ fn advise(runs: &[Run], adopt: usize, capped: usize, advice: &mut Advice) {
         let sysctl = "net.ipv4.tcp_congestion_control";
         advice.sysctls.push(Setting::set(sysctl, c.clone()));
     }
-    if s.reverse && !b.reverse {
-        advice.flags.push(Setting::set("-R", String::new()));
+    if let Some(l) = s.block_bytes.filter(|_| s.block_bytes != b.block_bytes) {
+        advice.flags.push(Setting::set("-l", format_size(l)));
     }
+    // -R is not advised: which end sends is what the test is for, not a setting; its
+    // run is the evidence of the verdict.
     if let Some(a) = s.pins().filter(|_| s.pins() != b.pins()) {
         advice.flags.push(Setting::set("-A", a));
     }
@@ -815,6 +849,71 @@ mod tests {
         }
         let flags: Vec<_> = v.advice.flags.iter().map(|s| s.value.clone()).collect();
         assert_eq!(flags, vec![Some("auto/0".to_string())]);
+    }
+
+    #[test]
+    fn the_loss_limited_finding_is_loss_with_its_mathis_bound() {
+        let v = decide(&[base(loss_limited(figures(40.0)))]);
+        assert_eq!((v.limit, v.confirmed), (Limit::Loss, false), "{}", v.words);
+        let want = "(40 Mb/s per stream; the Mathis bound at 0.005 % loss, 60.0 ms and MSS \
+                    1448 B is 34 Mb/s)";
+        assert!(v.words.contains(want), "{}", v.words);
+    }
+
+    #[test]
+    fn blocks_and_direction_probes_name_the_busy_end_and_advise_no_direction() {
+        let small = with(Settings::baseline(), |s| s.block_bytes = Some(8 << 10));
+        let blocks = vec![
+            run(
+                Probe::Baseline,
+                small.clone(),
+                None,
+                busy(figures(300.0), 99.0),
+            ),
+            run(
+                Probe::LargerBlocks,
+                with(small, |s| s.block_bytes = Some(128 << 10)),
+                Some(0),
+                figures(900.0),
+            ),
+        ];
+        let v = decide(&blocks);
+        assert_eq!(
+            (v.limit, v.confirmed),
+            (Limit::SenderCpu, true),
+            "{}",
+            v.words
+        );
+        assert!(
+            v.words.contains("with -l 128k it reached 900 Mb/s"),
+            "{}",
+            v.words
+        );
+        let flags: Vec<_> = v.advice.flags.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(flags, ["-l"]);
+        let reversed = vec![
+            base(busy(figures(300.0), 99.0)),
+            run(
+                Probe::Reverse,
+                with(Settings::baseline(), |s| s.reverse = true),
+                Some(0),
+                figures(900.0),
+            ),
+        ];
+        let v = decide(&reversed);
+        assert_eq!(
+            (v.limit, v.confirmed),
+            (Limit::SenderCpu, true),
+            "{}",
+            v.words
+        );
+        assert!(
+            v.words.contains("sender side: its stream-0 at 99 %"),
+            "{}",
+            v.words
+        );
+        assert_eq!(v.lift.map(|l| l.flags).as_deref(), Some("-R"));
+        assert!(v.advice.flags.is_empty(), "{:?}", v.advice.flags);
     }
 
     #[test]
