@@ -1386,3 +1386,33 @@ fn diagnose_names_a_standing_queue_under_oversized_windows() {
     assert!(!advice.contains("16M"), "{}", run.explain());
     assert_torn_down(lab_pid(&text));
 }
+
+/// `-- diagnose -J`: stdout is the diagnosis's document alone (with the lab's figures as
+/// its `lab` member), read back through the type that wrote it; the progress lines and the
+/// lab's own lines go to stderr. Root only (skips, saying so, elsewhere).
+#[test]
+fn diagnose_json_in_the_lab_is_the_document_alone_on_stdout() {
+    use pinperf::commands::diagnose::DiagnoseDoc;
+    if !can_build_a_lab("diagnose_json_in_the_lab_is_the_document_alone_on_stdout") {
+        return;
+    }
+    let _one = ONE_LAB_AT_A_TIME.lock();
+    let run = pinperf(
+        &[
+            "lab", "--rtt", "2ms", "--rate", "100M", "--", "diagnose", "--budget", "3s", "-J",
+        ],
+        Duration::from_secs(30),
+    );
+    run.assert_ok();
+    let stdout = run.stdout();
+    let doc: DiagnoseDoc =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}{}", run.explain()));
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_default();
+    assert!(value["lab"]["path"].is_object(), "{}", run.explain());
+    assert!(!doc.runs.is_empty() && doc.elapsed_s <= doc.budget_s);
+    let stderr = run.stderr();
+    let steps = stderr.lines().filter(|l| l.starts_with("step ")).count();
+    assert_eq!(steps, doc.runs.len(), "{}", run.explain());
+    assert!(stderr.contains("# lab: removed netns"), "{}", run.explain());
+    assert_torn_down(lab_pid(&stderr));
+}

@@ -68,24 +68,17 @@ pub(crate) struct Session {
 pub(crate) fn run(a: &DiagnoseArgs) -> Result<()> {
     let targs = target_args(a)?;
     let session = Session::new(a, &targs, Endpoint::of(&targs, "diagnose")?)?;
-    session.run_and_print(a.json)
+    session.run_and_print(a.json, Box::new(io::stdout()))
 }
 
 /// A diagnosis over the lab's path: `diagnose`'s own options but the server, which the lab
-/// starts (and names with [`Session::serve_at`]); text only.
+/// starts (and names with [`Session::serve_at`]).
 pub(crate) fn lab_session(a: &DiagnoseArgs, server: std::net::Ipv4Addr) -> Result<Session> {
     let t = &a.target;
     if a.host.is_some() || t.client.is_some() || t.loopback || t.port.is_some() {
         return Err(Error::Usage(
             "diagnose after `--`: the lab supplies the server; leave HOST, -c, --loopback and \
              -p out"
-                .into(),
-        ));
-    }
-    if a.json {
-        return Err(Error::Usage(
-            "diagnose after `--`: -J is not yet supported in the lab (its lines share stdout); \
-             drop -J"
                 .into(),
         ));
     }
@@ -125,16 +118,14 @@ impl Session {
         self.server = Endpoint::at(self.server.host().to_string(), port, true);
     }
 
-    /// Diagnoses, prints the verdict (text or JSON) after the progress lines, and ends in
-    /// the run's error when nothing was measured or a signal stopped it.
-    pub(crate) fn run_and_print(&self, json: bool) -> Result<()> {
-        let mut progress: Box<dyn Write> = match json {
-            true => Box::new(io::stderr()),
-            false => Box::new(io::stdout()),
+    /// Diagnoses, prints the verdict (text or JSON) to `out` after the progress lines (to
+    /// `out` too in text, to stderr with JSON), and ends in the run's error when nothing
+    /// was measured or a signal stopped it.
+    pub(crate) fn run_and_print(&self, json: bool, mut out: Box<dyn Write + Send>) -> Result<()> {
+        let (doc, stopped) = match json {
+            true => self.diagnose(&mut io::stderr())?,
+            false => self.diagnose(&mut out)?,
         };
-        let (doc, stopped) = self.diagnose(&mut progress)?;
-        drop(progress);
-        let mut out = io::stdout().lock();
         let printed = match json {
             true => serde_json::to_writer_pretty(&mut out, &doc)
                 .map_err(io::Error::from)

@@ -285,10 +285,10 @@ pub fn run(a: &LabArgs) -> Result<()> {
 }
 
 /// What the lab runs over its path: the client test of the options after `--`, or with
-/// `-- diagnose …` a diagnosis (text only).
+/// `-- diagnose …` a diagnosis (`-J`: its document, with the lab's figures added).
 enum LabTest {
     Client(Box<ClientConfig>),
-    Diagnose(Box<Session>),
+    Diagnose(Box<Session>, bool),
 }
 
 /// The lab's test from the options after `--`, its output format and flags, all checked
@@ -309,8 +309,9 @@ fn lab_test(a: &LabArgs, spec: &PathSpec) -> Result<(LabTest, Format, OutputArgs
             ));
         };
         let session = diagnose::lab_session(&d, SERVER_ADDR)?;
-        let test = LabTest::Diagnose(Box::new(session));
-        return Ok((test, Format::Text, OutputArgs::default()));
+        let format = if d.json { Format::Json } else { Format::Text };
+        let test = LabTest::Diagnose(Box::new(session), d.json);
+        return Ok((test, format, OutputArgs::default()));
     }
     let (cfg, output) = client_options(a)?;
     check_blackout(a, spec, &cfg)?;
@@ -497,8 +498,9 @@ fn run_lab(
             let bps = summary.map(|s| Some(s.sum_received.bits_per_second));
             (bps, cfg.test.clone())
         }
-        LabTest::Diagnose(session) => {
-            let verdict = serve_and_diagnose(&server, &client, session, teardown);
+        LabTest::Diagnose(session, json) => {
+            let to = out.diagnosis_writer();
+            let verdict = serve_and_diagnose(&server, &client, session, (*json, to), teardown);
             (
                 verdict.map(|()| None),
                 crate::wire::params::TestParams::defaults(),
@@ -630,12 +632,13 @@ fn serve_and_diagnose(
     server: &Netns,
     client: &Netns,
     session: &mut Session,
+    (json, out): (bool, Box<dyn std::io::Write + Send>),
     teardown: &TeardownGuard,
 ) -> Result<()> {
     // Its runs, one after another, to one server.
     session.serve_at(start_server(server, false)?);
     let session = session.clone();
-    in_client_netns(client, teardown, move || session.run_and_print(false))
+    in_client_netns(client, teardown, move || session.run_and_print(json, out))
 }
 
 /// Starts the lab's server on a thread inside `server`'s namespace (`one_off`: for one

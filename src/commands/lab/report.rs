@@ -344,6 +344,15 @@ impl LabOut {
         }
     }
 
+    /// Where a diagnosis prints: the lab's report (stdout), or with `-J` the buffer the lab
+    /// adds its figures to, as [`LabOut::client_formatter`]'s.
+    pub fn diagnosis_writer(&self) -> Box<dyn Write + Send> {
+        match self.format {
+            Format::Json => Box::new(self.captured.clone()),
+            _ => Box::new(self.sink.clone()),
+        }
+    }
+
     /// The lab's member of a document.
     fn member(&self) -> LabMember<'_> {
         LabMember {
