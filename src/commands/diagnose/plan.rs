@@ -344,9 +344,11 @@ pub fn next(runs: &[Run], start: &Settings, host: Host, runs_left: usize) -> Opt
         (Probe::MoreStreams, more_streams(f, base)),
         (Probe::Reverse, reverse(f, base)),
     ];
+    // A probe is made once, and never repeats the settings of a run already made.
+    let made = |s: &Settings| runs.iter().any(|r| &r.settings == s);
     let (probe, settings) = suspects
         .into_iter()
-        .find_map(|(p, s)| s.filter(|_| !tried(p)).map(|s| (p, s)))?;
+        .find_map(|(p, s)| s.filter(|s| !tried(p) && !made(s)).map(|s| (p, s)))?;
     Some(Step {
         probe,
         settings,
@@ -737,6 +739,24 @@ mod tests {
         let mut flat = runs.clone();
         flat[1].figures = Some(lossy(figures(150.0)));
         assert_eq!(next(&flat, &Settings::baseline(), BBR, 5), None);
+    }
+
+    #[test]
+    fn a_probe_never_repeats_a_run_already_made() {
+        // -w 8M at the path's rate; -w 32M a little faster, with the queue it made: a
+        // smaller window from there would be the baseline again.
+        let w8 = with(Settings::baseline(), |s| s.window_bytes = Some(8 << 20));
+        let w32 = with(Settings::baseline(), |s| s.window_bytes = Some(32 << 20));
+        let mut at_rate = figures(921.0);
+        at_rate.usable_window_bytes = Some(8 << 20);
+        let mut queued = figures(932.0);
+        queued.block_rtt_avg_us = Some(518_800.0);
+        queued.usable_window_bytes = Some(32 << 20);
+        let runs = vec![
+            run(Probe::Baseline, w8.clone(), None, at_rate),
+            run(Probe::LargerWindow, w32, Some(0), queued),
+        ];
+        assert_eq!(next(&runs, &w8, BBR, 5), None);
     }
 
     #[test]

@@ -153,14 +153,18 @@ pub fn decide(runs: &[Run]) -> Verdict {
 }
 
 /// The run whose flags are advised: the fastest of the runs that lifted the rate over the
-/// run they varied; with none, a smaller window's that kept the rate with less queue; else
-/// the baseline.
+/// run they varied (or the smaller window that kept its rate with less queue); with none,
+/// a smaller window's that kept the rate with less queue; else the baseline.
 fn adopted(runs: &[Run], queue: Option<(usize, usize)>) -> usize {
     let lifted = pairs(runs)
         .filter(|(_, _, bf, af)| af.bits_per_second >= LIFT * bf.bits_per_second)
         .max_by(|x, y| x.3.bits_per_second.total_cmp(&y.3.bits_per_second))
         .map(|(i, ..)| i);
-    lifted.or(queue.map(|(q, _)| q)).unwrap_or(0)
+    match (lifted, queue) {
+        (Some(l), Some((q, a))) if a == l => q,
+        (Some(l), _) => l,
+        (None, q) => q.map_or(0, |(q, _)| q),
+    }
 }
 
 /// A smaller window's run that kept the rate with far less queue, and the run it varied.
@@ -643,6 +647,22 @@ mod tests {
                 vec!["-w 16M", "-C bbr"],
             ),
             (
+                {
+                    // The larger window stood a queue; a smaller one kept its rate.
+                    let mut runs = then_window(900.0);
+                    if let Some(f) = runs[2].figures.as_mut() {
+                        f.block_rtt_avg_us = Some(370_000.0);
+                    }
+                    let smaller = with(bbr(), |s| s.window_bytes = Some(8 << 20));
+                    let f = queued(as_bbr(figures(910.0)), 120.0);
+                    runs.push(run(Probe::SmallerWindow, smaller, Some(2), f));
+                    runs
+                },
+                Limit::Loss,
+                true,
+                vec!["-w 8M", "-C bbr"],
+            ),
+            (
                 vec![
                     lossy_base.clone(),
                     run(Probe::ModelBasedCc, bbr(), Some(0), as_bbr(figures(515.0))),
@@ -918,7 +938,7 @@ mod tests {
 
     #[test]
     fn a_capped_grant_names_the_sysctl_and_the_value_to_raise_it_to() {
-        let v = decide(&cases()[5].0);
+        let v = decide(&cases()[6].0);
         assert!(v.words.contains("net.core.rmem_max=212992"), "{}", v.words);
         let s = v
             .advice
