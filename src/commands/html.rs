@@ -286,8 +286,9 @@ pub(crate) fn diagnose_page(doc: &DiagnoseDoc, title: &str) -> String {
     page(title, &body)
 }
 
-/// One bar per run, its height the run's Mb/s; the confirming run's bar is dark, the run
-/// it changed mid-grey, the rest light, a failed run's empty.
+/// One bar per run, its height the run's Mb/s, its block RTT under it (a standing queue
+/// shows there); the confirming run's bar is dark, the run it changed mid-grey, the rest
+/// light, a failed run's empty.
 fn diagnose_bars(doc: &DiagnoseDoc) -> String {
     let (bar, gap, height, top) = (90.0, 20.0, 200.0, 30.0);
     let rate = |r: &crate::commands::diagnose::plan::Run| {
@@ -296,10 +297,19 @@ fn diagnose_bars(doc: &DiagnoseDoc) -> String {
     let most = doc.runs.iter().map(rate).fold(1e-9, f64::max);
     let lift = doc.verdict.lift.as_ref().map(|l| (l.run, l.against));
     let width = doc.runs.len() as f64 * (bar + gap) + gap;
+    let block_rtt = |r: &crate::commands::diagnose::plan::Run| {
+        let us = r.figures.as_ref().and_then(|f| f.block_rtt_avg_us);
+        us.map_or(String::new(), |us| {
+            format!(
+                "block RTT {}",
+                crate::commands::diagnose::verdict::rtt(Some(us))
+            )
+        })
+    };
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" \
          font-family=\"sans-serif\" font-size=\"11\">",
-        height + top + 40.0
+        height + top + 54.0
     );
     for (i, r) in doc.runs.iter().enumerate() {
         let h = rate(r) / most * height;
@@ -315,6 +325,7 @@ fn diagnose_bars(doc: &DiagnoseDoc) -> String {
             "<rect x=\"{x}\" y=\"{y:.1}\" width=\"{bar}\" height=\"{h:.1}\" fill=\"{fill}\"/>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{:.0} Mb/s</text>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
             x + bar / 2.0,
             y - 4.0,
@@ -324,7 +335,10 @@ fn diagnose_bars(doc: &DiagnoseDoc) -> String {
             i + 1,
             x + bar / 2.0,
             top + height + 28.0,
-            escape(&r.settings.flags())
+            escape(&r.settings.flags()),
+            x + bar / 2.0,
+            top + height + 42.0,
+            block_rtt(r)
         );
     }
     svg.push_str("</svg>");
@@ -393,6 +407,12 @@ mod tests {
         assert!(page.contains("fill=\"#2a5d9f\""), "{page}");
         assert!(page.contains("fill=\"#999\""), "{page}");
         assert!(page.contains("515 Mb/s</text>"), "{page}");
+        // figures(): 62 ms block RTT under each bar.
+        assert_eq!(
+            page.matches(">block RTT 62.0 ms</text>").count(),
+            2,
+            "{page}"
+        );
         assert!(page.contains("id=\"verdict\"><b>loss: "), "{page}");
         assert!(page.contains("&lt;lab&gt;"), "escaped: {page}");
     }
