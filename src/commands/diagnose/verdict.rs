@@ -471,8 +471,8 @@ fn placement_words(
 
 /// With no probe lifting the rate: what the best run (and the probes that failed) show.
 fn unconfirmed(runs: &[Run], f: &Figures) -> Verdict {
-    let capped = runs
-        .iter()
+    // A cap that bound a grant: --force-window went past it.
+    let capped = (runs.iter().filter(|r| !r.settings.force_window))
         .find_map(|r| r.figures.as_ref()?.window_caps.first().cloned());
     let busy = f.busy_thread();
     let (limit, words) = if let Some(cap) = capped {
@@ -763,6 +763,18 @@ mod tests {
                 vec![],
             ),
             (vec![base(figures(941.0))], Limit::PathRate, false, vec![]),
+            // Past the sysctl with --force-window: the cap bound no grant.
+            (
+                vec![run(
+                    Probe::Baseline,
+                    with(window(8 << 20), |s| s.force_window = true),
+                    None,
+                    capped(figures(927.0)),
+                )],
+                Limit::PathRate,
+                false,
+                vec![],
+            ),
             // Retransmits under a model-based cc that nothing lifted: not loss's doing.
             (
                 vec![base(lossy(as_bbr(figures(341.0))))],
