@@ -180,21 +180,22 @@ pub const SPLIT_BLOCK: u64 = 8 << 10;
 /// 25 Gbit/s (0.21 vs 0.22 %) and far less at 45 (paired, one core carries both ends and
 /// its receiver falls behind: 41 % lost); two UDP streams lose least paired (0.09 vs
 /// 0.19 % at 2 x 14 Gbit/s of 8 KiB).
-pub fn split_one_stream(r: &Regime) -> Option<&'static str> {
+pub fn split_one_stream(r: &Regime) -> Option<String> {
     if r.streams != 1 || r.bidir {
         return None;
     }
-    if r.udp {
-        Some("one UDP stream")
+    let why = if r.udp {
+        "one UDP stream".into()
     } else if r.bbr {
-        Some("one stream under bbr")
+        "one stream under bbr".into()
     } else if r.mss.is_some_and(|m| m <= 1460) {
-        Some("one stream with 1500-byte frames' segments")
+        "one stream with 1500-byte frames' segments".into()
     } else if r.block <= SPLIT_BLOCK {
-        Some("one stream of blocks up to 8 KiB")
+        format!("one stream of blocks up to {} KiB", SPLIT_BLOCK >> 10)
     } else {
-        None
-    }
+        return None;
+    };
+    Some(why)
 }
 
 /// A plan made for the host's layout, with the reason the header gives for it.
@@ -472,15 +473,18 @@ mod tests {
             f(&mut r);
             split_one_stream(&r)
         };
-        assert_eq!(with(|r| r.bbr = true), Some("one stream under bbr"));
+        assert_eq!(
+            with(|r| r.bbr = true),
+            Some("one stream under bbr".to_string())
+        );
         assert_eq!(
             with(|r| r.mss = Some(1448)),
-            Some("one stream with 1500-byte frames' segments")
+            Some("one stream with 1500-byte frames' segments".to_string())
         );
-        assert_eq!(with(|r| r.udp = true), Some("one UDP stream"));
+        assert_eq!(with(|r| r.udp = true), Some("one UDP stream".to_string()));
         assert_eq!(
             with(|r| r.block = 8 << 10),
-            Some("one stream of blocks up to 8 KiB")
+            Some("one stream of blocks up to 8 KiB".to_string())
         );
         assert_eq!(
             with(|r| r.block = 16 << 10),

@@ -288,7 +288,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
 /// `-- diagnose …` a diagnosis (`-J`: its document, with the lab's figures added).
 enum LabTest {
     Client(Box<ClientConfig>),
-    Diagnose(Box<Session>, bool),
+    Diagnose(Box<Session>),
 }
 
 /// The lab's test from the options after `--`, its output format and flags, all checked
@@ -310,7 +310,7 @@ fn lab_test(a: &LabArgs, spec: &PathSpec) -> Result<(LabTest, Format, OutputArgs
         };
         let session = diagnose::lab_session(&d, SERVER_ADDR)?;
         let format = if d.json { Format::Json } else { Format::Text };
-        let test = LabTest::Diagnose(Box::new(session), d.json);
+        let test = LabTest::Diagnose(Box::new(session));
         return Ok((test, format, OutputArgs::default()));
     }
     let (cfg, output) = client_options(a)?;
@@ -498,9 +498,9 @@ fn run_lab(
             let bps = summary.map(|s| Some(s.sum_received.bits_per_second));
             (bps, cfg.test.clone())
         }
-        LabTest::Diagnose(session, json) => {
+        LabTest::Diagnose(session) => {
             let to = out.diagnosis_writer();
-            let verdict = serve_and_diagnose(&server, &client, session, (*json, to), teardown);
+            let verdict = serve_and_diagnose(&server, &client, session, to, teardown);
             (
                 verdict.map(|()| None),
                 crate::wire::params::TestParams::defaults(),

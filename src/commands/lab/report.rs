@@ -344,12 +344,13 @@ impl LabOut {
         }
     }
 
-    /// Where a diagnosis prints: the lab's report (stdout), or with `-J` the buffer the lab
-    /// adds its figures to, as [`LabOut::client_formatter`]'s.
-    pub fn diagnosis_writer(&self) -> Box<dyn Write + Send> {
+    /// Where a diagnosis prints, and whether as its `-J` document: the lab's report
+    /// (stdout), or with `-J` the buffer the lab adds its figures to, as
+    /// [`LabOut::client_formatter`]'s.
+    pub fn diagnosis_writer(&self) -> (bool, Box<dyn Write + Send>) {
         match self.format {
-            Format::Json => Box::new(self.captured.clone()),
-            _ => Box::new(self.sink.clone()),
+            Format::Json => (true, Box::new(self.captured.clone())),
+            _ => (false, Box::new(self.sink.clone())),
         }
     }
 
