@@ -39,10 +39,25 @@ use crate::os::sys;
 
 /// Header bytes at the start of every block.
 pub const HEADER_LEN: usize = 16;
-/// Receivers echo at most this often per stream: 200 samples a second. At 1 ms the echoes
+/// A lone stream's receiver echoes at most this often: 200 samples a second. At 1 ms the echoes
 /// cost 3 % of a 54 Gbit/s loopback stream (bench-scripts/echo-cost.sh, cubic, 128k); at
 /// 5 ms the cost is within run-to-run noise.
 pub const ECHO_EVERY_NS: u64 = 5_000_000;
+/// The gap between one stream's echoes when several streams echo in one direction: 50
+/// samples a second per stream ([`echo_gap_ns`]).
+pub const ECHO_GAP_SHARED_NS: u64 = 20_000_000;
+
+/// The least gap between one stream's echoes when `streams` streams echo in one
+/// direction: [`ECHO_EVERY_NS`] for one, [`ECHO_GAP_SHARED_NS`] for more. Every echo wakes
+/// the sender's `echo` thread; on a saturated two-core loopback, echoes every 5 ms cost
+/// 128k × 2 four to six percent of its rate, every 10 ms about three, every 20 ms nothing
+/// measurable, and one stream's every 5 ms nothing measurable (echo-cost.sh).
+pub fn echo_gap_ns(streams: usize) -> u64 {
+    match streams {
+        0 | 1 => ECHO_EVERY_NS,
+        _ => ECHO_GAP_SHARED_NS,
+    }
+}
 
 /// Writes block `seq`'s header, stamped `stamp_ns` since the start, into `block`; nothing
 /// into a block shorter than the header (an iperf3 peer's, which has no echoes to read it).
@@ -78,6 +93,8 @@ pub struct HeaderEcho {
     pending: [u8; HEADER_LEN],
     pending_len: usize,
     next_echo_ns: u64,
+    /// The least gap between two echoes.
+    gap_ns: u64,
 }
 
 impl HeaderEcho {
@@ -93,7 +110,14 @@ impl HeaderEcho {
             pending: [0; HEADER_LEN],
             pending_len: 0,
             next_echo_ns: 0,
+            gap_ns: ECHO_EVERY_NS,
         }
+    }
+
+    /// The same tracker echoing at most once per `gap_ns` (see [`echo_gap_ns`]).
+    pub fn with_gap(mut self, gap_ns: u64) -> Self {
+        self.gap_ns = gap_ns;
+        self
     }
 
     /// Feeds the bytes of one `read()`.
@@ -213,7 +237,7 @@ impl HeaderEcho {
         let Some(h) = self.newest.take() else {
             return Ok(());
         };
-        self.next_echo_ns = t_ns + ECHO_EVERY_NS;
+        self.next_echo_ns = t_ns + self.gap_ns;
         match sys::send_nowait(sock.as_fd(), &h) {
             Ok(n) if n == HEADER_LEN => {}
             Ok(n) => {
@@ -747,6 +771,32 @@ mod tests {
             .drain(&sender, || 20_000, |r| rtts.push(r))
             .unwrap();
         assert_eq!(rtts.len(), 1);
+    }
+
+    /// With several streams a receiver echoes once per [`ECHO_GAP_SHARED_NS`], not once per
+    /// [`ECHO_EVERY_NS`].
+    #[test]
+    fn several_streams_echo_less_often() {
+        assert_eq!(echo_gap_ns(1), ECHO_EVERY_NS);
+        assert_eq!(echo_gap_ns(2), ECHO_GAP_SHARED_NS);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (receiver, _) = l.accept().unwrap();
+        let mut echo = HeaderEcho::new(64).with_gap(echo_gap_ns(2));
+        let mut echoed = 0;
+        let mut collector = EchoCollector::new();
+        // A block every ms for 60 ms: echoes at 0, 20 and 40 ms.
+        for seq in 0..60u64 {
+            let mut block = vec![0u8; 64];
+            stamp(&mut block, seq, seq * 1_000_000);
+            echo.feed(&block);
+            echo.maybe_echo(&receiver, seq * 1_000_000).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        collector
+            .drain(&sender, || 100_000_000, |_| echoed += 1)
+            .unwrap();
+        assert_eq!(echoed, 3);
     }
 
     /// An echo read 100 ms after it arrived (as after a blocked write) is timed by the

@@ -281,6 +281,8 @@ pub(crate) struct StreamCtx {
     /// The echo connection for block RTT (`None` with `--no-echo`): the receiver writes
     /// header echoes to it and the sender reads them, so the data connection stays one-way.
     pub echo: Option<std::net::TcpStream>,
+    /// The least gap between a receiver's echoes ([`echo::echo_gap_ns`]).
+    pub echo_gap_ns: u64,
     pub batches: Sender<Batch>,
     pub free: Receiver<Batch>,
     /// Receives the test's start instant (one message per stream thread).
@@ -446,6 +448,7 @@ impl<T: Send + 'static> StreamSet<T> {
                 file: shared.file.clone(),
                 idle: shared.idle.clone(),
                 echo,
+                echo_gap_ns: echo::echo_gap_ns(n),
                 batches: channels.tx.clone(),
                 free: channels.free_rx.clone(),
                 start: start_rx.clone(),

@@ -168,7 +168,8 @@ fn echo_of(ctx: &StreamCtx) -> Result<Option<(&TcpStream, HeaderEcho)>> {
     echo_sock
         .set_nodelay(true)
         .op(|| format!("stream-{}: set TCP_NODELAY on the echo connection", ctx.id))?;
-    Ok(Some((echo_sock, HeaderEcho::new(ctx.block_bytes))))
+    let echo = HeaderEcho::new(ctx.block_bytes).with_gap(ctx.echo_gap_ns);
+    Ok(Some((echo_sock, echo)))
 }
 
 /// What the next read does: copy out up to `len` bytes (`true`), or have the kernel

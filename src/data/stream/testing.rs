@@ -31,6 +31,7 @@ pub(crate) fn side(
         file: None,
         idle: None,
         echo: None,
+        echo_gap_ns: super::echo::ECHO_EVERY_NS,
         batches: ch.tx.clone(),
         free: ch.free_rx.clone(),
         start: start_rx,
