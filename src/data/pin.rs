@@ -157,8 +157,6 @@ pub struct Regime {
     pub streams: usize,
     pub bidir: bool,
     pub udp: bool,
-    /// The senders' congestion control is bbr.
-    pub bbr: bool,
     /// `-M`.
     pub mss: Option<u32>,
     /// `-l`: bytes per write.
@@ -170,24 +168,22 @@ pub const SPLIT_BLOCK: u64 = 8 << 10;
 
 /// One host, one stream in one direction: whether its sender and receiver go on two cores
 /// (split) rather than one (paired), and the header's words for why. Measured on loopback,
-/// 5 interleaved rounds (bench-results/placement-*): TCP split was faster under bbr (26.2
-/// vs 23.1 Gbit/s at 128 KiB) and with 1500-byte frames' segments (`-M 1448`: bbr 18.8 vs
-/// 14.5, cubic 54.0 vs 51.4), paired under cubic at loopback's own segments (61.6 vs 59.7)
-/// and with two streams always (cubic 125 vs 69). Under cubic 8 KiB blocks go the other way
-/// (split 17.8 vs paired 15.8, and 20.0 vs 18.2 in a second run; 128 KiB: paired 39.0 vs
-/// split 30.4; bench-results/placement-cubic-{half,8k-1stream}), so blocks up to
-/// [`SPLIT_BLOCK`] split too. One UDP stream loses no more split at
-/// 25 Gbit/s (0.21 vs 0.22 %) and far less at 45 (paired, one core carries both ends and
-/// its receiver falls behind: 41 % lost); two UDP streams lose least paired (0.09 vs
-/// 0.19 % at 2 x 14 Gbit/s of 8 KiB).
+/// interleaved rounds (bench-results/placement-*): split was faster with 1500-byte frames'
+/// segments (`-M 1448`: bbr 18.8 vs 14.5, cubic 54.0 vs 51.4), paired under cubic at
+/// loopback's own segments (61.6 vs 59.7) and with two streams always (cubic 125 vs 69).
+/// Under bbr at 128 KiB one run had split ahead (26.2 vs 23.1) and three since had paired
+/// ahead (20.8 vs 18.6; 15.3 vs 14.1; 15.0 vs 13.4, 9 of 11 rounds), so bbr pairs as cubic
+/// does. 8 KiB blocks go the other way under either (cubic split 17.8 vs paired 15.8, and
+/// 20.0 vs 18.2; bbr 13.4 vs 11.8), so blocks up to [`SPLIT_BLOCK`] split. One UDP stream
+/// loses no more split at 25 Gbit/s (0.21 vs 0.22 %) and far less at 45 (paired, one core
+/// carries both ends and its receiver falls behind: 41 % lost); two UDP streams lose least
+/// paired (0.09 vs 0.19 % at 2 x 14 Gbit/s of 8 KiB).
 pub fn split_one_stream(r: &Regime) -> Option<String> {
     if r.streams != 1 || r.bidir {
         return None;
     }
     let why = if r.udp {
         "one UDP stream".into()
-    } else if r.bbr {
-        "one stream under bbr".into()
     } else if r.mss.is_some_and(|m| m <= 1460) {
         "one stream with 1500-byte frames' segments".into()
     } else if r.block <= SPLIT_BLOCK {
@@ -474,10 +470,6 @@ mod tests {
             split_one_stream(&r)
         };
         assert_eq!(
-            with(|r| r.bbr = true),
-            Some("one stream under bbr".to_string())
-        );
-        assert_eq!(
             with(|r| r.mss = Some(1448)),
             Some("one stream with 1500-byte frames' segments".to_string())
         );
@@ -496,7 +488,6 @@ mod tests {
         assert_eq!(
             with(|r| {
                 r.streams = 2;
-                r.bbr = true;
                 r.udp = true;
             }),
             None,
