@@ -33,7 +33,7 @@ pub const OTHER_WORK_PERCENT: f64 = 25.0;
 /// Blocks below this (`-l`) make a busy stream thread's own block handling a suspect.
 pub const SMALL_BLOCK_BYTES: u64 = 64 << 10;
 /// The block a busy thread's probe asks for: TCP's default.
-pub const PROBE_BLOCK_BYTES: u64 = 128 << 10;
+pub const PROBE_BLOCK_BYTES: u64 = crate::wire::params::DEFAULT_BLOCK;
 
 /// What one run was asked for: the flags it differs by from the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -98,9 +98,7 @@ impl Settings {
             false => out.join(" "),
         }
     }
-}
 
-impl Settings {
     /// `-A`'s value (`auto/0`), when either end is placed by hand.
     pub fn pins(&self) -> Option<String> {
         let list = |l: &Option<Vec<usize>>| match l {

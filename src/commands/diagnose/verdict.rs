@@ -2,8 +2,9 @@
 //! probe lifted most (confirmed by that run: its rate beside the rate of the run it
 //! varied); when no probe lifted the rate but a smaller window kept it with far less
 //! queue, a standing queue at the path's rate (confirmed by that run: both block RTTs);
-//! else the limit the best run's figures show, said to be unconfirmed, or the path's rate. With the settings that lift it: the flags of
-//! the best run and the sysctls they need.
+//! else the limit the best run's figures show, said to be unconfirmed, or the path's
+//! rate. With the settings that lift it: the flags of the best run and the sysctls they
+//! need.
 
 use serde::{Deserialize, Serialize};
 
@@ -230,7 +231,7 @@ fn changed_flags(runs: &[Run], i: usize, a: usize) -> String {
         );
     }
     if s.block_bytes != p.block_bytes {
-        let l = s.block_bytes.unwrap_or(super::plan::PROBE_BLOCK_BYTES);
+        let l = s.block_bytes.unwrap_or(crate::wire::params::DEFAULT_BLOCK);
         out.push(format!("-l {}", format_size(l)));
     }
     if s.congestion != p.congestion {
