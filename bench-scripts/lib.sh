@@ -39,6 +39,14 @@ build_blast() {
   fi
 }
 
+# Builds bench-scripts/sockopt-shim.c into $SHIM: run under LD_PRELOAD, it sets SHIM_CC
+# (TCP_CONGESTION) and SHIM_MSS (TCP_MAXSEG) on the yardstick's sockets, so blast runs in
+# the same regime as the tools it is set beside. Fails when gcc does.
+SHIM=${SHIM:-/tmp/pinperf-sockopt-shim.so}
+build_shim() {
+  gcc -O2 -shared -fPIC -o "$SHIM" "$root/bench-scripts/sockopt-shim.c" -ldl
+}
+
 # Installs Debian's iperf (2) and iperf3 when missing and we are root; says so otherwise.
 ensure_peers() {
   local missing=()

@@ -24,8 +24,7 @@ PINPERF_ARGS=${PINPERF_ARGS:-}
 command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 2; }
 ensure_peers
 build_blast
-SHIM=/tmp/pinperf-sockopt-shim.so
-[[ " $TOOLS " != *" blast "* ]] || gcc -O2 -shared -fPIC -o "$SHIM" "$root/bench-scripts/sockopt-shim.c" -ldl
+[[ " $TOOLS " != *" blast "* ]] || build_shim
 start_run profile
 mhz=$(awk -F: '/cpu MHz/ {print $2; exit}' /proc/cpuinfo)
 

@@ -35,10 +35,9 @@ start_run vs-peers
 echo "cc: ${CC:-system default}" >>"$out/env.txt"
 echo "mss: ${MSS:-path default}" >>"$out/env.txt"
 # The yardstick's -C and -M: the shim, preloaded into its server and client.
-SHIM=/tmp/pinperf-sockopt-shim.so
 blast_env=()
 if [ -n "$BLAST" ] && { [ -n "$CC" ] || [ -n "$MSS" ]; }; then
-  if gcc -O2 -shared -fPIC -o "$SHIM" "$root/bench-scripts/sockopt-shim.c" -ldl; then
+  if build_shim; then
     blast_env=(env LD_PRELOAD="$SHIM" SHIM_CC="$CC" SHIM_MSS="$MSS")
   else
     echo "note: could not build the sockopt shim; the yardstick sits out" >&2
