@@ -258,9 +258,9 @@ fn stream_threads_are_named_and_pinned_on_both_ends() {
     }
 }
 
-/// One stream on one host with 1500-byte frames' segments, or one UDP stream: its sender
-/// and receiver on two cores (split measured faster there); two streams: each pair on one
-/// core.
+/// One stream on one host with 1500-byte frames' segments, small blocks (up to 8 KiB, or
+/// 32 KiB under bbr), or one UDP stream: its sender and receiver on two cores (split
+/// measured faster there); two streams: each pair on one core.
 #[test]
 fn one_stream_of_small_segments_splits_across_cores() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -344,8 +344,9 @@ fn one_stream_of_small_segments_splits_across_cores() {
         pin_plan(&text, "remote"),
         "paired\n{text}"
     );
-    // Under cubic, small blocks split and the default 128 KiB ones stay paired.
-    let cubic = |block: &str| {
+    // Under cubic, small blocks split and the default 128 KiB ones stay paired; under bbr,
+    // blocks up to 32 KiB split.
+    let under = |cc: &str, block: &str| {
         let run = pinperf(
             &[
                 "-c",
@@ -353,7 +354,7 @@ fn one_stream_of_small_segments_splits_across_cores() {
                 "-p",
                 &port,
                 "-C",
-                "cubic",
+                cc,
                 "-l",
                 block,
                 "-t",
@@ -364,12 +365,33 @@ fn one_stream_of_small_segments_splits_across_cores() {
         run.assert_ok();
         run.stdout()
     };
-    let text = cubic("8k");
+    let text = under("cubic", "8k");
     assert!(
         text.contains("# placement: same host, one stream of blocks up to 8 KiB"),
         "{text}"
     );
-    let text = cubic("128k");
+    let text = under("cubic", "32k");
+    assert_eq!(
+        pin_plan(&text, "local"),
+        pin_plan(&text, "remote"),
+        "paired\n{text}"
+    );
+    let text = under("cubic", "128k");
+    assert_eq!(
+        pin_plan(&text, "local"),
+        pin_plan(&text, "remote"),
+        "paired\n{text}"
+    );
+    if !util::has_bbr() {
+        util::skipped("bbr placement", "this kernel offers no bbr");
+        return;
+    }
+    let text = under("bbr", "32k");
+    assert!(
+        text.contains("# placement: same host, one stream under bbr of blocks up to 32 KiB"),
+        "{text}"
+    );
+    let text = under("bbr", "128k");
     assert_eq!(
         pin_plan(&text, "local"),
         pin_plan(&text, "remote"),

@@ -1301,9 +1301,7 @@ fn diagnose_names_loss_on_a_lossy_path_and_advises_bbr() {
     if !can_build_a_lab("diagnose_names_loss_on_a_lossy_path_and_advises_bbr") {
         return;
     }
-    if !std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .is_ok_and(|a| a.split_whitespace().any(|c| c == "bbr"))
-    {
+    if !util::has_bbr() {
         util::skipped(
             "diagnose_names_loss_on_a_lossy_path",
             "this kernel has no bbr",

@@ -140,6 +140,10 @@ fn split(cfg: &mut ClientConfig, peer: SocketAddr, allowed: &[usize]) -> Option<
         streams: usize::from(test.streams),
         bidir: test.bidir,
         udp: test.udp,
+        bbr: match &test.transport.congestion {
+            Some(cc) => cc == "bbr",
+            None => net::default_congestion().is_some_and(|cc| cc == "bbr"),
+        },
         mss: test.mss(),
         block: test.block_bytes(),
     };

@@ -157,6 +157,8 @@ pub struct Regime {
     pub streams: usize,
     pub bidir: bool,
     pub udp: bool,
+    /// The senders' congestion control is bbr.
+    pub bbr: bool,
     /// `-M`.
     pub mss: Option<u32>,
     /// `-l`: bytes per write.
@@ -165,19 +167,22 @@ pub struct Regime {
 
 /// Blocks up to this size make one TCP stream split under any congestion control.
 pub const SPLIT_BLOCK: u64 = 8 << 10;
+/// Under bbr, blocks up to this size make one TCP stream split.
+pub const SPLIT_BLOCK_BBR: u64 = 32 << 10;
 
 /// One host, one stream in one direction: whether its sender and receiver go on two cores
 /// (split) rather than one (paired), and the header's words for why. Measured on loopback,
 /// interleaved rounds (bench-results/placement-*): split was faster with 1500-byte frames'
 /// segments (`-M 1448`: bbr 18.8 vs 14.5, cubic 54.0 vs 51.4), paired under cubic at
 /// loopback's own segments (61.6 vs 59.7) and with two streams always (cubic 125 vs 69).
-/// Under bbr at 128 KiB one run had split ahead (26.2 vs 23.1) and three since had paired
-/// ahead (20.8 vs 18.6; 15.3 vs 14.1; 15.0 vs 13.4, 9 of 11 rounds), so bbr pairs as cubic
-/// does. 8 KiB blocks go the other way under either (cubic split 17.8 vs paired 15.8, and
-/// 20.0 vs 18.2; bbr 13.4 vs 11.8), so blocks up to [`SPLIT_BLOCK`] split. One UDP stream
-/// loses no more split at 25 Gbit/s (0.21 vs 0.22 %) and far less at 45 (paired, one core
-/// carries both ends and its receiver falls behind: 41 % lost); two UDP streams lose least
-/// paired (0.09 vs 0.19 % at 2 x 14 Gbit/s of 8 KiB).
+/// Small blocks go the other way: up to [`SPLIT_BLOCK`] under either (cubic split 17.8 vs
+/// paired 15.8, and 20.0 vs 18.2; bbr 13.4 vs 11.8), and up to [`SPLIT_BLOCK_BBR`] under
+/// bbr (16 KiB 16.4 vs 14.0, 32 KiB 17.8 vs 13.9, 9 of 9 rounds), where from 64 KiB paired
+/// leads (16.3 vs 14.5; 128 KiB 16.4 vs 15.2, and 15.0 vs 13.4 over 11 rounds). Under cubic
+/// 16 to 64 KiB pair (32 KiB 36.1 vs 27.9). One UDP stream loses no more split at 25 Gbit/s
+/// (0.21 vs 0.22 %) and far less at 45 (paired, one core carries both ends and its receiver
+/// falls behind: 41 % lost); two UDP streams lose least paired (0.09 vs 0.19 % at
+/// 2 x 14 Gbit/s of 8 KiB).
 pub fn split_one_stream(r: &Regime) -> Option<String> {
     if r.streams != 1 || r.bidir {
         return None;
@@ -188,6 +193,11 @@ pub fn split_one_stream(r: &Regime) -> Option<String> {
         "one stream with 1500-byte frames' segments".into()
     } else if r.block <= SPLIT_BLOCK {
         format!("one stream of blocks up to {} KiB", SPLIT_BLOCK >> 10)
+    } else if r.bbr && r.block <= SPLIT_BLOCK_BBR {
+        format!(
+            "one stream under bbr of blocks up to {} KiB",
+            SPLIT_BLOCK_BBR >> 10
+        )
     } else {
         return None;
     };
@@ -478,10 +488,21 @@ mod tests {
             with(|r| r.block = 8 << 10),
             Some("one stream of blocks up to 8 KiB".to_string())
         );
+        assert_eq!(with(|r| r.block = 16 << 10), None, "cubic pairs 16 KiB");
         assert_eq!(
-            with(|r| r.block = 16 << 10),
+            with(|r| {
+                r.bbr = true;
+                r.block = 32 << 10;
+            }),
+            Some("one stream under bbr of blocks up to 32 KiB".to_string())
+        );
+        assert_eq!(
+            with(|r| {
+                r.bbr = true;
+                r.block = 64 << 10;
+            }),
             None,
-            "16 KiB blocks: unmeasured, paired"
+            "bbr pairs 64 KiB"
         );
         assert_eq!(split_one_stream(&one), None, "cubic, loopback's MSS");
         assert_eq!(with(|r| r.mss = Some(9000)), None, "jumbo segments");

@@ -336,6 +336,12 @@ pub fn congestion(stream: &TcpStream) -> Option<String> {
         })
 }
 
+/// The congestion control new TCP sockets get (`net.ipv4.tcp_congestion_control`).
+pub fn default_congestion() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+}
+
 /// Reads a `net.*` sysctl holding one integer.
 pub fn read_sysctl(name: &str) -> Option<u64> {
     let path = format!("/proc/sys/{}", name.replace('.', "/"));

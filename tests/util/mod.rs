@@ -85,6 +85,12 @@ pub fn skipped(test: &str, reason: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
 }
 
+/// The kernel offers bbr (`net.ipv4.tcp_available_congestion_control`).
+pub fn has_bbr() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .is_ok_and(|a| a.split_whitespace().any(|c| c == "bbr"))
+}
+
 /// Polls `probe` (every 5 ms) until it returns `Some`, for at most `timeout`. On timeout,
 /// panics saying what was awaited and, from `seen`, what was seen instead.
 pub fn wait_until<T>(
