@@ -2,7 +2,9 @@
 # pinperf against iperf 2, iperf3 and the yardstick (blast), on loopback, side by side:
 # blocks 8k and 128k, 1, 2 and 4 streams, ROUNDS interleaved rounds of SECS each, medians.
 # Throughput is the receiver's for pinperf and iperf3, the sender's for iperf 2 and blast
-# (on loopback they differ by at most a socket buffer: < 0.1 % of a 4 s run).
+# (on loopback they differ by at most a socket buffer: < 0.1 % of a 4 s run). The last
+# column is the placement pinperf's default chose, from its `# pin plan:` line: paired
+# (each stream's sender and receiver on one core) or split (on two).
 #
 #   bench-scripts/vs-peers.sh                 # defaults: SECS=4 ROUNDS=5
 #   SECS=2 ROUNDS=3 BLOCKS="8k" STREAMS="1 4" bench-scripts/vs-peers.sh
@@ -56,8 +58,15 @@ if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -B 127.0.0.1 -p 5011 >/dev
 if [ -n "$BLAST" ]; then "${blast_env[@]}" "$BLAST" -s 5310 >/dev/null 2>&1 & pids+=($!); tools+=(blast); fi
 sleep 0.5
 
-run_pinperf() { # block streams -> Gbit/s (receiver)
-  "$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" "${pcc[@]}" | awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
+run_pinperf() { # block streams -> Gbit/s (receiver); the placement it chose to placement.csv
+  local text
+  text=$("$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" "${pcc[@]}")
+  # `# pin plan: local stream-0:cpu0; remote stream-0:cpu1`: the same cores on both ends
+  # is paired, any other split.
+  echo "$text" | awk -F'; ' -v pt="$r,$1,$2" '/^# pin plan:/ {
+    sub(/^# pin plan: local /, "", $1); sub(/^remote /, "", $2)
+    print pt "," ($1 == $2 ? "paired" : "split")}' >>"$out/placement.csv"
+  echo "$text" | awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
 }
 run_iperf3() {
   "$IPERF3" -c 127.0.0.1 -p 5211 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" "${i3cc[@]}" -J |
@@ -73,6 +82,7 @@ run_blast() {
 
 raw=$out/raw.csv
 echo "round,block,streams,tool,gbps" >"$raw"
+echo "round,block,streams,placement" >"$out/placement.csv"
 for ((r = 0; r < ROUNDS; r++)); do
   for b in $BLOCKS; do
     for p in $STREAMS; do
@@ -86,21 +96,26 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 medians "$raw" block,streams,tool gbps >"$out/summary.csv"
-python3 - "$out/summary.csv" <<'PY' | tee "$out/table.txt"
-import csv, sys
+python3 - "$out/summary.csv" "$out/placement.csv" <<'PY' | tee "$out/table.txt"
+import collections, csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+# The placement pinperf's default chose at each point (the most frequent over the rounds).
+chosen = collections.defaultdict(collections.Counter)
+for r in csv.DictReader(open(sys.argv[2])):
+    chosen[(r["block"], int(r["streams"]))][r["placement"]] += 1
 pts = {}
 for r in rows:
     pts.setdefault((r["block"], int(r["streams"])), {})[r["tool"]] = float(r["median_gbps"])
 tools = ["pinperf", "iperf2", "iperf3", "blast"]
-print("| block | streams | " + " | ".join(t for t in tools) + " | pinperf / best peer | pinperf / blast |")
-print("|---|---|" + "---|" * (len(tools) + 2))
+print("| block | streams | " + " | ".join(t for t in tools) + " | pinperf / best peer | pinperf / blast | placement |")
+print("|---|---|" + "---|" * (len(tools) + 3))
 for (b, p), v in sorted(pts.items(), key=lambda kv: (int(kv[0][0].rstrip("kKmM")), kv[0][1])):
     peers = [v[t] for t in ("iperf2", "iperf3") if t in v]
     best = max(peers) if peers else None
     cells = [f"{v[t]:.2f}" if t in v else "-" for t in tools]
     ratio = f"{v['pinperf'] / best:.2f}x" if best else "-"
     yard = f"{v['pinperf'] / v['blast']:.2f}x" if "blast" in v else "-"
-    print(f"| {b} | {p} | " + " | ".join(cells) + f" | {ratio} | {yard} |")
+    placed = ", ".join(k for k, _ in chosen[(b, p)].most_common()) or "-"
+    print(f"| {b} | {p} | " + " | ".join(cells) + f" | {ratio} | {yard} | {placed} |")
 PY
 echo "raw runs: $raw" >&2
