@@ -273,7 +273,7 @@ fn one_stream_of_small_segments_splits_across_cores() {
     let server = Server::start(&[]);
     let port = server.port_arg();
     let run = pinperf(
-        &["-c", "127.0.0.1", "-p", &port, "-t", "0.5", "-M", "1448"],
+        &["-c", "127.0.0.1", "-p", &port, "-t", "0.2", "-M", "1448"],
         LIMIT,
     );
     run.assert_ok();
@@ -292,7 +292,7 @@ fn one_stream_of_small_segments_splits_across_cores() {
             "-p",
             &port,
             "-t",
-            "0.5",
+            "0.2",
             "-M",
             "1448",
             "-P",
@@ -319,7 +319,7 @@ fn one_stream_of_small_segments_splits_across_cores() {
                 "-b",
                 "10M",
                 "-t",
-                "0.5",
+                "0.2",
                 "-P",
                 streams,
             ],
@@ -358,7 +358,7 @@ fn one_stream_of_small_segments_splits_across_cores() {
                 "-l",
                 block,
                 "-t",
-                "0.5",
+                "0.2",
             ],
             LIMIT,
         );
@@ -369,12 +369,6 @@ fn one_stream_of_small_segments_splits_across_cores() {
     assert!(
         text.contains("# placement: same host, one stream of blocks up to 8 KiB"),
         "{text}"
-    );
-    let text = under("cubic", "32k");
-    assert_eq!(
-        pin_plan(&text, "local"),
-        pin_plan(&text, "remote"),
-        "paired\n{text}"
     );
     let text = under("cubic", "128k");
     assert_eq!(
