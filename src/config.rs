@@ -197,6 +197,8 @@ pub struct ClientConfig {
     pub iperf3_auth: Option<crate::iperf3::auth::Credentials>,
     /// `--snd-timeout` and `--cntl-ka`: this end's own socket options.
     pub sockets: crate::os::net::HostSockets,
+    /// No warnings on stderr: a placement probe's, which the test itself gives again.
+    pub quiet: bool,
 }
 
 impl ClientConfig {
@@ -242,6 +244,7 @@ impl ClientConfig {
             auth: None,
             iperf3_auth: None,
             sockets: Default::default(),
+            quiet: false,
         })
     }
 }

@@ -25,6 +25,8 @@ use crate::timeouts;
 use crate::wire::params::TestParams;
 use crate::wire::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 
+mod probe;
+
 /// Runs one test, printing through `out`; returns the summary. A failure is also handed
 /// to `out` (by the reporter once it runs, by this function before that).
 pub fn run_with(cfg: ClientConfig, out: Box<dyn report::Formatter>) -> Result<Summary> {
@@ -49,6 +51,14 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     if cfg.peer == Peer::Iperf3 {
         crate::iperf3::client::refuse_unsupported(&cfg)?;
     }
+    // Before the control connection: a server's handshake deadline would not wait for it.
+    let probed = match probe::wanted(&cfg, &allowed) {
+        true => probe::run(&cfg, allowed[0], allowed[1]),
+        false => None,
+    };
+    if let Some(sig) = crate::signals::received() {
+        return Err(crate::signals::interrupted(sig, "before the test started"));
+    }
     let (stream, local) = connect_control(&cfg)?;
     let (local_plan, placement) = placed(&cfg, local, local_plan, &allowed);
     let ctl = match meet(&cfg, stream)? {
@@ -58,7 +68,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
         }
     };
     let mut cfg = cfg;
-    let (local_plan, placement) = match split(&mut cfg, ctl.peer, &allowed) {
+    let (local_plan, placement) = match split(&mut cfg, ctl.peer, &allowed, probed) {
         Some((plan, why)) => (plan, Some(why)),
         None => (local_plan, placement),
     };
@@ -132,9 +142,16 @@ fn placed(
 }
 
 /// `-A auto` against a pinperf server on this host (its loopback address), one stream in
-/// one direction, where splitting measured faster ([`pin::split_one_stream`]): this end's
-/// stream on the first allowed core, the server's on the second (sent as the remote plan).
-fn split(cfg: &mut ClientConfig, peer: SocketAddr, allowed: &[usize]) -> Option<(PinPlan, String)> {
+/// one direction: where `probed` found splitting faster, or without a probe where it
+/// measured faster ([`pin::split_one_stream`]), this end's stream on the first allowed
+/// core, the server's on the second (sent as the remote plan); where the probe found
+/// sharing faster, both on the first.
+fn split(
+    cfg: &mut ClientConfig,
+    peer: SocketAddr,
+    allowed: &[usize],
+    probed: Option<probe::Probed>,
+) -> Option<(PinPlan, String)> {
     let test = &cfg.test;
     let regime = pin::Regime {
         streams: usize::from(test.streams),
@@ -151,6 +168,11 @@ fn split(cfg: &mut ClientConfig, peer: SocketAddr, allowed: &[usize]) -> Option<
     let (&mine, &theirs) = (allowed.first()?, allowed.get(1)?);
     if !asked || !peer.ip().is_loopback() {
         return None;
+    }
+    if let Some(p) = probed {
+        let server = if p.split_wins() { theirs } else { mine };
+        cfg.test.pin = Some(Affinity::List(vec![server]));
+        return Some((PinPlan(vec![Some(mine)]), p.why(mine, theirs)));
     }
     let what = pin::split_one_stream(&regime)?;
     let why = format!(
@@ -333,7 +355,9 @@ fn open_data(
     // The handshake went through: a data connection refused or reset now is the server's
     // doing (out of descriptors, it closed its listener), and its word is the cause.
     .map_err(|e| ctl.with_their_word(e, true, |_| false))?;
-    warn_windows(&local_window, accept, usize::from(cfg.test.streams));
+    if !cfg.quiet {
+        warn_windows(&local_window, accept, usize::from(cfg.test.streams));
+    }
     Ok((socks, local_window))
 }
 

@@ -170,7 +170,8 @@ pub const SPLIT_BLOCK: u64 = 8 << 10;
 /// Under bbr, blocks up to this size make one TCP stream split.
 pub const SPLIT_BLOCK_BBR: u64 = 32 << 10;
 
-/// One host, one stream in one direction: whether its sender and receiver go on two cores
+/// One host, one stream in one direction, a test too short to probe (`client::probe`): whether
+/// its sender and receiver go on two cores
 /// (split) rather than one (paired), and the header's words for why. Measured on loopback,
 /// interleaved rounds (bench-results/placement-*): split was faster with 1500-byte frames'
 /// segments (`-M 1448`: bbr 18.8 vs 14.5, cubic 54.0 vs 51.4), paired under cubic at
