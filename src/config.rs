@@ -232,6 +232,18 @@ impl ClientConfig {
         if let Some(name) = &test.transport.congestion {
             crate::os::net::check_congestion(name)?;
         }
+        // Data connection k comes from --cport + k: the last must be a port.
+        if let Some(port) = target.source.port {
+            let last = usize::from(port) + test.threads() - 1;
+            if last > usize::from(u16::MAX) {
+                return Err(usage(format!(
+                    "--cport {port}: {} data connections would take ports {port} to {last}; \
+                     the highest --cport for them is {}",
+                    test.threads(),
+                    usize::from(u16::MAX) + 1 - test.threads()
+                )));
+            }
+        }
         Ok(ClientConfig {
             same_process: target.loopback,
             peer: target.peer,
@@ -668,6 +680,13 @@ mod tests {
     }
 
     #[test]
+    fn cport_takes_the_last_ports_its_data_connections_fit() {
+        assert!(parse(&["-c", "h", "--cport", "65534", "-P", "2"]).is_ok());
+        assert!(parse(&["-c", "h", "--cport", "65535"]).is_ok());
+        assert!(usage_text(&["-c", "h", "--cport", "65535", "-P", "2"]).contains("65534"));
+    }
+
+    #[test]
     fn rejects_bad_combinations_with_the_flag_named() {
         let table: &[(&[&str], &str)] = &[
             (
@@ -679,6 +698,10 @@ mod tests {
                 "-s, -c and --loopback exclude each other: choose one",
             ),
             (&["--loopback", "-P", "0"], "-P 0: streams must be 1 to 256"),
+            (
+                &["-c", "h", "--cport", "65535", "-P", "2", "--bidir"],
+                "--cport 65535: 4 data connections would take ports 65535 to 65538; the highest --cport for them is 65532",
+            ),
             (
                 &["--loopback", "-P", "257"],
                 "-P 257: streams must be 1 to 256",
