@@ -11,6 +11,7 @@
 #   bench-scripts/placement.sh            # SECS=2 ROUNDS=5 BLOCKS="8k 128k" STREAMS="1 2 4"
 #   CC=bbr MSS=1448 bench-scripts/placement.sh   # under bbr, segments of 1500-byte frames
 #   UDP=30G BLOCKS="1472 8k" bench-scripts/placement.sh  # UDP at 30G per stream: loss too
+#   WINDOW=8M UDP=30G bench-scripts/placement.sh   # with -w 8M (udp-vs-peers.sh's buffers)
 #
 # With UDP=RATE each run is `-u -b RATE -l BLOCK` and the receiver's loss (percent) is
 # recorded beside its rate; summary.csv then holds the median of both.
@@ -29,9 +30,11 @@ if [ -n "$MSS" ]; then extra+=(-M "$MSS"); fi
 UDP=${UDP:-}
 PLACEMENTS=${PLACEMENTS:-"split paired half none"}
 if [ -n "$UDP" ]; then extra+=(-u -b "$UDP"); fi
+WINDOW=${WINDOW:-}
+if [ -n "$WINDOW" ]; then extra+=(-w "$WINDOW"); fi
 [ "$(nproc)" -ge 2 ] || { echo "placement.sh needs 2 cores; this host has $(nproc)" >&2; exit 1; }
 start_run placement
-echo "cc: ${CC:-system default}; mss: ${MSS:-path default}; udp: ${UDP:-no (TCP)}" >>"$out/env.txt"
+echo "cc: ${CC:-system default}; mss: ${MSS:-path default}; udp: ${UDP:-no (TCP)}; window: ${WINDOW:-default}" >>"$out/env.txt"
 
 plan() { # name streams -> -A value
   case $1 in

@@ -142,7 +142,8 @@ fn placed(
 }
 
 /// `-A auto` against a pinperf server on this host (its loopback address), one stream in
-/// one direction: where `probed` found splitting faster, or without a probe where it
+/// one direction: over UDP its sender on the first allowed core and its receiver unpinned;
+/// over TCP, where `probed` found splitting faster, or without a probe where it
 /// measured faster ([`pin::split_one_stream`]), this end's stream on the first allowed
 /// core, the server's on the second (sent as the remote plan); where the probe found
 /// sharing faster, both on the first.
@@ -168,6 +169,18 @@ fn split(
     let (&mine, &theirs) = (allowed.first()?, allowed.get(1)?);
     if !asked || !peer.ip().is_loopback() {
         return None;
+    }
+    if pin::unpinned_udp_receiver(&regime) {
+        let why = format!(
+            "same host, one UDP stream: its sender on cpu{mine}, its receiver left to the \
+             scheduler, which lost less than pinning it (bench-scripts/placement.sh)"
+        );
+        let (local, remote) = match cfg.test.reverse {
+            false => (Some(mine), Affinity::None),
+            true => (None, Affinity::List(vec![mine])),
+        };
+        cfg.test.pin = Some(remote);
+        return Some((PinPlan(vec![local]), why));
     }
     if let Some(p) = probed {
         let server = if p.split_wins() { theirs } else { mine };
