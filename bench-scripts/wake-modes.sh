@@ -22,7 +22,12 @@ SECS=${SECS:-4}
 SAMPLE=${SAMPLE:-2}
 ROUNDS=${ROUNDS:-5}
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only" >&2; exit 2; }
+# The sample starts 1 s in and must end before the run does (a one-stream run spends its
+# first 0.7 s probing placement: STREAMS=1 wants SECS >= SAMPLE + 2 too).
+[ "$SECS" -ge $((SAMPLE + 2)) ] || { echo "SECS=$SECS: at least SAMPLE + 2 ($((SAMPLE + 2)))" >&2; exit 2; }
 command -v perf >/dev/null || { echo "needs perf (apt-get install linux-perf)" >&2; exit 2; }
+perf stat -a -e context-switches -x, -- true >/dev/null 2>&1 ||
+  { echo "perf stat -a fails here (perf for this kernel? kernel.perf_event_paranoid?)" >&2; exit 2; }
 command -v ss >/dev/null || { echo "needs ss (apt-get install iproute2)" >&2; exit 2; }
 build_blast
 [ -n "$BLAST" ] || { echo "needs the yardstick (YARDSTICK=path/to/blast.c)" >&2; exit 2; }
@@ -49,7 +54,7 @@ sample() { # tool port -> raw.csv row
   sleep 1
   local cs
   cs=$(perf stat -a -A -e context-switches -x, -- sleep "$SAMPLE" 2>&1 >/dev/null |
-    awk -F, '/context-switches/ {gsub(/CPU/, "", $1); printf "%s%s:%s", sep, $1, $2; sep = " "}')
+    awk -F, '/context-switches/ && $2 ~ /^[0-9]+$/ {gsub(/CPU/, "", $1); printf "%s%s:%s", sep, $1, $2; sep = " "}')
   # Receivers: the server's end (local port) of connections that carried data; senders: the
   # client's end, which alone reports rwnd_limited.
   local socks
@@ -95,7 +100,7 @@ with open(f"{out}/summary.csv", "w") as f:
     w = csv.writer(f)
     w.writerow(["tool", "runs", "gbps", "switches_per_core_s", "switches_per_gb", "receiver_rb_mb_max", "sender_rwnd_limited_pct"])
     for tool in dict.fromkeys(r["tool"] for r in rows):
-        rs = [r for r in rows if r["tool"] == tool and r["gbps"]]
+        rs = [r for r in rows if r["tool"] == tool and r["gbps"] and r["switches_per_cpu"]]
         cs = lambda r: [float(x.split(":")[1]) for x in r["switches_per_cpu"].split()]
         per_core = [statistics.mean(cs(r)) / sample for r in rs]
         per_gb = [sum(cs(r)) / (float(r["gbps"]) / 8 * sample) for r in rs]
