@@ -199,6 +199,9 @@ pub struct ClientConfig {
     pub sockets: crate::os::net::HostSockets,
     /// No warnings on stderr: a placement probe's, which the test itself gives again.
     pub quiet: bool,
+    /// One stream on this host may be placed by a probe (`client::probe`); off where the
+    /// caller keeps placement fixed across its runs (`diagnose`).
+    pub placement_probe: bool,
 }
 
 impl ClientConfig {
@@ -257,6 +260,7 @@ impl ClientConfig {
             iperf3_auth: None,
             sockets: Default::default(),
             quiet: false,
+            placement_probe: true,
         })
     }
 }

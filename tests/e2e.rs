@@ -398,6 +398,32 @@ fn one_stream_of_small_segments_splits_across_cores() {
     );
 }
 
+/// One TCP stream of 2 s or more on one host runs both placements first and takes the
+/// faster; the header gives both figures, and the pin plans are the one it names.
+#[test]
+fn a_long_one_stream_test_on_one_host_probes_its_placement() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        return util::skipped(
+            "a_long_one_stream_test_on_one_host_probes_its_placement",
+            "one core",
+        );
+    }
+    let run = pinperf(&["--loopback", "-t", "2", "-i", "2"], LIMIT);
+    run.assert_ok();
+    let text = run.stdout();
+    let note = text
+        .lines()
+        .find(|l| l.starts_with("# placement: same host, one stream: its sender and receiver "))
+        .unwrap_or_else(|| panic!("no probed placement line\n{text}"));
+    assert!(note.contains(", 300 ms of each before the test;"), "{note}");
+    let (local, remote) = (pin_plan(&text, "local"), pin_plan(&text, "remote"));
+    match note.contains("on two cores") {
+        true => assert_ne!(local, remote, "split\n{text}"),
+        false => assert_eq!(local, remote, "paired\n{text}"),
+    }
+}
+
 /// `-S 0x28` marks every data and echo connection on both ends, both ways (-R: the
 /// server's listener carries it to what it accepts), and leaves the control connection
 /// alone; the header says so.

@@ -408,13 +408,16 @@ fn a_test_that_failed_before_its_first_row_is_not_plotted_empty() {
         arg(&page),
     ];
     let mut client = util::Spawned::start(&args);
-    // Killed once data moves (the client has used 0.2 s of CPU, which its handshake does
-    // not), well before the first row at 10 s (the run ends with the server).
+    // Killed once data moves (the server took the test, and the client has since used
+    // 0.2 s of CPU, which its handshake does not), well before the first row at 10 s (the
+    // run ends with the server). The client's placement probe runs before it connects.
+    server.wait_for_log("test from", Duration::from_secs(8));
     let pid = client.id();
+    let before = util::cpu_ticks(pid);
     util::wait_until(
         "the client's streams under way",
         Duration::from_secs(8),
-        || (util::cpu_ticks(pid) >= 20).then_some(()),
+        || (util::cpu_ticks(pid) >= before + 20).then_some(()),
         || format!("the client used {} CPU ticks", util::cpu_ticks(pid)),
     );
     server.child.kill().expect("kill the server");

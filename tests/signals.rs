@@ -120,18 +120,6 @@ impl Watched {
         }
     }
 
-    /// Waits until the child's streams move data: it has used 0.2 s of CPU
-    /// ([`util::cpu_ticks`]), which a handshake does not.
-    fn wait_moving(&mut self) {
-        let deadline = Instant::now() + START_LIMIT;
-        while util::cpu_ticks(self.child.id()) < 20 {
-            if Instant::now() > deadline || self.child.try_wait().ok().flatten().is_some() {
-                self.give_up("no data moving (under 0.2 s of CPU)");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     /// Waits until the child has no thread named `name` (a run of it ended).
     fn wait_no_thread(&mut self, name: &str) {
         let deadline = Instant::now() + START_LIMIT;
@@ -304,8 +292,9 @@ fn sigint_before_the_first_row_says_so_and_names_no_omit() {
     let _one = ONE_AT_A_TIME.lock();
     let mut run = Watched::spawn(&["--loopback", "-t", "10", "-i", "5"]);
     // Past the handshake (a signal 12 ms in, with the threads already there, was
-    // "interrupted during the handshake"), before the first row at 5 s.
-    run.wait_moving();
+    // "interrupted during the handshake") and the placement probe before it: the header
+    // is out; before the first row at 5 s.
+    run.wait_line("header", |l| l.starts_with("#(ID)"));
     let end = run.stop_with(libc::SIGINT);
     end.assert_stopped(130, "SIGINT");
     assert!(
@@ -404,8 +393,9 @@ fn sigterm_against_an_iperf3_server_keeps_this_ends_rows_and_totals() {
 #[test]
 fn sigint_mid_test_with_json_prints_a_document_with_its_intervals_and_the_error() {
     let _one = ONE_AT_A_TIME.lock();
-    let mut run = Watched::spawn(&["--loopback", "-t", "10", "-i", "0.5", "-J"]);
-    run.wait_thread("stream-0");
+    // Two streams: one stream's placement probe would start stream threads of its own.
+    let mut run = Watched::spawn(&["--loopback", "-t", "10", "-i", "0.5", "-J", "-P", "2"]);
+    run.wait_thread("stream-1");
     // -J prints nothing before its end: let two intervals pass once the streams exist.
     std::thread::sleep(Duration::from_millis(1100));
     let end = run.stop_with(libc::SIGINT);

@@ -87,7 +87,8 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     };
     let (mut socks, local_window) = open_data(&cfg, &session)?;
     let mut header = session.header(&cfg, &socks, local_window, &local_plan, &allowed);
-    header.placement_note = header.placement_note.or(placement);
+    // The plan chosen for this test says more than the same-host default.
+    header.placement_note = placement.or(header.placement_note);
     let (ends, feeds) = spawn_ends(&cfg, &session.ctl, &mut socks, &local_plan)?;
     let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
     let out = out.take().expect("the formatter is handed to one reporter");
@@ -146,7 +147,7 @@ fn placed(
 /// over TCP, where `probed` found splitting faster, or without a probe where it
 /// measured faster ([`pin::split_one_stream`]), this end's stream on the first allowed
 /// core, the server's on the second (sent as the remote plan); where the probe found
-/// sharing faster, both on the first.
+/// sharing faster, this end's on the first and the server's where its own plan puts it.
 fn split(
     cfg: &mut ClientConfig,
     peer: SocketAddr,
@@ -175,16 +176,21 @@ fn split(
             "same host, one UDP stream: its sender on cpu{mine}, its receiver left to the \
              scheduler, which lost less than pinning it (bench-scripts/placement.sh)"
         );
+        // -R: the server's own plan pins its sender (its first core, this end's first on
+        // one host); a plan sent from here could name a core outside its set.
         let (local, remote) = match cfg.test.reverse {
-            false => (Some(mine), Affinity::None),
-            true => (None, Affinity::List(vec![mine])),
+            false => (Some(mine), Some(Affinity::None)),
+            true => (None, None),
         };
-        cfg.test.pin = Some(remote);
+        cfg.test.pin = remote;
         return Some((PinPlan(vec![local]), why));
     }
     if let Some(p) = probed {
-        let server = if p.split_wins() { theirs } else { mine };
-        cfg.test.pin = Some(Affinity::List(vec![server]));
+        // Paired: the server's own plan puts its stream on its first core, as without a
+        // probe.
+        if p.split_wins() {
+            cfg.test.pin = Some(Affinity::List(vec![theirs]));
+        }
         return Some((PinPlan(vec![Some(mine)]), p.why(mine, theirs)));
     }
     let what = pin::split_one_stream(&regime)?;

@@ -176,10 +176,11 @@ pub const SPLIT_BLOCK_BBR: u64 = 32 << 10;
 /// 20, 25, 30 and 45 Gbit/s 0.000 / 0.162, 0.067 / 0.325, 0.115 / 0.778, 0.747 / 1.603;
 /// 8 KiB 0.034 / 0.037, 0.072 / 0.267, 0.168 / 0.587, 0.633 / 1.854; again by
 /// `placement.sh` (bench-results/placement-udp-*-w8M-20261207) at 30 and 45 Gbit/s, 1472 B
-/// 0.000 / 0.115 and 0.105 / 0.274, 8 KiB 0.000 / 0.000 and 0.119 / 0.092. The losses come
-/// in bursts, the receiver stopped for milliseconds; unpinned, it is moved. Both ends on
-/// one core lost most (41 % at 45 Gbit/s, 2026-12-06). Two UDP streams stay paired, which
-/// lost least (0.09 against 0.19 % split at 2 x 14 Gbit/s of 8 KiB).
+/// 0.000 / 0.115 and 0.105 / 0.274, 8 KiB 0.000 / 0.000 and 0.119 / 0.092 (the one
+/// comparison of 12 it lost). The losses come in bursts, the receiver stopped for
+/// milliseconds; unpinned, it can be moved. Both ends on one core lost most (41 % at 45
+/// Gbit/s, 2026-12-06). Two UDP streams stay paired, which lost least (0.09 against 0.19 %
+/// split at 2 x 14 Gbit/s of 8 KiB).
 pub fn unpinned_udp_receiver(r: &Regime) -> bool {
     r.udp && r.streams == 1 && !r.bidir
 }

@@ -311,11 +311,14 @@ fn config(target: &Target, s: &Settings, t: Duration) -> Result<ClientConfig> {
         },
         ..TestParams::defaults()
     };
-    ClientConfig::new(
+    let mut cfg = ClientConfig::new(
         target.clone(),
         params,
         pins(&s.local_cpus).unwrap_or(Affinity::Auto),
-    )
+    )?;
+    // Its steps compare settings, so placement stays what the rules make it.
+    cfg.placement_probe = false;
+    Ok(cfg)
 }
 
 /// Keeps a run's header (the grants and pin plans the figures need) and prints nothing.
