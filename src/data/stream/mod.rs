@@ -35,8 +35,8 @@ pub use clock::BlockClock;
 
 /// Longest a stream thread stays inside one blocking call (SO_SNDTIMEO / SO_RCVTIMEO).
 pub(crate) const WAKE: Duration = Duration::from_millis(50);
-/// A batch is sent when it holds this many records… (each flush may wake the reporter
-/// and takes a `TCP_INFO` sample: with 8 KiB blocks at tens of Gbit/s, 4096 is a few ms)
+/// A batch is sent when it holds this many records… (every batch may wake the reporter and
+/// a sender's carries a `TCP_INFO` sample; at 8 KiB blocks and tens of Gbit/s, 4096 fill in ms)
 pub const BATCH_RECORDS: usize = 4096;
 /// …or when its oldest record is this old.
 pub const FLUSH_EVERY_NS: u64 = 20_000_000;
