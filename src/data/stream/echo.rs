@@ -15,17 +15,19 @@
 //! out, never counted with a stamp that is not its own ([`EchoCollector::coalesced`]).
 //!
 //! Costs, by design: the receiver does at most one non-blocking `send()` per 5 ms; the
-//! sender's `echo` thread at most one wake-up per 2.5 ms for all streams (one `recvmsg()`
-//! per echo and one more per stream that finds none, a CLOCK_REALTIME reading), and each
-//! stream thread one channel look per [`LOOK_EVERY_NS`].
+//! sender's `echo` thread one wake-up per echo, or per 2.5 ms for all streams when echoes
+//! come closer (one `recvmsg()` per echo and one more per stream that finds none, a
+//! CLOCK_REALTIME reading), and each stream thread one channel look per [`LOOK_EVERY_NS`].
 //!
 //! A lost echo connection (closed or reset before the data ended) fails its stream, and so
 //! the test, like a lost data connection: a test asked for block RTT, and rows that quietly
 //! go `-` would hide that the measurement changed. `--no-echo` runs without it.
 
 use std::io;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -460,12 +462,14 @@ fn closed(sock: &impl AsFd) -> io::Error {
         .unwrap_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the receiver closed it"))
 }
 
-/// How long the `echo` thread waits in `poll()` before it looks for streams that came or
-/// went.
-const HUB_WAKE_MS: i32 = 10;
-/// Least time between two wake-ups of the `echo` thread: half the least gap between one
-/// stream's echoes, so each is read before the next can arrive, and the thread wakes at
-/// most 400 times a second however many streams it serves.
+/// How long the `echo` thread waits in `poll()` at most: streams that come or go ring its
+/// bell, so this only bounds how long a missed ring could go unseen.
+const HUB_WAKE_MS: i32 = 200;
+/// Least time between two wake-ups of the `echo` thread while echoes come closer than
+/// this: half the least gap between one stream's echoes, so each is read before the next
+/// can arrive, and however many streams it serves the thread wakes at most about 400
+/// times a second. Sparser echoes wake it once each: sleeping out the gap after every
+/// wake-up would double its wake-ups.
 const HUB_GAP: Duration = Duration::from_nanos(ECHO_EVERY_NS / 2);
 /// Echoes held for a stream thread (it takes them every [`LOOK_EVERY_NS`] or
 /// [`super::WAKE`] at most: this is seconds of them).
@@ -504,16 +508,35 @@ struct Lane {
     collector: EchoCollector,
 }
 
-/// The `echo` thread's inbox: lanes to add, and whether the thread runs.
+/// The `echo` thread's inbox: lanes to add, and its bell once it runs.
 struct Hub {
-    state: Mutex<(Vec<Lane>, bool)>,
+    state: Mutex<HubState>,
     added: Condvar,
 }
 
+struct HubState {
+    lanes: Vec<Lane>,
+    /// Written to when a lane comes or goes, to wake the thread from `poll()`; `None`
+    /// until the thread runs.
+    bell: Option<UnixStream>,
+}
+
 static HUB: Hub = Hub {
-    state: Mutex::new((Vec::new(), false)),
+    state: Mutex::new(HubState {
+        lanes: Vec::new(),
+        bell: None,
+    }),
     added: Condvar::new(),
 };
+
+impl Hub {
+    /// Wakes the `echo` thread from `poll()`. A full bell already will.
+    fn ring(state: &HubState) {
+        if let Some(mut bell) = state.bell.as_ref() {
+            let _ = bell.write(&[1]);
+        }
+    }
+}
 
 impl EchoReader {
     /// Hands a second handle of stream `id`'s echo connection to the `echo` thread (started
@@ -531,11 +554,13 @@ impl EchoReader {
         let (tx, rtts) = crossbeam_channel::bounded(READER_QUEUE);
         let shared = Arc::<Shared>::default();
         let mut state = HUB.state.lock();
-        if !state.1 {
-            spawn_named("echo".into(), || serve(&HUB))?;
-            state.1 = true;
+        if state.bell.is_none() {
+            let (bell, hears) =
+                bell().map_err(|e| Error::io(format!("stream-{id}: the echo thread's bell"), e))?;
+            spawn_named("echo".into(), move || serve(&HUB, hears))?;
+            state.bell = Some(bell);
         }
-        state.0.push(Lane {
+        state.lanes.push(Lane {
             sock,
             clock,
             rtts: tx,
@@ -543,6 +568,7 @@ impl EchoReader {
             collector,
         });
         HUB.added.notify_one();
+        Hub::ring(&state);
         Ok(EchoReader {
             rtts,
             shared,
@@ -567,10 +593,11 @@ impl EchoReader {
         }
     }
 
-    /// Takes no more echoes: the `echo` thread closes its handle within [`HUB_WAKE_MS`]
-    /// (the connection stays open as long as the caller's handle does).
+    /// Takes no more echoes: the `echo` thread wakes and closes its handle (the connection
+    /// stays open as long as the caller's handle does).
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
+        Hub::ring(&HUB.state.lock());
     }
 }
 
@@ -580,16 +607,26 @@ impl Drop for EchoReader {
     }
 }
 
+/// The `echo` thread's bell: a non-blocking pair, the ringing end and the end it hears on.
+fn bell() -> io::Result<(UnixStream, UnixStream)> {
+    let (bell, hears) = UnixStream::pair()?;
+    bell.set_nonblocking(true)?;
+    hears.set_nonblocking(true)?;
+    Ok((bell, hears))
+}
+
 /// The `echo` thread: waits for echoes on every stream's connection and reads them as they
-/// arrive (at most once per [`HUB_GAP`]); a failed connection is its stream's error.
-/// Sleeps while no stream has one.
-fn serve(hub: &Hub) {
+/// arrive (at most once per [`HUB_GAP`] while they come closer); a failed connection is
+/// its stream's error. Sleeps while no stream has one; `hears` wakes it when one comes or
+/// goes.
+fn serve(hub: &Hub, mut hears: UnixStream) {
     let mut lanes: Vec<Lane> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut last_woke: Option<Instant> = None;
     loop {
         {
             let mut state = hub.state.lock();
-            lanes.append(&mut state.0);
+            lanes.append(&mut state.lanes);
             lanes.retain(|l| !l.shared.stop.load(Ordering::Relaxed));
             if lanes.is_empty() {
                 hub.added.wait(&mut state);
@@ -597,10 +634,11 @@ fn serve(hub: &Hub) {
             }
         }
         fds.clear();
+        fds.push(sys::pollfd(hears.as_raw_fd(), libc::POLLIN));
         fds.extend(
             lanes
                 .iter()
-                .map(|l| crate::os::sys::pollfd(l.sock.as_raw_fd(), libc::POLLIN)),
+                .map(|l| sys::pollfd(l.sock.as_raw_fd(), libc::POLLIN)),
         );
         match sys::poll(&mut fds, HUB_WAKE_MS) {
             Ok(0) => continue,
@@ -614,8 +652,13 @@ fn serve(hub: &Hub) {
                 continue;
             }
         }
+        if fds[0].revents != 0 {
+            while hears.read(&mut [0; 64]).is_ok_and(|n| n > 0) {}
+        }
         let woke = Instant::now();
-        for (l, fd) in lanes.iter_mut().zip(&fds) {
+        let close = last_woke.is_some_and(|w| woke - w < HUB_GAP);
+        last_woke = Some(woke);
+        for (l, fd) in lanes.iter_mut().zip(&fds[1..]) {
             if fd.revents == 0 {
                 continue;
             }
@@ -630,7 +673,7 @@ fn serve(hub: &Hub) {
                 l.shared.stop.store(true, Ordering::Relaxed);
             }
         }
-        if let Some(rest) = HUB_GAP.checked_sub(woke.elapsed()) {
+        if let Some(rest) = HUB_GAP.checked_sub(woke.elapsed()).filter(|_| close) {
             std::thread::sleep(rest);
         }
     }
@@ -851,6 +894,56 @@ mod tests {
         plain.drain(&sender, ns, |r| rtts.push(r)).unwrap();
         assert_eq!(plain.unstamped, 1);
         assert!(rtts[1] >= 100_000_000, "{rtts:?}");
+    }
+
+    /// A stream that comes while the `echo` thread waits on another has its echoes read at
+    /// once, and one that stops is let go at once: neither waits out the thread's `poll()`
+    /// ([`HUB_WAKE_MS`]).
+    #[test]
+    fn the_echo_thread_wakes_for_streams_that_come_and_go() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let clock = TestClock { t0: Instant::now() };
+        let quiet = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_quiet_far, _) = l.accept().unwrap();
+        let _quiet_reader = EchoReader::start(0, &quiet, clock).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let sender = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut receiver, _) = l.accept().unwrap();
+        let mut reader = EchoReader::start(1, &sender, clock).unwrap();
+        let prompt = Duration::from_millis(HUB_WAKE_MS as u64 / 2);
+
+        let mut h = [0u8; HEADER_LEN];
+        stamp(&mut h, 0, clock.ns(Instant::now()));
+        let sent = Instant::now();
+        receiver.write_all(&h).unwrap();
+        let mut rtts = Vec::new();
+        while rtts.is_empty() && sent.elapsed() < 2 * prompt {
+            std::thread::sleep(Duration::from_millis(2));
+            reader
+                .take(clock.ns(Instant::now()), |r| rtts.push(r))
+                .unwrap();
+        }
+        assert!(
+            sent.elapsed() < prompt,
+            "the new stream's echo was read after {:?}",
+            sent.elapsed()
+        );
+        assert_eq!(rtts.len(), 1);
+
+        drop(reader);
+        drop(sender);
+        receiver.set_read_timeout(Some(2 * prompt)).unwrap();
+        let stopped = Instant::now();
+        assert_eq!(
+            receiver.read(&mut [0; 16]).unwrap(),
+            0,
+            "the echo connection closed"
+        );
+        assert!(
+            stopped.elapsed() < prompt,
+            "the stopped stream's connection was let go after {:?}",
+            stopped.elapsed()
+        );
     }
 
     /// Echoes that wait unread are merged by the kernel into one buffer stamped with the
