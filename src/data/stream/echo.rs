@@ -15,8 +15,8 @@
 //! out, never counted with a stamp that is not its own ([`EchoCollector::coalesced`]).
 //!
 //! Costs, by design: the receiver does at most one non-blocking `send()` per 5 ms; the
-//! sender's `echo` thread one wake-up per echo, or per 2.5 ms for all streams when echoes
-//! come closer (one `recvmsg()` per echo and one more per stream that finds none, a
+//! sender's `echo` thread one wake-up per echo, or one read per 2.5 ms for all streams when
+//! echoes come closer (one `recvmsg()` per echo and one more per stream that finds none, a
 //! CLOCK_REALTIME reading), and each stream thread one channel look per [`LOOK_EVERY_NS`].
 //!
 //! A lost echo connection (closed or reset before the data ended) fails its stream, and so
@@ -465,11 +465,11 @@ fn closed(sock: &impl AsFd) -> io::Error {
 /// How long the `echo` thread waits in `poll()` at most: streams that come or go ring its
 /// bell, so this only bounds how long a missed ring could go unseen.
 const HUB_WAKE_MS: i32 = 200;
-/// Least time between two wake-ups of the `echo` thread while echoes come closer than
-/// this: half the least gap between one stream's echoes, so each is read before the next
-/// can arrive, and however many streams it serves the thread wakes at most about 400
-/// times a second. Sparser echoes wake it once each: sleeping out the gap after every
-/// wake-up would double its wake-ups.
+/// Least time between two reads of the `echo` thread while echoes come closer than this:
+/// half the least gap between one stream's echoes, so each is read before the next can
+/// arrive, and however many streams it serves the thread reads at most about 400 times a
+/// second (a sleep before a read is a second wake-up). Sparser echoes wake it once each:
+/// sleeping out the gap after every read would double its wake-ups.
 const HUB_GAP: Duration = Duration::from_nanos(ECHO_EVERY_NS / 2);
 /// Echoes held for a stream thread (it takes them every [`LOOK_EVERY_NS`] or
 /// [`super::WAKE`] at most: this is seconds of them).
