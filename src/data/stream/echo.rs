@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::clock::{TOGETHER_NS, read_together};
 use super::{TestClock, spawn_named};
@@ -462,8 +462,9 @@ fn closed(sock: &impl AsFd) -> io::Error {
         .unwrap_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the receiver closed it"))
 }
 
-/// How long the `echo` thread waits in `poll()` at most: streams that come or go ring its
-/// bell, so this only bounds how long a missed ring could go unseen.
+/// How long the `echo` thread's `poll()` waits at most while it serves streams: streams
+/// that come or go ring its bell, so this only bounds how long a missed ring could go
+/// unseen. With no stream it waits for the bell alone.
 const HUB_WAKE_MS: i32 = 200;
 /// Least time between two reads of the `echo` thread while echoes come closer than this:
 /// half the least gap between one stream's echoes, so each is read before the next can
@@ -511,7 +512,6 @@ struct Lane {
 /// The `echo` thread's inbox: lanes to add, and its bell once it runs.
 struct Hub {
     state: Mutex<HubState>,
-    added: Condvar,
 }
 
 struct HubState {
@@ -526,7 +526,6 @@ static HUB: Hub = Hub {
         lanes: Vec::new(),
         bell: None,
     }),
-    added: Condvar::new(),
 };
 
 impl Hub {
@@ -567,7 +566,6 @@ impl EchoReader {
             shared: Arc::clone(&shared),
             collector,
         });
-        HUB.added.notify_one();
         Hub::ring(&state);
         Ok(EchoReader {
             rtts,
@@ -617,22 +615,15 @@ fn bell() -> io::Result<(UnixStream, UnixStream)> {
 
 /// The `echo` thread: waits for echoes on every stream's connection and reads them as they
 /// arrive (at most once per [`HUB_GAP`] while they come closer); a failed connection is
-/// its stream's error. Sleeps while no stream has one; `hears` wakes it when one comes or
-/// goes.
+/// its stream's error. `hears` wakes it when a stream comes or goes; with none it waits
+/// for that alone.
 fn serve(hub: &Hub, mut hears: UnixStream) {
     let mut lanes: Vec<Lane> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut last_woke: Option<Instant> = None;
     loop {
-        {
-            let mut state = hub.state.lock();
-            lanes.append(&mut state.lanes);
-            lanes.retain(|l| !l.shared.stop.load(Ordering::Relaxed));
-            if lanes.is_empty() {
-                hub.added.wait(&mut state);
-                continue;
-            }
-        }
+        lanes.append(&mut hub.state.lock().lanes);
+        lanes.retain(|l| !l.shared.stop.load(Ordering::Relaxed));
         fds.clear();
         fds.push(sys::pollfd(hears.as_raw_fd(), libc::POLLIN));
         fds.extend(
@@ -640,7 +631,8 @@ fn serve(hub: &Hub, mut hears: UnixStream) {
                 .iter()
                 .map(|l| sys::pollfd(l.sock.as_raw_fd(), libc::POLLIN)),
         );
-        match sys::poll(&mut fds, HUB_WAKE_MS) {
+        let wait_ms = if lanes.is_empty() { -1 } else { HUB_WAKE_MS };
+        match sys::poll(&mut fds, wait_ms) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -649,6 +641,8 @@ fn serve(hub: &Hub, mut hears: UnixStream) {
                     *l.shared.failed.lock() = Some(io::Error::new(e.kind(), e.to_string()));
                     l.shared.stop.store(true, Ordering::Relaxed);
                 }
+                // Not a spin if poll() keeps failing with no stream left to fail.
+                std::thread::sleep(HUB_GAP);
                 continue;
             }
         }
