@@ -973,6 +973,24 @@ pub fn tsc_keeps_time() -> bool {
         .is_ok_and(|s| s.trim() == "tsc")
 }
 
+/// How many of the pages under `buf` (page-aligned) are not in memory (`mincore`).
+#[cfg(test)]
+pub fn pages_not_resident(buf: &[u8]) -> io::Result<usize> {
+    let page = 4096;
+    let mut resident = vec![0u8; buf.len().div_ceil(page)];
+    // SAFETY: the range is `buf`'s own bytes; mincore writes one byte per page of it into
+    // `resident`, which holds that many.
+    let rc = unsafe {
+        libc::mincore(
+            buf.as_ptr() as *mut libc::c_void,
+            buf.len(),
+            resident.as_mut_ptr(),
+        )
+    };
+    cvt(rc)?;
+    Ok(resident.iter().filter(|&&r| r & 1 == 0).count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,6 +123,9 @@ impl UdpSender {
         .min(sys::MAX_MSGS * segs);
         let burst = u64::from(plan.burst.unwrap_or(1)) * dg as u64;
         let batcher = Batcher::new(id, ctx.batches.clone(), ctx.free.clone());
+        // Filled before the start: a batch's megabyte of fresh pages takes milliseconds to
+        // fault in, a debt the pacer would then catch up in one burst.
+        let buf = PageBuf::filled(per_batch * dg, 0x5a);
         let clock = ctx.wait_start()?;
         Ok(UdpSender {
             pacer: plan
@@ -144,7 +147,7 @@ impl UdpSender {
             sock,
             plan,
             segs,
-            buf: PageBuf::filled(per_batch * dg, 0x5a),
+            buf,
             len: per_batch * dg,
             batcher,
             clock,
