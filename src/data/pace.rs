@@ -69,6 +69,13 @@ impl Pacer {
         }
     }
 
+    /// A stream thread's schedule at `rate_bps`, starting as it wakes for the test's start
+    /// `t0`: the moments it took to wake (up to milliseconds on a busy core) are not a debt
+    /// to catch up in one burst, which a receiver sharing the core would pay for in drops.
+    pub fn from_wake(rate_bps: u64, t0: Instant) -> Pacer {
+        Pacer::new(rate_bps, t0.max(Instant::now()))
+    }
+
     /// The same schedule in bursts of `bytes`: each burst leaves back to back once the
     /// bursts before it are due.
     pub fn with_burst(mut self, bytes: u64) -> Pacer {

@@ -147,7 +147,7 @@ impl Sender {
         let burst = u64::from(ctx.burst.unwrap_or(1)) * ctx.block_bytes as u64;
         let pacer = ctx
             .rate_bps
-            .map(|r| Pacer::new(r, clock.t0).with_burst(burst));
+            .map(|r| Pacer::from_wake(r, clock.t0).with_burst(burst));
         let stamps = match pacer.is_some() {
             true => BlockClock::monotonic(clock),
             false => BlockClock::new(clock),

@@ -130,7 +130,7 @@ impl UdpSender {
         Ok(UdpSender {
             pacer: plan
                 .rate_bps
-                .map(|r| Pacer::new(r, clock.t0).with_burst(burst)),
+                .map(|r| Pacer::from_wake(r, clock.t0).with_burst(burst)),
             end_ns: plan.run_time.as_nanos() as u64,
             awake: Awake::new(clock.ns(Instant::now())),
             out: UdpSendOutcome {
