@@ -973,20 +973,16 @@ pub fn tsc_keeps_time() -> bool {
         .is_ok_and(|s| s.trim() == "tsc")
 }
 
-/// How many of the pages under `buf` (page-aligned) are not in memory (`mincore`).
+/// How many of the pages under `buf` are not in memory (`mincore`).
 #[cfg(test)]
 pub fn pages_not_resident(buf: &[u8]) -> io::Result<usize> {
-    let page = 4096;
-    let mut resident = vec![0u8; buf.len().div_ceil(page)];
-    // SAFETY: the range is `buf`'s own bytes; mincore writes one byte per page of it into
-    // `resident`, which holds that many.
-    let rc = unsafe {
-        libc::mincore(
-            buf.as_ptr() as *mut libc::c_void,
-            buf.len(),
-            resident.as_mut_ptr(),
-        )
-    };
+    let page = page_size() as usize;
+    let start = buf.as_ptr() as usize & !(page - 1);
+    let len = buf.as_ptr() as usize + buf.len() - start;
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `start` is the page holding `buf`'s first byte and the range ends with
+    // `buf`; mincore writes one byte per page of it into `resident`, which holds that many.
+    let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, resident.as_mut_ptr()) };
     cvt(rc)?;
     Ok(resident.iter().filter(|&&r| r & 1 == 0).count())
 }

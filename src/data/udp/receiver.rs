@@ -46,7 +46,7 @@ pub fn receive(
     ctx.pin()?;
     sock.set_read_timeout(Some(WAKE))
         .op(|| format!("stream-{id}: set SO_RCVTIMEO"))?;
-    let mut bufs = PageBuf::zeroed(SLOTS * SLOT_BYTES);
+    let mut bufs = PageBuf::resident(SLOTS * SLOT_BYTES);
     let mut meta = [RecvMeta::default(); SLOTS];
     let mut acc = Accounting::new(id).reading(wire);
     let mut gro_seen = false;
