@@ -7,8 +7,10 @@
 #   running  - on its core, not keeping up (how long it had run);
 #   waiting  - runnable but off its core (how long, and which tasks held the core meanwhile);
 #   asleep   - blocked (a drop then means the wake-up itself came late).
-# The sender is the task in whose context the drops happened (loopback delivers in the
-# sender's softirq); the receiver is the task that ran longest besides it and perf.
+# Only the tool's own threads are candidates (pinperf's stream-N, iperf3's): the sender is
+# the one in whose context most drops happened (loopback delivers in the sender's
+# softirq), the receiver the one that ran longest besides it. perf's own thread shows
+# among what held the receiver's core: it is part of what a traced run costs.
 # Output: runs.csv (every burst), table.txt (per tool: drops and bursts by state, the
 # tasks that held a waiting receiver's core longest), and each run's trace (*.txt.gz), cut
 # to the 20 ms before each burst unless KEEP_TRACES=1.
@@ -36,13 +38,18 @@ start_run udp-drops
 echo "rate $RATE, datagrams $SIZE B, every tool -w $WINDOW, $SECS s; pinperf options: ${PINPERF_ARGS:-(none)}; iperf3 options: ${IPERF3_ARGS:-(none)}" >>"$out/env.txt"
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() { for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 tools=()
 for t in $TOOLS; do
   case $t in
     pinperf) tools+=(pinperf) ;;
-    iperf3) if command -v "$IPERF3" >/dev/null; then "$IPERF3" -s -B 127.0.0.1 -p 5213 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi ;;
+    iperf3)
+      if command -v "$IPERF3" >/dev/null; then
+        "$IPERF3" -s -B 127.0.0.1 -p 5213 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3)
+      else
+        echo "note: no $IPERF3; running without iperf3" >&2
+      fi ;;
   esac
 done
 sleep 0.5
@@ -60,10 +67,13 @@ tool_cmd() {
 for r in $(seq 1 "$ROUNDS"); do
   for t in $(rotate "$r" "${tools[@]}"); do
     tool_cmd "$t"
+    # perf's messages (a lost-events warning among them) and the tool's stderr go to
+    # $t-$r.perf.log.
     perf record -q -a -m 1024 -o "$out/perf.data" \
       -e udp:udp_fail_queue_rcv_skb -e sched:sched_switch -e sched:sched_wakeup \
-      -- "${cmd[@]}" >"$out/$t-$r.out" 2>&1 || echo "round $r: $t failed (see $t-$r.out)" >&2
-    perf script -i "$out/perf.data" 2>/dev/null | gzip >"$out/$t-$r.txt.gz"
+      -- "${cmd[@]}" >"$out/$t-$r.out" 2>"$out/$t-$r.perf.log" || echo "round $r: $t failed (see $t-$r.out, $t-$r.perf.log)" >&2
+    [ -s "$out/perf.data" ] || { echo "round $r: $t: perf recorded nothing (see $t-$r.perf.log)" >&2; continue; }
+    perf script -i "$out/perf.data" 2>>"$out/$t-$r.perf.log" | gzip >"$out/$t-$r.txt.gz" || true
     rm -f "$out/perf.data"
   done
 done
@@ -86,12 +96,14 @@ def events(path):
                 yield comm, int(pid), int(cpu), float(t), ev, rest
 
 
-def analyse(path):
+def analyse(path, tool):
     evs = list(events(path))
+    mine = (lambda c: c.startswith("stream-")) if tool == "pinperf" else (lambda c: c == tool)
     drops = [e for e in evs if e[4] == "udp:udp_fail_queue_rcv_skb"]
-    if not drops:
-        return [], 0
-    sender = collections.Counter(e[1] for e in drops).most_common(1)[0][0]
+    by_tool = collections.Counter(e[1] for e in drops if mine(e[0]))
+    if not by_tool:
+        return [], len(drops)
+    sender = by_tool.most_common(1)[0][0]
     ran, since = collections.Counter(), {}
     for comm, pid, cpu, t, ev, rest in evs:
         if ev == "sched:sched_switch":
@@ -99,7 +111,7 @@ def analyse(path):
             if m:
                 if cpu in since:
                     ran[since[cpu][0]] += t - since[cpu][1]
-                since[cpu] = (int(m.group(5)), t) if m.group(4) != "perf" else (0, t)
+                since[cpu] = (int(m.group(5)), t) if mine(m.group(4)) else (0, t)
     ran.pop(0, None)
     ran.pop(sender, None)
     rx = ran.most_common(1)[0][0] if ran else None
@@ -143,13 +155,13 @@ def analyse(path):
             if last_drop is not None and t - last_drop <= 0.001:
                 bursts[-1]["drops"] += 1
             else:
-                holders = ""
+                holders = []
                 if rx_state == "waiting" and rx_cpu is not None:
                     account(rx_cpu, t)
                     before = wait_marks.get(rx_cpu, {})
                     spent = {p: s - before.get(p, 0.0) for p, s in held[rx_cpu].items()}
                     top = sorted(((s, p) for p, s in spent.items() if s > 50e-6), reverse=True)[:3]
-                    holders = " ".join(f"{names.get(p, '?')}:{p}={s * 1e3:.2f}ms" for s, p in top)
+                    holders = [("sender" if p == sender else names.get(p, "?"), p, s * 1e3) for s, p in top]
                 bursts.append({"t": t, "drops": 1, "state": rx_state,
                                "for_ms": (t - rx_since) * 1e3 if rx_since else float("nan"),
                                "cpu": rx_cpu, "holders": holders})
@@ -184,19 +196,27 @@ def loss_of(path):
 
 
 rows, totals, losses = [], collections.Counter(), collections.defaultdict(list)
+lossy_traces = collections.defaultdict(list)
 for path in sorted(glob.glob(os.path.join(out, "*-*.txt.gz"))):
     tool, rnd = os.path.basename(path)[:-len(".txt.gz")].rsplit("-", 1)
-    bursts, n = analyse(path)
+    bursts, n = analyse(path, tool)
     totals[tool] += n
     losses[tool].append(loss_of(path[:-len(".txt.gz")] + ".out"))
+    try:
+        if re.search(r"lost \d+ (chunks|events)|PERF_RECORD_LOST", open(path[:-len(".txt.gz")] + ".perf.log").read(), re.I):
+            lossy_traces[tool].append(rnd)
+    except OSError:
+        pass
     if os.environ.get("KEEP_TRACES") != "1":
         trim(path, bursts)
     for b in bursts:
         rows.append({"tool": tool, "round": rnd, "t_s": f"{b['t']:.4f}", "drop_events": b["drops"],
                      "receiver": b["state"], "for_ms": f"{b['for_ms']:.2f}", "cpu": b["cpu"],
-                     "held_by": b["holders"]})
+                     "held_by": " ".join(f"{n}:{p}={ms:.2f}ms" for n, p, ms in b["holders"]),
+                     "holders": b["holders"]})
 with open(os.path.join(out, "runs.csv"), "w", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=["tool", "round", "t_s", "drop_events", "receiver", "for_ms", "cpu", "held_by"])
+    w = csv.DictWriter(f, fieldnames=["tool", "round", "t_s", "drop_events", "receiver", "for_ms", "cpu", "held_by"],
+                       extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
 with open(os.path.join(out, "table.txt"), "w") as f:
@@ -208,12 +228,13 @@ with open(os.path.join(out, "table.txt"), "w") as f:
             drops_by[r["receiver"]] += r["drop_events"]
         holders = collections.Counter()
         for r in mine:
-            for h in r["held_by"].split():
-                name, ms = h.rsplit("=", 1)
-                holders[name.split(":")[0]] += float(ms[:-2])
+            for name, _, ms in r["holders"]:
+                holders[name] += ms
         print(f"{tool}: {totals[tool]} drop events in {len(mine)} bursts; by the receiver's state: "
               + ", ".join(f"{s} {states[s]} bursts / {drops_by[s]} drops" for s in sorted(states)), file=f)
         print(f"  loss % per run: {' '.join(losses[tool])}", file=f)
+        if lossy_traces[tool]:
+            print(f"  perf lost events in rounds {' '.join(lossy_traces[tool])}: their states are suspect", file=f)
         if holders:
             print(f"  its core held while it waited (ms, all bursts): "
                   + ", ".join(f"{k} {v:.1f}" for k, v in holders.most_common(6)), file=f)
