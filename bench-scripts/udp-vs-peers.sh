@@ -22,6 +22,11 @@
 #   SECS=2 SIZES=1472 STREAMS=1 RATES="10G 30G" TOOLS="pinperf iperf3" bench-scripts/udp-vs-peers.sh
 #   RATES= bench-scripts/udp-vs-peers.sh      # ceilings only; CEILING_ROUNDS=0: the table only
 #   PINPERF_ARGS=--no-gsro IPERF3_ARGS= bench-scripts/udp-vs-peers.sh   # no GSO/GRO on either
+#   TOOLS="pinperf pinperf_rt iperf3" bench-scripts/udp-vs-peers.sh      # pinperf_rt: --realtime
+#
+# pinperf_rt is pinperf with --realtime (its receiving thread at SCHED_FIFO, needs root):
+# no peer has its like (iperf3 has none; its own receiver under chrt -f lost more here,
+# 2.4 % at 30G, as its thread never sleeps), so it is a row of its own, not a peer's match.
 #
 # Needs `pinperf --loopback -u -b RATE -l SIZE -P N -w W -t T -J` (its JSON read in
 # pinperf_point below: adjust there if the field names move).
@@ -59,6 +64,7 @@ tools=()
 for t in $TOOLS; do
   case $t in
     pinperf) tools+=(pinperf) ;;
+    pinperf_rt) tools+=(pinperf_rt) ;;
     iperf3) if command -v "$IPERF3" >/dev/null; then "$IPERF3" -s -B 127.0.0.1 -p 5212 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi ;;
     iperf2) if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -u -w "$WINDOW" -B 127.0.0.1 -p 5012 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi ;;
   esac
@@ -76,6 +82,9 @@ pinperf_point() {
 import json, sys
 e = json.load(sys.stdin)["end"]
 print("%.4f %.4f" % (e["sum"]["lost_percent"], e["sum_received"]["bits_per_second"] / 1e9))'
+}
+pinperf_rt_point() {
+  PINPERF_ARGS="$PINPERF_ARGS --realtime" pinperf_point "$@"
 }
 iperf3_point() {
   # shellcheck disable=SC2086
@@ -139,7 +148,7 @@ import csv, sys
 def read(path, col):
     return {(r["size"], r["streams"], r["rate"], r["tool"]): float(r[col]) for r in csv.DictReader(open(path))}
 loss, got = read(sys.argv[1], "median_lost_percent"), read(sys.argv[2], "median_received_gbps")
-tools = [t for t in ("pinperf", "iperf3", "iperf2") if any(k[3] == t for k in loss)]
+tools = [t for t in ("pinperf", "pinperf_rt", "iperf3", "iperf2") if any(k[3] == t for k in loss)]
 print(f"Median loss % (received Gbit/s) at fixed total rates, loopback, -w {sys.argv[3]} on every tool")
 print("| datagram | streams | rate | " + " | ".join(tools) + " |")
 print("|---|---|---|" + "---|" * len(tools))
@@ -201,15 +210,16 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 pts = {}
 for r in rows:
     pts.setdefault((int(r["size"]), int(r["streams"])), {})[r["tool"]] = float(r["median_best_mbps_per_stream"])
-tools = ["pinperf", "iperf3", "iperf2"]
+tools = [t for t in ("pinperf", "pinperf_rt", "iperf3", "iperf2") if any(t in v for v in pts.values())]
+ours = [t for t in ("pinperf", "pinperf_rt") if t in tools]
 print(f"Highest total rate (Mbit/s, all streams) with <= {sys.argv[2]} % loss, loopback (median of the searches)")
-print("| datagram | streams | " + " | ".join(tools) + " | pinperf / best peer |")
-print("|---|---|" + "---|" * (len(tools) + 1))
+print("| datagram | streams | " + " | ".join(tools) + " | " + " | ".join(f"{t} / best peer" for t in ours) + " |")
+print("|---|---|" + "---|" * (len(tools) + len(ours)))
 for (size, p), v in sorted(pts.items()):
     peers = [v[t] * p for t in ("iperf3", "iperf2") if t in v]
     best = max(peers) if peers else 0
     cells = [f"{v[t] * p:.0f}" if t in v else "-" for t in tools]
-    ratio = f"{v['pinperf'] * p / best:.2f}x" if best > 0 and "pinperf" in v else "-"
-    print(f"| {size} | {p} | " + " | ".join(cells) + f" | {ratio} |")
+    ratios = [f"{v[t] * p / best:.2f}x" if best > 0 and t in v else "-" for t in ours]
+    print(f"| {size} | {p} | " + " | ".join(cells + ratios) + " |")
 PY
 echo "raw probes: $raw" >&2

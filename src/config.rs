@@ -415,6 +415,12 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         ));
     }
     let mut cfg = ClientConfig::new(target, test, local_plan)?;
+    // --realtime's receivers here: the in-process server's, or this end's with -R/--bidir.
+    let receives_here =
+        cfg.target.loopback || cfg.test.direction() != crate::wire::params::Direction::Forward;
+    if cfg.test.realtime && receives_here {
+        crate::data::stream::check_realtime()?;
+    }
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
@@ -457,6 +463,14 @@ impl ClientConfig {
 
 fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
     let limits = server_limits(args)?;
+    if args.allow_realtime {
+        crate::os::sys::may_realtime(crate::data::stream::REALTIME_PRIORITY).map_err(|e| {
+            usage(format!(
+                "--allow-realtime: SCHED_FIFO refused ({e}); run the server as root or with \
+                 CAP_SYS_NICE, or drop --allow-realtime"
+            ))
+        })?;
+    }
     let (port, family) = server_address(args)?;
     // Checked now, not at each test: a CPU this host lacks would refuse every client.
     let allowed = crate::data::pin::allowed_cpus();
@@ -571,6 +585,7 @@ fn server_limits(args: &Args) -> Result<Limits> {
         max_duration: args.max_duration,
         max_rate_bps: args.max_rate,
         udp: !args.no_udp,
+        realtime: args.allow_realtime,
         server: true,
         total_rate: args.server_bitrate_limit,
         ..Limits::PROTOCOL

@@ -37,22 +37,8 @@ fn lab_capability() -> Result<(), String> {
     PROBE.get_or_init(probe_lab).clone()
 }
 
-/// The effective user is root (from /proc, without unsafe code).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Uid:")
-                .map(|r| r.split_whitespace().nth(1).map(String::from))
-        })
-        .flatten()
-        .as_deref()
-        == Some("0")
-}
-
 fn probe_lab() -> Result<(), String> {
-    if !is_root() {
+    if !util::is_root() {
         return Err("needs root (network namespaces; CI runs these tests as root)".into());
     }
     if !std::path::Path::new("/dev/net/tun").exists() {
@@ -899,7 +885,7 @@ fn lab_usage_errors_name_the_flag_and_create_nothing() {
 #[test]
 fn without_root_the_lab_says_so() {
     // Run as nobody via setpriv (util-linux) when we are root; as ourselves otherwise.
-    let as_root = is_root();
+    let as_root = util::is_root();
     let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
     if as_root && !have_setpriv {
         util::skipped(

@@ -319,3 +319,148 @@ fn udp_takes_the_kernel_pacing_rate_as_iperf3_does() {
         );
     }
 }
+
+/// Each `stream-N` thread of `pid` with its scheduling policy (0 SCHED_OTHER, 1
+/// SCHED_FIFO) and real-time priority.
+fn stream_policies(pid: u32) -> Vec<(String, u32, u32)> {
+    util::sched_policies(pid)
+        .into_iter()
+        .filter(|(name, _, _)| name.starts_with("stream-"))
+        .collect()
+}
+
+/// `--realtime` against a server that grants it: while the test runs, the server's
+/// receiving threads are SCHED_FIFO 1 and the client's sending ones ordinary; with `-R`
+/// the roles swap. The header says so.
+#[test]
+fn realtime_runs_the_udp_receivers_at_fifo_priority_on_either_end() {
+    if !util::is_root() {
+        util::skipped(
+            "realtime_runs_the_udp_receivers_at_fifo_priority_on_either_end",
+            "needs root (SCHED_FIFO); CI runs it as root",
+        );
+        return;
+    }
+    let server = Server::start(&["--allow-realtime"]);
+    let port = server.port_arg();
+    for reverse in [false, true] {
+        let mut args = vec![
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "-b",
+            "20M",
+            "-P",
+            "2",
+            "--realtime",
+            "-t",
+            "1",
+            "-i",
+            "0.25",
+        ];
+        if reverse {
+            args.push("-R");
+        }
+        let mut client = util::Spawned::start(&args);
+        client.wait_for_line("the first interval row", util::is_interval_row, LIMIT);
+        let on_client = stream_policies(client.id());
+        let on_server = stream_policies(server.child.id());
+        let run = client.finish(LIMIT);
+        run.assert_ok();
+        let fifo = vec![
+            ("stream-0".to_string(), 1, 1),
+            ("stream-1".to_string(), 1, 1),
+        ];
+        let other = vec![
+            ("stream-0".to_string(), 0, 0),
+            ("stream-1".to_string(), 0, 0),
+        ];
+        let (receivers, senders) = match reverse {
+            false => (&on_server, &on_client),
+            true => (&on_client, &on_server),
+        };
+        assert_eq!(receivers, &fifo, "receivers, -R {reverse}{}", run.explain());
+        assert_eq!(senders, &other, "senders, -R {reverse}{}", run.explain());
+        assert!(
+            run.stdout()
+                .contains("# priority: UDP receiving threads at SCHED_FIFO 1 on both ends"),
+            "{}",
+            run.explain()
+        );
+    }
+}
+
+/// `--realtime` is refused by name where it cannot be had: over TCP, by a server that does
+/// not grant it, and (as root) for a user who may not have SCHED_FIFO, before any test.
+#[test]
+fn realtime_is_refused_by_name_where_it_cannot_be_had() {
+    let tcp = pinperf(&["--loopback", "--realtime", "-t", "0.2"], LIMIT);
+    assert_eq!(tcp.code(), Some(2), "{}", tcp.explain());
+    assert!(
+        tcp.stderr().contains("--realtime applies to UDP (-u) only"),
+        "{}",
+        tcp.explain()
+    );
+    let server = Server::start(&[]);
+    let port = server.port_arg();
+    let run = pinperf(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "--realtime",
+            "-t",
+            "0.2",
+        ],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr()
+            .contains("this server does not run receivers at real-time priority (start it with --allow-realtime)"),
+        "{}",
+        run.explain()
+    );
+    if !util::is_root() {
+        util::skipped(
+            "realtime_is_refused_by_name_where_it_cannot_be_had (as nobody)",
+            "needs root to run as another user; CI runs it as root",
+        );
+        return;
+    }
+    let nobody = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            util::bin(),
+        ])
+        .args(["--loopback", "-u", "--realtime", "-t", "0.2"])
+        .output();
+    match nobody {
+        Ok(out) if out.status.code() == Some(2) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("--realtime: SCHED_FIFO refused")
+                    && err.contains("run as root or with CAP_SYS_NICE"),
+                "{err}"
+            );
+            assert!(out.stdout.is_empty(), "nothing runs: {out:?}");
+        }
+        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("Permission denied") => {
+            util::skipped(
+                "realtime_is_refused_by_name_where_it_cannot_be_had (as nobody)",
+                "user nobody cannot reach the test binary here",
+            );
+        }
+        Ok(out) => panic!("as nobody: {out:?}"),
+        Err(e) => util::skipped(
+            "realtime_is_refused_by_name_where_it_cannot_be_had (as nobody)",
+            &format!("setpriv: {e}"),
+        ),
+    }
+}

@@ -819,6 +819,11 @@ pub struct Args {
     #[arg(long, help_heading = "Server")]
     pub no_udp: bool,
 
+    /// Grant clients' --realtime: their UDP tests' receiving threads here run at
+    /// real-time priority (SCHED_FIFO 1). Needs root or CAP_SYS_NICE.
+    #[arg(long, help_heading = "Server")]
+    pub allow_realtime: bool,
+
     /// A port of its own for data connections (default: none, they come to -p; 0: an
     /// ephemeral port per test).
     #[arg(

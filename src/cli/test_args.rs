@@ -90,6 +90,12 @@ pub struct TestArgs {
     #[arg(long, requires = "udp")]
     pub no_gsro: bool,
 
+    /// UDP: run the receiving threads on both ends at real-time priority (SCHED_FIFO 1),
+    /// so no ordinary task holds a receiver's core while its socket queue overflows.
+    /// Needs root or CAP_SYS_NICE, and a server started with --allow-realtime.
+    #[arg(long)]
+    pub realtime: bool,
+
     /// End the test when this end's receivers have read nothing for this long, in
     /// milliseconds, as iperf3's --rcv-timeout; a server applies its own to every test.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=LONGEST_MS))]
@@ -244,6 +250,7 @@ impl TestArgs {
             udp,
             rate_bps,
             no_gsro,
+            realtime,
             rcv_timeout,
             file,
             dont_fragment,
@@ -281,6 +288,7 @@ impl TestArgs {
             udp,
             rate_bps: rate_bps.map(|(r, _)| r),
             no_gsro,
+            realtime,
             dont_fragment,
             get_server_output,
             fq_rate_bps,

@@ -123,7 +123,7 @@ impl Threads {
         let run_time = test.run_time();
         let block = test.block_bytes() as usize;
         let rate = test.rate();
-        let shared = shared(test, block);
+        let shared = shared(test, block, !sends);
         let copy = Copying {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
@@ -191,10 +191,11 @@ impl Threads {
     }
 }
 
-/// What a direction's streams share: `-b` and its burst, and (`-n`/`-k`) one budget, which
-/// its receivers count what arrived against.
-fn shared(test: &TestParams, block: usize) -> Shared {
+/// What a direction's streams share: `-b` and its burst, (`-n`/`-k`) one budget, which
+/// its receivers count what arrived against, and (`--realtime`) UDP receivers' priority.
+fn shared(test: &TestParams, block: usize, receives: bool) -> Shared {
     Shared {
+        realtime: test.realtime && test.udp && receives,
         rate_bps: test.rate(),
         burst: test.burst,
         budget: test

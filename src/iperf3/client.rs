@@ -478,6 +478,12 @@ pub(crate) fn refuse_unsupported(cfg: &ClientConfig) -> Result<()> {
     if t.force_window {
         return no("--force-window", "the server sets its own window");
     }
+    if t.realtime {
+        return no(
+            "--realtime",
+            "iperf3 has no real-time priority for its receivers",
+        );
+    }
     if t.fq_rate_bps.is_some() && t.direction() != Direction::Forward {
         return no(
             "--fq-rate with -R or --bidir",

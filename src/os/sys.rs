@@ -351,6 +351,14 @@ pub fn set_realtime(prio: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether this process may give its threads real-time priority `prio`: tried on a thread
+/// of its own, which ends with it.
+pub fn may_realtime(prio: i32) -> io::Result<()> {
+    std::thread::spawn(move || set_realtime(prio))
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the probing thread panicked")))
+}
+
 /// Signal set of SIGINT, SIGTERM and SIGHUP, the ones that end a run from outside, less
 /// those this process was started ignoring: `nohup` ignores SIGHUP and a non-interactive
 /// shell's background job SIGINT, and they must stay ignored (a blocked signal is queued

@@ -76,6 +76,9 @@ pub struct Header {
     /// `-N`: TCP_NODELAY on the data connections.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_delay: bool,
+    /// `--realtime`: UDP receiving threads ran at real-time priority (SCHED_FIFO).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub realtime: bool,
     /// When the test started, in this host's time with its offset
     /// (`2026-12-03T13:40:00+0000`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,6 +133,7 @@ impl Header {
             local_host: None,
             remote_host: None,
             no_delay: test.no_delay(),
+            realtime: test.realtime && test.udp,
             peer: Peer::default(),
         }
     }

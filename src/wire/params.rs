@@ -83,6 +83,10 @@ pub struct TestParams {
     /// `--no-gsro`: UDP without GSO and GRO.
     #[serde(default)]
     pub no_gsro: bool,
+    /// `--realtime`: UDP receiving threads on both ends run at real-time priority
+    /// (SCHED_FIFO), so no ordinary task holds their core while the socket queue fills.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub realtime: bool,
     /// `--dont-fragment`: UDP over IPv4 with DF set, on both ends' sockets.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dont_fragment: bool,
@@ -142,6 +146,7 @@ impl TestParams {
             udp: false,
             rate_bps: None,
             no_gsro: false,
+            realtime: false,
             dont_fragment: false,
             file: None,
             rcv_timeout: None,
@@ -297,6 +302,8 @@ pub struct Limits {
     pub min_block: u64,
     /// `--server-bitrate-limit`: the highest rate of a test's streams together.
     pub total_rate: Option<TotalRate>,
+    /// `--realtime` granted (a server's `--allow-realtime`).
+    pub realtime: bool,
 }
 
 /// A server's limit on a test's total rate, iperf3's `--server-bitrate-limit RATE[/SECS]`:
@@ -348,6 +355,7 @@ impl Limits {
         min_datagram: MIN_DATAGRAM,
         min_block: MIN_BLOCK,
         total_rate: None,
+        realtime: true,
     };
 
     /// `" (this server's --max-streams)"` for a server's limit, nothing for the protocol's.
@@ -509,7 +517,8 @@ impl TestParams {
         self.check_congestion()?;
         self.check_rates(limits)?;
         self.check_mss()?;
-        self.check_tcp_only()
+        self.check_tcp_only()?;
+        self.check_realtime(limits)
     }
 
     /// `-n` and `-k`: one of them, at least one byte or block; a burst of 1 to
@@ -772,6 +781,21 @@ impl TestParams {
         }
         Ok(())
     }
+
+    /// `--realtime`: UDP's alone (a TCP receiver that waits for its core slows its sender
+    /// and loses nothing), and only where the server grants it.
+    fn check_realtime(&self, limits: &Limits) -> Result<(), String> {
+        match (self.realtime, self.udp, limits.realtime) {
+            (true, false, _) => Err("--realtime applies to UDP (-u) only: a TCP receiver \
+                                     that waits for its core loses nothing"
+                .into()),
+            (true, true, false) => Err("--realtime: this server does not run receivers at \
+                                         real-time priority (start it with --allow-realtime); \
+                                         or drop --realtime"
+                .into()),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -823,6 +847,7 @@ mod tests {
         min_datagram: MIN_DATAGRAM,
         min_block: MIN_BLOCK,
         total_rate: None,
+        realtime: false,
     };
 
     /// One table: each change to the parameters, and what the protocol and a server with
@@ -1017,6 +1042,22 @@ mod tests {
                 },
                 None,
                 Some("-u: UDP tests are not allowed (this server's --no-udp)"),
+            ),
+            (
+                |p| {
+                    p.streams = 1;
+                    p.window_bytes = None;
+                    p.rate_bps = Some(1_000_000_000);
+                    p.realtime = true
+                },
+                Some(
+                    "--realtime applies to UDP (-u) only: a TCP receiver that waits for its \
+                     core loses nothing",
+                ),
+                Some(
+                    "--realtime applies to UDP (-u) only: a TCP receiver that waits for its \
+                     core loses nothing",
+                ),
             ),
             (
                 |p| {

@@ -85,6 +85,20 @@ pub fn skipped(test: &str, reason: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
 }
 
+/// The effective user is root (from /proc, without unsafe code).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Uid:")
+                .map(|r| r.split_whitespace().nth(1).map(String::from))
+        })
+        .flatten()
+        .as_deref()
+        == Some("0")
+}
+
 /// The kernel offers bbr (`net.ipv4.tcp_available_congestion_control`).
 pub fn has_bbr() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -616,6 +630,29 @@ pub fn threads(pid: u32) -> Vec<(String, String)> {
             .to_string();
         out.push((comm.trim().to_string(), allowed));
     }
+    out
+}
+
+/// Threads of a process: (name, scheduling policy, real-time priority), from each
+/// thread's `stat` (fields 41 and 40; policy 0 is SCHED_OTHER, 1 SCHED_FIFO).
+pub fn sched_policies(pid: u32) -> Vec<(String, u32, u32)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in dir.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        // After ") " comes field 3 (state): field N is at N - 3.
+        let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u32>().ok());
+        if let (Some(prio), Some(policy)) = (field(40), field(41)) {
+            out.push((stat[open + 1..close].to_string(), policy, prio));
+        }
+    }
+    out.sort();
     out
 }
 

@@ -279,6 +279,8 @@ pub(crate) struct StreamCtx {
     pub file: Option<Arc<std::path::Path>>,
     /// `--rcv-timeout`: the direction's receivers' shared idle watch.
     pub idle: Option<Arc<Idle>>,
+    /// `--realtime`: the thread runs at real-time priority ([`REALTIME_PRIORITY`]).
+    pub realtime: bool,
     /// The echo connection for block RTT (`None` with `--no-echo`): the receiver writes
     /// header echoes to it and the sender reads them, so the data connection stays one-way.
     pub echo: Option<std::net::TcpStream>,
@@ -293,13 +295,17 @@ pub(crate) struct StreamCtx {
 }
 
 impl StreamCtx {
-    /// Pins the calling thread per the plan.
+    /// Pins the calling thread per the plan, and gives it real-time priority when asked.
     pub(crate) fn pin(&self) -> Result<()> {
-        match self.cpu {
-            Some(cpu) => crate::data::pin::pin_current(cpu)
-                .map_err(|e| Error::Test(format!("stream-{}: {e}", self.id))),
-            None => Ok(()),
+        if let Some(cpu) = self.cpu {
+            crate::data::pin::pin_current(cpu)
+                .map_err(|e| Error::Test(format!("stream-{}: {e}", self.id)))?;
         }
+        if self.realtime {
+            crate::os::sys::set_realtime(REALTIME_PRIORITY)
+                .map_err(|e| Error::Test(format!("stream-{}: {}", self.id, realtime_refused(e))))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn aborted(&self) -> bool {
@@ -340,6 +346,25 @@ pub(crate) struct Shared {
     pub file: Option<Arc<std::path::Path>>,
     /// `--rcv-timeout`: one watch for the direction's receivers.
     pub idle: Option<Arc<Idle>>,
+    /// `--realtime`: the direction's threads run at real-time priority.
+    pub realtime: bool,
+}
+
+/// `--realtime`'s SCHED_FIFO priority: the lowest, enough to preempt every ordinary task
+/// and below the kernel's own real-time threads.
+pub(crate) const REALTIME_PRIORITY: i32 = 1;
+
+/// Why `--realtime` cannot be had here, and the fix.
+pub(crate) fn realtime_refused(e: std::io::Error) -> String {
+    format!(
+        "--realtime: SCHED_FIFO refused ({e}); run as root or with CAP_SYS_NICE, or drop --realtime"
+    )
+}
+
+/// `--realtime` on this end: refused now, before any connection, when this process may
+/// not have it.
+pub(crate) fn check_realtime() -> Result<()> {
+    crate::os::sys::may_realtime(REALTIME_PRIORITY).map_err(|e| Error::Usage(realtime_refused(e)))
 }
 
 /// `--rcv-timeout`: when a direction's receivers last read anything, kept by each at its
@@ -448,6 +473,7 @@ impl<T: Send + 'static> StreamSet<T> {
                 budget: shared.budget.clone(),
                 file: shared.file.clone(),
                 idle: shared.idle.clone(),
+                realtime: shared.realtime,
                 echo,
                 echo_gap_ns: echo::echo_gap_ns(n),
                 batches: channels.tx.clone(),

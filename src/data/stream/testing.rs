@@ -30,6 +30,7 @@ pub(crate) fn side(
         budget: None,
         file: None,
         idle: None,
+        realtime: false,
         echo: None,
         echo_gap_ns: super::echo::ECHO_EVERY_NS,
         batches: ch.tx.clone(),

@@ -241,6 +241,13 @@ fn placement_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
     if let Some(note) = &h.placement_note {
         writeln!(o, "# placement: {note}")?;
     }
+    if h.realtime {
+        writeln!(
+            o,
+            "# priority: UDP receiving threads at SCHED_FIFO {} on both ends (--realtime)",
+            crate::data::stream::REALTIME_PRIORITY
+        )?;
+    }
     Ok(())
 }
 
