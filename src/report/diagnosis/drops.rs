@@ -39,10 +39,10 @@ pub fn kernel_drops(k: &KernelSummary, retransmits: u64, streams: usize) -> Opti
 }
 
 /// A UDP receiver whose own socket buffer overflowed (`SO_RXQ_OVFL`): the datagrams
-/// reached its host and were dropped there because its thread did not read them fast
-/// enough, not on the path. The remedy is a larger buffer (`-w`) or a lower rate.
-/// `reverse`: the data went from the server to the client (`-R`, or `--bidir`'s second
-/// direction), whose buffer it names.
+/// reached its host and were dropped there because its thread did not read them in time,
+/// not on the path. The remedies: `--realtime` where the receivers did not have it (a
+/// pinperf peer), a larger buffer (`-w`), or a lower rate. `reverse`: the data went from
+/// the server to the client (`-R`, or `--bidir`'s second direction), whose buffer it names.
 pub fn udp_receiver_drops(u: &UdpFigures, header: &Header, reverse: bool) -> Option<Finding> {
     if u.rxq_drops == 0 {
         return None;
@@ -57,6 +57,7 @@ pub fn udp_receiver_drops(u: &UdpFigures, header: &Header, reverse: bool) -> Opt
         lost_packets: u.lost_packets,
         buffer_bytes,
         server_capped: !reverse,
+        realtime: (!header.peer.reports_late()).then_some(header.realtime),
     }))
 }
 

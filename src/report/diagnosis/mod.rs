@@ -980,6 +980,30 @@ mod tests {
         // -R, and --bidir's server-to-client direction: the client's buffer.
         let reverse = udp_receiver_drops(&u, &h, true).unwrap();
         assert!(reverse.contains("(its buffer is 4M)"), "{reverse}");
+        // Receivers not at real-time priority: --realtime is the first remedy named.
+        assert!(
+            forward.contains("kept off its core by other tasks): --realtime (receivers at SCHED_FIFO; root), a larger -w"),
+            "{forward}"
+        );
+        let advised = |h: &Header| -> Vec<String> {
+            let found = super::udp_receiver_drops(&u, h, false).unwrap();
+            found.advice.flags.into_iter().map(|s| s.name).collect()
+        };
+        assert_eq!(advised(&h), ["--realtime", "-w", "-b"]);
+        h.realtime = true;
+        assert_eq!(advised(&h), ["-w", "-b"]);
+        // An iperf3 server has no real-time receivers to offer.
+        let iperf3 = Header {
+            realtime: false,
+            peer: crate::iperf3::wording::server(),
+            ..h.clone()
+        };
+        assert_eq!(advised(&iperf3), ["-w", "-b"]);
+        let realtime = udp_receiver_drops(&u, &h, false).unwrap();
+        assert!(
+            realtime.contains("did not keep up even at real-time priority: a larger -w"),
+            "{realtime}"
+        );
         assert_eq!(
             udp_receiver_drops(&UdpFigures::default(), &h, true),
             None,

@@ -94,6 +94,10 @@ pub struct UdpReceiverDrops {
     pub buffer_bytes: u64,
     /// The receiver is the server, whose buffer its --max-window caps.
     pub server_capped: bool,
+    /// What `--realtime` can do here: the receivers ran at real-time priority already
+    /// (`Some(true)`), could have (`Some(false)`), or cannot (`None`: an iperf3 peer).
+    #[serde(default)]
+    pub realtime: Option<bool>,
 }
 
 impl UdpReceiverDrops {
@@ -102,11 +106,21 @@ impl UdpReceiverDrops {
             true => ", up to the server's --max-window",
             false => "",
         };
+        // A receiver that waits for its core (another task on it) drops as one too slow does.
+        let (why, realtime) = match self.realtime {
+            Some(false) => (
+                "its thread did not read them in time (busy, or kept off its core by other \
+                 tasks)",
+                "--realtime (receivers at SCHED_FIFO; root), ",
+            ),
+            Some(true) => ("its thread did not keep up even at real-time priority", ""),
+            None => ("its thread did not keep up", ""),
+        };
         format!(
             "diagnosis: the receiver's own socket buffer overflowed {} time(s) (SO_RXQ_OVFL; \
              with GRO one drop may hold up to 64 datagrams): {} of the {} datagrams lost were \
-             dropped on the receiving host, not on the path; its thread did not keep up: a \
-             larger -w (its buffer is {}{cap}) or a lower -b.",
+             dropped on the receiving host, not on the path; {why}: {realtime}a larger -w (its \
+             buffer is {}{cap}) or a lower -b.",
             self.overflows,
             if self.overflows >= self.lost_packets {
                 "all"
@@ -119,7 +133,13 @@ impl UdpReceiverDrops {
     }
 
     pub fn advice(&self) -> Advice {
-        Advice::flags([Setting::raise("-w"), Setting::lower("-b")])
+        let realtime =
+            (self.realtime == Some(false)).then(|| Setting::set("--realtime", String::new()));
+        Advice::flags(
+            realtime
+                .into_iter()
+                .chain([Setting::raise("-w"), Setting::lower("-b")]),
+        )
     }
 }
 
