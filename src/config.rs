@@ -415,12 +415,6 @@ pub fn from_args(args: &Args) -> Result<Mode> {
         ));
     }
     let mut cfg = ClientConfig::new(target, test, local_plan)?;
-    // --realtime's receivers here: the in-process server's, or this end's with -R/--bidir.
-    let receives_here =
-        cfg.target.loopback || cfg.test.direction() != crate::wire::params::Direction::Forward;
-    if cfg.test.realtime && receives_here {
-        crate::data::stream::check_realtime()?;
-    }
     cfg.format = output_format(args);
     cfg.cpu_intervals = args.cpu;
     cfg.engine = args.engine;
@@ -464,12 +458,7 @@ impl ClientConfig {
 fn server_config(args: &Args, affinity: Affinity) -> Result<ServerConfig> {
     let limits = server_limits(args)?;
     if args.allow_realtime {
-        crate::os::sys::may_realtime(crate::data::stream::REALTIME_PRIORITY).map_err(|e| {
-            usage(format!(
-                "--allow-realtime: SCHED_FIFO refused ({e}); run the server as root or with \
-                 CAP_SYS_NICE, or drop --allow-realtime"
-            ))
-        })?;
+        crate::data::stream::check_realtime("--allow-realtime")?;
     }
     let (port, family) = server_address(args)?;
     // Checked now, not at each test: a CPU this host lacks would refuse every client.

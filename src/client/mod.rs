@@ -22,7 +22,7 @@ use crate::report::model::{Header, Summary};
 use crate::report::{self, RemoteEvent};
 use crate::server::Server;
 use crate::timeouts;
-use crate::wire::params::TestParams;
+use crate::wire::params::{Direction, TestParams};
 use crate::wire::{self, Accept, Control, ControlMsg, DataHello, PROTOCOL_VERSION, SOFTWARE};
 
 mod probe;
@@ -50,6 +50,12 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     // What an iperf3 server cannot do is refused before anything is resolved or sent.
     if cfg.peer == Peer::Iperf3 {
         crate::iperf3::client::refuse_unsupported(&cfg)?;
+    }
+    // --realtime's receivers in this process: the in-process server's (--loopback, the
+    // lab), or this end's with -R or --bidir.
+    let receives_here = cfg.same_process || cfg.test.direction() != Direction::Forward;
+    if cfg.test.realtime && receives_here {
+        crate::data::stream::check_realtime("--realtime")?;
     }
     // Before the control connection: a server's handshake deadline would not wait for it.
     let probed = match probe::wanted(&cfg, &allowed) {
@@ -574,6 +580,14 @@ fn negotiate(
             peer,
             what: "the server's answer does not match the test asked for".into(),
         });
+    }
+    // An older server ignores --realtime: its receivers would run as any other thread.
+    if test.realtime && test.direction() != Direction::Reverse && !accept.realtime {
+        let reason = format!(
+            "--realtime: the server ({remote_software}) did not grant it: it predates \
+             --realtime and ignores the request; upgrade the server or drop --realtime"
+        );
+        return Err(Error::Refused { peer, reason });
     }
     Ok((remote_software, accept))
 }

@@ -354,7 +354,9 @@ pub fn set_realtime(prio: i32) -> io::Result<()> {
 /// Whether this process may give its threads real-time priority `prio`: tried on a thread
 /// of its own, which ends with it.
 pub fn may_realtime(prio: i32) -> io::Result<()> {
-    std::thread::spawn(move || set_realtime(prio))
+    std::thread::Builder::new()
+        .name("realtime-probe".into())
+        .spawn(move || set_realtime(prio))?
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("the probing thread panicked")))
 }

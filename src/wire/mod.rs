@@ -59,6 +59,10 @@ pub struct Accept {
     /// The server's host name (absent from older servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_name: Option<String>,
+    /// `--realtime` granted: the server's UDP receivers run at real-time priority (absent
+    /// from older servers, which ignore the request).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub realtime: bool,
 }
 
 /// One receiver interval: bytes each stream read in `[begin_us, end_us)` since the

@@ -783,9 +783,10 @@ impl TestParams {
     }
 
     /// `--realtime`: UDP's alone (a TCP receiver that waits for its core slows its sender
-    /// and loses nothing), and only where the server grants it.
+    /// and loses nothing), and, where the server receives, only if it grants it.
     fn check_realtime(&self, limits: &Limits) -> Result<(), String> {
-        match (self.realtime, self.udp, limits.realtime) {
+        let server_receives = self.direction() != Direction::Reverse;
+        match (self.realtime, self.udp, limits.realtime || !server_receives) {
             (true, false, _) => Err("--realtime applies to UDP (-u) only: a TCP receiver \
                                      that waits for its core loses nothing"
                 .into()),
@@ -849,6 +850,45 @@ mod tests {
         total_rate: None,
         realtime: false,
     };
+
+    /// `--realtime` needs the server's grant only where the server receives; over TCP it
+    /// is refused whoever receives.
+    #[test]
+    fn realtime_needs_the_servers_grant_only_where_it_receives() {
+        let udp = TestParams {
+            udp: true,
+            realtime: true,
+            ..TestParams::defaults()
+        };
+        let no_grant = Limits {
+            realtime: false,
+            ..Limits::PROTOCOL
+        };
+        let refused = "--realtime: this server does not run receivers at real-time priority \
+                       (start it with --allow-realtime); or drop --realtime";
+        assert_eq!(udp.validate(&no_grant), Err(refused.to_string()));
+        let bidir = TestParams {
+            bidir: true,
+            ..udp.clone()
+        };
+        assert_eq!(bidir.validate(&no_grant), Err(refused.to_string()));
+        let reverse = TestParams {
+            reverse: true,
+            ..udp.clone()
+        };
+        assert_eq!(reverse.validate(&no_grant), Ok(()));
+        assert_eq!(udp.validate(&Limits::PROTOCOL), Ok(()));
+        let tcp = TestParams {
+            udp: false,
+            reverse: true,
+            ..udp
+        };
+        assert!(
+            tcp.validate(&Limits::PROTOCOL)
+                .unwrap_err()
+                .starts_with("--realtime applies to UDP")
+        );
+    }
 
     /// One table: each change to the parameters, and what the protocol and a server with
     /// small limits say about it.

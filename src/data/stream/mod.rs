@@ -302,8 +302,13 @@ impl StreamCtx {
                 .map_err(|e| Error::Test(format!("stream-{}: {e}", self.id)))?;
         }
         if self.realtime {
-            crate::os::sys::set_realtime(REALTIME_PRIORITY)
-                .map_err(|e| Error::Test(format!("stream-{}: {}", self.id, realtime_refused(e))))?;
+            crate::os::sys::set_realtime(REALTIME_PRIORITY).map_err(|e| {
+                Error::Test(format!(
+                    "stream-{}: {}",
+                    self.id,
+                    realtime_refused("--realtime", &e)
+                ))
+            })?;
         }
         Ok(())
     }
@@ -354,17 +359,16 @@ pub(crate) struct Shared {
 /// and below the kernel's own real-time threads.
 pub(crate) const REALTIME_PRIORITY: i32 = 1;
 
-/// Why `--realtime` cannot be had here, and the fix.
-pub(crate) fn realtime_refused(e: std::io::Error) -> String {
-    format!(
-        "--realtime: SCHED_FIFO refused ({e}); run as root or with CAP_SYS_NICE, or drop --realtime"
-    )
+/// Why `flag` (`--realtime`, `--allow-realtime`) cannot be had here, and the fix.
+fn realtime_refused(flag: &str, e: &std::io::Error) -> String {
+    format!("{flag}: SCHED_FIFO refused ({e}); run as root or with CAP_SYS_NICE, or drop {flag}")
 }
 
-/// `--realtime` on this end: refused now, before any connection, when this process may
-/// not have it.
-pub(crate) fn check_realtime() -> Result<()> {
-    crate::os::sys::may_realtime(REALTIME_PRIORITY).map_err(|e| Error::Usage(realtime_refused(e)))
+/// `flag` asks for real-time receivers in this process: refused now, before any test,
+/// when the process may not have them.
+pub(crate) fn check_realtime(flag: &str) -> Result<()> {
+    crate::os::sys::may_realtime(REALTIME_PRIORITY)
+        .map_err(|e| Error::Usage(realtime_refused(flag, &e)))
 }
 
 /// `--rcv-timeout`: when a direction's receivers last read anything, kept by each at its

@@ -982,7 +982,10 @@ mod tests {
         assert!(reverse.contains("(its buffer is 4M)"), "{reverse}");
         // Receivers not at real-time priority: --realtime is the first remedy named.
         assert!(
-            forward.contains("kept off its core by other tasks): --realtime (receivers at SCHED_FIFO; root), a larger -w"),
+            forward.contains(
+                "kept off its core by other tasks): --realtime (receivers at SCHED_FIFO: root, \
+                 and a server started with --allow-realtime), a larger -w"
+            ),
             "{forward}"
         );
         let advised = |h: &Header| -> Vec<String> {

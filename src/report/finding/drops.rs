@@ -107,14 +107,21 @@ impl UdpReceiverDrops {
             false => "",
         };
         // A receiver that waits for its core (another task on it) drops as one too slow does.
+        let grant = match self.server_capped {
+            true => ", and a server started with --allow-realtime",
+            false => "",
+        };
         let (why, realtime) = match self.realtime {
             Some(false) => (
                 "its thread did not read them in time (busy, or kept off its core by other \
                  tasks)",
-                "--realtime (receivers at SCHED_FIFO; root), ",
+                format!("--realtime (receivers at SCHED_FIFO: root{grant}), "),
             ),
-            Some(true) => ("its thread did not keep up even at real-time priority", ""),
-            None => ("its thread did not keep up", ""),
+            Some(true) => (
+                "its thread did not keep up even at real-time priority",
+                String::new(),
+            ),
+            None => ("its thread did not keep up", String::new()),
         };
         format!(
             "diagnosis: the receiver's own socket buffer overflowed {} time(s) (SO_RXQ_OVFL; \

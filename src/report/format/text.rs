@@ -242,9 +242,14 @@ fn placement_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
         writeln!(o, "# placement: {note}")?;
     }
     if h.realtime {
+        let whose = match h.direction {
+            Direction::Forward => "the server's",
+            Direction::Reverse => "this end's",
+            Direction::Bidir => "both ends'",
+        };
         writeln!(
             o,
-            "# priority: UDP receiving threads at SCHED_FIFO {} on both ends (--realtime)",
+            "# priority: {whose} UDP receiving threads at SCHED_FIFO {} (--realtime)",
             crate::data::stream::REALTIME_PRIORITY
         )?;
     }
