@@ -73,7 +73,7 @@ record_env() {
     echo "pinperf: $("$PINPERF" --version 2>/dev/null)"
     command -v "$IPERF2" >/dev/null && echo "iperf: $(command -v "$IPERF2"): $("$IPERF2" -v 2>&1 | head -1)"
     command -v "$IPERF3" >/dev/null && echo "iperf3: $(command -v "$IPERF3"): $("$IPERF3" -v 2>&1 | head -1)"
-    for s in net.core.wmem_max net.core.rmem_max net.ipv4.tcp_wmem net.ipv4.tcp_rmem net.ipv4.tcp_congestion_control; do
+    for s in net.core.wmem_max net.core.rmem_max net.ipv4.tcp_wmem net.ipv4.tcp_rmem net.ipv4.tcp_congestion_control kernel.sched_rt_runtime_us; do
       echo "$s: $(sysctl -n $s 2>/dev/null | tr '\t' ' ')"
     done
   } >"$1"

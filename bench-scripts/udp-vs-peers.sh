@@ -64,7 +64,7 @@ tools=()
 for t in $TOOLS; do
   case $t in
     pinperf) tools+=(pinperf) ;;
-    pinperf_rt) tools+=(pinperf_rt) ;;
+    pinperf_rt) if chrt -f 1 true 2>/dev/null; then tools+=(pinperf_rt); else echo "pinperf_rt left out: this user may not have SCHED_FIFO (--realtime needs root or CAP_SYS_NICE)" >&2; fi ;;
     iperf3) if command -v "$IPERF3" >/dev/null; then "$IPERF3" -s -B 127.0.0.1 -p 5212 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi ;;
     iperf2) if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -u -w "$WINDOW" -B 127.0.0.1 -p 5012 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi ;;
   esac
