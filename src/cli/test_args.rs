@@ -90,9 +90,10 @@ pub struct TestArgs {
     #[arg(long, requires = "udp")]
     pub no_gsro: bool,
 
-    /// UDP: run the receiving threads on both ends at real-time priority (SCHED_FIFO 1),
-    /// so no ordinary task holds a receiver's core while its socket queue overflows.
-    /// Needs root or CAP_SYS_NICE, and a server started with --allow-realtime.
+    /// UDP: run the receiving threads (the server's; this end's with -R; both with --bidir)
+    /// at real-time priority (SCHED_FIFO 1), so no ordinary task holds a receiver's core
+    /// while its socket queue overflows. Needs root or CAP_SYS_NICE where they run, and a
+    /// server started with --allow-realtime where it receives.
     #[arg(long)]
     pub realtime: bool,
 

@@ -83,8 +83,8 @@ pub struct TestParams {
     /// `--no-gsro`: UDP without GSO and GRO.
     #[serde(default)]
     pub no_gsro: bool,
-    /// `--realtime`: UDP receiving threads on both ends run at real-time priority
-    /// (SCHED_FIFO), so no ordinary task holds their core while the socket queue fills.
+    /// `--realtime`: UDP receiving threads, on whichever end receives, run at real-time
+    /// priority (SCHED_FIFO), so no ordinary task holds their core while the queue fills.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub realtime: bool,
     /// `--dont-fragment`: UDP over IPv4 with DF set, on both ends' sockets.

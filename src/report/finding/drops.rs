@@ -106,11 +106,11 @@ impl UdpReceiverDrops {
             true => ", up to the server's --max-window",
             false => "",
         };
-        // A receiver that waits for its core (another task on it) drops as one too slow does.
         let grant = match self.server_capped {
             true => ", and a server started with --allow-realtime",
             false => "",
         };
+        // A receiver that waits for its core (another task on it) drops as one too slow does.
         let (why, realtime) = match self.realtime {
             Some(false) => (
                 "its thread did not read them in time (busy, or kept off its core by other \
