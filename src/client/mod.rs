@@ -54,7 +54,7 @@ fn run_test(cfg: ClientConfig, out: &mut Option<Box<dyn report::Formatter>>) -> 
     // --realtime's receivers in this process: the in-process server's (--loopback, the
     // lab), or this end's with -R or --bidir.
     let receives_here = cfg.same_process || cfg.test.direction() != Direction::Forward;
-    if cfg.test.realtime && receives_here {
+    if cfg.test.realtime_receivers() && receives_here {
         crate::data::stream::check_realtime("--realtime")?;
     }
     // Before the control connection: a server's handshake deadline would not wait for it.
@@ -582,7 +582,7 @@ fn negotiate(
         });
     }
     // An older server ignores --realtime: its receivers would run as any other thread.
-    if test.realtime && test.direction() != Direction::Reverse && !accept.realtime {
+    if test.realtime_receivers() && test.direction() != Direction::Reverse && !accept.realtime {
         let reason = format!(
             "--realtime: the server ({remote_software}) did not grant it: it predates \
              --realtime and ignores the request; upgrade the server or drop --realtime"

@@ -195,7 +195,7 @@ impl Threads {
 /// its receivers count what arrived against, and (`--realtime`) UDP receivers' priority.
 fn shared(test: &TestParams, block: usize, receives: bool) -> Shared {
     Shared {
-        realtime: test.realtime && test.udp && receives,
+        realtime: test.realtime_receivers() && receives,
         rate_bps: test.rate(),
         burst: test.burst,
         budget: test

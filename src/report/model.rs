@@ -133,7 +133,7 @@ impl Header {
             local_host: None,
             remote_host: None,
             no_delay: test.no_delay(),
-            realtime: test.realtime && test.udp,
+            realtime: test.realtime_receivers(),
             peer: Peer::default(),
         }
     }

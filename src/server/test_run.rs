@@ -167,7 +167,7 @@ impl TestRun<'_> {
             pin_plan: self.test.plan.clone(),
             host: crate::os::sys::host_mark(cookie),
             host_name: crate::os::sys::hostname(),
-            realtime: params.realtime && params.udp,
+            realtime: params.realtime_receivers(),
         }))
     }
 

@@ -490,6 +490,11 @@ impl TestParams {
         !self.transport.no_echo && !self.udp
     }
 
+    /// `--realtime`'s receivers: UDP's only ([`TestParams::validate`] refuses it over TCP).
+    pub fn realtime_receivers(&self) -> bool {
+        self.realtime && self.udp
+    }
+
     /// `-M`'s MSS on the data connections: TCP's only.
     pub fn mss(&self) -> Option<u32> {
         self.transport.mss.filter(|_| !self.udp)
