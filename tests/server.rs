@@ -166,6 +166,85 @@ fn handshake(addr: SocketAddr, params: TestParams) -> (TcpStream, Accept) {
     }
 }
 
+/// `--realtime`: a server started with `--allow-realtime` says in its Accept that it
+/// granted it, and a client whose server answers without the grant (as a pinperf that
+/// predates the flag does: it drops the unknown field) refuses the answer by name rather
+/// than report real-time receivers the server never ran.
+#[test]
+fn the_realtime_grant_travels_in_the_accept_and_an_answer_without_it_is_refused() {
+    let udp = TestParams {
+        udp: true,
+        rate_bps: Some(1_000_000),
+        realtime: true,
+        ..TestParams::defaults()
+    };
+    // What a server that predates --realtime answers: its Accept for the same test.
+    let plain = Srv::start(&["-p", "0", "-B", "127.0.0.1"]);
+    let without = TestParams {
+        realtime: false,
+        ..udp.clone()
+    };
+    let (ctl, old_answer) = handshake(plain.addr, without);
+    drop(ctl);
+    assert!(!old_answer.realtime, "{old_answer:?}");
+    match util::may_fifo() {
+        Ok(()) => {
+            let granting = Srv::start(&["-p", "0", "-B", "127.0.0.1", "--allow-realtime"]);
+            let (_ctl, accept) = handshake(granting.addr, udp.clone());
+            assert!(accept.realtime, "{accept:?}");
+        }
+        Err(why) => util::skipped(
+            "the_realtime_grant_travels_in_the_accept (the granting server)",
+            &why,
+        ),
+    }
+    // A server of the protocol's version that ignores the request.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let old = std::thread::spawn(move || {
+        let (mut s, peer) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // The client sends Hello only once its preamble is answered (an iperf3 server
+        // stays silent).
+        s.write_all(wire::PREAMBLE).unwrap();
+        let mut pre = [0u8; 8];
+        s.read_exact(&mut pre).unwrap();
+        assert!(matches!(
+            wire::read_frame(&mut s, peer).unwrap(),
+            ControlMsg::Hello { .. }
+        ));
+        s.write_all(&wire::encode(&ControlMsg::Welcome {
+            version: PROTOCOL_VERSION,
+            software: "pinperf 0.0.9".into(),
+        }))
+        .unwrap();
+        let asked = match wire::read_frame(&mut s, peer).unwrap() {
+            ControlMsg::Params(p) => p,
+            other => panic!("expected params, got {other:?}"),
+        };
+        s.write_all(&wire::encode(&ControlMsg::Accept(old_answer)))
+            .unwrap();
+        // The client leaves without a data connection.
+        let _ = s.read_to_end(&mut Vec::new());
+        asked.realtime
+    });
+    let run = client(
+        "127.0.0.1",
+        &port,
+        &["-u", "-b", "1M", "--realtime", "-t", "0.2"],
+    );
+    assert!(old.join().unwrap(), "the client asked for --realtime");
+    assert_eq!(run.code(), Some(1), "{}", run.explain());
+    assert!(
+        run.stderr().contains(
+            "--realtime: the server (pinperf 0.0.9) did not grant it: it predates --realtime"
+        ),
+        "{}",
+        run.explain()
+    );
+    assert!(!run.stdout().contains("# priority:"), "{}", run.explain());
+}
+
 /// Reads a refused connection's answer: preamble, then the Refuse reason.
 fn refusal(mut s: TcpStream) -> Option<String> {
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;

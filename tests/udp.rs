@@ -329,28 +329,12 @@ fn stream_policies(pid: u32) -> Vec<(String, u32, u32)> {
         .collect()
 }
 
-/// Whether this process may run threads at SCHED_FIFO (root, or CAP_SYS_NICE, and no
-/// cgroup that forbids it): `chrt -f 1 true` runs.
-fn may_fifo() -> Result<(), String> {
-    match std::process::Command::new("chrt")
-        .args(["-f", "1", "true"])
-        .output()
-    {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => Err(format!(
-            "chrt -f 1 failed here ({}); CI runs it as root",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(e) => Err(format!("no chrt here ({e})")),
-    }
-}
-
 /// `--realtime` against a server that grants it: while the test runs, the server's
 /// receiving threads are SCHED_FIFO 1 and the client's sending ones ordinary; with `-R`
 /// the roles swap. The header says whose, and JSON has it.
 #[test]
 fn realtime_runs_the_udp_receivers_at_fifo_priority_on_either_end() {
-    if let Err(why) = may_fifo() {
+    if let Err(why) = util::may_fifo() {
         util::skipped(
             "realtime_runs_the_udp_receivers_at_fifo_priority_on_either_end",
             &why,

@@ -99,6 +99,22 @@ pub fn is_root() -> bool {
         == Some("0")
 }
 
+/// Whether this process may run threads at SCHED_FIFO (root, or CAP_SYS_NICE, and no
+/// cgroup that forbids it): `chrt -f 1 true` runs.
+pub fn may_fifo() -> Result<(), String> {
+    match std::process::Command::new("chrt")
+        .args(["-f", "1", "true"])
+        .output()
+    {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "chrt -f 1 failed here ({}); CI runs it as root",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Err(format!("no chrt here ({e})")),
+    }
+}
+
 /// The kernel offers bbr (`net.ipv4.tcp_available_congestion_control`).
 pub fn has_bbr() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
