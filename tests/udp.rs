@@ -412,6 +412,96 @@ fn realtime_runs_the_udp_receivers_at_fifo_priority_on_either_end() {
     assert_eq!(doc(&json)["start"]["realtime"], true, "{}", json.explain());
 }
 
+/// A cgroup (v1, real-time group scheduling) with no real-time budget: a thread in it is
+/// refused SCHED_FIFO even as root. Removed on drop, once its tasks have left.
+struct NoRtGroup(std::path::PathBuf);
+
+impl NoRtGroup {
+    fn make() -> Result<NoRtGroup, String> {
+        let root = std::path::Path::new("/sys/fs/cgroup/cpu");
+        if !root.join("cpu.rt_runtime_us").exists() {
+            return Err("no cgroup v1 cpu controller with real-time group scheduling".into());
+        }
+        let dir = root.join(format!("pinperf-test-nort-{}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        let group = NoRtGroup(dir);
+        let budget = std::fs::read_to_string(group.0.join("cpu.rt_runtime_us"))
+            .map_err(|e| format!("read cpu.rt_runtime_us: {e}"))?;
+        match budget.trim() {
+            "0" => Ok(group),
+            other => Err(format!("a new cgroup's rt_runtime_us is {other}, not 0")),
+        }
+    }
+
+    /// Moves every thread of `pid` (and so the threads they spawn) into the group.
+    fn take(&self, pid: u32) {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let tid = task.unwrap().file_name();
+            std::fs::write(self.0.join("tasks"), tid.as_encoded_bytes()).unwrap();
+        }
+    }
+}
+
+impl Drop for NoRtGroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A server whose receiving threads are all refused SCHED_FIFO after it granted
+/// `--realtime` (moved into a cgroup without a real-time budget): its stream threads fail
+/// before the test's start, and the client hears why, from the server, after `Start`
+/// (not "expected start, got row"). The server serves the next test.
+#[test]
+fn receivers_refused_before_the_start_are_reported_by_the_server_in_order() {
+    const TEST: &str = "receivers_refused_before_the_start_are_reported_by_the_server_in_order";
+    if let Err(why) = util::may_fifo() {
+        util::skipped(TEST, &why);
+        return;
+    }
+    let group = match NoRtGroup::make() {
+        Ok(g) => g,
+        Err(why) => {
+            util::skipped(TEST, &format!("{why}; CI runs it as root"));
+            return;
+        }
+    };
+    let mut server = Server::start(&["--allow-realtime"]);
+    group.take(server.child.id());
+    let port = server.port_arg();
+    let base = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-u",
+        "-b",
+        "10M",
+        "-t",
+        "0.3",
+    ];
+    // The order was a race the server's rows could win: tried a dozen times.
+    for _ in 0..12 {
+        let refused = pinperf(&[&base[..], &["--realtime"]].concat(), LIMIT);
+        assert_eq!(refused.code(), Some(1), "{}", refused.explain());
+        let err = refused.stderr();
+        assert!(
+            err.contains(" reported: stream-0: --realtime: SCHED_FIFO refused"),
+            "{}{}",
+            refused.explain(),
+            server.explain()
+        );
+    }
+    pinperf(&base, LIMIT).assert_ok();
+    drop(server);
+    drop(group);
+}
+
 /// `--realtime` is refused by name where it cannot be had: over TCP, by a server that does
 /// not grant it, and (as root) for a user who may not have SCHED_FIFO, before any test.
 #[test]

@@ -78,10 +78,11 @@ struct TestRun<'a> {
     told: Option<Vec<String>>,
 }
 
-/// The test's threads once spawned: each direction's, their reporters, and the bytes each
-/// reporter counted (with whether this end sends them).
+/// The test's threads once spawned: each direction's, their reporters (spawned once `Start`
+/// went out), and the bytes each reporter counted (with whether this end sends them).
 struct Running {
     ends: Ends,
+    unstarted: Vec<Reporter>,
     reporters: Vec<std::thread::JoinHandle<Result<ReceiverTotals>>>,
     arrived: Vec<(bool, Arrived)>,
     sockets: Vec<std::os::fd::OwnedFd>,
@@ -214,6 +215,7 @@ impl TestRun<'_> {
         let sockets = socks.duplicates();
         let mut running = Running {
             ends: Ends::default(),
+            unstarted: Vec::new(),
             reporters: Vec::new(),
             arrived: Vec::new(),
             sockets,
@@ -236,15 +238,15 @@ impl TestRun<'_> {
             // this end's clock starts, and arrives a round trip later.
             let delay = if reverse { Duration::ZERO } else { first_byte };
             let cutter = IntervalCutter::for_test(n, params).arriving_after(delay);
-            let ctl2 = Arc::clone(self.ctl);
-            let how = (reverse, params.udp, params.get_server_output);
-            let counted = Arrived::new(n);
-            running.arrived.push((reverse, counted.clone()));
-            running
-                .reporters
-                .push(spawn_named("reporter".into(), move || {
-                    run_reporter(rx, free, cutter, how, ctl2, counted)
-                })?);
+            let arrived = Arrived::new(n);
+            running.arrived.push((reverse, arrived.clone()));
+            running.unstarted.push(Reporter {
+                rx,
+                free,
+                cutter,
+                how: (reverse, params.udp, params.get_server_output),
+                arrived,
+            });
         }
         Ok(running)
     }
@@ -260,7 +262,20 @@ impl TestRun<'_> {
             .with_total_rate(self.cfg.limits.total_rate);
         running.ends.start(t0);
         self.slot.running();
-        self.ctl.send(&ControlMsg::Start)?;
+        // The reporters speak only after Start: streams that all failed before it would
+        // otherwise end theirs at once, its rows ahead of Start.
+        let started = self.ctl.send(&ControlMsg::Start).and_then(|()| {
+            for r in std::mem::take(&mut running.unstarted) {
+                let ctl = Arc::clone(self.ctl);
+                let reporter = spawn_named("reporter".into(), move || run_reporter(r, ctl))?;
+                running.reporters.push(reporter);
+            }
+            Ok(())
+        });
+        if let Err(e) = started {
+            running.ends.abort();
+            return Err(e);
+        }
         Ok(Clock {
             t0,
             cpu,
@@ -441,18 +456,28 @@ struct ReceiverTotals {
     lines: Vec<String>,
 }
 
+/// One direction's reporter, made with its streams and run once the test started.
+struct Reporter {
+    rx: Receiver<Batch>,
+    free: Sender<Batch>,
+    cutter: IntervalCutter,
+    /// This end sends, the test is UDP, `--get-server-output`.
+    how: (bool, bool, bool),
+    arrived: Arrived,
+}
+
 /// A server `reporter` thread: cuts one direction's records into intervals and sends each
 /// the moment every stream has passed its end: a receiver's as a `Row` (the client's
 /// report joins it with its senders' intervals), a sender's as a `SenderInterval` (`-R`,
 /// `--bidir`: joined there with the client's receiver rows).
-fn run_reporter(
-    rx: Receiver<Batch>,
-    free: Sender<Batch>,
-    mut cutter: IntervalCutter,
-    (sends, udp, tell): (bool, bool, bool),
-    control: Arc<Control>,
-    arrived: Arrived,
-) -> Result<ReceiverTotals> {
+fn run_reporter(reporter: Reporter, control: Arc<Control>) -> Result<ReceiverTotals> {
+    let Reporter {
+        rx,
+        free,
+        mut cutter,
+        how: (sends, udp, tell),
+        arrived,
+    } = reporter;
     let mut lines = Vec::new();
     let mut send_ready = |cutter: &mut IntervalCutter| -> Result<()> {
         while let Some(iv) = cutter.pop_ready() {
