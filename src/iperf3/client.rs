@@ -44,7 +44,7 @@ use crate::data::ends::{Ends, Socks, Threads};
 use crate::data::pin::PinPlan;
 use crate::data::stream::Failure;
 use crate::data::stream::UdpSnapshot;
-use crate::data::stream::{Batch, StreamSocks, spawn_named};
+use crate::data::stream::{Batch, StreamSocks, parked, spawn_named};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::CpuMark;
 use crate::os::net::{self, TcpInfo};
@@ -1201,7 +1201,7 @@ fn mirror(
             });
         }
     };
-    for batch in batches {
+    for batch in parked(&batches) {
         cutter.add(&batch);
         if stopped.load(Ordering::SeqCst) {
             cutter.stop();

@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use super::{Ctl, Params, Results, StreamResult, server_doc, stream_id};
 use crate::data::ends::{Ends, Socks, Threads};
 use crate::data::pin::{self, PinPlan};
-use crate::data::stream::{StreamSocks, UdpSnapshot, spawn_named};
+use crate::data::stream::{StreamSocks, UdpSnapshot, parked, spawn_named};
 use crate::data::udp::wire::Format;
 use crate::error::{Error, Result};
 use crate::os::cpu::CpuMark;
@@ -331,7 +331,7 @@ impl Counts {
         let omit_ns = omit.as_nanos() as u64;
         let (rx, free) = batches;
         spawn_named("reporter".into(), move || {
-            for batch in rx {
+            for batch in parked(&rx) {
                 let mut c = c2.lock();
                 let i = usize::from(batch.stream);
                 // One pass over the batch: all its bytes, and those inside -O.

@@ -17,7 +17,7 @@ use super::streams::{Arrival, Arrivals, accept_streams};
 use crate::config::ServerConfig;
 use crate::data::ends::{Ends, Socks, Threads};
 use crate::data::pin::PinPlan;
-use crate::data::stream::{Batch, spawn_named};
+use crate::data::stream::{Batch, parked, spawn_named};
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::CpuMark;
 use crate::os::net;
@@ -499,7 +499,7 @@ fn run_reporter(reporter: Reporter, control: Arc<Control>) -> Result<ReceiverTot
         }
         Ok(())
     };
-    for batch in rx {
+    for batch in parked(&rx) {
         cutter.add(&batch);
         let stream = usize::from(batch.stream);
         if let Some(&total) = cutter.totals().get(stream) {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -792,6 +792,22 @@ pub(crate) fn aborted(id: u16) -> Error {
     Error::Aborted(format!("stream-{id}"))
 }
 
+/// What `rx` carries until it closes, each message waited for by parking. A reporter
+/// shares its cores with the streams, and crossbeam's `recv()` spins and calls
+/// `sched_yield` before it parks: a yield on each wait, hundreds a second, switches a
+/// stream thread out and back. `Select` parks at once.
+pub(crate) fn parked<T>(rx: &Receiver<T>) -> impl Iterator<Item = T> + '_ {
+    std::iter::from_fn(move || match rx.try_recv() {
+        Ok(m) => Some(m),
+        Err(TryRecvError::Disconnected) => None,
+        Err(TryRecvError::Empty) => {
+            let mut ready = Select::new();
+            ready.recv(rx);
+            ready.select().recv(rx).ok()
+        }
+    })
+}
+
 /// Spawns a named thread running `body`.
 pub(crate) fn spawn_named<T: Send + 'static>(
     name: String,
@@ -815,6 +831,23 @@ pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `parked` hands over what was queued, waits for what comes later, and ends when
+    /// every sender is gone.
+    #[test]
+    fn parked_yields_every_message_and_ends_when_the_channel_closes() {
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        tx.send(1).unwrap();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            tx.send(2).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            tx.send(3).unwrap();
+        });
+        let got: Vec<i32> = parked(&rx).collect();
+        late.join().unwrap();
+        assert_eq!(got, [1, 2, 3]);
+    }
 
     /// `--rcv-timeout`: a read by any receiver of the direction keeps it alive; the limit
     /// past the last read ends it, named.
