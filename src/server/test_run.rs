@@ -262,8 +262,8 @@ impl TestRun<'_> {
             .with_total_rate(self.cfg.limits.total_rate);
         running.ends.start(t0);
         self.slot.running();
-        // The reporters speak only after Start: streams that all failed before it would
-        // otherwise end theirs at once, its rows ahead of Start.
+        // Reporters run once Start is out: one already running when every stream failed
+        // before the start would end at once and send its rows ahead of Start.
         let started = self.ctl.send(&ControlMsg::Start).and_then(|()| {
             for r in std::mem::take(&mut running.unstarted) {
                 let ctl = Arc::clone(self.ctl);
