@@ -244,7 +244,9 @@ impl TestRun<'_> {
                 rx,
                 free,
                 cutter,
-                how: (reverse, params.udp, params.get_server_output),
+                sends: reverse,
+                udp: params.udp,
+                tell: params.get_server_output,
                 arrived,
             });
         }
@@ -273,7 +275,14 @@ impl TestRun<'_> {
             Ok(())
         });
         if let Err(e) = started {
+            // Nothing of the test outlives it: a stream whose reporter never ran finds its
+            // channel closed, the rest stop at their next wake-up.
+            running.unstarted.clear();
             running.ends.abort();
+            let _ = std::mem::take(&mut running.ends).join(self.test.params.zerocopy);
+            for r in running.reporters.drain(..) {
+                let _ = r.join();
+            }
             return Err(e);
         }
         Ok(Clock {
@@ -461,8 +470,11 @@ struct Reporter {
     rx: Receiver<Batch>,
     free: Sender<Batch>,
     cutter: IntervalCutter,
-    /// This end sends, the test is UDP, `--get-server-output`.
-    how: (bool, bool, bool),
+    /// This end sends the direction's data (its intervals go as `SenderInterval`s).
+    sends: bool,
+    udp: bool,
+    /// `--get-server-output`: keep a line per stream per interval.
+    tell: bool,
     arrived: Arrived,
 }
 
@@ -475,7 +487,9 @@ fn run_reporter(reporter: Reporter, control: Arc<Control>) -> Result<ReceiverTot
         rx,
         free,
         mut cutter,
-        how: (sends, udp, tell),
+        sends,
+        udp,
+        tell,
         arrived,
     } = reporter;
     let mut lines = Vec::new();

@@ -794,17 +794,15 @@ pub(crate) fn aborted(id: u16) -> Error {
 
 /// What `rx` carries until it closes, each message waited for by parking. A reporter
 /// shares its cores with the streams, and crossbeam's `recv()` spins and calls
-/// `sched_yield` before it parks: a yield on each wait, hundreds a second, switches a
-/// stream thread out and back. `Select` parks at once.
+/// `sched_yield` up to four times before it parks: hundreds of yields a second, each
+/// switching a stream thread out and back. `Select` parks at once.
 pub(crate) fn parked<T>(rx: &Receiver<T>) -> impl Iterator<Item = T> + '_ {
+    let mut ready = Select::new();
+    ready.recv(rx);
     std::iter::from_fn(move || match rx.try_recv() {
         Ok(m) => Some(m),
         Err(TryRecvError::Disconnected) => None,
-        Err(TryRecvError::Empty) => {
-            let mut ready = Select::new();
-            ready.recv(rx);
-            ready.select().recv(rx).ok()
-        }
+        Err(TryRecvError::Empty) => ready.select().recv(rx).ok(),
     })
 }
 
@@ -847,6 +845,15 @@ mod tests {
         let got: Vec<i32> = parked(&rx).collect();
         late.join().unwrap();
         assert_eq!(got, [1, 2, 3]);
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        tx.send(4).unwrap();
+        tx.send(5).unwrap();
+        drop(tx);
+        assert_eq!(
+            parked(&rx).collect::<Vec<_>>(),
+            [4, 5],
+            "queued before the close"
+        );
     }
 
     /// `--rcv-timeout`: a read by any receiver of the direction keeps it alive; the limit
