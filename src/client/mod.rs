@@ -582,7 +582,7 @@ fn negotiate(
         });
     }
     // An older server ignores --realtime: its receivers would run as any other thread.
-    if test.realtime_receivers() && test.direction() != Direction::Reverse && !accept.realtime {
+    if test.realtime_at_server() && !accept.realtime {
         let reason = format!(
             "--realtime: the server ({remote_software}) did not grant it: it predates \
              --realtime and ignores the request; upgrade the server or drop --realtime"

@@ -168,7 +168,7 @@ impl TestRun<'_> {
             pin_plan: self.test.plan.clone(),
             host: crate::os::sys::host_mark(cookie),
             host_name: crate::os::sys::hostname(),
-            realtime: params.realtime_receivers(),
+            realtime: params.realtime_at_server(),
         }))
     }
 

@@ -60,7 +60,7 @@ pub struct Accept {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_name: Option<String>,
     /// `--realtime` granted: the server's UDP receivers run at real-time priority (absent
-    /// from older servers, which ignore the request).
+    /// from older servers, which ignore the request, and where the server does not receive).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub realtime: bool,
 }

@@ -495,6 +495,12 @@ impl TestParams {
         self.realtime && self.udp
     }
 
+    /// `--realtime` receivers on the server, which it must grant (`--allow-realtime`): in
+    /// every direction but `-R`'s.
+    pub fn realtime_at_server(&self) -> bool {
+        self.realtime_receivers() && self.direction() != Direction::Reverse
+    }
+
     /// `-M`'s MSS on the data connections: TCP's only.
     pub fn mss(&self) -> Option<u32> {
         self.transport.mss.filter(|_| !self.udp)
@@ -790,17 +796,21 @@ impl TestParams {
     /// `--realtime`: UDP's alone (a TCP receiver that waits for its core slows its sender
     /// and loses nothing), and, where the server receives, only if it grants it.
     fn check_realtime(&self, limits: &Limits) -> Result<(), String> {
-        let server_receives = self.direction() != Direction::Reverse;
-        match (self.realtime, self.udp, limits.realtime || !server_receives) {
-            (true, false, _) => Err("--realtime applies to UDP (-u) only: a TCP receiver \
-                                     that waits for its core loses nothing"
-                .into()),
-            (true, true, false) => Err("--realtime: this server does not run receivers at \
-                                         real-time priority (start it with --allow-realtime); \
-                                         or drop --realtime"
-                .into()),
-            _ => Ok(()),
+        if self.realtime && !self.udp {
+            return Err(
+                "--realtime applies to UDP (-u) only: a TCP receiver that waits for \
+                        its core loses nothing"
+                    .into(),
+            );
         }
+        if self.realtime_at_server() && !limits.realtime {
+            return Err(
+                "--realtime: this server does not run receivers at real-time priority \
+                        (start it with --allow-realtime); or drop --realtime"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 }
 
