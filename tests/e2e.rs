@@ -1698,3 +1698,31 @@ fn zerocopy_and_skip_rx_copy_count_every_byte_both_ways() {
         run.explain()
     );
 }
+
+/// With 1500-byte frames' segments the header says the receivers raise SO_RCVLOWAT on a
+/// fast stream, whichever end receives; at loopback's own MSS, or with `--no-rcvlowat`
+/// (which the server logs), it says nothing. The bytes reconcile either way.
+#[test]
+fn the_header_says_when_receivers_raise_their_low_water_mark() {
+    let mut server = Server::start(&[]);
+    let port = server.port_arg();
+    let said = |extra: &[&str]| {
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-t", "0.3"];
+        args.extend_from_slice(extra);
+        let run = pinperf(&args, LIMIT);
+        run.assert_ok();
+        let text = run.stdout();
+        assert!(
+            text.contains("receiver read") && text.contains(": equal"),
+            "{text}"
+        );
+        text.contains(
+            "# receivers: SO_RCVLOWAT 131072B while a stream runs above 5.2 Gbit/s (MSS at most 4096B",
+        )
+    };
+    assert!(said(&["-M", "1448"]), "-M 1448");
+    assert!(said(&["-M", "1448", "-R"]), "-M 1448 -R");
+    assert!(!said(&[]), "loopback's MSS");
+    assert!(!said(&["-M", "1448", "--no-rcvlowat"]), "--no-rcvlowat");
+    server.wait_for_log(", -M 1448 --no-rcvlowat, ", LIMIT);
+}

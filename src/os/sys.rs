@@ -475,6 +475,21 @@ pub fn set_notsent_lowat(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes)
 }
 
+/// `SO_RCVLOWAT`: a blocking `recv()` returns once this many bytes are queued (or at
+/// EOF, an error, or its timeout with what it has). The kernel caps it at half the most
+/// the receive buffer may grow to.
+pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
+}
+
+/// Reads `SO_RCVLOWAT` back.
+#[cfg(test)]
+pub fn rcvlowat(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    getsockopt_raw::<libc::c_int>(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT)
+        .map(|(v, _)| v.max(0) as usize)
+}
+
 /// Reads `SO_MAX_PACING_RATE` back, bytes/s (`u64::MAX` or `u32::MAX`: no cap).
 pub fn max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let (v, len) = getsockopt_raw::<u64>(fd, libc::SOL_SOCKET, SO_MAX_PACING_RATE)?;

@@ -209,6 +209,9 @@ pub struct Transport {
     /// `-N`: TCP_NODELAY on the data connections, both ends.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_delay: bool,
+    /// `--no-rcvlowat`: receivers leave `SO_RCVLOWAT` at one byte whatever the rate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_rcvlowat: bool,
 }
 
 /// `-b RATE/BURST`'s largest burst (iperf3's).
@@ -455,10 +458,18 @@ impl TestParams {
             true => String::new(),
             false => format!(" after -O {} s", self.omit.as_secs_f64()),
         };
-        let mss = match (self.transport.mss, self.transport.no_delay) {
-            (Some(m), no_delay) => format!(", -M {m}{}", if no_delay { " -N" } else { "" }),
-            (None, true) => ", -N".into(),
-            (None, false) => String::new(),
+        let t = &self.transport;
+        let flags: Vec<String> = [
+            t.mss.map(|m| format!("-M {m}")),
+            t.no_delay.then(|| "-N".into()),
+            t.no_rcvlowat.then(|| "--no-rcvlowat".into()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mss = match flags.is_empty() {
+            true => String::new(),
+            false => format!(", {}", flags.join(" ")),
         };
         let rate = match self.burst {
             Some(b) if self.udp => format!("{rate} in bursts of {b}"),
@@ -777,6 +788,7 @@ impl TestParams {
             (self.transport.congestion.is_some(), "-C"),
             (self.transport.mss.is_some(), "-M"),
             (self.transport.no_delay, "-N"),
+            (self.transport.no_rcvlowat, "--no-rcvlowat"),
         ]
         .into_iter()
         .filter_map(|(given, flag)| given.then_some(flag))

@@ -55,6 +55,9 @@ pub struct Copying {
     /// `--skip-rx-copy`: receivers take the bytes with `MSG_TRUNC` (the kernel consumes and
     /// counts them without copying them out), copying only the block headers echoes need.
     pub skip_rx_copy: bool,
+    /// Receivers of fast streams on small-MSS paths raise `SO_RCVLOWAT` to a read's worth
+    /// (`--no-rcvlowat` turns it off).
+    pub low_water: bool,
 }
 
 /// One block written or read: when (ns since the test's start) and how many bytes.
