@@ -10,6 +10,7 @@
 #   SECS=2 ROUNDS=3 BLOCKS="8k" STREAMS="1 4" bench-scripts/vs-peers.sh
 #   CC=bbr IPERF3=/work/peers/iperf3/bin/iperf3 bench-scripts/vs-peers.sh
 #   MSS=1448 BLOCKS=128k bench-scripts/vs-peers.sh   # 1500-byte frames' segments on loopback
+#   ALSO=--no-rcvlowat bench-scripts/vs-peers.sh     # pinperf with these flags too, interleaved
 #
 # CC runs every tool under that congestion control (-C / iperf3 -C / iperf -Z); MSS caps
 # every tool's segments (-M, all three). The yardstick takes neither: it runs under
@@ -29,6 +30,7 @@ CC=${CC:-}
 pcc=() i3cc=() i2cc=()
 if [ -n "$CC" ]; then pcc=(-C "$CC"); i3cc=(-C "$CC"); i2cc=(-Z "$CC"); fi
 MSS=${MSS:-}
+read -ra also_flags <<<"${ALSO:-}"
 if [ -n "$MSS" ]; then pcc+=(-M "$MSS"); i3cc+=(-M "$MSS"); i2cc+=(-M "$MSS"); fi
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "SECS=$SECS: whole seconds only (iperf3 3.12 never ends a fractional -t)" >&2; exit 2; }
 ensure_peers
@@ -36,6 +38,7 @@ build_blast
 start_run vs-peers
 echo "cc: ${CC:-system default}" >>"$out/env.txt"
 echo "mss: ${MSS:-path default}" >>"$out/env.txt"
+echo "also: pinperf ${ALSO:-(none)}" >>"$out/env.txt"
 # The yardstick's -C and -M: the shim, preloaded into its server and client.
 blast_env=()
 if [ -n "$BLAST" ] && { [ -n "$CC" ] || [ -n "$MSS" ]; }; then
@@ -52,6 +55,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 tools=(pinperf)
+[ ${#also_flags[@]} -eq 0 ] || tools+=(also)
 "$PINPERF" -s -B 127.0.0.1 -p 5311 2>/dev/null & pids+=($!)
 if command -v "$IPERF3" >/dev/null; then "$IPERF3" -s -B 127.0.0.1 -p 5211 >/dev/null 2>&1 & pids+=($!); tools+=(iperf3); fi
 if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -B 127.0.0.1 -p 5011 >/dev/null 2>&1 & pids+=($!); tools+=(iperf2); fi
@@ -67,6 +71,10 @@ run_pinperf() { # block streams -> Gbit/s (receiver); the placement it chose to 
     sub(/^# pin plan: local /, "", $1); sub(/^remote /, "", $2)
     print pt "," ($1 == $2 ? "paired" : "split")}' >>"$out/placement.csv"
   echo "$text" | awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
+}
+run_also() { # pinperf with ALSO's flags -> Gbit/s (receiver)
+  "$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" "${pcc[@]}" "${also_flags[@]}" |
+    awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
 }
 run_iperf3() {
   "$IPERF3" -c 127.0.0.1 -p 5211 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" "${i3cc[@]}" -J |
@@ -107,8 +115,12 @@ pts = {}
 for r in rows:
     pts.setdefault((r["block"], int(r["streams"])), {})[r["tool"]] = float(r["median_gbps"])
 tools = ["pinperf", "iperf2", "iperf3", "blast"]
-print("| block | streams | " + " | ".join(t for t in tools) + " | pinperf / best peer | pinperf / blast | placement |")
-print("|---|---|" + "---|" * (len(tools) + 3))
+also = any("also" in v for v in pts.values())
+if also:
+    tools.insert(1, "also")
+print("| block | streams | " + " | ".join(t for t in tools) + " | pinperf / best peer | pinperf / blast |"
+      + (" pinperf / also |" if also else "") + " placement |")
+print("|---|---|" + "---|" * (len(tools) + 3 + also))
 for (b, p), v in sorted(pts.items(), key=lambda kv: (int(kv[0][0].rstrip("kKmM")), kv[0][1])):
     peers = [v[t] for t in ("iperf2", "iperf3") if t in v]
     best = max(peers) if peers else None
@@ -116,6 +128,7 @@ for (b, p), v in sorted(pts.items(), key=lambda kv: (int(kv[0][0].rstrip("kKmM")
     ratio = f"{v['pinperf'] / best:.2f}x" if best else "-"
     yard = f"{v['pinperf'] / v['blast']:.2f}x" if "blast" in v else "-"
     placed = ", ".join(k for k, _ in chosen[(b, p)].most_common()) or "-"
-    print(f"| {b} | {p} | " + " | ".join(cells) + f" | {ratio} | {yard} | {placed} |")
+    vs_also = (f" {v['pinperf'] / v['also']:.3f}x |" if "also" in v else " - |") if also else ""
+    print(f"| {b} | {p} | " + " | ".join(cells) + f" | {ratio} | {yard} |{vs_also} {placed} |")
 PY
 echo "raw runs: $raw" >&2
