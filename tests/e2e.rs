@@ -1717,7 +1717,7 @@ fn the_header_says_when_receivers_raise_their_low_water_mark() {
             "{text}"
         );
         text.contains(
-            "# receivers: SO_RCVLOWAT 131072B while a stream runs above 5.2 Gbit/s (MSS at most 4096B",
+            "# receivers: SO_RCVLOWAT 131072B while a stream runs above 5.2 Gbit/s (one host, MSS at most 4096B",
         )
     };
     assert!(said(&["-M", "1448"]), "-M 1448");

@@ -325,13 +325,18 @@ impl Session {
                     allowed.len()
                 )
             });
-        let (congestion, path) = match socks {
+        let (congestion, path, rcvlowat_bytes) = match socks {
             Socks::Tcp(s) | Socks::TcpEndedByClose(s) => (
                 net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
                 net::path_info(&s[0].data),
+                crate::data::stream::receiver::low_water_mark(
+                    &s[0].data,
+                    cfg.test.low_water(),
+                    cfg.test.block_bytes() as usize,
+                ),
             ),
             Socks::Udp(_) | Socks::UdpAs(..) => {
-                ("- (UDP)".into(), net::path_info(&self.ctl.socket()))
+                ("- (UDP)".into(), net::path_info(&self.ctl.socket()), None)
             }
         };
         let accept = &self.accept;
@@ -355,6 +360,7 @@ impl Session {
             started_at: crate::os::sys::local_time(report::STARTED_AT).ok(),
             local_host: crate::os::sys::hostname(),
             remote_host: accept.host_name.as_deref().map(|h| wire::printable(h, 255)),
+            rcvlowat_bytes,
             ..Header::of_test(&cfg.test)
         }
     }

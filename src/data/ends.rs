@@ -127,7 +127,7 @@ impl Threads {
         let copy = Copying {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
-            low_water: !test.udp && !test.transport.no_rcvlowat,
+            low_water: test.low_water(),
         };
         if let (true, Some(fq)) = (sends, test.fq_rate_bps) {
             socks.pace_by_kernel(fq)?;

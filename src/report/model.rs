@@ -76,10 +76,10 @@ pub struct Header {
     /// `-N`: TCP_NODELAY on the data connections.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_delay: bool,
-    /// TCP receivers raise `SO_RCVLOWAT` to a read's worth while a stream is fast, on a
-    /// path whose MSS is at most 4096 (false with `--no-rcvlowat`).
-    #[serde(default)]
-    pub rcvlowat: bool,
+    /// The `SO_RCVLOWAT` mark pinperf's receivers raise while a stream is fast, bytes,
+    /// where they may (`receiver::low_water_applies`); absent with `--no-rcvlowat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcvlowat_bytes: Option<u64>,
     /// `--realtime`: UDP receiving threads ran at real-time priority (SCHED_FIFO).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub realtime: bool,
@@ -137,7 +137,7 @@ impl Header {
             local_host: None,
             remote_host: None,
             no_delay: test.no_delay(),
-            rcvlowat: !test.udp && !test.transport.no_rcvlowat,
+            rcvlowat_bytes: None,
             realtime: test.realtime_receivers(),
             peer: Peer::default(),
         }

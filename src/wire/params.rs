@@ -517,6 +517,11 @@ impl TestParams {
         self.transport.mss.filter(|_| !self.udp)
     }
 
+    /// Receivers may raise `SO_RCVLOWAT` on fast streams: TCP's, unless `--no-rcvlowat`.
+    pub fn low_water(&self) -> bool {
+        !self.udp && !self.transport.no_rcvlowat
+    }
+
     /// `-N`'s TCP_NODELAY on the data connections: TCP's only.
     pub fn no_delay(&self) -> bool {
         self.transport.no_delay && !self.udp
@@ -1302,6 +1307,25 @@ mod tests {
         v.as_object_mut().unwrap().remove("omit_us");
         let old: TestParams = serde_json::from_value(v).unwrap();
         assert_eq!((old.budget(), old.burst), (None, None));
+    }
+
+    /// `--no-rcvlowat` goes on the wire only when given, so an older server still takes
+    /// the test; parameters without it allow the mark; `-u` refuses it.
+    #[test]
+    fn no_rcvlowat_crosses_only_when_given() {
+        let v = serde_json::to_value(params()).unwrap();
+        assert!(v.get("no_rcvlowat").is_none(), "{v}");
+        assert!(serde_json::from_value::<TestParams>(v).unwrap().low_water());
+        let mut p = params();
+        p.transport.no_rcvlowat = true;
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v.get("no_rcvlowat"), Some(&serde_json::Value::Bool(true)));
+        assert!(!serde_json::from_value::<TestParams>(v).unwrap().low_water());
+        p.udp = true;
+        assert_eq!(
+            p.check_tcp_only().unwrap_err(),
+            "-u: --no-rcvlowat applies to TCP only"
+        );
     }
 
     #[test]

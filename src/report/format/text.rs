@@ -222,21 +222,15 @@ fn payload_lines(o: &mut impl Write, h: &Header) -> io::Result<()> {
     low_water_line(o, h)
 }
 
-/// The receivers' `SO_RCVLOWAT`, where they raise it: a pinperf end receives and the
-/// path's MSS is small enough.
+/// The receivers' `SO_RCVLOWAT`, where they raise it.
 fn low_water_line(o: &mut impl Write, h: &Header) -> io::Result<()> {
     use crate::data::stream::receiver;
-    let receives_here = h.direction != Direction::Forward;
-    let applies = h.rcvlowat
-        && h.path.mss.is_some_and(|m| m <= receiver::LOW_WATER_MAX_MSS)
-        && (receives_here || !h.peer.reports_late());
-    if !applies {
+    let Some(mark) = h.rcvlowat_bytes else {
         return Ok(());
-    }
+    };
     writeln!(
         o,
-        "# receivers: SO_RCVLOWAT {}B while a stream runs above {:.1} Gbit/s (MSS at most {}B; --no-rcvlowat: off)",
-        receiver::read_len(h.block_bytes as usize),
+        "# receivers: SO_RCVLOWAT {mark}B while a stream runs above {:.1} Gbit/s (one host, MSS at most {}B; --no-rcvlowat: off)",
         receiver::low_water_rate_bps(h.block_bytes as usize) as f64 / 1e9,
         receiver::LOW_WATER_MAX_MSS
     )
