@@ -517,9 +517,12 @@ impl TestParams {
         self.transport.mss.filter(|_| !self.udp)
     }
 
-    /// Receivers may raise `SO_RCVLOWAT` on fast streams: TCP's, unless `--no-rcvlowat`.
+    /// Receivers may raise `SO_RCVLOWAT` on fast streams: TCP's, unless `--no-rcvlowat`
+    /// or a `-w` under four reads' worth (the kernel caps the mark at the window, and near
+    /// it a receiver would wake only as the window closes).
     pub fn low_water(&self) -> bool {
-        !self.udp && !self.transport.no_rcvlowat
+        let read = crate::data::stream::receiver::read_len(self.block_bytes() as usize) as u64;
+        !self.udp && !self.transport.no_rcvlowat && self.window_bytes.is_none_or(|w| w >= 4 * read)
     }
 
     /// `-N`'s TCP_NODELAY on the data connections: TCP's only.
@@ -1310,7 +1313,7 @@ mod tests {
     }
 
     /// `--no-rcvlowat` goes on the wire only when given, so an older server still takes
-    /// the test; parameters without it allow the mark; `-u` refuses it.
+    /// the test; parameters without it allow the mark unless `-w` is small; `-u` refuses it.
     #[test]
     fn no_rcvlowat_crosses_only_when_given() {
         let v = serde_json::to_value(params()).unwrap();
@@ -1321,6 +1324,12 @@ mod tests {
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v.get("no_rcvlowat"), Some(&serde_json::Value::Bool(true)));
         assert!(!serde_json::from_value::<TestParams>(v).unwrap().low_water());
+        p.transport.no_rcvlowat = false;
+        p.window_bytes = Some(256 << 10);
+        assert!(!p.low_water(), "-w 256K: under four 128 KiB reads");
+        p.window_bytes = Some(1 << 20);
+        assert!(p.low_water(), "-w 1M");
+        p.transport.no_rcvlowat = true;
         p.udp = true;
         assert_eq!(
             p.check_tcp_only().unwrap_err(),
