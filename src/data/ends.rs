@@ -127,7 +127,7 @@ impl Threads {
         let copy = Copying {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
-            low_water: test.low_water(),
+            low_water: super::stream::receiver::low_water_allowed(test),
         };
         if let (true, Some(fq)) = (sends, test.fq_rate_bps) {
             socks.pace_by_kernel(fq)?;

@@ -238,11 +238,7 @@ fn header_of(
         // This end's receivers only: an iperf3 server's never raise it.
         rcvlowat_bytes: match socks {
             Socks::TcpEndedByClose(s) if test.direction() != Direction::Forward => {
-                crate::data::stream::receiver::low_water_mark(
-                    &s[0].data,
-                    test.low_water(),
-                    test.block_bytes() as usize,
-                )
+                crate::data::stream::receiver::low_water_mark(&s[0].data, test)
             }
             _ => None,
         },

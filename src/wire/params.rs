@@ -518,11 +518,9 @@ impl TestParams {
     }
 
     /// Receivers may raise `SO_RCVLOWAT` on fast streams: TCP's, unless `--no-rcvlowat`
-    /// or a `-w` under four reads' worth (the kernel caps the mark at the window, and near
-    /// it a receiver would wake only as the window closes).
+    /// (the receivers add their own conditions: `receiver::low_water_allowed`).
     pub fn low_water(&self) -> bool {
-        let read = crate::data::stream::receiver::read_len(self.block_bytes() as usize) as u64;
-        !self.udp && !self.transport.no_rcvlowat && self.window_bytes.is_none_or(|w| w >= 4 * read)
+        !self.udp && !self.transport.no_rcvlowat
     }
 
     /// `-N`'s TCP_NODELAY on the data connections: TCP's only.
@@ -1313,7 +1311,7 @@ mod tests {
     }
 
     /// `--no-rcvlowat` goes on the wire only when given, so an older server still takes
-    /// the test; parameters without it allow the mark unless `-w` is small; `-u` refuses it.
+    /// the test; parameters without it allow the mark; `-u` refuses it.
     #[test]
     fn no_rcvlowat_crosses_only_when_given() {
         let v = serde_json::to_value(params()).unwrap();
@@ -1324,12 +1322,6 @@ mod tests {
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v.get("no_rcvlowat"), Some(&serde_json::Value::Bool(true)));
         assert!(!serde_json::from_value::<TestParams>(v).unwrap().low_water());
-        p.transport.no_rcvlowat = false;
-        p.window_bytes = Some(256 << 10);
-        assert!(!p.low_water(), "-w 256K: under four 128 KiB reads");
-        p.window_bytes = Some(1 << 20);
-        assert!(p.low_water(), "-w 1M");
-        p.transport.no_rcvlowat = true;
         p.udp = true;
         assert_eq!(
             p.check_tcp_only().unwrap_err(),

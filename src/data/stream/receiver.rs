@@ -22,6 +22,7 @@ use crate::data::page_buf::PageBuf;
 use crate::error::{Error, IoContext, Result};
 use crate::os::cpu::{self, CpuTime};
 use crate::timeouts;
+use crate::wire::params::TestParams;
 
 /// Smallest buffer a receiver reads into: with small blocks, one `read()` per block would
 /// make the receiver, not the path, the bottleneck (iperf 2's server reads 128 KiB too).
@@ -63,9 +64,18 @@ pub fn low_water_applies(sock: &TcpStream, allowed: bool) -> bool {
     allowed && one_host && mss.is_ok_and(|m| m <= LOW_WATER_MAX_MSS)
 }
 
-/// The mark the receiver of `sock` raises on a fast stream, bytes, where it may.
-pub fn low_water_mark(sock: &TcpStream, allowed: bool, block_bytes: usize) -> Option<u64> {
-    low_water_applies(sock, allowed).then(|| read_len(block_bytes) as u64)
+/// Whether `test` lets its receivers raise the mark: TCP without `--no-rcvlowat`, and no
+/// `-w` under four reads' worth (the kernel caps the mark at a locked window, and near it
+/// a receiver would wake only as the window closes).
+pub fn low_water_allowed(test: &TestParams) -> bool {
+    let read = read_len(test.block_bytes() as usize) as u64;
+    test.low_water() && test.window_bytes.is_none_or(|w| w >= 4 * read)
+}
+
+/// The mark a receiver of `test` on `sock` raises on a fast stream, bytes, where it may.
+pub fn low_water_mark(sock: &TcpStream, test: &TestParams) -> Option<u64> {
+    let mark = read_len(test.block_bytes() as usize) as u64;
+    low_water_applies(sock, low_water_allowed(test)).then_some(mark)
 }
 
 /// `SO_RCVLOWAT` for a fast stream (see [`low_water_applies`]): its `read()` waits for a
@@ -396,6 +406,22 @@ mod tests {
         };
         assert!(LowWater::new(&rx, MIN_READ, off).is_none(), "--no-rcvlowat");
         assert!(LowWater::new(&rx, MIN_READ, ON).is_some(), "-M 1448");
+    }
+
+    /// A `-w` under four reads' worth keeps the mark down; `--no-rcvlowat` and `-u` too.
+    #[test]
+    fn a_small_window_or_the_flag_keeps_the_mark_down() {
+        let mut p = TestParams::defaults();
+        assert!(low_water_allowed(&p), "the default");
+        p.window_bytes = Some(256 << 10);
+        assert!(!low_water_allowed(&p), "-w 256K: under four 128 KiB reads");
+        p.window_bytes = Some(1 << 20);
+        assert!(low_water_allowed(&p), "-w 1M");
+        p.transport.no_rcvlowat = true;
+        assert!(!low_water_allowed(&p), "--no-rcvlowat");
+        p.transport.no_rcvlowat = false;
+        p.udp = true;
+        assert!(!low_water_allowed(&p), "-u");
     }
 
     /// Ends a flush span of 20 ms at one read's worth per `per_read_ns`; the kernel's mark.
