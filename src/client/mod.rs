@@ -329,7 +329,7 @@ impl Session {
             Socks::Tcp(s) | Socks::TcpEndedByClose(s) => (
                 net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),
                 net::path_info(&s[0].data),
-                crate::data::stream::receiver::low_water_mark(&s[0].data, &cfg.test),
+                socks.low_water_mark(&cfg.test),
             ),
             Socks::Udp(_) | Socks::UdpAs(..) => {
                 ("- (UDP)".into(), net::path_info(&self.ctl.socket()), None)

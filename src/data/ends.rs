@@ -73,6 +73,18 @@ impl Socks {
         }
     }
 
+    /// The `SO_RCVLOWAT` mark this end's receivers raise on a fast stream, where they may
+    /// ([`receiver::low_water_mark`]): never with a peer that ends by closing (iperf3),
+    /// which sends no FIN after its last bytes, so they would wait out the read's timeout.
+    pub(crate) fn low_water_mark(&self, test: &TestParams) -> Option<u64> {
+        match self {
+            Socks::Tcp(v) => v
+                .first()
+                .and_then(|s| receiver::low_water_mark(&s.data, test)),
+            _ => None,
+        }
+    }
+
     /// The TOS byte the first data socket carries, as the kernel keeps it (`-S`).
     pub(crate) fn tos(&self) -> Option<u8> {
         match self {
@@ -127,7 +139,7 @@ impl Threads {
         let copy = Copying {
             zerocopy: test.zerocopy,
             skip_rx_copy: test.skip_rx_copy,
-            low_water: super::stream::receiver::low_water_allowed(test),
+            low_water: socks.low_water_mark(test).is_some(),
         };
         if let (true, Some(fq)) = (sends, test.fq_rate_bps) {
             socks.pace_by_kernel(fq)?;

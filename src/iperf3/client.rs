@@ -235,13 +235,6 @@ fn header_of(
             _ => net::path_info(&ctl.sock),
         },
         local_pin: local_plan.clone(),
-        // This end's receivers only: an iperf3 server's never raise it.
-        rcvlowat_bytes: match socks {
-            Socks::TcpEndedByClose(s) if test.direction() != Direction::Forward => {
-                crate::data::stream::receiver::low_water_mark(&s[0].data, test)
-            }
-            _ => None,
-        },
         echo: false,
         congestion: match socks {
             Socks::TcpEndedByClose(s) => net::congestion(&s[0].data).unwrap_or_else(|| "?".into()),

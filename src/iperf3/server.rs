@@ -216,11 +216,6 @@ fn spawn(
 ) -> Result<Vec<Arc<Mutex<Counts>>>> {
     let n = test.streams as usize;
     let mut counters = Vec::new();
-    // An iperf3 client keeps its data connections open past the end (no FIN after the
-    // last bytes): a raised SO_RCVLOWAT would hold them until the read's timeout.
-    let mut test = test.clone();
-    test.transport.no_rcvlowat = true;
-    let test = &test;
     // A UDP count sent from here goes on until the client's TEST_END closes it, as
     // iperf3's server sends: the client ends once the count has arrived, and a lost
     // datagram must not leave it waiting for bytes that never come.

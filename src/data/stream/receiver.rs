@@ -33,9 +33,8 @@ pub fn read_len(block_bytes: usize) -> usize {
     block_bytes.max(MIN_READ)
 }
 
-/// Largest MSS at which receivers raise [`LowWater`]'s mark. Over loopback, fast streams
-/// at MSS 1436 gained up to 26 % with it (bbr, one stream); at loopback's 65483 and at
-/// 8936 the gains were mixed, from 0.97 to 1.04 (bench-results/rcvlowat-adhoc-20261208).
+/// Largest MSS at which receivers raise [`LowWater`]'s mark: where it was measured faster
+/// (docs/benchmarks.md, SO_RCVLOWAT).
 pub const LOW_WATER_MAX_MSS: u32 = 4096;
 
 /// The mark goes up when a read's worth arrives within this long at the stream's rate over
