@@ -62,20 +62,21 @@ if command -v "$IPERF2" >/dev/null; then "$IPERF2" -s -B 127.0.0.1 -p 5011 >/dev
 if [ -n "$BLAST" ]; then "${blast_env[@]}" "$BLAST" -s 5310 >/dev/null 2>&1 & pids+=($!); tools+=(blast); fi
 sleep 0.5
 
+pinperf_text() { # block streams [flags] -> pinperf's text report
+  "$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" "${pcc[@]}" "${@:3}"
+}
+total_gbps() { awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'; }
 run_pinperf() { # block streams -> Gbit/s (receiver); the placement it chose to placement.csv
   local text
-  text=$("$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" "${pcc[@]}")
+  text=$(pinperf_text "$1" "$2")
   # `# pin plan: local stream-0:cpu0; remote stream-0:cpu1`: the same cores on both ends
   # is paired, any other split.
   echo "$text" | awk -F'; ' -v pt="$r,$1,$2" '/^# pin plan:/ {
     sub(/^# pin plan: local /, "", $1); sub(/^remote /, "", $2)
     print pt "," ($1 == $2 ? "paired" : "split")}' >>"$out/placement.csv"
-  echo "$text" | awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
+  echo "$text" | total_gbps
 }
-run_also() { # pinperf with ALSO's flags -> Gbit/s (receiver)
-  "$PINPERF" -c 127.0.0.1 -p 5311 -l "$1" -P "$2" -t "$SECS" -i "$SECS" "${pcc[@]}" "${also_flags[@]}" |
-    awk '/^#\(\*\*\)/ {printf "%.3f\n", $4 / 1000}'
-}
+run_also() { pinperf_text "$1" "$2" "${also_flags[@]}" | total_gbps; } # with ALSO's flags
 run_iperf3() {
   "$IPERF3" -c 127.0.0.1 -p 5211 -l "$(to_bytes "$1")" -P "$2" -t "$SECS" "${i3cc[@]}" -J |
     python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'
