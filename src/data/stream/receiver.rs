@@ -488,37 +488,56 @@ mod tests {
     }
 
     /// A receiving stream fed as fast as loopback goes at `-M 1448` raises its mark while
-    /// it runs and still reads every byte to EOF.
+    /// it runs and still reads every byte to EOF. When its sender then pauses after a
+    /// last small write, those bytes are read (and stamped) within a read's timeout, not
+    /// held to the EOF 200 ms later, and the mark is down again before the EOF.
     #[test]
     fn a_fast_small_mss_stream_reads_with_its_mark_raised() {
         let _turn = super::super::testing::one_at_a_time();
         let (tx, rx) = receiving_end(Some(1448));
         let watch = rx.try_clone().unwrap();
         let run_time = Duration::from_millis(600);
+        let pause = Duration::from_millis(200);
         let (ctx, reporter, start) = super::super::testing::side(0, MIN_READ, None);
         let receiver = std::thread::spawn(move || run(ctx, rx, run_time, ON));
+        let t0 = std::time::Instant::now();
         let writer = std::thread::spawn(move || {
             let mut tx = tx;
             let block = vec![0u8; MIN_READ];
-            let until = std::time::Instant::now() + run_time;
             let mut sent = 0u64;
-            while std::time::Instant::now() < until {
+            while t0.elapsed() < run_time {
                 std::io::Write::write_all(&mut tx, &block).unwrap();
                 sent += block.len() as u64;
             }
+            let tail_ns = t0.elapsed().as_nanos() as u64;
+            std::io::Write::write_all(&mut tx, &block[..1000]).unwrap();
+            std::thread::sleep(pause);
             tx.shutdown(std::net::Shutdown::Write).unwrap();
-            sent
+            (sent + 1000, tail_ns)
         });
-        start.send(std::time::Instant::now()).unwrap();
-        let mut highest = 0;
+        start.send(t0).unwrap();
+        let (mut highest, mut last) = (0, 0);
         while !receiver.is_finished() {
-            highest = highest.max(crate::os::sys::rcvlowat(watch.as_fd()).unwrap_or(0));
+            last = crate::os::sys::rcvlowat(watch.as_fd()).unwrap_or(0);
+            highest = highest.max(last);
             std::thread::sleep(Duration::from_micros(500));
         }
         let got = receiver.join().unwrap().unwrap();
-        let sent = writer.join().unwrap();
-        drop(reporter.join());
+        let (sent, tail_ns) = writer.join().unwrap();
+        let batches = reporter.join().unwrap();
         assert_eq!(got.bytes, sent, "every byte read");
+        let read_last = batches
+            .iter()
+            .flat_map(|b| &b.records)
+            .map(|r| r.t_ns)
+            .max();
+        let waited = read_last.unwrap_or(u64::MAX).saturating_sub(tail_ns);
+        assert!(
+            waited < (WAKE + Duration::from_millis(100)).as_nanos() as u64,
+            "the last bytes were read {} ms after they were sent",
+            waited / 1_000_000
+        );
+        assert_eq!(last, 1, "the mark before the EOF");
         let gbps = sent as f64 * 8.0 / run_time.as_secs_f64() / 1e9;
         if gbps < 8.0 {
             eprintln!(
